@@ -1,0 +1,45 @@
+# Shared build settings and the helpers every module uses.
+
+add_library(plumb_warnings INTERFACE)
+target_compile_options(plumb_warnings INTERFACE
+  -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter
+  $<$<BOOL:${PLUMB_WERROR}>:-Werror>)
+if(PLUMB_SANITIZE)
+  target_compile_options(plumb_warnings INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_link_options(plumb_warnings INTERFACE -fsanitize=address,undefined)
+endif()
+if(PLUMB_NATIVE)
+  target_compile_options(plumb_warnings INTERFACE -march=native)
+endif()
+
+# plumb_add_library(NAME SOURCES... [DEPS targets...])
+# One static library per module: plumb_<NAME>; the public header lives at src/<NAME>/<NAME>.h or
+# similar and is included as "<NAME>/header.h".
+function(plumb_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(plumb_${name} STATIC ${ARG_SOURCES})
+  target_include_directories(plumb_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(plumb_${name} PUBLIC ${ARG_DEPS} PRIVATE plumb_warnings)
+endfunction()
+
+# plumb_add_test(NAME SOURCES... DEPS... LABELS unit|integration|e2e [TIMEOUT seconds])
+# Every test executable goes through here so that labels and discovery are uniform.
+function(plumb_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock plumb_warnings)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_definitions(${name} PRIVATE
+    PLUMB_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    PLUMB_BINARY="$<TARGET_FILE:plumb>")
+  add_dependencies(${name} plumb)
+  gtest_discover_tests(${name}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    DISCOVERY_TIMEOUT 60)
+endfunction()

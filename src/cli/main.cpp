@@ -1,0 +1,53 @@
+// The `plumb` binary: a thin shell over the modules. Every subcommand lives in its own cmd_*.cpp.
+#include <algorithm>
+#include <csignal>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "plumb_build_info.h"
+
+namespace plumb::cli {
+namespace {
+std::vector<std::pair<int, CommandSetup>>& registry() {
+  static std::vector<std::pair<int, CommandSetup>> r;
+  return r;
+}
+int g_exit_code = kExitOk;
+}  // namespace
+
+CommandRegistrar::CommandRegistrar(int order, CommandSetup setup) { registry().emplace_back(order, setup); }
+void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() { return g_exit_code; }
+
+}  // namespace plumb::cli
+
+int main(int argc, char** argv) {
+  using namespace plumb::cli;
+  std::signal(SIGPIPE, SIG_IGN);
+  CLI::App app{
+      "plumb: measure, compare, gate and tune LLM inference servers, with numbers that can be trusted.\n"
+      "Every job also runs out of the box on plumb's own reference engine and shipped model.\n"
+      "Run 'plumb <command> --help' for what a command does and its flags."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("plumb ") + PLUMB_VERSION + " (" + PLUMB_GIT_COMMIT + ", " +
+                                        PLUMB_BUILD_TYPE + ", " + PLUMB_COMPILER + ")");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  app.parse_complete_callback([&] { plumb::log::init(log_level); });
+
+  auto& reg = plumb::cli::registry();
+  std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  for (auto& [order, setup] : reg) setup(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  return exit_code();
+}

@@ -1,0 +1,156 @@
+#include "core/json.h"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace plumb::json {
+
+Result<value> parse(std::string_view text) {
+  boost::system::error_code ec;
+  boost::json::parse_options opt;
+  opt.max_depth = 64;
+  value v = boost::json::parse(text, ec, {}, opt);
+  if (ec) return invalid_argument("invalid JSON: " + ec.message());
+  return v;
+}
+
+Result<object> parse_object(std::string_view text) {
+  PLUMB_ASSIGN_OR_RETURN(value v, parse(text));
+  if (!v.is_object()) return invalid_argument("expected a JSON object at the top level");
+  return std::move(v.as_object());
+}
+
+Result<value> parse_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot open '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto r = parse(ss.str());
+  if (!r.ok()) return r.status().with_context(path);
+  return r;
+}
+
+std::string dump(const value& v) { return boost::json::serialize(v); }
+
+namespace {
+void pretty(std::string& out, const value& v, int indent) {
+  auto pad = [&](int n) { out.append(size_t(n) * 2, ' '); };
+  if (v.is_object()) {
+    const auto& o = v.as_object();
+    if (o.empty()) {
+      out += "{}";
+      return;
+    }
+    out += "{\n";
+    size_t i = 0;
+    for (const auto& kv : o) {
+      pad(indent + 1);
+      out += boost::json::serialize(value(kv.key()));
+      out += ": ";
+      pretty(out, kv.value(), indent + 1);
+      if (++i < o.size()) out += ",";
+      out += "\n";
+    }
+    pad(indent);
+    out += "}";
+  } else if (v.is_array()) {
+    const auto& a = v.as_array();
+    if (a.empty()) {
+      out += "[]";
+      return;
+    }
+    out += "[\n";
+    for (size_t i = 0; i < a.size(); ++i) {
+      pad(indent + 1);
+      pretty(out, a[i], indent + 1);
+      if (i + 1 < a.size()) out += ",";
+      out += "\n";
+    }
+    pad(indent);
+    out += "]";
+  } else {
+    out += boost::json::serialize(v);
+  }
+}
+
+void canon(std::string& out, const value& v) {
+  if (v.is_object()) {
+    const auto& o = v.as_object();
+    std::vector<const boost::json::key_value_pair*> kvs;
+    kvs.reserve(o.size());
+    for (const auto& kv : o) kvs.push_back(&kv);
+    std::sort(kvs.begin(), kvs.end(), [](auto* a, auto* b) { return a->key() < b->key(); });
+    out += '{';
+    for (size_t i = 0; i < kvs.size(); ++i) {
+      if (i) out += ',';
+      out += boost::json::serialize(value(kvs[i]->key()));
+      out += ':';
+      canon(out, kvs[i]->value());
+    }
+    out += '}';
+  } else if (v.is_array()) {
+    out += '[';
+    const auto& a = v.as_array();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (i) out += ',';
+      canon(out, a[i]);
+    }
+    out += ']';
+  } else {
+    out += boost::json::serialize(v);
+  }
+}
+}  // namespace
+
+std::string dump_pretty(const value& v) {
+  std::string out;
+  pretty(out, v, 0);
+  return out;
+}
+
+std::string canonical(const value& v) {
+  std::string out;
+  canon(out, v);
+  return out;
+}
+
+Result<std::optional<std::string>> opt_string(const object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return std::optional<std::string>{};
+  if (!it->value().is_string()) return invalid_argument("field '" + std::string(key) + "' must be a string");
+  return std::optional<std::string>(std::string(it->value().as_string()));
+}
+
+Result<std::optional<int64_t>> opt_int(const object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return std::optional<int64_t>{};
+  const auto& v = it->value();
+  if (v.is_int64()) return std::optional<int64_t>(v.as_int64());
+  if (v.is_uint64() && v.as_uint64() <= uint64_t(INT64_MAX))
+    return std::optional<int64_t>(int64_t(v.as_uint64()));
+  if (v.is_double() && v.as_double() == double(int64_t(v.as_double())))
+    return std::optional<int64_t>(int64_t(v.as_double()));
+  return invalid_argument("field '" + std::string(key) + "' must be an integer");
+}
+
+Result<std::optional<double>> opt_double(const object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return std::optional<double>{};
+  const auto& v = it->value();
+  if (v.is_double()) return std::optional<double>(v.as_double());
+  if (v.is_int64()) return std::optional<double>(double(v.as_int64()));
+  if (v.is_uint64()) return std::optional<double>(double(v.as_uint64()));
+  return invalid_argument("field '" + std::string(key) + "' must be a number");
+}
+
+Result<std::optional<bool>> opt_bool(const object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->value().is_null()) return std::optional<bool>{};
+  if (!it->value().is_bool()) return invalid_argument("field '" + std::string(key) + "' must be a boolean");
+  return std::optional<bool>(it->value().as_bool());
+}
+
+}  // namespace plumb::json

@@ -1,0 +1,210 @@
+#include "core/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+extern char** environ;
+
+namespace plumb {
+
+std::string ExitInfo::to_string() const {
+  if (exited) return "exit code " + std::to_string(exit_code);
+  return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
+}
+
+namespace {
+ExitInfo decode(int status) {
+  ExitInfo e;
+  if (WIFEXITED(status)) {
+    e.exited = true;
+    e.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    e.signal = WTERMSIG(status);
+  }
+  return e;
+}
+}  // namespace
+
+Subprocess::~Subprocess() {
+  if (pid_ > 0 && !exit_) stop(std::chrono::milliseconds(2000));
+}
+
+Subprocess::Subprocess(Subprocess&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)), group_(o.group_), exit_(std::move(o.exit_)) {}
+
+Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {
+  if (this != &o) {
+    if (pid_ > 0 && !exit_) stop(std::chrono::milliseconds(2000));
+    pid_ = std::exchange(o.pid_, -1);
+    group_ = o.group_;
+    exit_ = std::move(o.exit_);
+  }
+  return *this;
+}
+
+Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
+  if (opts.argv.empty()) return invalid_argument("spawn: empty command");
+  // Build everything before fork: only async-signal-safe calls in the child.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string s(*e);
+    auto eq = s.find('=');
+    if (eq != std::string::npos && opts.env.count(s.substr(0, eq))) continue;
+    env_strings.push_back(std::move(s));
+  }
+  for (const auto& [k, v] : opts.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = opts.argv;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int out_fd = -1, err_fd = -1;
+  if (!opts.stdout_path.empty()) {
+    out_fd = ::open(opts.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out_fd < 0)
+      return io_error("cannot open log file '" + opts.stdout_path + "': " + std::strerror(errno));
+  }
+  if (!opts.stderr_path.empty() && opts.stderr_path != "=stdout") {
+    err_fd = ::open(opts.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (err_fd < 0) {
+      if (out_fd >= 0) ::close(out_fd);
+      return io_error("cannot open log file '" + opts.stderr_path + "': " + std::strerror(errno));
+    }
+  }
+  // A pipe that closes on exec tells the parent whether exec succeeded.
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return io_error(std::string("pipe: ") + std::strerror(errno));
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    if (out_fd >= 0) ::close(out_fd);
+    if (err_fd >= 0) ::close(err_fd);
+    return resource_exhausted(std::string("fork: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    if (opts.new_process_group) ::setpgid(0, 0);
+    if (out_fd >= 0) ::dup2(out_fd, 1);
+    if (err_fd >= 0)
+      ::dup2(err_fd, 2);
+    else if (opts.stderr_path == "=stdout" && out_fd >= 0)
+      ::dup2(out_fd, 2);
+    if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
+      int e = errno;
+      (void)!::write(pipefd[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    ::signal(SIGPIPE, SIG_DFL);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    int e = errno;
+    (void)!::write(pipefd[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  if (opts.new_process_group) ::setpgid(pid, pid);  // close the race with the child's own call
+  ::close(pipefd[1]);
+  if (out_fd >= 0) ::close(out_fd);
+  if (err_fd >= 0) ::close(err_fd);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(pipefd[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(pipefd[0]);
+  if (n == sizeof child_errno) {
+    int st;
+    ::waitpid(pid, &st, 0);
+    return not_found("cannot start '" + opts.argv[0] + "': " + std::strerror(child_errno));
+  }
+  Subprocess p;
+  p.pid_ = pid;
+  p.group_ = opts.new_process_group;
+  return p;
+}
+
+bool Subprocess::running() { return pid_ > 0 && !wait_for(std::chrono::milliseconds(0)).has_value(); }
+
+std::optional<ExitInfo> Subprocess::wait_for(std::chrono::milliseconds timeout) {
+  if (exit_) return exit_;
+  if (pid_ <= 0) return std::nullopt;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int st;
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      exit_ = decode(st);
+      return exit_;
+    }
+    if (r < 0 && errno != EINTR) {
+      exit_ = ExitInfo{};
+      return exit_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+ExitInfo Subprocess::wait() {
+  if (exit_) return *exit_;
+  int st;
+  while (::waitpid(pid_, &st, 0) < 0) {
+    if (errno != EINTR) {
+      exit_ = ExitInfo{};
+      return *exit_;
+    }
+  }
+  exit_ = decode(st);
+  return *exit_;
+}
+
+ExitInfo Subprocess::stop(std::chrono::milliseconds grace) {
+  if (pid_ <= 0) return ExitInfo{};
+  if (exit_) {
+    if (group_) ::kill(-pid_, SIGKILL);  // leftovers of the group
+    return *exit_;
+  }
+  ::kill(group_ ? -pid_ : pid_, SIGTERM);
+  auto r = wait_for(grace);
+  if (group_) ::kill(-pid_, SIGKILL);
+  if (!r) {
+    ::kill(pid_, SIGKILL);
+    return wait();
+  }
+  return *r;
+}
+
+Result<RunOutput> run_capture(const std::vector<std::string>& argv) {
+  if (argv.empty()) return invalid_argument("run_capture: empty command");
+  std::string cmd;
+  for (const auto& a : argv) {
+    cmd += "'";
+    for (char c : a) {
+      if (c == '\'')
+        cmd += "'\\''";
+      else
+        cmd += c;
+    }
+    cmd += "' ";
+  }
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return io_error("cannot run '" + argv[0] + "'");
+  RunOutput out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.out.append(buf, n);
+  out.exit = decode(::pclose(p));
+  return out;
+}
+
+}  // namespace plumb

@@ -1,0 +1,66 @@
+// Child processes: started in their own process group, output to files, stopped as a group.
+// Used by launch/ to start engines and by tests to start the real `plumb serve`.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plumb {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;           // argv[0] is looked up in PATH if it has no '/'
+  std::map<std::string, std::string> env;  // added to (overriding) the parent's environment
+  std::string cwd;                         // empty: inherit
+  std::string stdout_path;                 // empty: inherit; else truncated and written
+  std::string stderr_path;                 // empty: inherit; "=stdout" merges into stdout_path
+  bool new_process_group = true;           // setpgid(0,0): stop() signals the whole group
+};
+
+struct ExitInfo {
+  bool exited = false;  // normal exit
+  int exit_code = -1;   // valid if exited
+  int signal = 0;       // terminating signal if !exited
+  std::string to_string() const;
+};
+
+// A running child. Move-only. The destructor stops the process group if it is still running.
+class Subprocess {
+ public:
+  Subprocess() = default;
+  ~Subprocess();
+  Subprocess(Subprocess&& o) noexcept;
+  Subprocess& operator=(Subprocess&& o) noexcept;
+
+  static Result<Subprocess> spawn(const SpawnOptions& opts);
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  // Waits up to `timeout` for exit; nullopt if still running.
+  std::optional<ExitInfo> wait_for(std::chrono::milliseconds timeout);
+  ExitInfo wait();
+  // SIGTERM to the group, wait up to `grace`, then SIGKILL to the group. Returns how it ended.
+  ExitInfo stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
+  // Detach: the destructor will not stop it.
+  void release() { pid_ = -1; }
+
+ private:
+  pid_t pid_ = -1;
+  bool group_ = true;
+  std::optional<ExitInfo> exit_;
+};
+
+// Runs a command to completion, capturing stdout (stderr inherited). For small helper calls.
+struct RunOutput {
+  ExitInfo exit;
+  std::string out;
+};
+Result<RunOutput> run_capture(const std::vector<std::string>& argv);
+
+}  // namespace plumb
