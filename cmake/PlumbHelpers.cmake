@@ -22,10 +22,12 @@ function(plumb_add_library name)
   target_link_libraries(plumb_${name} PUBLIC ${ARG_DEPS} PRIVATE plumb_warnings)
 endfunction()
 
-# plumb_add_test(NAME SOURCES... DEPS... LABELS unit|integration|e2e [TIMEOUT seconds])
+# plumb_add_test(NAME SOURCES... DEPS... LABELS unit|integration|e2e [TIMEOUT seconds] [NEEDS_BINARY])
 # Every test executable goes through here so that labels and discovery are uniform.
+# NEEDS_BINARY: the test starts the real `plumb` executable (PLUMB_BINARY), so build it first.
+# PLUMB_SOURCE_DIR is always defined, for fixtures under tests/fixtures, models/ and data/.
 function(plumb_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "NEEDS_BINARY" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
@@ -38,7 +40,9 @@ function(plumb_add_test name)
   target_compile_definitions(${name} PRIVATE
     PLUMB_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     PLUMB_BINARY="$<TARGET_FILE:plumb>")
-  add_dependencies(${name} plumb)
+  if(ARG_NEEDS_BINARY)
+    add_dependencies(${name} plumb)
+  endif()
   gtest_discover_tests(${name}
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
