@@ -1,0 +1,152 @@
+// The kernel interface of the reference engine: every module boundary of the forward pass is a
+// function pointer of one of the types below, looked up by (operation, variant name) in the
+// registry. Every operation has a readable "reference" variant; faster variants ("avx2",
+// "onednn", ...) are tested against it. A KernelSelection picks a variant per operation and per
+// phase (prefill/decode); this is the substrate `plumb kernels` works on.
+//
+// Conventions for every kernel:
+//  - activations are float32, row-major, contiguous unless a stride is given;
+//  - a weight matrix is [rows = out_features, cols = in_features] row-major in its stored dtype
+//    (possibly a read-only memory map: kernels never write weights);
+//  - kernels may use ctx.pool to parallelize; they must be correct for any thread count;
+//  - kernels do not allocate per call on the hot path except through ctx.scratch.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plumb::engine {
+
+enum class DType : uint8_t { kF32, kF16, kBF16 };
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+
+enum class Phase : uint8_t { kPrefill = 0, kDecode = 1 };
+const char* phase_name(Phase p);
+
+class ThreadPool;  // engine/kernels/thread_pool.h
+
+struct KernelContext {
+  ThreadPool* pool = nullptr;  // may be null: run on the calling thread
+  Phase phase = Phase::kPrefill;
+};
+
+// A weight matrix W[rows, cols] (out_features x in_features), row-major, stored dtype.
+struct WeightMatrix {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;  // out features
+  int64_t cols = 0;  // in features
+};
+
+// y[m, n] = x[m, k] · W[n, k]ᵀ + bias[n] (bias may be null). k == w.cols, n == w.rows.
+using MatmulFn = void (*)(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w,
+                          const float* bias, float* y);
+
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * weight[:], for r in [0, rows). y may alias x.
+using RmsNormFn = void (*)(const KernelContext& ctx, const float* x, const float* weight, int64_t rows,
+                           int64_t dim, float eps, float* y);
+
+// Rotary embedding in place, rotate-half (GPT-NeoX / Hugging Face Llama) convention: for each
+// token t and head h, pairs (i, i + head_dim/2) of x[t, h, :] rotate by angle
+// positions[t] * inv_freq[i], i < head_dim/2. x is [tokens, n_heads, head_dim].
+using RopeFn = void (*)(const KernelContext& ctx, float* x, int64_t tokens, int64_t n_heads, int64_t head_dim,
+                        const int32_t* positions, const float* inv_freq);
+
+// out[r, i] = silu(gate[r, i]) * up[r, i]. out may alias gate.
+using SwigluFn = void (*)(const KernelContext& ctx, const float* gate, const float* up, int64_t rows,
+                          int64_t dim, float* out);
+
+// out[t, :] = float(table[ids[t], :]); table is [vocab, dim] in its stored dtype.
+using EmbeddingFn = void (*)(const KernelContext& ctx, const int32_t* ids, int64_t tokens, const void* table,
+                             DType dtype, int64_t dim, float* out);
+
+// One layer's paged KV cache. k and v are [num_blocks, block_size, n_kv_heads, head_dim] float32.
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int32_t block_size = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+// One sequence's slice of a batch, for attention and KV writes.
+struct AttentionSeq {
+  int32_t q_row = 0;       // first row of this sequence's tokens in q / out
+  int32_t n_q = 0;         // number of new tokens (1 in decode)
+  int32_t start_pos = 0;   // position of the first new token; the context is [0, start_pos + n_q)
+  const int32_t* block_table = nullptr;  // logical block b -> physical block id
+};
+
+// Causal attention over the paged cache (which already holds the new tokens' K/V):
+// out[q_row + j, h, :] = softmax(q·Kᵀ * scale over positions [0, start_pos + j]) · V, with query
+// head h reading KV head h / (n_heads / n_kv_heads). q and out are [tokens, n_heads, head_dim].
+using AttentionFn = void (*)(const KernelContext& ctx, const float* q, const KvLayerView& kv,
+                             std::span<const AttentionSeq> seqs, int32_t n_heads, float scale, float* out);
+
+// Operations that dispatch through the registry.
+enum class Op : uint8_t { kMatmul, kRmsNorm, kRope, kSwiglu, kEmbedding, kAttention, kCount };
+const char* op_name(Op op);
+
+struct KernelVariant {
+  std::string name;         // "reference", "avx2", "onednn", ...
+  std::string description;  // one line for `plumb kernels list`
+  bool (*supported)() = nullptr;  // runtime check (CPU features); null = always
+  void* fn = nullptr;       // one of the *Fn types above, matching the Op
+};
+
+// The registry of built-in variants. Thread-safe for reads after static initialization.
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();
+  void add(Op op, KernelVariant v);
+  // NotFound naming the known variants if `name` is unknown; FailedPrecondition if unsupported here.
+  Result<const KernelVariant*> find(Op op, const std::string& name) const;
+  std::vector<const KernelVariant*> list(Op op) const;
+  // The variant "auto" resolves to: the fastest supported built-in for that op on this CPU.
+  const KernelVariant* best(Op op) const;
+
+ private:
+  std::map<Op, std::vector<KernelVariant>> variants_;
+};
+
+// Which variant each op uses in each phase. "auto" = registry best(). Parsed from a kernel
+// configuration file (JSON: {"matmul": "avx2", "attention": {"prefill": "reference", "decode": "avx2"}}).
+struct KernelSelection {
+  std::map<Op, std::string> prefill;  // missing op = "auto"
+  std::map<Op, std::string> decode;
+  static KernelSelection all_reference();
+  static Result<KernelSelection> parse_json(std::string_view text);
+  std::string to_json() const;
+};
+
+// Resolved function pointers for one phase.
+struct KernelSet {
+  MatmulFn matmul = nullptr;
+  RmsNormFn rmsnorm = nullptr;
+  RopeFn rope = nullptr;
+  SwigluFn swiglu = nullptr;
+  EmbeddingFn embedding = nullptr;
+  AttentionFn attention = nullptr;
+  std::map<Op, std::string> names;  // the variant actually used, for provenance
+};
+
+// Resolves a selection into two KernelSets (index by Phase). Errors name the op and variant.
+Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel);
+
+// Element conversions used by kernels and loaders (round-to-nearest-even, as PyTorch does).
+float bf16_to_f32(uint16_t v);
+uint16_t f32_to_bf16(float f);
+float f16_to_f32(uint16_t v);
+uint16_t f32_to_f16(float f);
+
+}  // namespace plumb::engine
