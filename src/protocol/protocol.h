@@ -1,0 +1,187 @@
+// The frozen measurement protocol (PROTOCOL.md §1–5), compiled into the binary.
+//
+// Every constant here is part of protocol v1. canonical_json() serializes all of them and
+// protocol_hash() is the SHA-256 of that text; tests/protocol pins the hash, so changing any value
+// without bumping kVersion fails the build's tests. Results carry (version, hash) in provenance.
+//
+// Thread-safety: everything here is immutable data or a pure function.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "stats/stats.h"
+
+namespace plumb::protocol {
+
+inline constexpr int kVersion = 1;
+
+// ---------------------------------------------------------------------------------------------
+// §1 Scenarios
+
+enum class SizeClass { kGpu, kSmall };
+std::string_view size_class_name(SizeClass c);  // "gpu" | "small"
+Result<SizeClass> parse_size_class(std::string_view s);
+
+enum class LoadKind { kBurst, kPoisson, kConstant };
+std::string_view load_kind_name(LoadKind k);  // "burst" | "poisson" | "constant"
+
+// One arrival profile. Burst: all requests at t=0, at most `concurrency` in flight. Poisson and
+// constant: open-loop arrivals at `rate_rps`, at most `concurrency` in flight.
+struct LoadProfile {
+  LoadKind kind = LoadKind::kBurst;  // arrival process
+  int concurrency = 1;               // in-flight cap (the executed concurrency, not a hint)
+  double rate_rps = 0.0;             // requests per second; 0 for burst
+};
+
+// The scenario's primary objective; every objective is oriented higher-is-better.
+enum class Objective {
+  kInvMedianTtft,     // 1 / median TTFT (A)
+  kInvMedianTpot,     // 1 / median TPOT (B)
+  kGeomeanReqPerSec,  // geometric mean over profiles of completed requests/s (C)
+  kGeneral,           // (1/median TTFT · 1/median TPOT · req/s)^(1/3) (D)
+};
+std::string_view objective_name(Objective o);
+
+struct Scenario {
+  std::string id;                     // "A" | "B" | "C" | "D"
+  std::string name;                   // "prefill" | "decode" | "throughput" | "general"
+  SizeClass size = SizeClass::kGpu;   // the size class these numbers belong to
+  int input_len = 0;                  // L_in: input lengths drawn uniformly from [0.8·L_in, L_in] tokens
+  int output_len = 0;                 // L_out: max_tokens drawn uniformly from [0.8·L_out, L_out]
+  int requests = 0;                   // measured requests per profile (warmup not included)
+  int warmup_requests = 0;            // sent first, excluded from every statistic
+  std::vector<LoadProfile> profiles;  // one entry except for C (three)
+  double temperature = 0.0;           // sampling temperature of every request
+  Objective objective = Objective::kInvMedianTtft;  // primary objective
+  int min_completed = 0;                            // validity: completed requests per profile at least this
+  double min_steady_s = 0.0;  // validity: steady-state window per profile at least this (s)
+};
+
+// Lengths are drawn from [kLengthLowFraction·L, L]; every request streams with ignore_eos.
+inline constexpr double kLengthLowFraction = 0.8;
+
+// All eight (scenario, size class) definitions, A..D for gpu then A..D for small.
+const std::vector<Scenario>& scenarios();
+// NotFound naming the valid ids if `id` is not A..D.
+Result<Scenario> find_scenario(std::string_view id, SizeClass size);
+
+// ---------------------------------------------------------------------------------------------
+// §2 Seeds
+
+struct SeedPair {
+  uint64_t dev = 0;   // a tuner or agent may see results on this seed
+  uint64_t eval = 0;  // held out for final scores
+};
+const std::vector<SeedPair>& seed_pairs();  // (21,1337), (248,428), (999,777)
+inline constexpr uint64_t kQualitySeed = 248;
+
+// Random dimensions of a request set. Each draws from Rng(derive_seed(run_seed, name)) with
+// core/random.h's derive_seed: first 8 bytes (little-endian) of SHA-256("<run_seed>/<name>").
+// For C the arrival dimension is per profile: "arrival/<profile index>".
+inline constexpr std::string_view kSeedDocument = "document";
+inline constexpr std::string_view kSeedInputLen = "input_len";
+inline constexpr std::string_view kSeedOutputLen = "output_len";
+inline constexpr std::string_view kSeedArrival = "arrival";
+uint64_t dimension_seed(uint64_t run_seed, std::string_view dimension);
+// "arrival/<i>" for profile i.
+uint64_t arrival_seed(uint64_t run_seed, int profile_index);
+
+// ---------------------------------------------------------------------------------------------
+// §3 Run validity
+
+struct ValidityBounds {
+  double max_error_rate = 0.01;          // failed / (completed + failed)
+  double max_send_lag_p99_ms = 5.0;      // client send lag p99 (ms)
+  double min_output_fraction = 0.98;     // every request: output tokens >= this · requested
+  double max_token_disagreement = 0.02;  // |server - local| / local over the run's total tokens
+};
+const ValidityBounds& validity_bounds();
+
+// What a run observed, per profile summed where it makes sense. Filled by the bench command.
+struct RunFacts {
+  int64_t completed = -1;             // completed requests (warmup excluded); -1 = not measured
+  int64_t failed = -1;                // failed requests, all categories
+  double steady_s = -1.0;             // shortest steady-state window over the profiles (s)
+  double send_lag_p99_ms = -1.0;      // p99 of (sent - scheduled) over all requests (ms)
+  double min_output_fraction = -1.0;  // min over completed requests of output/requested
+  int64_t server_output_tokens = -1;  // sum of usage.completion_tokens
+  int64_t local_output_tokens = -1;   // sum of the local re-count
+  bool warmup_excluded = false;       // the measured window excludes warmup
+  bool target_verified = true;        // the process answering is the one launched (true if N/A)
+};
+
+// One named constraint: printed with its value, bound and, when it fails, what to do.
+struct Constraint {
+  std::string name;   // e.g. "error_rate"
+  double value = 0;   // observed value (NaN when not measured)
+  double bound = 0;   // the protocol's bound
+  std::string op;     // "<=" or ">=" (value op bound must hold)
+  bool pass = false;  // the verdict; an unmeasured value fails
+  std::string fix;    // what to do when it fails
+};
+struct Validity {
+  bool valid = false;                   // all constraints pass
+  std::vector<Constraint> constraints;  // in a fixed order
+};
+// completed is compared with min_completed · (number of the scenario's profiles). Fields left at
+// -1 count as not measured and fail their constraint.
+Validity check_validity(const Scenario& s, const RunFacts& f);
+
+// ---------------------------------------------------------------------------------------------
+// §4 Repeats, pairing and readout
+
+inline constexpr int kMinRuns = 5;           // runs per measured configuration
+inline constexpr int kMinPairs = 5;          // pairs per comparison
+inline constexpr double kCvCap = 0.05;       // per-arm cross-run CV of the primary objective
+inline constexpr double kConfidence = 0.95;  // two-sided t-interval on log ratios
+inline constexpr int kBootstrapResamples = 2000;
+// Order of arms inside pair i (0-based): "AB" for even i, "BA" for odd i.
+std::string_view pair_order(int pair_index);
+
+enum class Verdict { kBetter, kWorse, kEquivalent, kInconclusive, kNoisy };
+std::string_view verdict_name(Verdict v);  // "better" | "worse" | "equivalent" | "inconclusive" | "noisy"
+Result<Verdict> parse_verdict(std::string_view s);
+
+// The rule registered with a comparison.
+struct ReadoutRule {
+  double min_effect = 0.05;   // better: CI lo > 1 + min_effect; worse: CI hi < 1 - min_effect
+  double delta = 0.05;        // equivalent: CI inside [1 - delta, 1 + delta]
+  int min_pairs = kMinPairs;  // fewer pairs read inconclusive
+};
+// InvalidArgument unless 0 <= min_effect < 1, 0 < delta < 1, min_pairs >= 2.
+Status validate_rule(const ReadoutRule& r);
+
+struct Readout {
+  Verdict verdict = Verdict::kInconclusive;  // by the rule, noisy first
+  int64_t pairs = 0;                         // number of pairs used
+  double ratio = stats::kNaN;                // geometric mean of b_i / a_i (B over A; > 1: B better)
+  double lo = stats::kNaN;                   // 95% t-interval of the ratio
+  double hi = stats::kNaN;
+  double log_sd = stats::kNaN;   // sd of the per-pair log ratios
+  double boot_lo = stats::kNaN;  // bootstrap (percentile) 95% interval of the ratio
+  double boot_hi = stats::kNaN;
+  bool bootstrap_agrees = false;   // the bootstrap interval gives the same verdict
+  double cv_a = stats::kNaN;       // cross-run CV of arm A's objective
+  double cv_b = stats::kNaN;       // cross-run CV of arm B's objective
+  int64_t more_pairs_needed = -1;  // for inconclusive: estimated extra pairs; -1 unknown
+  std::string reason;              // one sentence: why this verdict
+};
+
+// Reads out a comparison from per-pair objective values (higher is better; a[i] and b[i] come
+// from pair i). Verdict order: fewer than min_pairs (inconclusive, more_pairs_needed = the shortfall)
+// > noisy (either arm's CV > kCvCap) > better > worse > equivalent > inconclusive. The bootstrap check uses
+// kBootstrapResamples with seed derive_seed(kVersion, "readout/bootstrap").
+// InvalidArgument for mismatched sizes, values <= 0 or NaN, or an invalid rule.
+Result<Readout> readout(std::span<const double> a, std::span<const double> b, const ReadoutRule& rule);
+
+// ---------------------------------------------------------------------------------------------
+// The whole protocol as canonical JSON (sorted keys, no spaces) and its SHA-256 (64 hex chars).
+std::string canonical_json();
+std::string protocol_hash();
+
+}  // namespace plumb::protocol
