@@ -1,0 +1,57 @@
+// The Target interface: what the load generator drives. The measurement core never knows what it
+// measures (STYLE.md): an OpenAI HTTP server, the in-process NullTarget (zero work: the client's
+// own ceiling) and the ScriptedTarget of the tests all look the same from here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/clock.h"
+#include "metrics/record.h"
+#include "workload/request.h"
+
+namespace plumb::loadgen {
+
+using metrics::Failure;
+
+// Token usage as the server reports it; -1 when a field was not reported.
+struct Usage {
+  int64_t prompt_tokens = -1;      // input tokens
+  int64_t completion_tokens = -1;  // output tokens
+};
+
+// Receives what happens to one request. The target calls these in this order: on_first_byte at most
+// once, then any number of on_chunk / on_usage, then exactly one of on_end (success) or on_failure
+// (the last call). Calls for one request never overlap (they may come from any one thread at a time);
+// calls for different requests may run concurrently. Times are from the target's clock (the same
+// clock the driver uses) and must be taken as close to the event as possible.
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  virtual void on_first_byte(SteadyTime t) = 0;
+  // One content chunk (an SSE event with output text). tokens: the target's local count of output
+  // tokens in it (0 for an event without content, e.g. a role-only delta); text: its content.
+  virtual void on_chunk(SteadyTime t, int32_t tokens, std::string_view text) = 0;
+  virtual void on_usage(const Usage& usage) = 0;
+  virtual void on_end(SteadyTime t) = 0;
+  // failure != kNone. http_status: the HTTP status when one was received, else 0.
+  virtual void on_failure(SteadyTime t, Failure failure, int http_status, std::string message) = 0;
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  // Starts sending `request` and returns without waiting for the response (it may also complete the
+  // whole exchange synchronously, as NullTarget does). `request` is only valid during the call; `sink`
+  // must stay valid until its final callback. Called from one thread at a time; may be called while
+  // callbacks of earlier requests run on other threads.
+  virtual void send(const workload::Request& request, StreamSink* sink) = 0;
+  // Ends every request still in flight with on_failure(kCancelled) and returns only after every sink
+  // has received its final call; no callback happens after it returns. Used at the end of a run.
+  virtual void cancel_all() = 0;
+  // One line naming what is measured, e.g. "openai http://127.0.0.1:8000 model=x" (for provenance).
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace plumb::loadgen
