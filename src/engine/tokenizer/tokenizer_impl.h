@@ -1,0 +1,163 @@
+// Internal representation of a loaded tokenizer.json (not part of the public API).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
+
+namespace plumb::engine {
+
+// A compiled PCRE2 pattern (UTF + UCP, JIT when available). Thread-safe to use concurrently.
+class Regex {
+ public:
+  static Result<std::shared_ptr<Regex>> compile(const std::string& pattern);
+  ~Regex();
+  // Calls on_match(start, end) for each successive non-overlapping match in s (byte offsets); s must
+  // be valid UTF-8.
+  template <typename F>
+  void for_each_match(std::string_view s, F&& on_match) const;
+  bool next_match(std::string_view s, size_t from, size_t& start, size_t& end, void* match_data) const;
+  void* new_match_data() const;
+  static void free_match_data(void* md);
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8*
+};
+
+template <typename F>
+void Regex::for_each_match(std::string_view s, F&& on_match) const {
+  void* md = new_match_data();
+  size_t from = 0, start = 0, end = 0;
+  while (from <= s.size() && next_match(s, from, start, end, md)) {
+    if (end == start) {
+      // Empty match: step past one character so the scan advances.
+      if (start >= s.size()) break;
+      size_t n = unicode::valid_sequence_length(s, start);
+      from = start + (n ? n : 1);
+      continue;
+    }
+    on_match(start, end);
+    from = end;
+  }
+  free_match_data(md);
+}
+
+struct AddedToken {
+  int32_t id = -1;
+  std::string content;
+  bool single_word = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = false;
+  bool special = false;
+};
+
+// Byte trie over added-token contents for leftmost-longest matching.
+class TokenTrie {
+ public:
+  void insert(std::string_view s, int32_t index);
+  bool empty() const { return nodes_.size() <= 1; }
+  // Longest token starting at s[i]: its index into the added-token list, or -1; len = its length.
+  int32_t longest_at(std::string_view s, size_t i, size_t& len) const;
+  bool may_start(unsigned char c) const { return first_[c]; }
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> next;  // (byte, child node)
+    int32_t token = -1;
+  };
+  std::vector<Node> nodes_{Node{}};
+  std::array<bool, 256> first_{};
+};
+
+enum class NormKind { kPrepend, kReplace, kUnicode };
+struct NormalizerStep {
+  NormKind kind = NormKind::kPrepend;
+  std::string text;              // Prepend: the prefix; Replace: the literal pattern
+  std::shared_ptr<Regex> regex;  // Replace with a Regex pattern
+  std::string content;           // Replace: the replacement
+  unicode::NormalForm form = unicode::NormalForm::kNFC;
+};
+
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+enum class PrependScheme { kAlways, kFirst, kNever };
+enum class PreKind { kByteLevel, kSplit, kMetaspace, kDigits };
+struct PreTokenizerStep {
+  PreKind kind = PreKind::kSplit;
+  std::shared_ptr<Regex> regex;  // Split (regex or escaped literal), ByteLevel use_regex, Digits
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;
+  bool add_prefix_space = false;  // ByteLevel
+  std::string replacement;        // Metaspace
+  PrependScheme prepend = PrependScheme::kAlways;
+  bool split = true;  // Metaspace
+};
+
+enum class DecKind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kJoinSpace };
+struct DecoderStep {
+  DecKind kind = DecKind::kFuse;
+  std::string from, to;  // Replace; Metaspace: from = replacement
+  std::string content;   // Strip: the character
+  int start = 0, stop = 0;
+  bool prepend = true;  // Metaspace: strip the replacement of the first token
+  bool fusing() const { return kind == DecKind::kByteLevel || kind == DecKind::kFuse; }
+};
+
+struct Tokenizer::Impl {
+  // Model (BPE).
+  std::unordered_map<std::string, int32_t> vocab;
+  std::unordered_map<uint64_t, uint64_t> merges;  // (left id << 32 | right id) -> (rank << 32 | new id)
+  std::optional<int32_t> unk_id;
+  bool fuse_unk = false;
+  bool byte_fallback = false;
+  bool ignore_merges = false;
+  bool byte_level = false;                  // a ByteLevel pre-tokenizer maps bytes to stand-in characters
+  std::array<int32_t, 256> byte_ids{};      // byte-level: id of each byte's stand-in character, -1 if none
+  std::array<int32_t, 256> fallback_ids{};  // byte_fallback: id of "<0xNN>", -1 if none
+
+  // Added tokens.
+  std::vector<AddedToken> added;
+  TokenTrie raw_trie;         // normalized == false (or no normalizer): matched in the raw text
+  TokenTrie normalized_trie;  // normalized == true with a normalizer: matched in normalized text
+  std::unordered_map<std::string, int32_t> added_by_content;
+
+  std::vector<NormalizerStep> normalizers;
+  std::vector<PreTokenizerStep> pre_tokenizers;
+  std::vector<DecoderStep> decoders;
+  // Post-processor template for add_special_tokens: ids before and after the sequence.
+  std::vector<int32_t> prefix_ids, suffix_ids;
+
+  // id -> token string and flags.
+  std::vector<std::string> id_to_token;
+  std::vector<uint8_t> special;  // 1 for special added tokens
+  std::vector<uint8_t> is_added;
+
+  // tokenizer_config.json / generation_config.json.
+  std::string bos_token, eos_token, chat_template;
+  std::optional<int32_t> bos_id, eos_id;
+  std::vector<int32_t> eos_ids;
+
+  // Word cache: pre-token bytes -> ids, sharded to keep lock contention low.
+  static constexpr size_t kCacheShards = 16;
+  static constexpr size_t kCacheShardCap = 16384;
+  static constexpr size_t kCacheMaxWord = 96;
+  struct CacheShard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>> map;
+  };
+  mutable std::array<CacheShard, kCacheShards> cache;
+
+  void encode_segment(std::string_view normalized, bool at_text_start, std::vector<int32_t>& out) const;
+  void bpe_word(std::string_view word, std::vector<int32_t>& out) const;
+  void bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
+};
+
+}  // namespace plumb::engine
