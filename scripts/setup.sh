@@ -10,7 +10,7 @@ PACKAGES=(
   build-essential g++ cmake ninja-build ccache pkg-config git python3
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libdnnl-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
-  libtomlplusplus-dev libsqlite3-dev sqlite3
+  libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
   chromium
