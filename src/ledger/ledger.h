@@ -1,0 +1,270 @@
+// The results database: one SQLite file (WAL mode), append-only, with the protocol validator of
+// PROTOCOL.md §7 enforced by the database itself (CHECK constraints, foreign keys and triggers;
+// see schema.cpp and docs/protocol.md). Whatever writes to the file, through this class or raw SQL,
+// cannot store a run without provenance, a verdict built on a NOISY arm, a readout without a prior
+// unchanged registration, a comparison spanning two machines, a score other than 1.0 for a run that
+// failed a gate, or change/delete a recorded measurement.
+//
+// Ownership and threads: a Ledger owns one sqlite3 connection; use one Ledger per thread (several
+// processes may open the same file; writers wait up to 5 s for the lock). Move-only.
+// Errors: every method returns a Status/Result; a row the validator refuses is FailedPrecondition
+// with the database's message (e.g. "readout: a verdict derived from a NOISY arm ..."); I/O and
+// SQLite failures are IoError; a missing id is NotFound.
+// Timestamps: UTC text "YYYY-MM-DDTHH:MM:SS.mmmZ" (core/clock.h utc_timestamp_now()); the schema
+// checks the format, and order comparisons are textual.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plumb::ledger {
+
+inline constexpr const char* kDefaultPath = "plumb.db";
+
+// ---------------------------------------------------------------------------------------------
+// Rows. Plain structs; ids are SQLite rowids (> 0) assigned on insert.
+
+struct MachineRow {
+  std::string fingerprint_hash;  // 64 hex: SHA-256 of the fingerprint's canonical JSON
+  std::string cpu_model;         // non-empty
+  int64_t cores = 0;             // > 0
+  int64_t memory_bytes = 0;      // > 0
+  std::string gpu_model;         // "none" when no GPU
+  std::string gpu_driver;        // "none" when no GPU
+  std::string kernel;            // non-empty
+};
+
+struct BuildRow {
+  std::string version;     // plumb version, non-empty
+  std::string git_commit;  // non-empty
+  std::string build_type;  // non-empty
+  std::string compiler;    // non-empty
+};
+
+struct ProtocolRow {
+  int64_t version = 0;         // >= 1
+  std::string hash;            // 64 hex
+  std::string canonical_json;  // the protocol as stored text
+};
+
+struct RequestSetRow {
+  std::string set_hash;      // 64 hex (PROTOCOL.md §2)
+  std::string scenario;      // "A".."D" or a custom workload name; non-empty
+  std::string size_class;    // "gpu" | "small" | "custom"
+  int64_t seed = 0;          // the run seed the set was drawn with
+  int64_t num_requests = 0;  // >= 1
+};
+
+// One run with its provenance (PROTOCOL.md §6). Every string must be non-empty.
+struct RunRow {
+  int64_t machine_id = 0;                  // machines.id
+  int64_t build_id = 0;                    // builds.id
+  int64_t protocol_id = 0;                 // protocols.id
+  int64_t request_set_id = 0;              // request_sets.id
+  std::optional<int64_t> registration_id;  // set for runs of a registered comparison
+  std::string arm;                         // "A" | "B" for registered runs, else empty
+  std::optional<int64_t> pair_index;       // 0-based pair for registered runs
+  std::string scenario;                    // as in request_sets
+  std::string size_class;                  // "gpu" | "small" | "custom"
+  std::string target_engine;               // e.g. "plumb", "vllm"
+  std::string engine_config;               // effective engine configuration (JSON text)
+  std::string engine_config_hash;          // 64 hex
+  std::string model_identity;              // config hash + weight hashes, or "dummy:<seed>"
+  int64_t seed = 0;                        // run seed
+  std::string effective_settings;          // the run's effective settings (JSON text)
+  std::string started_at;                  // UTC timestamp
+  std::string ended_at;                    // UTC timestamp, >= started_at
+  bool valid = false;                      // PROTOCOL.md §3 verdict
+  std::string validity_json;               // the constraints with value/bound/pass (JSON text)
+  std::string gate_status = "not_run";     // "pass" | "fail" | "not_run"
+  std::optional<double> objective;         // primary objective, higher is better; required if valid
+};
+
+// One measured request. Times are nanoseconds on the monotonic clock relative to the run's start;
+// -1 where the event did not happen (e.g. no first token on a failed request).
+struct RequestRow {
+  int64_t idx = 0;                // position in the request set
+  int64_t profile = 0;            // load profile index (C has three)
+  std::string request_hash;       // content hash of the request
+  std::string status = "ok";      // "ok" or a failure category
+  int64_t input_tokens = -1;      // prompt tokens (server usage)
+  int64_t output_requested = -1;  // max_tokens asked for
+  int64_t output_server = -1;     // completion tokens reported by the server
+  int64_t output_local = -1;      // completion tokens re-counted locally
+  int64_t scheduled_ns = -1;      // when the schedule said to send
+  int64_t sent_ns = -1;           // when it was sent
+  int64_t first_token_ns = -1;    // first content token
+  int64_t end_ns = -1;            // last byte
+};
+
+struct MetricRow {
+  std::string name;  // e.g. "ttft_p50_ms"; unique within a run
+  double value = 0;  // finite
+  std::string unit;  // e.g. "ms", "req/s", "1"
+};
+
+// A pre-registered comparison (PROTOCOL.md §5).
+struct Registration {
+  int64_t id = 0;                 // assigned on insert
+  std::string created_at;         // UTC timestamp, set by register_comparison if empty
+  std::string arm_a_config;       // arm A's configuration (JSON text)
+  std::string arm_b_config;       // arm B's configuration
+  std::string scenario;           // "A".."D" or custom
+  std::string size_class;         // "gpu" | "small" | "custom"
+  std::string metric;             // primary metric name
+  std::string direction;          // "higher" | "lower" (what is better)
+  double min_effect = 0.05;       // [0, 1)
+  double delta = 0.05;            // (0, 1)
+  int64_t pairs = 5;              // >= 5
+  std::vector<int64_t> seeds;     // one per pair (non-empty)
+  std::string rule;               // the readout rule text
+  int64_t protocol_id = 0;        // protocols.id
+  std::string registration_hash;  // SHA-256 of canonical JSON of every field above except id; set on insert
+};
+// The hash a registration's fields give (the same function the ledger uses on insert and check).
+std::string registration_hash(const Registration& r);
+
+struct ReadoutRow {
+  int64_t id = 0;                 // assigned on insert
+  int64_t registration_id = 0;    // registrations.id
+  std::string registration_hash;  // must equal the registration's stored hash
+  std::string created_at;         // UTC timestamp, set by record_readout if empty
+  std::string verdict;            // better|worse|equivalent|inconclusive|noisy
+  std::optional<double> ratio;    // geometric mean ratio B/A
+  std::optional<double> ci_lo;    // t-interval bounds
+  std::optional<double> ci_hi;
+  std::optional<double> boot_lo;  // bootstrap check bounds
+  std::optional<double> boot_hi;
+  std::optional<double> cv_a;  // per-arm cross-run CV
+  std::optional<double> cv_b;
+  double cv_cap = 0.05;            // (0, 0.05]
+  int64_t pairs = 0;               // pairs used
+  int64_t more_pairs_needed = -1;  // -1 unknown / not applicable
+  std::string reason;              // one sentence
+};
+
+struct ScoreRow {
+  int64_t run_id = 0;           // the scored run
+  int64_t baseline_run_id = 0;  // its baseline: same machine, size class and request set
+  std::string baseline_name;    // e.g. "naive", "default"
+  double value = 1.0;           // speedup objective(run)/objective(baseline); 1.0 if the gate failed
+};
+
+struct CeilingRow {
+  int64_t machine_id = 0;
+  std::string name;         // e.g. "mem_read_bw", "gemm_f32_peak"
+  double value = 0;         // > 0
+  std::string unit;         // e.g. "GB/s", "GFLOP/s"
+  std::string measured_at;  // UTC timestamp, set on insert if empty
+};
+
+struct AnchorRow {
+  std::string source;    // citation (URL or paper)
+  std::string hardware;  // e.g. "1x H100 80GB SXM"
+  std::string engine;    // e.g. "vLLM 0.5"
+  std::string model;     // e.g. "Llama-3.1-8B-Instruct"
+  std::string scenario;  // what was measured, in the source's terms
+  std::string metric;    // e.g. "output tok/s"
+  double value = 0;      // the published figure
+  std::string unit;      // unit of value
+  std::string status;    // "published" | "uncertain"
+  std::string note;      // caveats
+};
+
+// Query results.
+struct RunSummary {
+  int64_t id = 0;
+  std::string started_at;
+  std::string scenario;
+  std::string size_class;
+  std::string target_engine;
+  bool valid = false;
+  std::string gate_status;
+  std::optional<double> objective;
+  std::optional<int64_t> registration_id;
+  std::string arm;
+  int64_t requests = 0;  // per-request records stored
+};
+
+// A generic table dump for export: column names and rows of cells.
+struct Cell {
+  enum class Type { kNull, kInt, kReal, kText } type = Type::kNull;
+  int64_t i = 0;
+  double d = 0;
+  std::string s;
+};
+struct Table {
+  std::vector<std::string> columns;
+  std::vector<std::vector<Cell>> rows;
+};
+
+// ---------------------------------------------------------------------------------------------
+class Ledger {
+ public:
+  // Opens or creates the database at `path`, sets WAL, foreign_keys=ON, busy_timeout, and applies
+  // any missing schema migrations (each in its own transaction). FailedPrecondition if the file's
+  // schema is newer than this build knows; IoError if it cannot be opened.
+  static Result<std::unique_ptr<Ledger>> open(const std::string& path);
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // The schema version now in the file (== kSchemaVersion after open()).
+  Result<int64_t> schema_version();
+  static constexpr int64_t kSchemaVersion = 1;
+
+  // Reference rows: idempotent on their natural key (returns the existing id if present).
+  Result<int64_t> insert_machine(const MachineRow& m);
+  Result<int64_t> insert_build(const BuildRow& b);
+  Result<int64_t> insert_protocol(const ProtocolRow& p);
+  Result<int64_t> insert_request_set(const RequestSetRow& s);
+
+  // A run, its per-request records and its metrics in one transaction: all or nothing.
+  Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
+                             std::span<const MetricRow> metrics);
+
+  // Stores a registration (fills created_at when empty, computes registration_hash); returns its id.
+  Result<int64_t> register_comparison(const Registration& r);
+  // Reads a registration back and re-hashes it: Corrupt if the stored hash no longer matches.
+  Result<Registration> get_registration(int64_t id);
+  Result<std::vector<Registration>> list_registrations();
+  Result<int64_t> record_readout(const ReadoutRow& r);
+  Result<std::vector<ReadoutRow>> readouts_for(int64_t registration_id);
+
+  Result<int64_t> insert_score(const ScoreRow& s);
+  Result<int64_t> insert_ceiling(const CeilingRow& c);
+  Result<int64_t> insert_anchor(const AnchorRow& a);
+
+  // Runs, newest first; limit <= 0 means all.
+  Result<std::vector<RunSummary>> list_runs(int64_t limit = 0);
+  // Runs of a registered comparison, ordered by pair then arm.
+  Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id);
+  // One row of a table by id, all columns. Tables: runs, machines, builds, protocols,
+  // request_sets, registrations, readouts. NotFound for an unknown id, InvalidArgument for an
+  // unknown table.
+  Result<Table> row(const std::string& table, int64_t id);
+  // A whole table (or, for requests and metrics, the rows of one run when run_id > 0).
+  // InvalidArgument for a table that is not one of the ledger's.
+  Result<Table> dump(const std::string& table, int64_t run_id = 0);
+  Result<std::vector<MetricRow>> metrics_for(int64_t run_id);
+
+  // The raw connection, for tests and tools that check the validator with plain SQL.
+  sqlite3* handle() { return db_; }
+
+ private:
+  explicit Ledger(sqlite3* db) : db_(db) {}
+  sqlite3* db_ = nullptr;
+};
+
+// The tables the ledger owns, in creation order.
+const std::vector<std::string>& table_names();
+
+}  // namespace plumb::ledger

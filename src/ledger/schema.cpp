@@ -1,0 +1,321 @@
+// The ledger's schema and its migrations. Migration i (1-based) takes the file from schema
+// version i-1 to i; a migration is never edited once released, a new one is appended.
+//
+// The validator of PROTOCOL.md §7 lives here, so it holds for every writer: CHECK constraints
+// for field-level rules, foreign keys, and BEFORE triggers that RAISE(ABORT, ...) with a message
+// that says which rule was broken. BEFORE triggers run before NOT NULL/CHECK, so a missing field
+// gets the trigger's clear message; the constraints stay as a backstop.
+#include "ledger/schema.h"
+
+#include <string>
+
+namespace plumb::ledger {
+namespace {
+
+// A UTC timestamp as written by core/clock.h utc_timestamp_now(): fixed width, so text order is
+// time order.
+#define TS_GLOB \
+  "'[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9].[0-9][0-9][0-9]Z'"
+#define HEX64(col) "(length(" col ") = 64 AND " col " NOT GLOB '*[^0-9a-f]*')"
+
+// Refuses UPDATE and DELETE on a table, and INSERT OR REPLACE over an existing row (REPLACE
+// deletes without firing DELETE triggers unless recursive_triggers is on).
+std::string append_only(const std::string& t, const std::string& key_exists) {
+  std::string msg = t + " is append-only: recorded rows cannot be changed or deleted";
+  return "CREATE TRIGGER " + t + "_no_update BEFORE UPDATE ON " + t + " BEGIN SELECT RAISE(ABORT, '" + msg +
+         "'); END;\n"
+         "CREATE TRIGGER " +
+         t + "_no_delete BEFORE DELETE ON " + t + " BEGIN SELECT RAISE(ABORT, '" + msg +
+         "'); END;\n"
+         "CREATE TRIGGER " +
+         t + "_no_replace BEFORE INSERT ON " + t + " WHEN " + key_exists + " BEGIN SELECT RAISE(ABORT, '" +
+         msg + "'); END;\n";
+}
+
+std::string migration_1() {
+  std::string s = R"SQL(
+CREATE TABLE machines (
+  id INTEGER PRIMARY KEY,
+  fingerprint_hash TEXT NOT NULL UNIQUE CHECK )SQL" HEX64("fingerprint_hash") R"SQL(,
+  cpu_model TEXT NOT NULL CHECK (cpu_model <> ''),
+  cores INTEGER NOT NULL CHECK (cores > 0),
+  memory_bytes INTEGER NOT NULL CHECK (memory_bytes > 0),
+  gpu_model TEXT NOT NULL CHECK (gpu_model <> ''),
+  gpu_driver TEXT NOT NULL CHECK (gpu_driver <> ''),
+  kernel TEXT NOT NULL CHECK (kernel <> '')
+);
+CREATE TABLE machine_ceilings (
+  id INTEGER PRIMARY KEY,
+  machine_id INTEGER NOT NULL REFERENCES machines(id),
+  name TEXT NOT NULL CHECK (name <> ''),
+  value REAL NOT NULL CHECK (value > 0),
+  unit TEXT NOT NULL CHECK (unit <> ''),
+  measured_at TEXT NOT NULL CHECK (measured_at GLOB )SQL" TS_GLOB R"SQL()
+);
+CREATE TABLE builds (
+  id INTEGER PRIMARY KEY,
+  version TEXT NOT NULL CHECK (version <> ''),
+  git_commit TEXT NOT NULL CHECK (git_commit <> ''),
+  build_type TEXT NOT NULL CHECK (build_type <> ''),
+  compiler TEXT NOT NULL CHECK (compiler <> ''),
+  UNIQUE (version, git_commit, build_type, compiler)
+);
+CREATE TABLE protocols (
+  id INTEGER PRIMARY KEY,
+  version INTEGER NOT NULL CHECK (version >= 1),
+  hash TEXT NOT NULL UNIQUE CHECK )SQL" HEX64("hash") R"SQL(,
+  canonical_json TEXT NOT NULL CHECK (canonical_json <> '')
+);
+CREATE TABLE request_sets (
+  id INTEGER PRIMARY KEY,
+  set_hash TEXT NOT NULL UNIQUE CHECK )SQL" HEX64("set_hash") R"SQL(,
+  scenario TEXT NOT NULL CHECK (scenario <> ''),
+  size_class TEXT NOT NULL CHECK (size_class IN ('gpu', 'small', 'custom')),
+  seed INTEGER NOT NULL,
+  num_requests INTEGER NOT NULL CHECK (num_requests >= 1)
+);
+CREATE TABLE registrations (
+  id INTEGER PRIMARY KEY,
+  created_at TEXT NOT NULL CHECK (created_at GLOB )SQL" TS_GLOB R"SQL(),
+  arm_a_config TEXT NOT NULL CHECK (arm_a_config <> ''),
+  arm_b_config TEXT NOT NULL CHECK (arm_b_config <> ''),
+  scenario TEXT NOT NULL CHECK (scenario <> ''),
+  size_class TEXT NOT NULL CHECK (size_class IN ('gpu', 'small', 'custom')),
+  metric TEXT NOT NULL CHECK (metric <> ''),
+  direction TEXT NOT NULL CHECK (direction IN ('higher', 'lower')),
+  min_effect REAL NOT NULL CHECK (min_effect >= 0 AND min_effect < 1),
+  delta REAL NOT NULL CHECK (delta > 0 AND delta < 1),
+  pairs INTEGER NOT NULL CHECK (pairs >= 5),
+  seeds TEXT NOT NULL CHECK (json_valid(seeds) AND json_type(seeds) = 'array' AND json_array_length(seeds) >= 1),
+  rule TEXT NOT NULL CHECK (rule <> ''),
+  protocol_id INTEGER NOT NULL REFERENCES protocols(id),
+  registration_hash TEXT NOT NULL CHECK )SQL" HEX64("registration_hash") R"SQL(
+);
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  machine_id INTEGER NOT NULL REFERENCES machines(id),
+  build_id INTEGER NOT NULL REFERENCES builds(id),
+  protocol_id INTEGER NOT NULL REFERENCES protocols(id),
+  request_set_id INTEGER NOT NULL REFERENCES request_sets(id),
+  registration_id INTEGER REFERENCES registrations(id),
+  arm TEXT CHECK (arm IN ('A', 'B')),
+  pair_index INTEGER CHECK (pair_index >= 0),
+  scenario TEXT NOT NULL CHECK (scenario <> ''),
+  size_class TEXT NOT NULL CHECK (size_class IN ('gpu', 'small', 'custom')),
+  target_engine TEXT NOT NULL CHECK (target_engine <> ''),
+  engine_config TEXT NOT NULL CHECK (engine_config <> ''),
+  engine_config_hash TEXT NOT NULL CHECK )SQL" HEX64("engine_config_hash") R"SQL(,
+  model_identity TEXT NOT NULL CHECK (model_identity <> ''),
+  seed INTEGER NOT NULL,
+  effective_settings TEXT NOT NULL CHECK (effective_settings <> ''),
+  started_at TEXT NOT NULL CHECK (started_at GLOB )SQL" TS_GLOB R"SQL(),
+  ended_at TEXT NOT NULL CHECK (ended_at GLOB )SQL" TS_GLOB R"SQL(),
+  valid INTEGER NOT NULL CHECK (valid IN (0, 1)),
+  validity_json TEXT NOT NULL CHECK (validity_json <> ''),
+  gate_status TEXT NOT NULL CHECK (gate_status IN ('pass', 'fail', 'not_run')),
+  objective REAL CHECK (objective IS NULL OR objective > 0),
+  CHECK (ended_at >= started_at),
+  CHECK (valid = 0 OR objective IS NOT NULL),
+  CHECK ((registration_id IS NULL) = (arm IS NULL) AND (registration_id IS NULL) = (pair_index IS NULL)),
+  UNIQUE (registration_id, pair_index, arm)
+);
+CREATE INDEX runs_by_registration ON runs(registration_id);
+CREATE TABLE requests (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  idx INTEGER NOT NULL CHECK (idx >= 0),
+  profile INTEGER NOT NULL CHECK (profile >= 0),
+  request_hash TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status <> ''),
+  input_tokens INTEGER NOT NULL,
+  output_requested INTEGER NOT NULL,
+  output_server INTEGER NOT NULL,
+  output_local INTEGER NOT NULL,
+  scheduled_ns INTEGER NOT NULL,
+  sent_ns INTEGER NOT NULL,
+  first_token_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  UNIQUE (run_id, profile, idx)
+);
+CREATE TABLE metrics (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  name TEXT NOT NULL CHECK (name <> ''),
+  value REAL NOT NULL,
+  unit TEXT NOT NULL,
+  UNIQUE (run_id, name)
+);
+CREATE TABLE scores (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  baseline_run_id INTEGER NOT NULL REFERENCES runs(id),
+  baseline_name TEXT NOT NULL CHECK (baseline_name <> ''),
+  value REAL NOT NULL CHECK (value > 0)
+);
+CREATE TABLE readouts (
+  id INTEGER PRIMARY KEY,
+  registration_id INTEGER NOT NULL REFERENCES registrations(id),
+  registration_hash TEXT NOT NULL,
+  created_at TEXT NOT NULL CHECK (created_at GLOB )SQL" TS_GLOB R"SQL(),
+  verdict TEXT NOT NULL CHECK (verdict IN ('better', 'worse', 'equivalent', 'inconclusive', 'noisy')),
+  ratio REAL, ci_lo REAL, ci_hi REAL, boot_lo REAL, boot_hi REAL, cv_a REAL, cv_b REAL,
+  cv_cap REAL NOT NULL CHECK (cv_cap > 0 AND cv_cap <= 0.05),
+  pairs INTEGER NOT NULL CHECK (pairs >= 0),
+  more_pairs_needed INTEGER NOT NULL,
+  reason TEXT NOT NULL CHECK (reason <> '')
+);
+CREATE TABLE anchors (
+  id INTEGER PRIMARY KEY,
+  source TEXT NOT NULL CHECK (source <> ''),
+  hardware TEXT NOT NULL CHECK (hardware <> ''),
+  engine TEXT NOT NULL CHECK (engine <> ''),
+  model TEXT NOT NULL CHECK (model <> ''),
+  scenario TEXT NOT NULL CHECK (scenario <> ''),
+  metric TEXT NOT NULL CHECK (metric <> ''),
+  value REAL NOT NULL,
+  unit TEXT NOT NULL CHECK (unit <> ''),
+  status TEXT NOT NULL CHECK (status IN ('published', 'uncertain')),
+  note TEXT NOT NULL
+);
+
+-- §6: a run without provenance. The existence checks repeat the foreign keys because SQLite
+-- enforces foreign keys only on connections that turn them on; triggers hold for every writer.
+CREATE TRIGGER runs_require_provenance BEFORE INSERT ON runs
+WHEN NEW.machine_id IS NULL OR NEW.build_id IS NULL OR NEW.protocol_id IS NULL OR NEW.request_set_id IS NULL
+  OR coalesce(NEW.scenario, '') = '' OR coalesce(NEW.size_class, '') = ''
+  OR coalesce(NEW.target_engine, '') = '' OR coalesce(NEW.engine_config, '') = ''
+  OR coalesce(length(NEW.engine_config_hash), 0) <> 64 OR coalesce(NEW.model_identity, '') = ''
+  OR NEW.seed IS NULL OR coalesce(NEW.effective_settings, '') = ''
+  OR NEW.started_at IS NULL OR NEW.ended_at IS NULL OR coalesce(NEW.validity_json, '') = ''
+  OR NOT EXISTS (SELECT 1 FROM machines WHERE id = NEW.machine_id)
+  OR NOT EXISTS (SELECT 1 FROM builds WHERE id = NEW.build_id)
+  OR NOT EXISTS (SELECT 1 FROM protocols WHERE id = NEW.protocol_id)
+  OR NOT EXISTS (SELECT 1 FROM request_sets WHERE id = NEW.request_set_id)
+BEGIN
+  SELECT RAISE(ABORT, 'run without provenance: existing machine, build, protocol and request set, scenario, size class, target engine, engine config and its hash, model identity, seed, effective settings, start/end times and validity are all required');
+END;
+
+-- §3: the request set a run names must be the one of its scenario. (SQLite does not define the
+-- order of triggers; the guard leaves an empty scenario to the provenance message.)
+CREATE TRIGGER runs_request_set_matches BEFORE INSERT ON runs
+WHEN coalesce(NEW.scenario, '') <> '' AND EXISTS (SELECT 1 FROM request_sets rs WHERE rs.id = NEW.request_set_id
+             AND (rs.scenario <> NEW.scenario OR rs.size_class <> NEW.size_class))
+BEGIN
+  SELECT RAISE(ABORT, 'run: its scenario/size class differ from its request set''s');
+END;
+
+-- §5: runs of a registered comparison start after the registration and match it.
+CREATE TRIGGER runs_after_registration BEFORE INSERT ON runs
+WHEN NEW.registration_id IS NOT NULL AND NEW.started_at <=
+     (SELECT created_at FROM registrations WHERE id = NEW.registration_id)
+BEGIN
+  SELECT RAISE(ABORT, 'run of a registered comparison started before its registration');
+END;
+CREATE TRIGGER runs_match_registration BEFORE INSERT ON runs
+WHEN NEW.registration_id IS NOT NULL AND EXISTS (SELECT 1 FROM registrations r WHERE r.id = NEW.registration_id
+     AND (r.scenario <> NEW.scenario OR r.size_class <> NEW.size_class OR r.protocol_id <> NEW.protocol_id))
+BEGIN
+  SELECT RAISE(ABORT, 'run of a registered comparison: scenario, size class or protocol differ from the registration');
+END;
+CREATE TRIGGER runs_one_machine_per_comparison BEFORE INSERT ON runs
+WHEN NEW.registration_id IS NOT NULL AND EXISTS (SELECT 1 FROM runs WHERE registration_id = NEW.registration_id
+     AND machine_id <> NEW.machine_id)
+BEGIN
+  SELECT RAISE(ABORT, 'runs of one comparison on two machine fingerprints');
+END;
+CREATE TRIGGER runs_pair_same_inputs BEFORE INSERT ON runs
+WHEN NEW.registration_id IS NOT NULL AND EXISTS (SELECT 1 FROM runs WHERE registration_id = NEW.registration_id
+     AND pair_index = NEW.pair_index AND (request_set_id <> NEW.request_set_id OR seed <> NEW.seed))
+BEGIN
+  SELECT RAISE(ABORT, 'both arms of a pair must use the same request set and seed');
+END;
+
+-- §1: a run that fails a gate scores as the baseline (1.0); a score compares like with like.
+CREATE TRIGGER scores_failed_gate BEFORE INSERT ON scores
+WHEN NEW.value <> 1.0 AND (SELECT gate_status FROM runs WHERE id = NEW.run_id) = 'fail'
+BEGIN
+  SELECT RAISE(ABORT, 'score from a run that failed a gate: such a run scores 1.0 (the baseline)');
+END;
+CREATE TRIGGER scores_same_conditions BEFORE INSERT ON scores
+WHEN EXISTS (SELECT 1 FROM runs r, runs b WHERE r.id = NEW.run_id AND b.id = NEW.baseline_run_id
+             AND (r.machine_id <> b.machine_id OR r.size_class <> b.size_class OR r.request_set_id <> b.request_set_id))
+BEGIN
+  SELECT RAISE(ABORT, 'score: the run and its baseline differ in machine fingerprint, size class or request set');
+END;
+CREATE TRIGGER scores_noisy_or_invalid BEFORE INSERT ON scores
+WHEN NEW.value <> 1.0 AND EXISTS (SELECT 1 FROM runs WHERE id IN (NEW.run_id, NEW.baseline_run_id) AND valid = 0)
+BEGIN
+  SELECT RAISE(ABORT, 'score from an invalid run: only 1.0 may be recorded');
+END;
+
+-- §5: a readout needs a prior, unchanged registration; its runs all start after it.
+CREATE TRIGGER readouts_registration_unchanged BEFORE INSERT ON readouts
+WHEN NEW.registration_hash IS NOT (SELECT registration_hash FROM registrations WHERE id = NEW.registration_id)
+BEGIN
+  SELECT RAISE(ABORT, 'readout: its registration is missing or changed (registration hash differs)');
+END;
+CREATE TRIGGER readouts_after_registration BEFORE INSERT ON readouts
+WHEN NEW.created_at <= (SELECT created_at FROM registrations WHERE id = NEW.registration_id)
+  OR EXISTS (SELECT 1 FROM runs r JOIN registrations g ON g.id = r.registration_id
+             WHERE r.registration_id = NEW.registration_id AND r.started_at <= g.created_at)
+BEGIN
+  SELECT RAISE(ABORT, 'readout: the registration is not earlier than the readout and all of its runs');
+END;
+CREATE TRIGGER readouts_one_machine BEFORE INSERT ON readouts
+WHEN (SELECT count(DISTINCT machine_id) FROM runs WHERE registration_id = NEW.registration_id) > 1
+BEGIN
+  SELECT RAISE(ABORT, 'readout: runs of one comparison on two machine fingerprints');
+END;
+-- §4: a verdict needs the registered number of valid pairs, and no NOISY arm. The CV is
+-- recomputed here from the stored objectives of the valid runs, not taken from the writer:
+-- CV > cap  <=>  sample variance > cap^2 * mean^2.
+CREATE TRIGGER readouts_enough_pairs BEFORE INSERT ON readouts
+WHEN NEW.verdict IN ('better', 'worse', 'equivalent') AND (
+  (SELECT count(*) FROM runs WHERE registration_id = NEW.registration_id AND arm = 'A' AND valid = 1)
+    < (SELECT pairs FROM registrations WHERE id = NEW.registration_id)
+  OR (SELECT count(*) FROM runs WHERE registration_id = NEW.registration_id AND arm = 'B' AND valid = 1)
+    < (SELECT pairs FROM registrations WHERE id = NEW.registration_id))
+BEGIN
+  SELECT RAISE(ABORT, 'readout: a verdict needs the registered number of valid pairs');
+END;
+CREATE TRIGGER readouts_no_noisy_arm BEFORE INSERT ON readouts
+WHEN NEW.verdict IN ('better', 'worse', 'equivalent') AND (
+  NEW.cv_a IS NULL OR NEW.cv_b IS NULL OR NEW.cv_a > NEW.cv_cap OR NEW.cv_b > NEW.cv_cap
+  OR EXISTS (SELECT 1 FROM (SELECT count(*) AS n, avg(objective) AS m, sum(objective * objective) AS s2
+                            FROM runs WHERE registration_id = NEW.registration_id AND valid = 1 GROUP BY arm)
+             WHERE n < 2 OR (s2 - n * m * m) / (n - 1) > NEW.cv_cap * NEW.cv_cap * m * m))
+BEGIN
+  SELECT RAISE(ABORT, 'readout: a verdict derived from a NOISY arm (cross-run CV above the cap) is refused');
+END;
+)SQL";
+  s += append_only(
+      "machines",
+      "EXISTS (SELECT 1 FROM machines WHERE id = NEW.id OR fingerprint_hash = NEW.fingerprint_hash)");
+  s += append_only("machine_ceilings", "EXISTS (SELECT 1 FROM machine_ceilings WHERE id = NEW.id)");
+  s += append_only("builds", "EXISTS (SELECT 1 FROM builds WHERE id = NEW.id)");
+  s += append_only("protocols", "EXISTS (SELECT 1 FROM protocols WHERE id = NEW.id OR hash = NEW.hash)");
+  s += append_only("request_sets",
+                   "EXISTS (SELECT 1 FROM request_sets WHERE id = NEW.id OR set_hash = NEW.set_hash)");
+  s += append_only("registrations", "EXISTS (SELECT 1 FROM registrations WHERE id = NEW.id)");
+  s += append_only("runs", "EXISTS (SELECT 1 FROM runs WHERE id = NEW.id)");
+  s +=
+      append_only("requests",
+                  "EXISTS (SELECT 1 FROM requests WHERE id = NEW.id) OR EXISTS (SELECT 1 FROM requests WHERE "
+                  "run_id = NEW.run_id AND profile = NEW.profile AND idx = NEW.idx)");
+  s += append_only("metrics",
+                   "EXISTS (SELECT 1 FROM metrics WHERE id = NEW.id) OR EXISTS (SELECT 1 FROM metrics WHERE "
+                   "run_id = NEW.run_id AND name = NEW.name)");
+  s += append_only("scores", "EXISTS (SELECT 1 FROM scores WHERE id = NEW.id)");
+  s += append_only("readouts", "EXISTS (SELECT 1 FROM readouts WHERE id = NEW.id)");
+  s += append_only("anchors", "EXISTS (SELECT 1 FROM anchors WHERE id = NEW.id)");
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& migrations() {
+  static const std::vector<std::string> m{migration_1()};
+  return m;
+}
+
+}  // namespace plumb::ledger
