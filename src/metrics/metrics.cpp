@@ -1,0 +1,463 @@
+#include "metrics/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace plumb::metrics {
+namespace {
+
+double ms(Nanos d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double sec(Nanos d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t prompt_tokens_of(const RequestRecord& r) {
+  if (r.usage_prompt_tokens >= 0) return r.usage_prompt_tokens;
+  return std::max<int64_t>(0, r.prompt_tokens);
+}
+
+// TPOT of a completed request in ms, if defined (n >= 2 output tokens and a first token).
+std::optional<double> tpot_of(const RequestRecord& r) {
+  int64_t n = r.output_tokens();
+  if (n < 2 || !r.first_token || !r.end) return std::nullopt;
+  return ms(*r.end - *r.first_token) / double(n - 1);
+}
+
+bool meets(const RequestRecord& r, const Slo& slo) {
+  if (!r.completed()) return false;
+  if (slo.ttft_ms && (!r.first_token || ms(*r.first_token - *r.sent) > *slo.ttft_ms)) return false;
+  if (slo.tpot_ms) {
+    auto t = tpot_of(r);
+    if (t && *t > *slo.tpot_ms) return false;
+  }
+  if (slo.e2e_ms && ms(*r.end - *r.sent) > *slo.e2e_ms) return false;
+  return true;
+}
+
+void fill_window(Window& w, double start_s, double end_s, const std::vector<const RequestRecord*>& in,
+                 const Slo& slo) {
+  w.start_s = start_s;
+  w.end_s = end_s;
+  w.duration_s = end_s - start_s;
+  w.empty = !(w.duration_s > 0.0);
+  if (w.empty) return;
+  int64_t out = 0, total = 0, good = 0;
+  for (const auto* r : in) {
+    out += r->output_tokens();
+    total += r->output_tokens() + prompt_tokens_of(*r);
+    good += meets(*r, slo);
+  }
+  w.completed = int64_t(in.size());
+  w.request_throughput = double(w.completed) / w.duration_s;
+  w.output_throughput = double(out) / w.duration_s;
+  w.total_token_throughput = double(total) / w.duration_s;
+  w.goodput = double(good) / w.duration_s;
+}
+
+}  // namespace
+
+Result<Slo> parse_slo(std::string_view text) {
+  Slo slo;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string_view item =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    pos = comma == std::string_view::npos ? text.size() + 1 : comma + 1;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return invalid_argument("SLO item '" + std::string(item) + "' is not key=milliseconds (e.g. ttft=500)");
+    std::string key(item.substr(0, eq));
+    std::string val(item.substr(eq + 1));
+    char* endp = nullptr;
+    double v = std::strtod(val.c_str(), &endp);
+    if (val.empty() || endp != val.c_str() + val.size() || !(v > 0.0) || !std::isfinite(v))
+      return invalid_argument("SLO '" + key + "' needs a number of milliseconds > 0, got '" + val + "'");
+    std::optional<double>* slot = key == "ttft"   ? &slo.ttft_ms
+                                  : key == "tpot" ? &slo.tpot_ms
+                                  : key == "e2e"  ? &slo.e2e_ms
+                                                  : nullptr;
+    if (!slot) return invalid_argument("unknown SLO '" + key + "' (expected ttft, tpot or e2e)");
+    if (slot->has_value()) return invalid_argument("SLO '" + key + "' given twice");
+    *slot = v;
+  }
+  return slo;
+}
+
+Metrics compute(const RunRecord& run, const Slo& slo) {
+  Metrics m;
+  m.requests = int64_t(run.requests.size());
+  m.warmup = int64_t(run.warmup.size());
+  m.slo = slo;
+  m.max_in_flight = run.max_in_flight;
+  for (Failure f : kAllFailures) m.failures[std::string(failure_name(f))] = 0;
+
+  std::vector<double> ttft, ttft_s, tpot, itl, tpc, e2e, e2e_s, lag, wait;
+  std::vector<const RequestRecord*> done;
+  std::optional<Nanos> last_send, first_completion;
+  for (const auto& r : run.requests) {
+    if (r.sent) {
+      if (r.eligible) lag.push_back(ms(*r.sent - *r.eligible));
+      if (r.eligible && r.scheduled) wait.push_back(ms(*r.eligible - *r.scheduled));
+      if (!last_send || *r.sent > *last_send) last_send = *r.sent;
+    }
+    if (!r.completed()) {
+      ++m.failed;
+      Failure f = r.failure == Failure::kNone ? Failure::kClient : r.failure;
+      ++m.failures[std::string(failure_name(f))];
+      continue;
+    }
+    ++m.completed;
+    done.push_back(&r);
+    if (r.first_token) {
+      ttft.push_back(ms(*r.first_token - *r.sent));
+      ttft_s.push_back(ms(*r.first_token - *r.scheduled));
+    }
+    e2e.push_back(ms(*r.end - *r.sent));
+    e2e_s.push_back(ms(*r.end - *r.scheduled));
+    if (auto t = tpot_of(r)) tpot.push_back(*t);
+    std::optional<Nanos> prev;
+    for (const auto& c : r.chunks) {
+      if (c.tokens <= 0) continue;
+      tpc.push_back(double(c.tokens));
+      if (prev) itl.push_back(ms(c.t - *prev));
+      prev = c.t;
+    }
+    m.requested_output_tokens += r.requested_output_tokens;
+    if (r.usage_output_tokens >= 0) {
+      m.usage_output_tokens += r.usage_output_tokens;
+      m.local_output_tokens += r.local_output_tokens;
+    } else {
+      ++m.usage_missing;
+    }
+    if (r.requested_output_tokens > 0) {
+      double frac = double(r.output_tokens()) / double(r.requested_output_tokens);
+      if (std::isnan(m.min_output_fraction) || frac < m.min_output_fraction) m.min_output_fraction = frac;
+    }
+    if (!first_completion || *r.end < *first_completion) first_completion = *r.end;
+    m.slo_met += meets(r, slo);
+  }
+  if (m.requests > 0) {
+    m.error_rate = double(m.failed) / double(m.requests);
+    m.slo_fraction = double(m.slo_met) / double(m.requests);
+  }
+  if (m.usage_output_tokens > 0)
+    m.token_disagreement =
+        std::abs(double(m.usage_output_tokens - m.local_output_tokens)) / double(m.usage_output_tokens);
+  m.ttft_ms = stats::summarize(ttft);
+  m.ttft_from_schedule_ms = stats::summarize(ttft_s);
+  m.tpot_ms = stats::summarize(tpot);
+  m.itl_ms = stats::summarize(itl);
+  m.tokens_per_chunk = stats::summarize(tpc);
+  m.e2e_ms = stats::summarize(e2e);
+  m.e2e_from_schedule_ms = stats::summarize(e2e_s);
+  m.send_lag_ms = stats::summarize(lag);
+  m.cap_wait_ms = stats::summarize(wait);
+
+  if (!done.empty()) fill_window(m.whole, 0.0, sec(run.duration), done, slo);
+  if (done.size() >= 2 && last_send && *last_send > *first_completion) {
+    std::vector<const RequestRecord*> in;
+    for (const auto* r : done) {
+      if (*r->end > *first_completion && *r->end <= *last_send) in.push_back(r);
+    }
+    fill_window(m.steady, sec(*first_completion), sec(*last_send), in, slo);
+  }
+
+  if (m.ttft_ms.p50 > 0) m.inv_median_ttft = 1000.0 / m.ttft_ms.p50;
+  if (m.tpot_ms.p50 > 0) m.inv_median_tpot = 1000.0 / m.tpot_ms.p50;
+  double rps = m.steady.empty ? stats::kNaN : m.steady.request_throughput;
+  double prod = m.inv_median_ttft * m.inv_median_tpot * rps;
+  if (prod > 0) m.general = std::cbrt(prod);
+  return m;
+}
+
+double throughput_objective(std::span<const Metrics> profiles) {
+  std::vector<double> xs;
+  for (const auto& p : profiles) xs.push_back(p.steady.empty ? stats::kNaN : p.steady.request_throughput);
+  return stats::geomean(xs);
+}
+
+std::string_view verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return "fail";
+    case Verdict::kNotApplicable:
+      return "n/a";
+  }
+  return "fail";
+}
+
+std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b) {
+  std::vector<Constraint> out;
+  auto add = [&](std::string name, double value, std::string rel, double bound, std::string unit,
+                 std::string fix) {
+    bool ok = rel == "<=" ? value <= bound : value >= bound;  // NaN fails both
+    out.push_back({std::move(name), value, std::move(rel), bound, std::move(unit),
+                   ok ? Verdict::kPass : Verdict::kFail, std::move(fix)});
+  };
+  add("completed_requests", double(m.completed), ">=", double(b.min_completed), "requests",
+      "run more requests or find why requests fail (see failures)");
+  add("steady_duration", m.steady.empty ? 0.0 : m.steady.duration_s, ">=", b.min_steady_s, "s",
+      "send more requests or lower the concurrency so that load overlaps completions for longer");
+  add("error_rate", m.error_rate, "<=", b.max_error_rate, "",
+      "see failures by category; fix the server or the network, lower the load, or raise the timeout");
+  add("send_lag_p99", m.send_lag_ms.p99, "<=", b.max_send_lag_p99_ms, "ms",
+      "the client could not keep up with the schedule: give plumb a free CPU core or lower the request rate");
+  add("min_output_fraction", m.min_output_fraction, ">=", b.min_output_fraction, "",
+      "the server stopped early: make it honour ignore_eos and max_tokens");
+  {
+    Constraint c{"token_count_disagreement",
+                 m.token_disagreement,
+                 "<=",
+                 b.max_token_disagreement,
+                 "",
+                 Verdict::kFail,
+                 "usage and the local count disagree: check the server's usage accounting and the tokenizer"};
+    if (m.usage_missing > 0) {
+      c.fix = std::to_string(m.usage_missing) +
+              " completed requests reported no usage: the server must honour stream_options.include_usage";
+    } else if (c.value <= c.bound) {
+      c.verdict = Verdict::kPass;
+    }
+    out.push_back(std::move(c));
+  }
+  add("warmup_requests", double(m.warmup), ">=", double(b.min_warmup), "requests",
+      "run a warmup phase before measuring (--warmup N)");
+  {
+    Constraint c{
+        "target_identity",
+        stats::kNaN,
+        ">=",
+        1.0,
+        "",
+        Verdict::kNotApplicable,
+        "the process answering is not the one plumb launched: stop whatever else listens on the port"};
+    if (b.target_verified) {
+      c.value = *b.target_verified ? 1.0 : 0.0;
+      c.verdict = *b.target_verified ? Verdict::kPass : Verdict::kFail;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool all_pass(std::span<const Constraint> constraints) {
+  return std::none_of(constraints.begin(), constraints.end(),
+                      [](const Constraint& c) { return c.verdict == Verdict::kFail; });
+}
+
+namespace {
+json::value num(double x) { return std::isfinite(x) ? json::value(x) : json::value(nullptr); }
+
+json::object summary_json(const stats::Summary& s) {
+  json::object o;
+  o["count"] = s.count;
+  o["mean"] = num(s.mean);
+  o["stddev"] = num(s.stddev);
+  o["min"] = num(s.min);
+  o["p50"] = num(s.p50);
+  o["p90"] = num(s.p90);
+  o["p99"] = num(s.p99);
+  o["max"] = num(s.max);
+  return o;
+}
+
+json::object window_json(const Window& w) {
+  json::object o;
+  o["empty"] = w.empty;
+  o["start_s"] = num(w.start_s);
+  o["end_s"] = num(w.end_s);
+  o["duration_s"] = num(w.duration_s);
+  o["completed"] = w.completed;
+  o["request_throughput"] = num(w.request_throughput);
+  o["output_throughput"] = num(w.output_throughput);
+  o["total_token_throughput"] = num(w.total_token_throughput);
+  o["goodput"] = num(w.goodput);
+  return o;
+}
+
+json::value opt_num(const std::optional<double>& x) { return x ? json::value(*x) : json::value(nullptr); }
+}  // namespace
+
+json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity) {
+  json::object o;
+  o["schema_version"] = kSchemaVersion;
+  o["request_set_hash"] = run.request_set_hash;
+  o["target"] = run.target;
+  json::object load;
+  load["arrival"] = run.load.arrival;
+  load["rate"] = run.load.rate;
+  load["burstiness"] = run.load.burstiness;
+  load["max_concurrency"] = run.load.max_concurrency;
+  load["ramp_up_s"] = run.load.ramp_up_s;
+  load["seed"] = run.load.seed;
+  o["load"] = std::move(load);
+  json::object counts;
+  counts["requests"] = m.requests;
+  counts["completed"] = m.completed;
+  counts["failed"] = m.failed;
+  counts["warmup"] = m.warmup;
+  counts["error_rate"] = num(m.error_rate);
+  counts["max_in_flight"] = m.max_in_flight;
+  o["counts"] = std::move(counts);
+  json::object failures;
+  for (const auto& [k, v] : m.failures) failures[k] = v;
+  o["failures"] = std::move(failures);
+  json::object lat;
+  lat["ttft"] = summary_json(m.ttft_ms);
+  lat["ttft_from_schedule"] = summary_json(m.ttft_from_schedule_ms);
+  lat["tpot"] = summary_json(m.tpot_ms);
+  lat["itl"] = summary_json(m.itl_ms);
+  lat["e2e"] = summary_json(m.e2e_ms);
+  lat["e2e_from_schedule"] = summary_json(m.e2e_from_schedule_ms);
+  lat["send_lag"] = summary_json(m.send_lag_ms);
+  lat["cap_wait"] = summary_json(m.cap_wait_ms);
+  o["latency_ms"] = std::move(lat);
+  o["tokens_per_chunk"] = summary_json(m.tokens_per_chunk);
+  json::object tok;
+  tok["requested_output"] = m.requested_output_tokens;
+  tok["usage_output"] = m.usage_output_tokens;
+  tok["local_output"] = m.local_output_tokens;
+  tok["usage_missing"] = m.usage_missing;
+  tok["disagreement"] = num(m.token_disagreement);
+  tok["min_output_fraction"] = num(m.min_output_fraction);
+  o["tokens"] = std::move(tok);
+  o["whole_run"] = window_json(m.whole);
+  o["steady"] = window_json(m.steady);
+  json::object slo;
+  slo["ttft_ms"] = opt_num(m.slo.ttft_ms);
+  slo["tpot_ms"] = opt_num(m.slo.tpot_ms);
+  slo["e2e_ms"] = opt_num(m.slo.e2e_ms);
+  slo["met"] = m.slo_met;
+  slo["fraction"] = num(m.slo_fraction);
+  o["slo"] = std::move(slo);
+  json::object obj;
+  obj["inv_median_ttft"] = num(m.inv_median_ttft);
+  obj["inv_median_tpot"] = num(m.inv_median_tpot);
+  obj["request_throughput"] = num(m.steady.empty ? stats::kNaN : m.steady.request_throughput);
+  obj["general"] = num(m.general);
+  o["objectives"] = std::move(obj);
+  json::object val;
+  val["valid"] = all_pass(validity);
+  json::array cs;
+  for (const auto& c : validity) {
+    json::object co;
+    co["name"] = c.name;
+    co["value"] = num(c.value);
+    co["relation"] = c.relation;
+    co["bound"] = num(c.bound);
+    co["unit"] = c.unit;
+    co["verdict"] = std::string(verdict_name(c.verdict));
+    co["fix"] = c.fix;
+    cs.emplace_back(std::move(co));
+  }
+  val["constraints"] = std::move(cs);
+  o["validity"] = std::move(val);
+  return o;
+}
+
+namespace {
+std::string csv_ms(const std::optional<Nanos>& t) {
+  return t ? fmt::format("{:.3f}", ms(*t)) : std::string();
+}
+std::string csv_ms(std::optional<double> v) { return v ? fmt::format("{:.3f}", *v) : std::string(); }
+std::string csv_quote(std::string_view s) {
+  if (s.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(s);
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"') o += '"';
+    o += c;
+  }
+  return o + "\"";
+}
+std::optional<double> diff_ms(const std::optional<Nanos>& a, const std::optional<Nanos>& b) {
+  if (!a || !b) return std::nullopt;
+  return ms(*a - *b);
+}
+}  // namespace
+
+std::string to_csv(const RunRecord& run) {
+  std::string out =
+      "index,hash,status,http_status,scheduled_ms,eligible_ms,sent_ms,first_byte_ms,first_token_ms,end_ms,"
+      "ttft_ms,"
+      "tpot_ms,e2e_ms,send_lag_ms,chunks,prompt_tokens,requested_output_tokens,usage_output_tokens,"
+      "local_output_tokens,error\n";
+  for (const auto& r : run.requests) {
+    const bool ok = r.completed();
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.index, r.hash,
+                       ok ? "ok" : failure_name(r.failure == Failure::kNone ? Failure::kClient : r.failure),
+                       r.http_status, csv_ms(r.scheduled), csv_ms(r.eligible), csv_ms(r.sent),
+                       csv_ms(r.first_byte), csv_ms(r.first_token), csv_ms(r.end),
+                       ok ? csv_ms(diff_ms(r.first_token, r.sent)) : "", ok ? csv_ms(tpot_of(r)) : "",
+                       ok ? csv_ms(diff_ms(r.end, r.sent)) : "", csv_ms(diff_ms(r.sent, r.eligible)),
+                       r.chunks.size(), r.prompt_tokens, r.requested_output_tokens, r.usage_output_tokens,
+                       r.local_output_tokens, csv_quote(r.error));
+  }
+  return out;
+}
+
+namespace {
+std::string cell(double x) {
+  if (!std::isfinite(x)) return "-";
+  return fmt::format("{:.3f}", x);
+}
+std::string row(std::string_view name, const stats::Summary& s) {
+  return fmt::format("  {:<22} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11}\n", name, s.count, cell(s.mean),
+                     cell(s.p50), cell(s.p90), cell(s.p99), cell(s.stddev));
+}
+std::string window_line(std::string_view name, const Window& w) {
+  if (w.empty) return fmt::format("  {:<8} (empty: no completion before the last send)\n", name);
+  return fmt::format(
+      "  {:<8} [{:.3f} s, {:.3f} s] {} completed: {} req/s, {} output tok/s, {} total tok/s, goodput {} "
+      "req/s\n",
+      name, w.start_s, w.end_s, w.completed, cell(w.request_throughput), cell(w.output_throughput),
+      cell(w.total_token_throughput), cell(w.goodput));
+}
+}  // namespace
+
+std::string console_summary(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity) {
+  std::string o;
+  o += fmt::format("target {}  request set {}  load {}", run.target, run.request_set_hash.substr(0, 16),
+                   run.load.arrival);
+  if (run.load.rate > 0) o += fmt::format(" {} req/s", run.load.rate);
+  if (run.load.max_concurrency > 0) o += fmt::format(" cap {}", run.load.max_concurrency);
+  o += fmt::format("\nrequests {}  completed {}  failed {}  warmup {}  peak in flight {}\n", m.requests,
+                   m.completed, m.failed, m.warmup, m.max_in_flight);
+  if (m.failed > 0) {
+    o += "failures:";
+    for (const auto& [k, v] : m.failures) {
+      if (v > 0) o += fmt::format(" {}={}", k, v);
+    }
+    o += "\n";
+  }
+  o += fmt::format("  {:<22} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "metric (ms)", "n", "mean", "p50",
+                   "p90", "p99", "stddev");
+  o += row("TTFT", m.ttft_ms);
+  o += row("TTFT from schedule", m.ttft_from_schedule_ms);
+  o += row("TPOT", m.tpot_ms);
+  o += row("ITL (chunk gap)", m.itl_ms);
+  o += row("E2E", m.e2e_ms);
+  o += row("send lag", m.send_lag_ms);
+  o += row("tokens per chunk", m.tokens_per_chunk);
+  o += "throughput (completed requests only):\n";
+  o += window_line("whole", m.whole);
+  o += window_line("steady", m.steady);
+  o += fmt::format("tokens: output usage {} / local {} (disagreement {}), requested {}, usage missing {}\n",
+                   m.usage_output_tokens, m.local_output_tokens, cell(m.token_disagreement),
+                   m.requested_output_tokens, m.usage_missing);
+  if (m.slo.any())
+    o += fmt::format("SLO met by {} of {} requests ({})\n", m.slo_met, m.requests, cell(m.slo_fraction));
+  o += fmt::format("validity: {}\n", all_pass(validity) ? "VALID" : "INVALID");
+  for (const auto& c : validity) {
+    o += fmt::format("  [{:<4}] {:<26} {:>12} {} {} {}", verdict_name(c.verdict), c.name, cell(c.value),
+                     c.relation, cell(c.bound), c.unit);
+    if (c.verdict == Verdict::kFail) o += "  fix: " + c.fix;
+    o += "\n";
+  }
+  return o;
+}
+
+}  // namespace plumb::metrics

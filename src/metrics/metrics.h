@@ -1,0 +1,132 @@
+// The metrics of a run, each defined once in docs/metrics.md, computed from per-request records
+// (metrics/record.h) with the statistics of stats/. Also: SLOs and goodput, scenario objectives,
+// the validity constraints of PROTOCOL.md §3, and the outputs (JSON, per-request CSV, console).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/json.h"
+#include "core/status.h"
+#include "metrics/record.h"
+#include "stats/stats.h"
+
+namespace plumb::metrics {
+
+// Version of the JSON written by to_json; bumped on any change of field names or types.
+inline constexpr int kSchemaVersion = 1;
+
+// Service-level objectives for goodput; an unset bound is not checked. Milliseconds.
+struct Slo {
+  std::optional<double> ttft_ms{};  // TTFT from send <= this
+  std::optional<double> tpot_ms{};  // TPOT <= this (requests with < 2 output tokens pass this bound)
+  std::optional<double> e2e_ms{};   // E2E from send <= this
+  bool any() const { return ttft_ms || tpot_ms || e2e_ms; }
+};
+// Parses "ttft=500,tpot=50,e2e=10000" (milliseconds, each key at most once, values > 0).
+Result<Slo> parse_slo(std::string_view text);
+
+// A time window of the measured phase and the throughput inside it.
+struct Window {
+  bool empty = true;                            // no window could be formed (see docs/metrics.md)
+  double start_s = 0.0;                         // from the measured phase's zero
+  double end_s = 0.0;                           // from the measured phase's zero
+  double duration_s = 0.0;                      // end_s - start_s
+  int64_t completed = 0;                        // completed requests counted in the window
+  double request_throughput = stats::kNaN;      // completed / duration_s, req/s
+  double output_throughput = stats::kNaN;       // their output tokens / duration_s, tok/s
+  double total_token_throughput = stats::kNaN;  // their prompt + output tokens / duration_s, tok/s
+  double goodput = stats::kNaN;                 // those that met the SLOs / duration_s, req/s
+};
+
+struct Metrics {
+  int64_t requests = 0;                     // measured requests
+  int64_t completed = 0;                    // completed measured requests
+  int64_t failed = 0;                       // requests - completed
+  int64_t warmup = 0;                       // warmup requests (excluded from everything below)
+  double error_rate = stats::kNaN;          // failed / requests
+  std::map<std::string, int64_t> failures;  // every category name (failure_name) -> count, zeros included
+
+  // Latency distributions in milliseconds (docs/metrics.md defines each).
+  stats::Summary ttft_ms;                // first_token - sent, completed requests
+  stats::Summary ttft_from_schedule_ms;  // first_token - scheduled, completed requests
+  stats::Summary tpot_ms;                // (end - first_token) / (n - 1), completed with n >= 2
+  stats::Summary itl_ms;                 // gaps between consecutive content chunks, completed requests
+  stats::Summary tokens_per_chunk;       // tokens of each content chunk, completed requests
+  stats::Summary e2e_ms;                 // end - sent, completed requests
+  stats::Summary e2e_from_schedule_ms;   // end - scheduled, completed requests
+  stats::Summary send_lag_ms;            // sent - eligible, every sent measured request
+  stats::Summary cap_wait_ms;            // eligible - scheduled, every sent measured request
+
+  // Token accounting over completed requests.
+  int64_t requested_output_tokens = 0;       // sum of max_tokens
+  int64_t usage_output_tokens = 0;           // sum of server-reported completion tokens (where reported)
+  int64_t local_output_tokens = 0;           // sum of locally counted tokens (of requests with usage)
+  int64_t usage_missing = 0;                 // completed requests without usage
+  double token_disagreement = stats::kNaN;   // |usage - local| / usage over requests with usage
+  double min_output_fraction = stats::kNaN;  // min over completed of output_tokens / max_tokens
+
+  Window whole;   // [0, last end]
+  Window steady;  // [first completion, last send]
+
+  Slo slo;                            // the SLOs goodput used
+  int64_t slo_met = 0;                // completed requests meeting every SLO
+  double slo_fraction = stats::kNaN;  // slo_met / requests (failed requests never meet it)
+
+  int max_in_flight = 0;  // the driver's observed peak concurrency
+
+  // Per-run ingredients of the scenario objectives (PROTOCOL.md §1).
+  double inv_median_ttft = stats::kNaN;  // 1 / median TTFT, 1/s (scenario A)
+  double inv_median_tpot = stats::kNaN;  // 1 / median TPOT, 1/s (scenario B)
+  double general = stats::kNaN;  // (inv_median_ttft * inv_median_tpot * steady req/s)^(1/3) (scenario D)
+};
+
+Metrics compute(const RunRecord& run, const Slo& slo = {});
+
+// Scenario C: geometric mean of the steady request throughput of its profiles. NaN if any is
+// missing or <= 0.
+double throughput_objective(std::span<const Metrics> profiles);
+
+// One validity constraint of PROTOCOL.md §3, printed with value, bound, verdict and a fix.
+enum class Verdict { kPass, kFail, kNotApplicable };
+std::string_view verdict_name(Verdict v);  // "pass", "fail", "n/a"
+struct Constraint {
+  std::string name;            // e.g. "error_rate"
+  double value = stats::kNaN;  // measured
+  std::string relation;        // "<=" or ">="
+  double bound = stats::kNaN;  // limit
+  std::string unit;            // "", "ms", "s", "requests"
+  Verdict verdict = Verdict::kFail;
+  std::string fix;  // what to do when it fails
+};
+
+// Bounds for one scenario (protocol/ supplies them); defaults are PROTOCOL.md §3's.
+struct ValidityBounds {
+  int64_t min_completed = 1;              // completed measured requests
+  double min_steady_s = 0.0;              // steady window duration
+  double max_error_rate = 0.01;           // failed / requests
+  double max_send_lag_p99_ms = 5.0;       // client kept up with the schedule
+  double min_output_fraction = 0.98;      // every completed request delivered >= this of max_tokens
+  double max_token_disagreement = 0.02;   // usage vs local count, in total
+  int64_t min_warmup = 1;                 // warmup requests run before the measured phase
+  std::optional<bool> target_verified{};  // launched target identity checked; nullopt: not launched by plumb
+};
+std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& bounds = {});
+// True when no constraint fails (n/a counts as passing).
+bool all_pass(std::span<const Constraint> constraints);
+
+// Outputs. to_json: the schema pinned by tests/metrics (schema_version kSchemaVersion); NaN is
+// written as null.
+json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity);
+// One row per measured request in request-set order, times in milliseconds from the measured
+// zero (empty when the event did not happen). The header is the first line.
+std::string to_csv(const RunRecord& run);
+// A human summary table with the validity list.
+std::string console_summary(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity);
+
+}  // namespace plumb::metrics
