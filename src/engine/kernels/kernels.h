@@ -81,9 +81,9 @@ struct KvLayerView {
 
 // One sequence's slice of a batch, for attention and KV writes.
 struct AttentionSeq {
-  int32_t q_row = 0;       // first row of this sequence's tokens in q / out
-  int32_t n_q = 0;         // number of new tokens (1 in decode)
-  int32_t start_pos = 0;   // position of the first new token; the context is [0, start_pos + n_q)
+  int32_t q_row = 0;      // first row of this sequence's tokens in q / out
+  int32_t n_q = 0;        // number of new tokens (1 in decode)
+  int32_t start_pos = 0;  // position of the first new token; the context is [0, start_pos + n_q)
   const int32_t* block_table = nullptr;  // logical block b -> physical block id
 };
 
@@ -96,12 +96,17 @@ using AttentionFn = void (*)(const KernelContext& ctx, const float* q, const KvL
 // Operations that dispatch through the registry.
 enum class Op : uint8_t { kMatmul, kRmsNorm, kRope, kSwiglu, kEmbedding, kAttention, kCount };
 const char* op_name(Op op);
+// "matmul" -> Op::kMatmul, ...; InvalidArgument naming the known ops otherwise.
+Result<Op> op_from_name(std::string_view name);
 
 struct KernelVariant {
-  std::string name;         // "reference", "avx2", "onednn", ...
-  std::string description;  // one line for `plumb kernels list`
+  std::string name;               // "reference", "avx2", "onednn", ...
+  std::string description;        // one line for `plumb kernels list`
   bool (*supported)() = nullptr;  // runtime check (CPU features); null = always
-  void* fn = nullptr;       // one of the *Fn types above, matching the Op
+  void* fn = nullptr;             // one of the *Fn types above, matching the Op
+  // Preference of "auto" per phase (index by Phase): the supported variant with the highest rank
+  // wins, ties go to the later-registered one. The reference variants rank 0.
+  std::array<int, 2> rank = {0, 0};
 };
 
 // The registry of built-in variants. Thread-safe for reads after static initialization.
@@ -113,7 +118,9 @@ class KernelRegistry {
   Result<const KernelVariant*> find(Op op, const std::string& name) const;
   std::vector<const KernelVariant*> list(Op op) const;
   // The variant "auto" resolves to: the fastest supported built-in for that op on this CPU.
+  // best(op) is best(op, Phase::kDecode). Never null for a built-in op (reference always exists).
   const KernelVariant* best(Op op) const;
+  const KernelVariant* best(Op op, Phase phase) const;
 
  private:
   std::map<Op, std::vector<KernelVariant>> variants_;
@@ -125,6 +132,10 @@ struct KernelSelection {
   std::map<Op, std::string> prefill;  // missing op = "auto"
   std::map<Op, std::string> decode;
   static KernelSelection all_reference();
+  // Accepts an object whose keys are op names and whose values are a variant name (both phases) or
+  // {"prefill": name, "decode": name} (a missing phase = "auto"). Unknown ops, unknown keys and
+  // non-string names are InvalidArgument naming the field. Variant names are checked by
+  // resolve_kernels, not here. to_json() writes the same form (string when both phases agree).
   static Result<KernelSelection> parse_json(std::string_view text);
   std::string to_json() const;
 };

@@ -1,0 +1,114 @@
+#include "engine/kernels/thread_pool.h"
+
+#include <algorithm>
+
+namespace plumb::engine {
+namespace {
+
+// Set on pool threads (and on a caller while it runs a job) so nested parallel_for runs inline.
+thread_local bool t_in_pool_job = false;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// ~2k pause iterations is a few microseconds: long enough to catch back-to-back kernel calls of one
+// forward pass, short enough not to steal a core from other processes between passes.
+constexpr int kSpinIterations = 2000;
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+  int n = std::max(threads, 1);
+  workers_.reserve(size_t(n - 1));
+  for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+int ThreadPool::chunks(int64_t n, int64_t align) const {
+  if (n <= 0) return 0;
+  align = std::max<int64_t>(align, 1);
+  int64_t units = (n + align - 1) / align;
+  return int(std::min<int64_t>(units, size()));
+}
+
+void ThreadPool::chunk_range(int64_t n, int64_t align, int i, int64_t* begin, int64_t* end) const {
+  align = std::max<int64_t>(align, 1);
+  int64_t units = (n + align - 1) / align;
+  int c = chunks(n, align);
+  // Units are spread as evenly as possible: the first (units % c) chunks get one more.
+  int64_t base = units / c, extra = units % c;
+  int64_t ub = i * base + std::min<int64_t>(i, extra);
+  int64_t ue = ub + base + (i < extra ? 1 : 0);
+  *begin = std::min(ub * align, n);
+  *end = std::min(ue * align, n);
+}
+
+void ThreadPool::run(int64_t n, int64_t align, Trampoline t, void* ctx) {
+  if (n <= 0) return;
+  if (workers_.empty() || t_in_pool_job || chunks(n, align) == 1) {
+    t(ctx, 0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(call_mu_);
+  job_fn_ = t;
+  job_ctx_ = ctx;
+  job_n_ = n;
+  job_align_ = align;
+  job_chunks_ = chunks(n, align);
+  pending_.store(int(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+
+  t_in_pool_job = true;
+  int64_t b, e;
+  chunk_range(n, align, 0, &b, &e);
+  t(ctx, b, e);
+  t_in_pool_job = false;
+
+  // Workers finish quickly relative to a kernel chunk; spin, then yield.
+  int spins = 0;
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    if (++spins < kSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void ThreadPool::worker_main(int index) {
+  t_in_pool_job = true;
+  // Generation 0 is the constructor's; reading generation_ here instead would race with a first job
+  // published before this thread started, and the pool would wait forever for this worker.
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t g;
+    int spins = 0;
+    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        cpu_relax();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    if (index < job_chunks_) {
+      int64_t b, e;
+      chunk_range(job_n_, job_align_, index, &b, &e);
+      job_fn_(job_ctx_, b, e);
+    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace plumb::engine

@@ -1,0 +1,68 @@
+// A small fixed-size thread pool for the engine's kernels.
+//
+// parallel_for(n, fn) splits [0, n) into contiguous chunks, one per thread, and calls fn(begin, end)
+// on each; the calling thread runs the first chunk itself and returns when every chunk is done.
+// Contract:
+//  - The thread count (caller included) is fixed at construction; size() >= 1. ThreadPool(1) runs
+//    everything on the caller and starts no thread.
+//  - No allocation per call: fn is passed by reference through a type-erased pointer, never copied.
+//  - Calls from several threads are serialized (one parallel_for runs at a time). A nested call
+//    from inside fn (on any pool thread) runs inline on that thread, so nesting cannot deadlock.
+//  - Idle workers spin briefly (a few microseconds' worth) and then block on a futex, so a pool does
+//    not burn a core between forward passes.
+//  - fn must not throw (kernels do not): an exception escaping fn terminates the program.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace plumb::engine {
+
+class ThreadPool {
+ public:
+  // threads: total threads including the caller; values < 1 are treated as 1.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n). Chunk boundaries are multiples of
+  // `align` (except the last end == n), so a kernel can keep its vector tiles whole. n <= 0: no call.
+  template <typename Fn>
+  void parallel_for(int64_t n, Fn&& fn, int64_t align = 1) {
+    using F = std::remove_reference_t<Fn>;
+    run(
+        n, align, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // Number of chunks parallel_for(n, ..., align) uses, and chunk i's range; exposed so that a
+  // caller can size per-chunk scratch and for tests.
+  int chunks(int64_t n, int64_t align = 1) const;
+  void chunk_range(int64_t n, int64_t align, int i, int64_t* begin, int64_t* end) const;
+
+ private:
+  using Trampoline = void (*)(void*, int64_t, int64_t);
+  void run(int64_t n, int64_t align, Trampoline t, void* ctx);
+  void worker_main(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // serializes parallel_for callers
+  // The current job, published by bumping generation_.
+  Trampoline job_fn_ = nullptr;
+  void* job_ctx_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_align_ = 1;
+  int job_chunks_ = 0;
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<int> pending_{0};  // worker chunks not yet finished
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace plumb::engine
