@@ -591,6 +591,35 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     if (id < 0 || id > max_id) fail(invalid_argument("tokenizer.json: post_processor id out of range"));
   }
 
+  // Word marker for SentencePiece-style models (see tokenizer_impl.h).
+  if (!impl.byte_level) {
+    std::string marker;
+    bool splits = false;
+    for (const auto& p : impl.pre_tokenizers) {
+      if (p.kind == PreKind::kMetaspace) {
+        marker = p.replacement;
+        splits = splits || p.split;
+      } else {
+        splits = true;
+      }
+    }
+    for (const auto& n : impl.normalizers) {
+      if (n.kind == NormKind::kReplace && !n.regex && n.text == " ") marker = n.content;
+    }
+    if (!splits && !marker.empty()) {
+      bool safe = true;
+      for (const auto& [tok, id] : impl.vocab) {
+        size_t lead = 0;
+        while (tok.compare(lead, marker.size(), marker) == 0) lead += marker.size();
+        if (tok.find(marker, lead) != std::string::npos) {
+          safe = false;
+          break;
+        }
+      }
+      if (safe) impl.word_marker = marker;
+    }
+  }
+
   const auto& bm = unicode::byte_map();
   for (int b = 0; b < 256; ++b) {
     auto it = impl.vocab.find(bm.byte_to_utf8[size_t(b)]);
@@ -867,7 +896,20 @@ void pre_tokenize(const Tokenizer::Impl& impl, size_t step, std::string_view pie
                   std::vector<int32_t>& out) {
   if (piece.empty()) return;
   if (step == impl.pre_tokenizers.size()) {
-    impl.bpe_word(piece, out);
+    if (impl.word_marker.empty()) {
+      impl.bpe_word(piece, out);
+      return;
+    }
+    // Cut before each marker that follows a non-marker character.
+    const std::string& mk = impl.word_marker;
+    size_t start = 0;
+    for (size_t pos = piece.find(mk); pos != std::string_view::npos; pos = piece.find(mk, pos + mk.size())) {
+      if (pos > start && piece.compare(pos - mk.size(), mk.size(), mk) != 0) {
+        impl.bpe_word(piece.substr(start, pos - start), out);
+        start = pos;
+      }
+    }
+    impl.bpe_word(piece.substr(start), out);
     return;
   }
   const PreTokenizerStep& st = impl.pre_tokenizers[step];

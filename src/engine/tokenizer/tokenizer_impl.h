@@ -122,6 +122,10 @@ struct Tokenizer::Impl {
   bool byte_level = false;                  // a ByteLevel pre-tokenizer maps bytes to stand-in characters
   std::array<int32_t, 256> byte_ids{};      // byte-level: id of each byte's stand-in character, -1 if none
   std::array<int32_t, 256> fallback_ids{};  // byte_fallback: id of "<0xNN>", -1 if none
+  // SentencePiece-style models without a splitting pre-tokenizer see whole segments as one word.
+  // When no vocabulary entry has a non-marker character followed by the marker ("▁"), no merge can
+  // cross the start of a "▁" run, so words are cut there (exactly the same ids, and cacheable).
+  std::string word_marker;
 
   // Added tokens.
   std::vector<AddedToken> added;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "core/random.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -94,6 +95,52 @@ void check_fixture(const std::string& name) {
 TEST(TokenizerFixtures, ByteLevelBpe) { check_fixture("bytelevel_bpe"); }
 TEST(TokenizerFixtures, Llama3Bpe) { check_fixture("llama3_bpe"); }
 TEST(TokenizerFixtures, SentencePieceBpe) { check_fixture("sentencepiece_bpe"); }
+
+// Seeded random texts (mixed scripts, emoji, whitespace runs, digits, special tokens) round-trip, and
+// seeded random id sequences stream exactly as they decode.
+TEST(TokenizerFixtures, RandomRoundTripAndStreaming) {
+  const std::vector<std::string> atoms = {
+      "a",          "Z",    "é",    "e\u0301", "日本", "한",   "😀",      "👍🏽",
+      "\u200d",     " ",    "  ",   "\t",      "\n",   "\r\n", "\u00a0", "1",
+      "234",        "5678", ".",    ",",       "'s",   "'LL",  "!?",     "<|begin_of_text|>",
+      "<|eot_id|>", "<s>",  "</s>", "x<",      "|>",   "\x7f"};
+  for (const char* name : {"llama3_bpe", "sentencepiece_bpe", "bytelevel_bpe"}) {
+    const std::string dir = kRoot + "/" + name;
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "fixture folder missing: " << dir;
+    auto tok_r = Tokenizer::load(dir);
+    ASSERT_TRUE(tok_r.ok()) << tok_r.status().to_string();
+    const Tokenizer& tok = **tok_r;
+    Rng rng(derive_seed(7, name));
+    for (int n = 0; n < 300; ++n) {
+      std::string text;
+      int len = int(rng.uniform_int(0, 24));
+      for (int k = 0; k < len; ++k) text += atoms[size_t(rng.uniform_int(0, int64_t(atoms.size()) - 1))];
+      std::vector<int32_t> ids = tok.encode(text, false);
+      std::string decoded = tok.decode(ids);
+      // Exact round trip where the pipeline is lossless: Llama-3 (no normalizer) always; the
+      // SentencePiece one re-adds "▁" after each special token and bytelevel_bpe applies NFC.
+      if (std::string(name) == "llama3_bpe") {
+        EXPECT_EQ(decoded, text);
+      }
+      StreamDecoder sd(tok);
+      std::string streamed;
+      for (int32_t id : ids) streamed += sd.push(id);
+      EXPECT_EQ(streamed + sd.flush(), decoded);
+      // Random ids, including byte tokens and special tokens in any order.
+      std::vector<int32_t> rid;
+      for (int k = 0; k < 12; ++k) rid.push_back(int32_t(rng.uniform_int(0, tok.vocab_size() - 1)));
+      for (bool skip : {false, true}) {
+        StreamDecoder rs(tok, skip);
+        std::string s;
+        for (int32_t id : rid) {
+          std::string piece = rs.push(id);
+          s += piece;
+        }
+        EXPECT_EQ(s + rs.flush(), tok.decode(rid, skip));
+      }
+    }
+  }
+}
 
 TEST(TokenizerFixtures, EveryOtherFolder) {
   const std::set<std::string> named = {"bytelevel_bpe", "llama3_bpe", "sentencepiece_bpe"};

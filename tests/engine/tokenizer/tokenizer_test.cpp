@@ -261,6 +261,19 @@ TEST(SentencePieceBpe, StreamStripsOnlyTheFirstSpace) {
   EXPECT_EQ(d.flush(), "");
 }
 
+TEST(SentencePieceBpe, MergesAcrossTheMarkerDisableWordCutting) {
+  // A vocabulary entry "b▁" lets a merge cross the start of a "▁" run, so segments stay whole words.
+  bj::object j = sentencepiece_json();
+  j["model"].as_object()["vocab"].as_object()["b▁"] = 269;
+  j["model"].as_object()["merges"].as_array().push_back("b ▁");
+  auto t = make(j);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->encode("b b", false), (Ids{259, 269, 261}));
+  auto plain = make(sentencepiece_json());
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->encode("b b", false), (Ids{259, 261, 259, 261}));
+}
+
 TEST(Metaspace, PrependSchemeFirstAndSplit) {
   bj::object j = sentencepiece_json();
   j["normalizer"] = nullptr;
