@@ -4,12 +4,15 @@
 // the folder, while they do not exist.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/file.h"
 #include "core/json.h"
 #include "core/random.h"
 #include "engine/tokenizer/chat_template.h"
@@ -140,6 +143,72 @@ TEST(TokenizerFixtures, RandomRoundTripAndStreaming) {
       }
     }
   }
+}
+
+// The golden model folders ship a tokenizer too (a shared byte-level BPE with a ChatML template).
+TEST(TokenizerFixtures, ModelFoldersLoadAndRenderChat) {
+  const std::string models = std::string(PLUMB_SOURCE_DIR) + "/tests/fixtures/models";
+  if (!fs::exists(models)) GTEST_SKIP() << "fixture folder missing: " << models;
+  for (const auto& e : fs::directory_iterator(models)) {
+    if (!fs::exists(e.path() / "tokenizer.json")) continue;
+    SCOPED_TRACE(e.path().string());
+    auto tok = Tokenizer::load(e.path().string());
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    std::vector<ChatMessage> msgs = {{"user", "Hello there"}};
+    auto text = apply_chat_template(**tok, msgs, true);
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    std::vector<int32_t> ids = (*tok)->encode(*text, false);
+    EXPECT_EQ((*tok)->decode(ids), *text);
+    EXPECT_FALSE((*tok)->eos_ids().empty());
+  }
+}
+
+// Truncated or corrupted tokenizer.json: an error or a working tokenizer, never a crash.
+TEST(TokenizerFixtures, CorruptedFilesFailCleanly) {
+  auto text = read_file(kRoot + "/sentencepiece_bpe/tokenizer.json");
+  if (!text.ok()) GTEST_SKIP() << "fixture folder missing: " << kRoot;
+  for (size_t cut : {size_t(0), size_t(1), size_t(100), text->size() / 2, text->size() - 2}) {
+    EXPECT_FALSE(Tokenizer::from_json(text->substr(0, cut)).ok()) << "cut at " << cut;
+  }
+  Rng rng(11);
+  for (int k = 0; k < 40; ++k) {
+    std::string bad = *text;
+    for (int m = 0; m < 4; ++m)
+      bad[size_t(rng.uniform_int(0, int64_t(bad.size()) - 1))] = char(rng.uniform_int(0, 255));
+    auto r = Tokenizer::from_json(bad);
+    if (r.ok()) {
+      auto ids = (*r)->encode("Hello wörld 😀 <s>", true);
+      (*r)->decode(ids);
+    }
+  }
+}
+
+// One tokenizer shared by threads (the word cache is the only mutable state).
+TEST(TokenizerFixtures, ConcurrentEncodeMatchesSerial) {
+  auto tok_r = Tokenizer::load(kRoot + "/llama3_bpe");
+  if (!tok_r.ok()) GTEST_SKIP() << "fixture folder missing: " << kRoot;
+  const Tokenizer& tok = **tok_r;
+  std::vector<std::string> texts;
+  Rng rng(5);
+  for (int i = 0; i < 64; ++i) {
+    std::string t;
+    for (int w = 0; w < 200; ++w) t += "w" + std::to_string(rng.uniform_int(0, 500)) + (w % 7 ? " " : ". ");
+    texts.push_back(t);
+  }
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& t : texts) serial.push_back(tok.encode(t));
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int th = 0; th < 4; ++th) {
+    threads.emplace_back([&, th] {
+      for (size_t i = 0; i < texts.size(); ++i) {
+        size_t k = (i + size_t(th) * 16) % texts.size();
+        if (tok.encode(texts[k]) != serial[k]) ++mismatches;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(TokenizerFixtures, EveryOtherFolder) {
