@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <queue>
@@ -1050,28 +1051,66 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 // ---------------------------------------------------------------------------------------------
 // BPE
 
+bool Tokenizer::Impl::CacheShard::find(std::string_view word, uint64_t h, std::vector<int32_t>& out) {
+  if (slots.empty()) return false;
+  const size_t mask = slots.size() - 1;
+  for (size_t i = (h >> 8) & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots[i];
+    if (s.hash == 0) return false;
+    if (s.hash == h && s.key_len == word.size() &&
+        std::memcmp(keys.data() + s.key_off, word.data(), word.size()) == 0) {
+      out.insert(out.end(), ids.begin() + s.ids_off, ids.begin() + s.ids_off + s.n_ids);
+      return true;
+    }
+  }
+}
+
+void Tokenizer::Impl::CacheShard::insert(std::string_view word, uint64_t h, const int32_t* word_ids,
+                                         size_t n) {
+  if (slots.empty()) slots.resize(kCacheSlots);
+  if (used * 10 >= slots.size() * 6) {  // keep probes short: clear at 60% load
+    std::fill(slots.begin(), slots.end(), Slot{});
+    keys.clear();
+    ids.clear();
+    used = 0;
+  }
+  const size_t mask = slots.size() - 1;
+  size_t i = (h >> 8) & mask;
+  while (slots[i].hash != 0) {
+    if (slots[i].hash == h && slots[i].key_len == word.size() &&
+        std::memcmp(keys.data() + slots[i].key_off, word.data(), word.size()) == 0) {
+      return;  // another thread got here first
+    }
+    i = (i + 1) & mask;
+  }
+  Slot& s = slots[i];
+  s.hash = h;
+  s.key_off = uint32_t(keys.size());
+  s.key_len = uint16_t(word.size());
+  s.ids_off = uint32_t(ids.size());
+  s.n_ids = uint16_t(n);
+  keys.append(word);
+  ids.insert(ids.end(), word_ids, word_ids + n);
+  ++used;
+}
+
 void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() > kCacheMaxWord) {
     bpe_word_uncached(word, out);
     return;
   }
-  size_t h = std::hash<std::string_view>{}(word);
+  uint64_t h = uint64_t(std::hash<std::string_view>{}(word)) | 1;  // 0 marks an empty slot
   CacheShard& shard = cache[h % kCacheShards];
-  std::string key(word);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(key);
-    if (it != shard.map.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
+    if (shard.find(word, h, out)) return;
   }
   size_t before = out.size();
   bpe_word_uncached(word, out);
-  std::vector<int32_t> ids(out.begin() + std::ptrdiff_t(before), out.end());
+  size_t n = out.size() - before;
+  if (n > 0xFFFF) return;
   std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kCacheShardCap) shard.map.clear();
-  shard.map.emplace(std::move(key), std::move(ids));
+  shard.insert(word, h, out.data() + before, n);
 }
 
 void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const {

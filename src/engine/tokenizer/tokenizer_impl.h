@@ -149,13 +149,27 @@ struct Tokenizer::Impl {
   std::optional<int32_t> bos_id, eos_id;
   std::vector<int32_t> eos_ids;
 
-  // Word cache: pre-token bytes -> ids, sharded to keep lock contention low.
+  // Word cache: pre-token bytes -> ids. Open addressing over flat arrays (one probe usually touches
+  // one slot and one key), sharded by hash to keep lock contention low; a full shard is cleared.
   static constexpr size_t kCacheShards = 16;
-  static constexpr size_t kCacheShardCap = 16384;
-  static constexpr size_t kCacheMaxWord = 96;
+  static constexpr size_t kCacheSlots = size_t(1) << 14;  // per shard, power of two
+  static constexpr size_t kCacheMaxWord = 96;             // longer words are not cached
   struct CacheShard {
+    struct Slot {
+      uint64_t hash = 0;  // 0: empty
+      uint32_t key_off = 0;
+      uint32_t ids_off = 0;
+      uint16_t key_len = 0;
+      uint16_t n_ids = 0;
+    };
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>> map;
+    std::vector<Slot> slots;
+    std::string keys;
+    std::vector<int32_t> ids;
+    size_t used = 0;
+    // Appends the cached ids of word to out; false when absent.
+    bool find(std::string_view word, uint64_t h, std::vector<int32_t>& out);
+    void insert(std::string_view word, uint64_t h, const int32_t* word_ids, size_t n);
   };
   mutable std::array<CacheShard, kCacheShards> cache;
 
