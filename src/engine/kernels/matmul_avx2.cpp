@@ -1,0 +1,133 @@
+// matmul "avx2": y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias) for f32/f16/bf16 weights.
+//
+// Decode (m of 1..16) is bound by reading the weights, so each weight element is loaded and
+// converted to f32 in registers once per group of up to kRowsX rows of x, and FMA'd against all of
+// them; output features are split over the pool. A tile of kRowsX x-rows by kRowsW weight rows keeps
+// kRowsX*kRowsW accumulators of 8 partial sums each (12 + 3 weight registers + 1 spare = 16 ymm).
+#include <algorithm>
+
+#include "engine/kernels/avx2_util.h"
+#include "engine/kernels/reference.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace plumb::engine::avx2 {
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+namespace {
+
+constexpr int kRowsW = 3;  // weight rows per tile
+constexpr int kRowsX = 4;  // x rows per tile
+
+template <DType D>
+PLUMB_AVX2_INLINE __m256 load_w8(const void* base, int64_t index) {
+  if constexpr (D == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
+  } else if constexpr (D == DType::kBF16) {
+    return load_bf16x8(static_cast<const uint16_t*>(base) + index);
+  } else {
+    return load_f16x8(static_cast<const uint16_t*>(base) + index);
+  }
+}
+
+template <DType D>
+inline float load_w1(const void* base, int64_t index) {
+  return ref::load_weight(base, D, index);
+}
+
+// y[i, j] for i in [0, RX) of the x rows at x, j in [0, RW) of the weight rows starting at row j0.
+template <DType D, int RX, int RW>
+PLUMB_AVX2 void tile(const float* x, int64_t k, const void* w, int64_t j0, const float* bias, float* y,
+                     int64_t ldy) {
+  __m256 acc[RX][RW];
+#pragma GCC unroll 4
+  for (int i = 0; i < RX; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < RW; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  const int64_t k8 = k & ~int64_t(7);
+  for (int64_t p = 0; p < k8; p += 8) {
+    __m256 wv[RW];
+#pragma GCC unroll 4
+    for (int j = 0; j < RW; ++j) wv[j] = load_w8<D>(w, (j0 + j) * k + p);
+#pragma GCC unroll 4
+    for (int i = 0; i < RX; ++i) {
+      __m256 xv = _mm256_loadu_ps(x + i * k + p);
+#pragma GCC unroll 4
+      for (int j = 0; j < RW; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RX; ++i) {
+    for (int j = 0; j < RW; ++j) {
+      float s = hsum(acc[i][j]);
+      for (int64_t p = k8; p < k; ++p) s += x[i * k + p] * load_w1<D>(w, (j0 + j) * k + p);
+      if (bias) s += bias[j0 + j];
+      y[i * ldy + j0 + j] = s;
+    }
+  }
+}
+
+template <DType D, int RX>
+PLUMB_AVX2 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                       const float* bias, float* y, int64_t ldy) {
+  int64_t j = n_begin;
+  for (; j + kRowsW <= n_end; j += kRowsW) tile<D, RX, kRowsW>(x, k, w, j, bias, y, ldy);
+  for (; j < n_end; ++j) tile<D, RX, 1>(x, k, w, j, bias, y, ldy);
+}
+
+// Output features [n_begin, n_end) for every row of x. Weight rows are the outer loop in blocks
+// small enough to stay in L2 while every x-row group passes over them.
+template <DType D>
+void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+              const float* bias, float* y, int64_t n) {
+  const int64_t block =
+      std::max<int64_t>(kRowsW, (int64_t(96) * 1024 / (k * int64_t(dtype_size(D)))) / kRowsW * kRowsW);
+  for (int64_t jb = n_begin; jb < n_end; jb += block) {
+    const int64_t je = std::min(n_end, jb + block);
+    int64_t i = 0;
+    for (; i + kRowsX <= m; i += kRowsX) rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n);
+    switch (m - i) {
+      case 3:
+        rows_x<D, 3>(x + i * k, k, w, jb, je, bias, y + i * n, n);
+        break;
+      case 2:
+        rows_x<D, 2>(x + i * k, k, w, jb, je, bias, y + i * n, n);
+        break;
+      case 1:
+        rows_x<D, 1>(x + i * k, k, w, jb, je, bias, y + i * n, n);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+template <DType D>
+void run(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
+         float* y) {
+  auto part = [&](int64_t b, int64_t e) { features<D>(x, m, w.cols, w.data, b, e, bias, y, w.rows); };
+  if (ctx.pool) {
+    ctx.pool->parallel_for(w.rows, part, kRowsW);
+  } else {
+    part(0, w.rows);
+  }
+}
+
+}  // namespace
+
+void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
+            float* y) {
+  switch (w.dtype) {
+    case DType::kF32:
+      return run<DType::kF32>(ctx, x, m, w, bias, y);
+    case DType::kF16:
+      return run<DType::kF16>(ctx, x, m, w, bias, y);
+    case DType::kBF16:
+      return run<DType::kBF16>(ctx, x, m, w, bias, y);
+  }
+}
+
+}  // namespace plumb::engine::avx2

@@ -1,0 +1,201 @@
+// Every non-reference variant against the reference on seeded random inputs over many shapes.
+// Error bounds (stated per test) are for float accumulation against the double reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/kernels/reference.h"
+#include "engine/kernels/test_util.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace plumb::engine {
+namespace {
+
+using testing::make_weights;
+using testing::max_rel_err;
+using testing::random_floats;
+using testing::TestCache;
+
+// Supported variants of op other than the reference; the test fails if none is registered for an
+// op that should have one on this CPU, so a registration lost to the linker cannot pass silently.
+std::vector<const KernelVariant*> fast_variants(Op op) {
+  std::vector<const KernelVariant*> out;
+  for (const KernelVariant* v : KernelRegistry::instance().list(op)) {
+    if (v->name != "reference" && (!v->supported || v->supported())) out.push_back(v);
+  }
+  return out;
+}
+
+TEST(Variants, AutoPicksFastVariantsPerPhase) {
+  auto& reg = KernelRegistry::instance();
+  ASSERT_GE(reg.list(Op::kMatmul).size(), 2u);  // reference + onednn at least, everywhere
+  EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, "onednn");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, "avx2");
+    for (Op op : {Op::kRmsNorm, Op::kRope, Op::kSwiglu, Op::kAttention}) {
+      EXPECT_EQ(reg.best(op, Phase::kDecode)->name, "avx2") << op_name(op);
+    }
+  }
+}
+
+// Bound: |y - y_ref| <= 1e-5 * (sum_p |x_p w_p| + |bias|) per element: float accumulation of k
+// products has error ~k * 2^-24 of that sum, and k <= 300 here.
+TEST(Variants, MatmulMatchesReferenceOverShapesDtypesAndThreads) {
+  ThreadPool pool2(2), pool3(3);
+  for (const KernelVariant* v : fast_variants(Op::kMatmul)) {
+    auto fn = reinterpret_cast<MatmulFn>(v->fn);
+    uint64_t seed = 100;
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 17}) {
+        for (int64_t n : {1, 2, 3, 4, 7, 31, 64}) {
+          for (int64_t k : {1, 7, 8, 9, 33, 300}) {
+            ++seed;
+            auto tw = make_weights(n, k, dt, seed);
+            auto x = random_floats(size_t(m * k), seed + 7);  // [m, k]
+            auto bias = random_floats(size_t(n), seed + 9);   // [n]
+            const float* b = (seed % 2) ? bias.data() : nullptr;
+            std::vector<float> expect(size_t(m * n)), got(size_t(m * n));  // [m, n]
+            ref::matmul({}, x.data(), m, tw.w, b, expect.data());
+            ThreadPool* pool = seed % 3 == 0 ? nullptr : (seed % 3 == 1 ? &pool2 : &pool3);
+            fn({pool, Phase::kDecode}, x.data(), m, tw.w, b, got.data());
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                double scale = b ? std::fabs(b[j]) : 0.0;
+                for (int64_t p = 0; p < k; ++p)
+                  scale += std::fabs(x[size_t(i * k + p)] * tw.f32[size_t(j * k + p)]);
+                double err = std::fabs(double(got[size_t(i * n + j)]) - expect[size_t(i * n + j)]);
+                ASSERT_LE(err, 1e-5 * scale + 1e-30) << v->name << " " << dtype_name(dt) << " m=" << m
+                                                     << " n=" << n << " k=" << k << " i=" << i << " j=" << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Variants, MatmulLargeShapeOfTheModel) {
+  // One real projection shape (Qwen2.5-0.5B q_proj: 896 -> 896) at prefill-like m.
+  ThreadPool pool(2);
+  const int64_t m = 37, n = 896, k = 896;
+  auto tw = make_weights(n, k, DType::kBF16, 5);
+  auto x = random_floats(size_t(m * k), 6);
+  std::vector<float> expect(size_t(m * n)), got(size_t(m * n));
+  ref::matmul({&pool, Phase::kPrefill}, x.data(), m, tw.w, nullptr, expect.data());
+  for (const KernelVariant* v : fast_variants(Op::kMatmul)) {
+    std::fill(got.begin(), got.end(), NAN);
+    reinterpret_cast<MatmulFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), m, tw.w, nullptr, got.data());
+    // Outputs are sums of 896 terms of size ~0.25; 1e-4 absolute is ~30x the expected float error.
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - expect[i])));
+    EXPECT_LE(worst, 1e-4) << v->name;
+  }
+}
+
+// Bound: relative 1e-5 (floor 1e-3).
+TEST(Variants, RmsNormMatchesReference) {
+  ThreadPool pool(2);
+  for (const KernelVariant* v : fast_variants(Op::kRmsNorm)) {
+    for (int64_t rows : {1, 3, 64}) {
+      for (int64_t dim : {1, 7, 8, 17, 64, 896, 1031}) {
+        auto x = random_floats(size_t(rows * dim), uint64_t(rows * 1000 + dim), 4.0f);
+        auto w = random_floats(size_t(dim), uint64_t(dim));
+        std::vector<float> expect(x.size()), got(x.size());
+        ref::rmsnorm({}, x.data(), w.data(), rows, dim, 1e-6f, expect.data());
+        reinterpret_cast<RmsNormFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), w.data(), rows, dim, 1e-6f,
+                                           got.data());
+        EXPECT_LE(max_rel_err(got, expect, 1e-3), 1e-5) << v->name << " rows=" << rows << " dim=" << dim;
+        reinterpret_cast<RmsNormFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), w.data(), rows, dim, 1e-6f,
+                                           x.data());  // in place
+        EXPECT_EQ(x, got);
+      }
+    }
+  }
+}
+
+// Bound: |err| <= 2e-6 * max(|ref|, 1e-3) (polynomial exp, rel. error < 2e-7).
+TEST(Variants, SwigluMatchesReference) {
+  ThreadPool pool(2);
+  for (const KernelVariant* v : fast_variants(Op::kSwiglu)) {
+    for (int64_t rows : {1, 5, 100}) {
+      for (int64_t dim : {1, 9, 64, 4864}) {
+        auto g = random_floats(size_t(rows * dim), uint64_t(rows + dim), 20.0f);
+        auto u = random_floats(size_t(rows * dim), uint64_t(rows + dim + 1), 3.0f);
+        std::vector<float> expect(g.size()), got(g.size());
+        ref::swiglu({}, g.data(), u.data(), rows, dim, expect.data());
+        reinterpret_cast<SwigluFn>(v->fn)({&pool, Phase::kPrefill}, g.data(), u.data(), rows, dim,
+                                          got.data());
+        EXPECT_LE(max_rel_err(got, expect, 1e-3), 2e-6) << v->name << " rows=" << rows << " dim=" << dim;
+      }
+    }
+  }
+}
+
+// Bound: absolute 1e-6 with inputs in [-1, 1]: cos/sin rounded to float, then a float rotation;
+// outputs can cancel to near zero, so a relative bound would be meaningless.
+TEST(Variants, RopeMatchesReference) {
+  ThreadPool pool(2);
+  for (const KernelVariant* v : fast_variants(Op::kRope)) {
+    for (int64_t tokens : {1, 3, 40}) {
+      for (int64_t hd : {2, 16, 64, 80, 128}) {
+        const int64_t heads = 3, half = hd / 2;
+        auto x = random_floats(size_t(tokens * heads * hd), uint64_t(tokens * 7 + hd));
+        std::vector<int32_t> pos(static_cast<size_t>(tokens));
+        for (int64_t t = 0; t < tokens; ++t) pos[size_t(t)] = int32_t(t * 37 + 3);
+        std::vector<float> inv_freq(static_cast<size_t>(half));
+        for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = float(std::pow(1e6, -double(2 * i) / hd));
+        auto expect = x, got = x;
+        ref::rope({}, expect.data(), tokens, heads, hd, pos.data(), inv_freq.data());
+        reinterpret_cast<RopeFn>(v->fn)({&pool, Phase::kPrefill}, got.data(), tokens, heads, hd, pos.data(),
+                                        inv_freq.data());
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          double d = std::fabs(double(got[i]) - expect[i]);
+          if (!(d <= worst)) worst = d;
+        }
+        EXPECT_LE(worst, 1e-6) << v->name << " tokens=" << tokens << " hd=" << hd;
+      }
+    }
+  }
+}
+
+// Bound: absolute 1e-5 (outputs are convex combinations of V values in [-1, 1]).
+TEST(Variants, AttentionMatchesReferenceOverLayouts) {
+  ThreadPool pool(2);
+  struct Layout {
+    int32_t n_heads, n_kv, hd, bs;
+  };
+  for (const KernelVariant* v : fast_variants(Op::kAttention)) {
+    for (Layout L : {Layout{14, 2, 64, 16}, Layout{4, 4, 7, 3}, Layout{8, 1, 33, 5}, Layout{2, 1, 128, 1}}) {
+      TestCache cache(40, L.bs, L.n_kv, L.hd, uint64_t(L.hd));
+      // Scattered block tables (reversed and interleaved physical ids).
+      std::vector<std::vector<int32_t>> tables(3);
+      for (int32_t b = 0; b < 13; ++b) {
+        tables[0].push_back(39 - 3 * b);
+        tables[1].push_back(38 - 3 * b);
+        tables[2].push_back(37 - 3 * b);
+      }
+      const int32_t cap = 13 * L.bs;  // positions a table covers
+      // A prefill, a decode and a chunked continuation in one batch, rows out of order.
+      std::vector<AttentionSeq> seqs = {{1, std::min(cap, 11), 0, tables[0].data()},
+                                        {0, 1, std::min(cap - 1, 12), tables[1].data()},
+                                        {1 + std::min(cap, 11), 3, std::min(cap - 3, 5), tables[2].data()}};
+      int64_t rows = 1 + std::min(cap, 11) + 3;
+      auto q = random_floats(size_t(rows * L.n_heads * L.hd), 9);
+      std::vector<float> expect(q.size()), got(q.size(), NAN);
+      ref::attention({}, q.data(), cache.view, seqs, L.n_heads, 0.3f, expect.data());
+      reinterpret_cast<AttentionFn>(v->fn)({&pool, Phase::kDecode}, q.data(), cache.view, seqs, L.n_heads,
+                                           0.3f, got.data());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        double d = std::fabs(double(got[i]) - expect[i]);
+        if (!(d <= worst)) worst = d;
+      }
+      EXPECT_LE(worst, 1e-5) << v->name << " heads=" << L.n_heads << " kv=" << L.n_kv << " hd=" << L.hd;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plumb::engine
