@@ -1,0 +1,511 @@
+#include "engine/scheduler/llm_engine.h"
+
+#include <algorithm>
+
+#include "core/json.h"
+#include "core/log.h"
+#include "core/random.h"
+#include "engine/scheduler/sampler.h"
+
+namespace plumb::engine {
+
+Result<LlmEngineConfig> llm_engine_preset(const std::string& name) {
+  LlmEngineConfig c;
+  if (name == "default") return c;
+  if (name == "naive") {
+    c.max_num_seqs = 1;
+    c.enable_prefix_caching = false;
+    c.enable_chunked_prefill = false;
+    c.kernels = "reference";
+    return c;
+  }
+  return invalid_argument("unknown preset '" + name + "' (naive|default)");
+}
+
+Result<LlmEngineConfig> normalize(const LlmEngineConfig& requested, int64_t model_context,
+                                  std::vector<std::string>* notes) {
+  LlmEngineConfig c = requested;
+  auto note = [&](std::string s) {
+    if (notes) notes->push_back(std::move(s));
+  };
+  if (c.max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1");
+  if (c.max_num_batched_tokens < 1) return invalid_argument("max_num_batched_tokens must be >= 1");
+  if (c.prefill_chunk_size < 1) return invalid_argument("prefill_chunk_size must be >= 1");
+  if (c.kv_block_size < 1 || c.kv_block_size > 1024)
+    return invalid_argument("kv_block_size must be in [1, 1024]");
+  if (c.kv_cache_tokens < c.kv_block_size)
+    return invalid_argument("kv_cache_tokens must be >= kv_block_size");
+  if (c.max_queue < 1) return invalid_argument("max_queue must be >= 1");
+  if (c.threads < 0) return invalid_argument("threads must be >= 0");
+  if (c.scheduling_policy != "fcfs") {
+    return invalid_argument("scheduling policy '" + c.scheduling_policy + "' is not supported (fcfs)");
+  }
+  if (model_context < 2) return invalid_argument("model context must be >= 2 tokens");
+  if (!c.enable_chunked_prefill && c.max_num_batched_tokens < model_context) {
+    note("max_num_batched_tokens raised from " + std::to_string(c.max_num_batched_tokens) +
+         " to the context " + std::to_string(model_context) +
+         ": without chunked prefill a whole prompt must fit in one step");
+    c.max_num_batched_tokens = int32_t(model_context);
+  }
+  if (c.prefill_chunk_size > c.max_num_batched_tokens) {
+    note("prefill_chunk_size capped at max_num_batched_tokens (" + std::to_string(c.max_num_batched_tokens) +
+         ")");
+    c.prefill_chunk_size = c.max_num_batched_tokens;
+  }
+  int64_t rounded = (c.kv_cache_tokens + c.kv_block_size - 1) / c.kv_block_size * c.kv_block_size;
+  if (rounded != c.kv_cache_tokens) {
+    note("kv_cache_tokens rounded up to whole blocks: " + std::to_string(rounded));
+    c.kv_cache_tokens = rounded;
+  }
+  return c;
+}
+
+std::string llm_engine_config_json(const LlmEngineConfig& c) {
+  json::object o;
+  o["max_num_seqs"] = c.max_num_seqs;
+  o["max_num_batched_tokens"] = c.max_num_batched_tokens;
+  o["enable_chunked_prefill"] = c.enable_chunked_prefill;
+  o["prefill_chunk_size"] = c.prefill_chunk_size;
+  o["kv_block_size"] = c.kv_block_size;
+  o["kv_cache_tokens"] = c.kv_cache_tokens;
+  o["enable_prefix_caching"] = c.enable_prefix_caching;
+  o["scheduling_policy"] = c.scheduling_policy;
+  o["max_queue"] = c.max_queue;
+  o["threads"] = c.threads;
+  o["kernels"] = c.kernels;
+  return json::dump(o);
+}
+
+struct LlmEngine::Seq {
+  RequestId id = 0;
+  GenerationRequest req;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int32_t prompt_len = 0;
+  int32_t num_computed = 0;      // tokens whose K/V is in the cache
+  std::vector<int32_t> table;    // block table
+  std::vector<uint64_t> hashes;  // hash chain of the leading full, computed blocks
+  int32_t generated = 0;
+  Rng rng{0};
+  RequestTimings timings;
+  std::vector<TokenLogprob> prompt_lp;  // collected until the first token goes out
+  bool prompt_lp_done = false;
+  bool ever_scheduled = false;
+};
+
+LlmEngine::LlmEngine(LlmEngineConfig config, std::unique_ptr<ModelRunner> runner, Mode mode)
+    : config_(std::move(config)), runner_(std::move(runner)), mode_(mode) {}
+
+Result<std::unique_ptr<LlmEngine>> LlmEngine::create(LlmEngineConfig config,
+                                                     std::unique_ptr<ModelRunner> runner, Mode mode) {
+  if (!runner) return invalid_argument("LlmEngine needs a model runner");
+  PLUMB_ASSIGN_OR_RETURN(LlmEngineConfig eff, normalize(config, runner->max_context()));
+  int32_t num_blocks = int32_t(eff.kv_cache_tokens / eff.kv_block_size);
+  PLUMB_RETURN_IF_ERROR(
+      runner->init_kv(num_blocks, eff.kv_block_size).with_context("allocating the KV cache"));
+  std::unique_ptr<LlmEngine> e(new LlmEngine(std::move(eff), std::move(runner), mode));
+  e->blocks_ =
+      std::make_unique<BlockManager>(num_blocks, e->config_.kv_block_size, e->config_.enable_prefix_caching);
+  e->max_context_ = std::min<int64_t>(e->runner_->max_context(), e->config_.kv_cache_tokens);
+  e->counters_.kv_blocks_total = num_blocks;
+  e->stats_ = e->counters_;
+  if (mode == Mode::kThread) e->thread_ = std::thread([p = e.get()] { p->run(); });
+  return e;
+}
+
+LlmEngine::~LlmEngine() { stop(); }
+
+Result<RequestId> LlmEngine::submit(GenerationRequest request) {
+  if (!request.sink) return invalid_argument("request has no token sink");
+  if (request.prompt.empty()) return invalid_argument("the prompt is empty");
+  if (request.stop.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  PLUMB_RETURN_IF_ERROR(validate_sampling(request.sampling));
+  int32_t vocab = runner_->vocab_size();
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= vocab) {
+      return invalid_argument("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    }
+  }
+  if (int64_t(request.prompt.size()) >= max_context_) {
+    return invalid_argument("the prompt has " + std::to_string(request.prompt.size()) +
+                            " tokens; this server's context is " + std::to_string(max_context_) +
+                            " tokens and at least one must be left to generate");
+  }
+  auto s = std::make_unique<Seq>();
+  s->timings.arrival = std::chrono::steady_clock::now();
+  s->tokens = request.prompt;
+  s->prompt_len = int32_t(request.prompt.size());
+  s->timings.prompt_tokens = s->prompt_len;
+  s->req = std::move(request);
+  std::lock_guard lock(mu_);
+  if (stopping_) return unavailable("the server is shutting down");
+  if (queued_ >= config_.max_queue) {
+    stats_.requests_rejected++;
+    return resource_exhausted("queue full: " + std::to_string(queued_) + " requests waiting (max_queue " +
+                              std::to_string(config_.max_queue) + ")");
+  }
+  s->id = next_id_++;
+  s->rng = Rng(s->req.sampling.seed ? *s->req.sampling.seed : derive_seed(s->id, "sampling"));
+  RequestId id = s->id;
+  inbox_.push_back(std::move(s));
+  queued_++;
+  stats_.waiting++;
+  cv_.notify_one();
+  return id;
+}
+
+void LlmEngine::cancel(RequestId id) {
+  std::lock_guard lock(mu_);
+  cancels_.push_back(id);
+  cv_.notify_one();
+}
+
+BackendStats LlmEngine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+std::string LlmEngine::describe() const {
+  auto o = json::parse(llm_engine_config_json(config_));
+  json::object out;
+  out["engine"] = "llm";
+  out["model"] = runner_->describe();
+  out["max_context"] = max_context_;
+  if (o.ok()) out["settings"] = *o;
+  return json::dump(out);
+}
+
+void LlmEngine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (mode_ == Mode::kManual) {
+    // Nobody else drives the engine: cancel what is left here.
+    std::vector<std::pair<Seq*, TokenEvent>> out;
+    take_inbox();
+    for (auto& s : running_) finish(*s, FinishReason::kCancelled, Status::Ok(), out);
+    for (auto& s : waiting_) finish(*s, FinishReason::kCancelled, Status::Ok(), out);
+    for (auto& [s, ev] : out) s->req.sink(std::move(ev));
+    running_.clear();
+    waiting_.clear();
+    publish_stats();
+  }
+}
+
+void LlmEngine::take_inbox() {
+  std::vector<std::unique_ptr<Seq>> in;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lock(mu_);
+    in.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& s : in) waiting_.push_back(std::move(s));
+  if (cancels.empty()) return;
+  std::vector<std::pair<Seq*, TokenEvent>> out;
+  std::vector<std::unique_ptr<Seq>> dead;
+  for (RequestId id : cancels) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (running_[i]->id == id) {
+        finish(*running_[i], FinishReason::kCancelled, Status::Ok(), out);
+        dead.push_back(std::move(running_[i]));
+        running_.erase(running_.begin() + std::ptrdiff_t(i));
+        break;
+      }
+    }
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+      if ((*it)->id == id) {
+        finish(**it, FinishReason::kCancelled, Status::Ok(), out);
+        dead.push_back(std::move(*it));
+        waiting_.erase(it);
+        break;
+      }
+    }
+  }
+  for (auto& [s, ev] : out) s->req.sink(std::move(ev));
+}
+
+void LlmEngine::finish(Seq& s, FinishReason reason, Status error,
+                       std::vector<std::pair<Seq*, TokenEvent>>& out) {
+  blocks_->release_all(s.table);
+  s.hashes.clear();
+  s.timings.finished = std::chrono::steady_clock::now();
+  s.timings.completion_tokens = s.generated;
+  TokenEvent ev;
+  ev.finished = true;
+  ev.reason = reason;
+  ev.error = std::move(error);
+  ev.timings = s.timings;
+  switch (reason) {
+    case FinishReason::kCancelled:
+      counters_.requests_cancelled++;
+      break;
+    case FinishReason::kError:
+      counters_.requests_failed++;
+      break;
+    default:
+      counters_.requests_finished++;
+      break;
+  }
+  out.emplace_back(&s, std::move(ev));
+}
+
+bool LlmEngine::ensure_blocks(Seq& s, int64_t n_tokens) {
+  int32_t bs = config_.kv_block_size;
+  while (int64_t(s.table.size()) * bs < n_tokens) {
+    auto b = blocks_->allocate();
+    if (!b.ok()) return false;
+    s.table.push_back(*b);
+  }
+  return true;
+}
+
+void LlmEngine::preempt(size_t running_index) {
+  std::unique_ptr<Seq> s = std::move(running_[running_index]);
+  running_.erase(running_.begin() + std::ptrdiff_t(running_index));
+  blocks_->release_all(s->table);
+  s->hashes.clear();
+  s->num_computed = 0;
+  if (!s->prompt_lp_done) s->prompt_lp.clear();  // recomputed from the start
+  s->timings.preemptions++;
+  counters_.preemptions++;
+  log::debug("event=preempt request={} tokens={}", s->id, s->tokens.size());
+  waiting_.push_front(std::move(s));
+}
+
+bool LlmEngine::step() {
+  take_inbox();
+  if (running_.empty() && waiting_.empty()) {
+    publish_stats();
+    return false;
+  }
+  const int32_t bs = config_.kv_block_size;
+  const bool chunked = config_.enable_chunked_prefill;
+  int64_t budget = config_.max_num_batched_tokens;
+  struct Planned {
+    Seq* seq;
+    int32_t n;
+  };
+  std::vector<Planned> plan;
+
+  // Running sequences, oldest first. A sequence that cannot get a block preempts the newest one.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Seq& s = *running_[i];
+    int64_t want = int64_t(s.tokens.size()) - s.num_computed;
+    int64_t n = std::min(want, budget);
+    if (chunked) n = std::min<int64_t>(n, config_.prefill_chunk_size);
+    if (!chunked && n < want) break;  // a whole prompt that no longer fits waits for the next step
+    bool ok = ensure_blocks(s, s.num_computed + n);
+    while (!ok && running_.size() - 1 > i) {
+      preempt(running_.size() - 1);
+      ok = ensure_blocks(s, s.num_computed + n);
+    }
+    if (!ok) {
+      preempt(i);  // it is the newest itself; it waits for blocks to come back
+      continue;
+    }
+    plan.push_back({&s, int32_t(n)});
+    budget -= n;
+    ++i;
+  }
+
+  // Admit waiting requests first come, first served.
+  while (!waiting_.empty() && int32_t(running_.size()) < config_.max_num_seqs && budget > 0) {
+    Seq& s = *waiting_.front();
+    if (s.table.empty() && !(s.req.sampling.prompt_logprobs && !s.prompt_lp_done)) {
+      int32_t max_blocks = int32_t((s.tokens.size() - 1) / size_t(bs));  // always recompute the last token
+      int32_t hit = blocks_->match_prefix(s.tokens, max_blocks, s.table, s.hashes);
+      s.num_computed = hit * bs;
+      if (!s.ever_scheduled) s.timings.cached_prompt_tokens = int64_t(hit) * bs;
+    }
+    int64_t want = int64_t(s.tokens.size()) - s.num_computed;
+    int64_t n = std::min(want, budget);
+    if (chunked) n = std::min<int64_t>(n, config_.prefill_chunk_size);
+    int64_t need_blocks = (s.num_computed + n + bs - 1) / bs - int64_t(s.table.size());
+    if ((!chunked && n < want) || need_blocks > blocks_->available()) {
+      // Not now: give back the cached blocks it holds so they stay evictable.
+      blocks_->release_all(s.table);
+      s.hashes.clear();
+      s.num_computed = 0;
+      break;
+    }
+    ensure_blocks(s, s.num_computed + n);
+    if (!s.ever_scheduled) {
+      s.ever_scheduled = true;
+      counters_.prompt_tokens += s.prompt_len;
+      counters_.prefix_cache_queries = blocks_->query_tokens();
+      counters_.prefix_cache_hits = blocks_->hit_tokens();
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    plan.push_back({&s, int32_t(n)});
+    budget -= n;
+  }
+
+  if (plan.empty()) {
+    // Everything waits on blocks held by nobody runnable: cannot happen, since a lone sequence
+    // always fits (max_context <= KV capacity). Guard against a busy loop anyway.
+    publish_stats();
+    return false;
+  }
+
+  // Build the batch.
+  std::vector<StepSeq> batch;
+  batch.reserve(plan.size());
+  SteadyTime now = std::chrono::steady_clock::now();
+  for (auto& p : plan) {
+    Seq& s = *p.seq;
+    if (s.timings.first_scheduled == SteadyTime{}) s.timings.first_scheduled = now;
+    StepSeq st;
+    st.tokens = std::span<const int32_t>(s.tokens).subspan(size_t(s.num_computed), size_t(p.n));
+    st.start_pos = s.num_computed;
+    st.block_table = s.table;
+    bool reaches_end = s.num_computed + p.n == int32_t(s.tokens.size());
+    if (s.req.sampling.prompt_logprobs && !s.prompt_lp_done && s.num_computed < s.prompt_len) {
+      st.logits = StepSeq::Logits::kAll;
+    } else {
+      st.logits = reaches_end ? StepSeq::Logits::kLast : StepSeq::Logits::kNone;
+    }
+    batch.push_back(st);
+  }
+  Status fs = runner_->forward(batch, logits_);
+  counters_.steps++;
+  std::vector<std::pair<Seq*, TokenEvent>> out;
+  std::vector<Seq*> ended;
+  if (!fs.ok()) {
+    log::error("event=forward_failed error=\"{}\"", fs.to_string());
+    for (auto& p : plan) {
+      finish(*p.seq, FinishReason::kError, fs.with_context("model forward pass"), out);
+      ended.push_back(p.seq);
+    }
+  } else {
+    const int32_t vocab = runner_->vocab_size();
+    size_t row = 0;
+    for (size_t k = 0; k < plan.size(); ++k) {
+      Seq& s = *plan[k].seq;
+      const int32_t n = plan[k].n;
+      const int32_t start = s.num_computed;
+      s.num_computed += n;
+      // Register blocks that became full and computed.
+      while (int64_t(s.hashes.size()) < s.num_computed / bs) {
+        size_t b = s.hashes.size();
+        std::span<const int32_t> toks =
+            std::span<const int32_t>(s.tokens).subspan(b * size_t(bs), size_t(bs));
+        uint64_t h = kv_block_hash(b == 0 ? 0 : s.hashes.back(), toks);
+        s.hashes.push_back(h);
+        blocks_->register_full(s.table[b], h, toks);
+      }
+      std::span<const float> last_row;
+      if (batch[k].logits == StepSeq::Logits::kAll) {
+        for (int32_t j = 0; j < n; ++j) {
+          std::span<const float> r(logits_.data() + (row + size_t(j)) * size_t(vocab), size_t(vocab));
+          int32_t pos = start + j;  // this row predicts token pos + 1
+          if (pos + 1 < s.prompt_len) {
+            s.prompt_lp.push_back(
+                token_logprob(r, s.tokens[size_t(pos) + 1], std::max(0, s.req.sampling.logprobs)));
+          }
+        }
+        if (s.num_computed == int32_t(s.tokens.size())) {
+          last_row =
+              std::span<const float>(logits_.data() + (row + size_t(n) - 1) * size_t(vocab), size_t(vocab));
+        }
+        row += size_t(n);
+      } else if (batch[k].logits == StepSeq::Logits::kLast) {
+        last_row = std::span<const float>(logits_.data() + row * size_t(vocab), size_t(vocab));
+        row += 1;
+      }
+      if (last_row.empty()) continue;
+      int32_t tok = sample_token(last_row, s.req.sampling, s.rng);
+      TokenEvent ev;
+      ev.tokens.push_back(tok);
+      if (s.req.sampling.logprobs >= 0)
+        ev.logprobs.push_back(token_logprob(last_row, tok, s.req.sampling.logprobs));
+      if (s.req.sampling.prompt_logprobs && !s.prompt_lp_done) {
+        ev.prompt_logprobs = std::move(s.prompt_lp);
+        s.prompt_lp.clear();
+      }
+      s.prompt_lp_done = true;
+      s.tokens.push_back(tok);
+      s.generated++;
+      counters_.generation_tokens++;
+      if (s.timings.first_token == SteadyTime{}) s.timings.first_token = std::chrono::steady_clock::now();
+      FinishReason reason = FinishReason::kNone;
+      const auto& stop_ids = s.req.stop.stop_token_ids;
+      if (!s.req.stop.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
+        reason = FinishReason::kStop;
+      } else if (s.generated >= s.req.stop.max_tokens || int64_t(s.tokens.size()) >= max_context_) {
+        reason = FinishReason::kLength;
+      }
+      if (reason == FinishReason::kNone) {
+        out.emplace_back(&s, std::move(ev));
+      } else {
+        finish(s, reason, Status::Ok(), out);
+        // The finishing event carries the last token too.
+        TokenEvent& fin = out.back().second;
+        fin.tokens = std::move(ev.tokens);
+        fin.logprobs = std::move(ev.logprobs);
+        fin.prompt_logprobs = std::move(ev.prompt_logprobs);
+        ended.push_back(&s);
+      }
+    }
+  }
+  // Remove ended sequences from running_ (keep them alive until their sinks ran).
+  std::vector<std::unique_ptr<Seq>> dead;
+  for (Seq* e : ended) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == e; });
+    if (it != running_.end()) {
+      dead.push_back(std::move(*it));
+      running_.erase(it);
+    }
+  }
+  publish_stats();
+  for (auto& [s, ev] : out) s->req.sink(std::move(ev));
+  return true;
+}
+
+void LlmEngine::publish_stats() {
+  std::lock_guard lock(mu_);
+  queued_ = int64_t(inbox_.size() + waiting_.size());
+  BackendStats s = counters_;
+  s.requests_rejected = stats_.requests_rejected;
+  s.running = int64_t(running_.size());
+  s.waiting = queued_;
+  s.kv_blocks_used = blocks_->used_count();
+  s.kv_blocks_cached = blocks_->evictable_count();
+  s.prefix_cache_queries = blocks_->query_tokens();
+  s.prefix_cache_hits = blocks_->hit_tokens();
+  stats_ = s;
+}
+
+void LlmEngine::run() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !running_.empty() || !waiting_.empty();
+      });
+      if (stopping_) break;
+    }
+    if (!step()) {
+      // Work exists but nothing could be scheduled (should not happen: a lone sequence always
+      // fits); wait briefly instead of spinning.
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
+  }
+  // Stopping: cancel what is left.
+  std::vector<std::pair<Seq*, TokenEvent>> out;
+  take_inbox();
+  for (auto& s : running_) finish(*s, FinishReason::kCancelled, Status::Ok(), out);
+  for (auto& s : waiting_) finish(*s, FinishReason::kCancelled, Status::Ok(), out);
+  for (auto& [s, ev] : out) s->req.sink(std::move(ev));
+  running_.clear();
+  waiting_.clear();
+  publish_stats();
+}
+
+}  // namespace plumb::engine

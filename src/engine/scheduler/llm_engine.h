@@ -1,0 +1,128 @@
+// LlmEngine: iteration-level continuous batching over a ModelRunner, on one engine thread.
+//
+// Each step (one forward pass):
+//  1. new requests and cancellations are taken in (requests join and leave only between steps);
+//  2. every running sequence gets its next tokens, oldest first: one token when decoding, a
+//     prefill chunk (at most prefill_chunk_size with chunked prefill) while its prompt is not done;
+//  3. the rest of the token budget (max_num_batched_tokens) admits waiting requests first come,
+//     first served, while fewer than max_num_seqs run and their blocks fit. Without chunked
+//     prefill a prompt is scheduled whole or waits;
+//  4. when a running sequence needs a KV block and none is free, the newest running sequence is
+//     preempted by recompute: its blocks are released and it goes back to the front of the queue
+//     keeping the tokens it generated, so its output is unchanged (never a crash, never a wrong
+//     answer);
+//  5. logits of sequences that reached their end are sampled; tokens go to the sinks; finished
+//     sequences release their blocks.
+// Prefix caching (BlockManager): a new or preempted request first reuses cached full blocks of
+// its token prefix (always recomputing at least its last token, so the step yields logits).
+//
+// Settings: LlmEngineConfig is what was asked; normalize() turns it into the effective settings
+// the engine runs with, plus notes on every change; describe() reports them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/scheduler/backend.h"
+#include "engine/scheduler/block_manager.h"
+#include "engine/scheduler/model_runner.h"
+
+namespace plumb::engine {
+
+struct LlmEngineConfig {
+  int32_t max_num_seqs = 32;             // sequences running (in the batch) at most
+  int32_t max_num_batched_tokens = 512;  // tokens per step, decode + prefill
+  bool enable_chunked_prefill = true;    // split long prompts over steps, mixed with decodes
+  int32_t prefill_chunk_size = 256;      // with chunked prefill: prompt tokens per sequence per step at most
+  int32_t kv_block_size = 16;            // token slots per KV block
+  int64_t kv_cache_tokens = 32768;       // KV capacity in tokens (rounded up to whole blocks)
+  bool enable_prefix_caching = true;     // reuse cached full KV blocks across requests
+  std::string scheduling_policy = "fcfs";  // only "fcfs" (first come, first served)
+  int32_t max_queue = 1024;                // requests waiting at most; more are rejected (HTTP 429)
+  // Model-side knobs, carried here so one struct is the whole effective setting; the caller uses
+  // them to build the ModelRunner (the engine does not read them).
+  int32_t threads = 0;           // compute threads; 0 = all cores
+  std::string kernels = "auto";  // kernel selection: "auto", "reference" or a file
+};
+
+// "naive": one request at a time, no prefix caching, no chunked prefill, reference kernels (the
+// strawman baseline). "default": the struct's defaults. InvalidArgument for another name.
+Result<LlmEngineConfig> llm_engine_preset(const std::string& name);
+
+// The effective settings for a model with context `model_context`: InvalidArgument for values
+// that make no sense (< 1, unknown policy); adjustments are listed in `notes`:
+//  - without chunked prefill the batch budget is raised to the context (a whole prompt must fit);
+//  - prefill_chunk_size is capped at max_num_batched_tokens;
+//  - kv_cache_tokens is rounded up to whole blocks.
+Result<LlmEngineConfig> normalize(const LlmEngineConfig& requested, int64_t model_context,
+                                  std::vector<std::string>* notes = nullptr);
+// The settings as a JSON object text.
+std::string llm_engine_config_json(const LlmEngineConfig& c);
+
+class LlmEngine final : public InferenceBackend {
+ public:
+  enum class Mode : uint8_t {
+    kThread,  // an engine thread runs steps whenever there is work (serving)
+    kManual,  // no thread: the caller drives step() (deterministic tests); sinks run inside step()
+  };
+  // `config` must already be normalized. Allocates the runner's KV storage.
+  static Result<std::unique_ptr<LlmEngine>> create(LlmEngineConfig config,
+                                                   std::unique_ptr<ModelRunner> runner,
+                                                   Mode mode = Mode::kThread);
+  ~LlmEngine() override;
+
+  Result<RequestId> submit(GenerationRequest request) override;
+  void cancel(RequestId id) override;
+  BackendStats stats() const override;
+  int64_t max_context() const override { return max_context_; }
+  std::string describe() const override;
+  void stop() override;
+
+  // kManual only: runs one step; returns false when there was nothing to do.
+  bool step();
+  const LlmEngineConfig& config() const { return config_; }
+  // Engine-thread state, for tests in kManual mode (not thread-safe in kThread mode).
+  const BlockManager& blocks() const { return *blocks_; }
+
+ private:
+  struct Seq;
+  LlmEngine(LlmEngineConfig config, std::unique_ptr<ModelRunner> runner, Mode mode);
+  void run();
+  void take_inbox();
+  void finish(Seq& s, FinishReason reason, Status error, std::vector<std::pair<Seq*, TokenEvent>>& out);
+  bool ensure_blocks(Seq& s, int64_t n_tokens);
+  void preempt(size_t running_index);
+  void publish_stats();
+
+  LlmEngineConfig config_;
+  std::unique_ptr<ModelRunner> runner_;
+  Mode mode_;
+  int64_t max_context_ = 0;
+  std::unique_ptr<BlockManager> blocks_;
+
+  // Shared with submit()/cancel(): guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  RequestId next_id_ = 1;
+  std::vector<std::unique_ptr<Seq>> inbox_;
+  std::vector<RequestId> cancels_;
+  int64_t queued_ = 0;  // inbox + waiting, for the queue bound
+  BackendStats stats_;
+
+  // Engine-thread state.
+  std::deque<std::unique_ptr<Seq>> waiting_;
+  std::vector<std::unique_ptr<Seq>> running_;
+  BackendStats counters_;
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace plumb::engine

@@ -1,0 +1,46 @@
+// What the LlmEngine needs from a model: one forward pass over a batch of sequences, each with its
+// paged-KV block table, mixing prefill chunks and decode tokens. The engine owns the schedule and
+// the block tables; the runner owns the weights and the KV storage.
+//
+// Threading: the engine calls a runner from its one engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plumb::engine {
+
+// One sequence's share of a step.
+struct StepSeq {
+  std::span<const int32_t> tokens;       // the new tokens to run (>= 1)
+  int32_t start_pos = 0;                 // position of tokens[0]; the KV of [0, start_pos) is cached
+  std::span<const int32_t> block_table;  // logical block -> physical block; covers start_pos + tokens
+  // Which logits the engine needs: every new token's row (prompt logprobs), only the last one's
+  // (the step samples a token), or none (a prefill chunk that does not reach the prompt's end).
+  enum class Logits : uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int32_t vocab_size() const = 0;
+  // Longest sequence (prompt + generated) the model accepts.
+  virtual int64_t max_context() const = 0;
+  // Allocates KV storage for num_blocks blocks of block_size token slots. Called once before
+  // forward(). ResourceExhausted if it cannot.
+  virtual Status init_kv(int32_t num_blocks, int32_t block_size) = 0;
+  // Bytes of KV storage one token slot takes (all layers, K and V), to size the cache.
+  virtual int64_t kv_bytes_per_token() const = 0;
+  // Runs the batch: writes every new token's K/V into its block table's slots, then appends the
+  // requested logits rows to `logits` ([rows, vocab_size] row-major, in batch order: kAll gives
+  // tokens.size() rows, kLast 1, kNone 0). `logits` is cleared first.
+  virtual Status forward(std::span<const StepSeq> batch, std::vector<float>& logits) = 0;
+  // A one-line description for logs and /health ("plumb-tiny, 2 layers, kernels auto").
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace plumb::engine
