@@ -44,6 +44,12 @@ class Stmt {
     sqlite3_bind_text(st_, ++n_, v.data(), int(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
+  // No copy: the string must stay alive and unchanged until the statement has stepped (the bulk
+  // request insert binds fields of rows the caller holds).
+  Stmt& bind_static(const std::string& v) {
+    sqlite3_bind_text(st_, ++n_, v.data(), int(v.size()), SQLITE_STATIC);
+    return *this;
+  }
   Stmt& bind(const std::optional<double>& v) {
     if (v)
       sqlite3_bind_double(st_, ++n_, *v);
@@ -77,9 +83,9 @@ class Stmt {
     auto r = step(what);
     return r.ok() ? Status::Ok() : r.status();
   }
+  // Every caller rebinds all parameters after a reset, so bindings are not cleared.
   void reset() {
     sqlite3_reset(st_);
-    sqlite3_clear_bindings(st_);
     n_ = 0;
   }
   int64_t i64(int col) const { return sqlite3_column_int64(st_, col); }
@@ -303,7 +309,8 @@ Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> 
   PLUMB_RETURN_IF_ERROR(q.prepared("request insert"));
   for (const RequestRow& x : requests) {
     q.reset();
-    q.bind(run_id).bind(x.idx).bind(x.profile).bind(x.request_hash).bind(x.status).bind(x.input_tokens);
+    q.bind(run_id).bind(x.idx).bind(x.profile).bind_static(x.request_hash).bind_static(x.status);
+    q.bind(x.input_tokens);
     q.bind(x.output_requested)
         .bind(x.output_server)
         .bind(x.output_local)
@@ -588,7 +595,8 @@ Result<Table> Ledger::row(const std::string& table, int64_t id) {
 Result<Table> Ledger::dump(const std::string& table, int64_t run_id) {
   if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
   bool per_run = run_id > 0 && (table == "requests" || table == "metrics");
-  std::string sql = "SELECT * FROM " + table + (per_run ? " WHERE run_id = ?" : "") + " ORDER BY id";
+  std::string order = table == "requests" ? "run_id, profile, idx" : "id";
+  std::string sql = "SELECT * FROM " + table + (per_run ? " WHERE run_id = ?" : "") + " ORDER BY " + order;
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared(table + " query"));
   if (per_run) s.bind(run_id);
