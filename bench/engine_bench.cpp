@@ -1,0 +1,181 @@
+// Kernel benchmarks on Qwen2.5-0.5B shapes, each reporting its ratio to a ceiling measured in the
+// same process right before it (this VM's bandwidth swings, so only same-run ratios mean anything).
+//
+//   BM_DecodeMatmulModel/<batch>   every matmul of the model (24 layers x 7 projections + lm_head,
+//                                  bf16 weights, 988 MB) for `batch` rows: one decode step's GEMVs.
+//       weight_GBps     weight bytes / time
+//       bw_GBps         measure_read_bandwidth_gbs(threads), measured before the timed loop
+//       peak_GFLOPs     measure_peak_gflops(bf16, threads), ditto
+//       roofline_ratio  max(bytes / bw, flops / peak) / time   (1.0 = at the roof)
+//       bw_ratio        weight_GBps / bw_GBps
+//   BM_PrefillMatmulLayer/<variant>/512   one layer's 7 projections at m = 512 with bf16 weights
+//       onednn_alone_GFLOPs  dnnl_sgemm on f32 copies of the same shapes (no conversion, no bias)
+//       ratio_vs_onednn_alone  our rate / that rate
+//   BM_MatmulShape/<n>/<k>/<m>      one projection, for diagnosis.
+#include <benchmark/benchmark.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "bench_util.h"
+#include "engine/kernels/ceilings.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace plumb::bench {
+namespace {
+
+using engine::DType;
+using engine::KernelContext;
+using engine::KernelRegistry;
+using engine::MatmulFn;
+using engine::Op;
+using engine::Phase;
+using engine::ThreadPool;
+
+ThreadPool& pool() {
+  static ThreadPool p(bench_threads());
+  return p;
+}
+
+const DummyMatmulWeights& model_weights() {
+  static const DummyMatmulWeights w = make_dummy_weights(qwen25_05b(), DType::kBF16, qwen25_05b().layers);
+  return w;
+}
+
+MatmulFn matmul_variant(const std::string& name) {
+  auto v = KernelRegistry::instance().find(Op::kMatmul, name);
+  return v.ok() ? reinterpret_cast<MatmulFn>((*v)->fn) : nullptr;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void BM_DecodeMatmulModel(benchmark::State& state) {
+  const int64_t batch = state.range(0);
+  const DecoderShapes s = qwen25_05b();
+  const DummyMatmulWeights& w = model_weights();
+  MatmulFn fn = reinterpret_cast<MatmulFn>(KernelRegistry::instance().best(Op::kMatmul, Phase::kDecode)->fn);
+  KernelContext ctx{&pool(), Phase::kDecode};
+  std::vector<float> x(size_t(batch * s.intermediate), 0.01f);  // [batch, max k]
+  std::vector<float> y(size_t(batch * s.vocab));                // [batch, max n]
+  auto step = [&] {
+    for (const auto& layer : w.layers) {
+      for (size_t i = 0; i < layer.size(); ++i) {
+        const bool biased = i < 3 && s.qkv_bias;
+        fn(ctx, x.data(), batch, layer[i], biased ? w.bias.data() : nullptr, y.data());
+      }
+    }
+    fn(ctx, x.data(), batch, w.lm_head, nullptr, y.data());
+  };
+  step();  // first touch of the weights outside the timing
+  const double bw = engine::measure_read_bandwidth_gbs(pool().size(), int64_t(512) << 20, 3);
+  const double peak = batch > 1 ? engine::measure_peak_gflops(DType::kBF16, pool().size()) : 0.0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) step();
+  const double per_step = seconds_since(t0) / double(std::max<int64_t>(state.iterations(), 1));
+  const double bytes = double(w.total_params) * 2.0, flops = 2.0 * double(w.total_params) * double(batch);
+  const double bw_roof = bytes / (bw * 1e9), flop_roof = peak > 0 ? flops / (peak * 1e9) : 0.0;
+  state.counters["roofline_ratio"] = std::max(bw_roof, flop_roof) / per_step;
+  state.counters["bw_ratio"] = bytes / per_step / (bw * 1e9);
+  state.counters["weight_GBps"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_GBps"] = bw;
+  if (peak > 0) state.counters["peak_GFLOPs"] = peak;
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(double(batch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_PrefillMatmulLayer(benchmark::State& state, const char* variant) {
+  const int64_t m = state.range(0);
+  const DecoderShapes s = qwen25_05b();
+  const DummyMatmulWeights& w = model_weights();
+  MatmulFn fn = matmul_variant(variant);
+  if (!fn) {
+    state.SkipWithError("variant not available");
+    return;
+  }
+  KernelContext ctx{&pool(), Phase::kPrefill};
+  const auto& layer = w.layers[0];
+  std::vector<float> x(size_t(m * s.intermediate), 0.01f), y(size_t(m * s.intermediate));
+  double flops = 0;
+  for (const auto& mat : layer) flops += 2.0 * double(m) * double(mat.rows) * double(mat.cols);
+  // oneDNN alone: the same shapes with f32 weights (converted once, outside the timing), no bias.
+  std::vector<std::vector<float>> w32;
+  for (const auto& mat : layer) {
+    w32.emplace_back(size_t(mat.rows * mat.cols));
+    const auto* src = static_cast<const uint16_t*>(mat.data);
+    for (size_t i = 0; i < w32.back().size(); ++i) w32.back()[i] = engine::bf16_to_f32(src[i]);
+  }
+  auto alone = [&] {
+    for (size_t i = 0; i < layer.size(); ++i) {
+      dnnl_sgemm('N', 'T', m, layer[i].rows, layer[i].cols, 1.0f, x.data(), layer[i].cols, w32[i].data(),
+                 layer[i].cols, 0.0f, y.data(), layer[i].rows);
+    }
+  };
+  alone();
+  double alone_best = 1e30;
+  for (int pass = 0; pass < 3; ++pass) {
+    auto t0 = std::chrono::steady_clock::now();
+    alone();
+    alone_best = std::min(alone_best, seconds_since(t0));
+  }
+  auto ours = [&] {
+    for (size_t i = 0; i < layer.size(); ++i) {
+      fn(ctx, x.data(), m, layer[i], i < 3 ? w.bias.data() : nullptr, y.data());
+    }
+  };
+  ours();
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) ours();
+  const double per_iter = seconds_since(t0) / double(std::max<int64_t>(state.iterations(), 1));
+  state.counters["ratio_vs_onednn_alone"] = alone_best / per_iter;
+  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["onednn_alone_GFLOPs"] = flops / alone_best / 1e9;
+  state.counters["tokens_per_s_layer"] =
+      benchmark::Counter(double(m), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_MatmulShape(benchmark::State& state, const char* variant) {
+  const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
+  MatmulFn fn = matmul_variant(variant);
+  if (!fn) {
+    state.SkipWithError("variant not available");
+    return;
+  }
+  std::vector<uint16_t> w(size_t(n * k), engine::f32_to_bf16(0.01f));
+  std::vector<float> x(size_t(m * k), 0.5f), y(size_t(m * n));
+  engine::WeightMatrix wm{w.data(), DType::kBF16, n, k};
+  KernelContext ctx{&pool(), m > 16 ? Phase::kPrefill : Phase::kDecode};
+  for (auto _ : state) fn(ctx, x.data(), m, wm, nullptr, y.data());
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * double(m * n * k) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GBps"] =
+      benchmark::Counter(2.0 * double(n * k) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_DecodeMatmulModel)->Arg(1)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, onednn, "onednn")
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, avx2, "avx2")
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MatmulShape, avx2, "avx2")
+    ->Args({896, 896, 1})
+    ->Args({4864, 896, 1})
+    ->Args({896, 4864, 1})
+    ->Args({4864, 896, 16})
+    ->Args({896, 4864, 16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace plumb::bench
+
+BENCHMARK_MAIN();
