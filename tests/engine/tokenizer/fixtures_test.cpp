@@ -163,6 +163,30 @@ TEST(TokenizerFixtures, ModelFoldersLoadAndRenderChat) {
   }
 }
 
+// The shipped trained model (models/plumb-tiny): byte-level BPE with a ChatML template whose default
+// system prompt is "You are a helpful assistant."; stop ids from generation_config.json.
+TEST(TokenizerFixtures, ShippedModel) {
+  const std::string dir = std::string(PLUMB_SOURCE_DIR) + "/models/plumb-tiny";
+  if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "model folder missing: " << dir;
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const Tokenizer& t = **tok;
+  EXPECT_EQ(t.eos_id(), 1206);
+  EXPECT_EQ(t.eos_ids(), (std::vector<int32_t>{1206, 1204}));
+  EXPECT_FALSE(t.bos_id().has_value());
+  EXPECT_EQ(t.vocab_size(), 1207);
+  std::vector<ChatMessage> msgs = {{"user", "Hi"}};
+  auto text = apply_chat_template(t, msgs, true);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  std::vector<int32_t> ids = t.encode(*text, false);
+  EXPECT_EQ(ids.front(), 1205);
+  EXPECT_EQ(t.decode(std::vector<int32_t>{ids.back()}), "\n");  // "\n" is a word of its own
+  EXPECT_EQ(t.decode(ids), *text);
+}
+
 // Truncated or corrupted tokenizer.json: an error or a working tokenizer, never a crash.
 TEST(TokenizerFixtures, CorruptedFilesFailCleanly) {
   auto text = read_file(kRoot + "/sentencepiece_bpe/tokenizer.json");
