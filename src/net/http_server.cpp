@@ -1,0 +1,787 @@
+#include "net/http_server.h"
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "core/log.h"
+
+namespace plumb::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+namespace {
+
+class Session;
+
+std::string sanitize(std::string_view s) {
+  std::string r;
+  r.reserve(s.size());
+  for (char c : s)
+    if (c != '\r' && c != '\n' && c != '\0') r.push_back(c);
+  return r;
+}
+
+std::string endpoint_string(const tcp::socket& s) {
+  error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "?";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  explicit Impl(HttpServerOptions o) : opt(std::move(o)), accept_strand(asio::make_strand(ioc)) {}
+
+  HttpServerOptions opt;
+  // path -> method -> handler
+  std::unordered_map<std::string, std::map<std::string, Handler>> routes;
+  Handler fallback;
+
+  asio::io_context ioc;
+  asio::strand<asio::io_context::executor_type> accept_strand;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::steady_timer> accept_retry;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  std::atomic<uint16_t> bound_port{0};
+  std::atomic<bool> started{false};
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<bool> io_done{false};  // IO threads joined: posting would only queue forever
+
+  std::mutex mu;  // guards sessions, open_sockets
+  std::condition_variable cv;
+  std::map<Session*, std::weak_ptr<Session>> sessions;
+  uint64_t open_sockets = 0;
+
+  std::atomic<uint64_t> n_accepted{0}, n_requests{0}, n_bad{0}, n_exceptions{0}, n_disconnects{0};
+
+  void do_accept();
+  void on_accept(const error_code& ec, tcp::socket socket);
+  void socket_closed() {
+    std::lock_guard lock(mu);
+    --open_sockets;
+    cv.notify_all();
+  }
+  std::vector<std::shared_ptr<Session>> live_sessions() {
+    std::vector<std::shared_ptr<Session>> out;
+    std::lock_guard lock(mu);
+    for (auto& [p, w] : sessions)
+      if (auto s = w.lock()) out.push_back(std::move(s));
+    return out;
+  }
+};
+
+namespace {
+
+using Impl = HttpServer::Impl;
+
+class Writer;
+
+// One TCP connection. All members are touched only on the connection's strand, except the
+// atomics (read by writers from any thread).
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<Impl> impl, tcp::socket socket)
+      : impl_(std::move(impl)), stream_(std::move(socket)), linger_timer_(stream_.get_executor()) {
+    remote_ = endpoint_string(stream_.socket());
+  }
+  ~Session() {
+    std::lock_guard lock(impl_->mu);
+    impl_->sessions.erase(this);
+  }
+
+  auto executor() { return stream_.get_executor(); }
+  const std::shared_ptr<Impl>& impl() const { return impl_; }
+
+  void start() {
+    asio::post(executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+  // Shutdown, phase 1: close if idle between requests; otherwise close after the response.
+  void drain() {
+    if (!socket_open_) return;
+    if (state_ == State::kReadingHead && buffer_.size() == 0 && (!parser_ || !parser_->got_some())) {
+      close_socket();
+    }
+  }
+  // Shutdown, phase 2.
+  void force_close() { close_socket(); }
+
+  // --- called on the strand on behalf of a Writer for request `id` ---
+  void w_send(uint64_t id, int status, std::string content_type, std::string body, Headers headers);
+  void w_start(uint64_t id, int status, std::string content_type, Headers headers);
+  void w_write(uint64_t id, std::string chunk);
+  void w_end(uint64_t id);
+  void w_abandon(uint64_t id);
+  void w_on_close(uint64_t id, std::function<void()> cb);
+  bool closed_for(uint64_t id) const { return closed_.load() || current_id_.load() != id; }
+  std::size_t queued() const { return queued_.load(); }
+
+ private:
+  enum class State { kReadingHead, kReadingBody, kHandling, kClosing, kClosed };
+  enum class Resp { kNone, kWhole, kStreaming, kEnded, kDone };
+
+  void do_read();
+  void on_head(const error_code& ec);
+  void read_body();
+  void on_body(const error_code& ec);
+  void on_read_error(const error_code& ec);
+  void reply_error_and_close(int status, std::string message);
+  void dispatch();
+  void bg_read();
+  void on_bg_read(const error_code& ec, std::size_t n);
+  void queue(std::string bytes);
+  void do_write();
+  void on_write(const error_code& ec, std::size_t n);
+  void response_done();
+  void graceful_close();
+  void close_socket();
+  void fire_on_close();
+  std::string make_head(int status, std::string_view content_type, const Headers& headers);
+
+  std::shared_ptr<Impl> impl_;
+  beast::tcp_stream stream_;
+  asio::steady_timer linger_timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string remote_;
+  State state_ = State::kReadingHead;
+  bool socket_open_ = true;
+
+  // Per request.
+  std::atomic<uint64_t> current_id_{0};
+  std::atomic<bool> closed_{false};
+  std::atomic<std::size_t> queued_{0};
+  Resp resp_ = Resp::kNone;
+  bool keep_alive_ = true;
+  bool http10_ = false;
+  bool head_request_ = false;
+  bool close_after_ = false;
+  bool chunked_ = false;
+  std::function<void()> on_close_;
+
+  // Output.
+  std::vector<std::string> outbox_;
+  std::vector<std::string> inflight_;
+  std::size_t inflight_bytes_ = 0;
+  bool writing_ = false;
+
+  // Background read while a request is handled: notices the client going away, keeps pipelined
+  // bytes, and drains input while lingering on close.
+  bool bg_reading_ = false;
+  bool want_next_read_ = false;
+};
+
+class Writer final : public ResponseWriter {
+ public:
+  Writer(std::shared_ptr<Session> s, uint64_t id) : s_(std::move(s)), id_(id) {}
+  ~Writer() override {
+    if (phase_.load() == kEnded || phase_.load() == kSent) return;
+    post([id = id_](Session& s) { s.w_abandon(id); });
+  }
+
+  bool send(int status, std::string content_type, std::string body, Headers headers) override {
+    if (is_closed() || !advance(kNone, kSent)) return false;
+    post([id = id_, status, ct = std::move(content_type), b = std::move(body), h = std::move(headers)](
+             Session& s) mutable { s.w_send(id, status, std::move(ct), std::move(b), std::move(h)); });
+    return true;
+  }
+  bool start_stream(int status, std::string content_type, Headers headers) override {
+    if (is_closed() || !advance(kNone, kStreaming)) return false;
+    post([id = id_, status, ct = std::move(content_type), h = std::move(headers)](Session& s) mutable {
+      s.w_start(id, status, std::move(ct), std::move(h));
+    });
+    return true;
+  }
+  bool write(std::string chunk) override {
+    if (phase_.load() != kStreaming || is_closed()) return false;
+    if (chunk.empty()) return true;
+    post([id = id_, c = std::move(chunk)](Session& s) mutable { s.w_write(id, std::move(c)); });
+    return true;
+  }
+  bool end() override {
+    if (!advance(kStreaming, kEnded)) return false;
+    post([id = id_](Session& s) { s.w_end(id); });
+    return true;
+  }
+  bool is_closed() const override { return s_->closed_for(id_); }
+  void on_close(std::function<void()> cb) override {
+    post([id = id_, cb = std::move(cb)](Session& s) mutable { s.w_on_close(id, std::move(cb)); });
+  }
+  std::size_t queued_bytes() const override { return s_->queued(); }
+
+  // Used by the dispatcher to decide what an escaping exception means.
+  int phase() const { return phase_.load(); }
+  static constexpr int kNone = 0, kSent = 1, kStreaming = 2, kEnded = 3;
+
+ private:
+  bool advance(int from, int to) { return phase_.compare_exchange_strong(from, to); }
+  template <typename F>
+  void post(F&& f) {
+    // After the server stopped nothing runs the io_context; queuing would only leak.
+    if (s_->impl()->io_done.load()) return;
+    asio::post(s_->executor(), [s = s_, f = std::forward<F>(f)]() mutable { f(*s); });
+  }
+
+  std::shared_ptr<Session> s_;
+  uint64_t id_;
+  std::atomic<int> phase_{kNone};
+};
+
+void Session::do_read() {
+  if (!socket_open_) return;
+  if (impl_->draining.load()) {
+    graceful_close();
+    return;
+  }
+  state_ = State::kReadingHead;
+  parser_.emplace();
+  parser_->body_limit(impl_->opt.max_body_bytes);
+  parser_->header_limit(static_cast<std::uint32_t>(impl_->opt.max_header_bytes));
+  stream_.expires_after(impl_->opt.header_timeout);
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_head(ec); });
+}
+
+void Session::on_head(const error_code& ec) {
+  if (ec) return on_read_error(ec);
+  state_ = State::kReadingBody;
+  auto expect = parser_->get()[http::field::expect];
+  if (!parser_->is_done() && iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream_.expires_after(impl_->opt.write_timeout);
+    asio::async_write(stream_, asio::buffer(kContinue),
+                      [self = shared_from_this()](const error_code& wec, std::size_t) {
+                        if (wec) return self->close_socket();
+                        self->read_body();
+                      });
+    return;
+  }
+  read_body();
+}
+
+void Session::read_body() {
+  stream_.expires_after(impl_->opt.body_timeout);
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_body(ec); });
+}
+
+void Session::on_body(const error_code& ec) {
+  if (ec) return on_read_error(ec);
+  stream_.expires_never();
+  dispatch();
+}
+
+void Session::on_read_error(const error_code& ec) {
+  if (!socket_open_) return;
+  if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+      ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
+    // Client went away or idled out between or during requests: nothing to answer.
+    return close_socket();
+  }
+  if (ec == http::error::body_limit) {
+    impl_->n_bad++;
+    return reply_error_and_close(
+        413, "request body larger than " + std::to_string(impl_->opt.max_body_bytes) + " bytes");
+  }
+  if (ec == http::error::header_limit) {
+    impl_->n_bad++;
+    return reply_error_and_close(
+        400, "request head larger than " + std::to_string(impl_->opt.max_header_bytes) + " bytes");
+  }
+  if (&ec.category() == &http::make_error_code(http::error::bad_target).category()) {  // a parse error
+    impl_->n_bad++;
+    return reply_error_and_close(400, "malformed HTTP request: " + ec.message());
+  }
+  close_socket();
+}
+
+void Session::reply_error_and_close(int status, std::string message) {
+  state_ = State::kHandling;
+  stream_.expires_never();
+  current_id_.fetch_add(1);
+  keep_alive_ = false;
+  close_after_ = true;
+  head_request_ = false;
+  resp_ = Resp::kWhole;
+  std::string body = json_error_body(status, message, "invalid_request_error");
+  std::string out = make_head(status, "application/json", {{"Content-Length", std::to_string(body.size())}});
+  out += body;
+  queue(std::move(out));
+}
+
+std::string Session::make_head(int status, std::string_view content_type, const Headers& headers) {
+  std::string h;
+  h.reserve(256);
+  h += "HTTP/1.1 ";
+  h += std::to_string(status);
+  h += ' ';
+  h += status_reason(status);
+  h += "\r\nContent-Type: ";
+  h += sanitize(content_type);
+  h += "\r\n";
+  for (const auto& [k, v] : headers) {
+    h += sanitize(k);
+    h += ": ";
+    h += sanitize(v);
+    h += "\r\n";
+  }
+  if (!keep_alive_ || impl_->draining.load()) close_after_ = true;
+  if (close_after_) {
+    h += "Connection: close\r\n";
+  } else if (http10_) {
+    h += "Connection: keep-alive\r\n";
+  }
+  h += "\r\n";
+  return h;
+}
+
+void Session::dispatch() {
+  state_ = State::kHandling;
+  impl_->n_requests++;
+  auto msg = parser_->release();
+  parser_.reset();
+  uint64_t id = current_id_.fetch_add(1) + 1;
+  resp_ = Resp::kNone;
+  keep_alive_ = msg.keep_alive();
+  http10_ = msg.version() == 10;
+  close_after_ = false;
+  chunked_ = false;
+  on_close_ = nullptr;
+
+  Request req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  std::size_t q = req.target.find('?');
+  req.path = req.target.substr(0, q);
+  if (q != std::string::npos) req.query = req.target.substr(q + 1);
+  for (const auto& f : msg) req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  req.body = std::move(msg.body());
+  req.version = static_cast<int>(msg.version());
+  req.remote = remote_;
+  head_request_ = req.method == "HEAD";
+
+  // Watch the socket while the handler works, so a vanished client is noticed at once.
+  bg_read();
+
+  auto writer = std::make_shared<Writer>(shared_from_this(), id);
+  const Handler* handler = nullptr;
+  std::string allow;
+  if (auto it = impl_->routes.find(req.path); it != impl_->routes.end()) {
+    if (auto m = it->second.find(req.method); m != it->second.end()) {
+      handler = &m->second;
+    } else {
+      for (const auto& [method, h] : it->second) allow += (allow.empty() ? "" : ", ") + method;
+    }
+  }
+  if (!handler && impl_->fallback) handler = &impl_->fallback;
+  if (!handler) {
+    if (!allow.empty()) {
+      writer->send(405, "application/json",
+                   json_error_body(405, "method " + req.method + " not allowed for " + req.path,
+                                   "invalid_request_error"),
+                   {{"Allow", allow}});
+    } else {
+      writer->send(
+          404, "application/json",
+          json_error_body(404, "no route for " + req.method + " " + req.path, "invalid_request_error"), {});
+    }
+    return;
+  }
+  std::string what;
+  try {
+    (*handler)(req, writer);
+    return;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  impl_->n_exceptions++;
+  log::error("event=handler_exception method={} path={} what=\"{}\"", req.method, req.path, what);
+  if (writer->phase() == Writer::kNone) {
+    writer->send(500, "application/json", json_error_body(500, "internal error: " + what, "server_error"),
+                 {});
+  }
+  // A stream that was started stays the handler's (or its writer's owner's) to finish; if the
+  // writer is dropped unfinished, w_abandon closes the connection.
+}
+
+void Session::bg_read() {
+  if (bg_reading_ || !socket_open_) return;
+  // Do not buffer unbounded pipelined input; the next request read will apply the limits.
+  if (state_ != State::kClosing && buffer_.size() > impl_->opt.max_header_bytes + impl_->opt.max_body_bytes)
+    return;
+  bg_reading_ = true;
+  stream_.socket().async_read_some(
+      buffer_.prepare(4096),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_bg_read(ec, n); });
+}
+
+void Session::on_bg_read(const error_code& ec, std::size_t n) {
+  bg_reading_ = false;
+  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosing) {
+    if (ec) return close_socket();
+    buffer_.consume(buffer_.size());
+    return bg_read();
+  }
+  if (ec == asio::error::operation_aborted) {
+    if (want_next_read_) {
+      want_next_read_ = false;
+      do_read();
+    }
+    return;
+  }
+  if (ec) {
+    // EOF or reset while the handler was working or streaming: the client is gone.
+    if (resp_ != Resp::kDone) impl_->n_disconnects++;
+    return close_socket();
+  }
+  buffer_.commit(n);
+  if (want_next_read_) {
+    want_next_read_ = false;
+    return do_read();
+  }
+  bg_read();
+}
+
+void Session::w_send(uint64_t id, int status, std::string content_type, std::string body, Headers headers) {
+  if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kNone) return;
+  resp_ = Resp::kWhole;
+  headers.emplace_back("Content-Length", std::to_string(body.size()));
+  std::string out = make_head(status, content_type, headers);
+  if (!head_request_) {
+    if (out.size() + body.size() < 16384) {
+      out += body;
+      queue(std::move(out));
+    } else {
+      queue(std::move(out));
+      queue(std::move(body));
+    }
+  } else {
+    queue(std::move(out));
+  }
+}
+
+void Session::w_start(uint64_t id, int status, std::string content_type, Headers headers) {
+  if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kNone) return;
+  resp_ = Resp::kStreaming;
+  if (content_type.starts_with("text/event-stream")) headers.emplace_back("Cache-Control", "no-cache");
+  if (http10_) {
+    close_after_ = true;  // no chunked encoding in HTTP/1.0: the end of the body is the close
+  } else {
+    chunked_ = true;
+    headers.emplace_back("Transfer-Encoding", "chunked");
+  }
+  queue(make_head(status, content_type, headers));
+}
+
+void Session::w_write(uint64_t id, std::string chunk) {
+  if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming || head_request_) return;
+  if (chunked_) {
+    char hdr[24];
+    int len = std::snprintf(hdr, sizeof hdr, "%zx\r\n", chunk.size());
+    std::string framed;
+    framed.reserve(chunk.size() + static_cast<std::size_t>(len) + 2);
+    framed.append(hdr, static_cast<std::size_t>(len));
+    framed += chunk;
+    framed += "\r\n";
+    queue(std::move(framed));
+  } else {
+    queue(std::move(chunk));
+  }
+  if (queued_.load() > impl_->opt.max_stream_backlog_bytes) {
+    log::warn("event=stream_backlog_exceeded remote={} bytes={}", remote_, queued_.load());
+    close_socket();
+  }
+}
+
+void Session::w_end(uint64_t id) {
+  if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming) return;
+  resp_ = Resp::kEnded;
+  if (chunked_ && !head_request_) {
+    queue("0\r\n\r\n");
+  } else if (!writing_ && outbox_.empty()) {
+    response_done();
+  }
+}
+
+void Session::w_abandon(uint64_t id) {
+  if (id != current_id_.load() || !socket_open_) return;
+  if (resp_ == Resp::kNone) {
+    log::error("event=handler_no_response remote={}", remote_);
+    w_send(id, 500, "application/json",
+           json_error_body(500, "internal error: handler did not respond", "server_error"), {});
+  } else if (resp_ == Resp::kStreaming) {
+    log::warn("event=stream_abandoned remote={}", remote_);
+    close_socket();
+  }
+}
+
+void Session::w_on_close(uint64_t id, std::function<void()> cb) {
+  if (id != current_id_.load()) return;
+  if (!socket_open_ && resp_ != Resp::kDone) {
+    try {
+      cb();
+    } catch (...) {
+      log::error("event=on_close_exception remote={}", remote_);
+    }
+    return;
+  }
+  on_close_ = std::move(cb);
+}
+
+void Session::queue(std::string bytes) {
+  queued_.fetch_add(bytes.size());
+  outbox_.push_back(std::move(bytes));
+  if (!writing_) do_write();
+}
+
+void Session::do_write() {
+  if (!socket_open_) return;
+  writing_ = true;
+  inflight_.swap(outbox_);
+  std::vector<asio::const_buffer> bufs;
+  bufs.reserve(inflight_.size());
+  inflight_bytes_ = 0;
+  for (const auto& s : inflight_) {
+    bufs.emplace_back(asio::buffer(s));
+    inflight_bytes_ += s.size();
+  }
+  stream_.expires_after(impl_->opt.write_timeout);
+  asio::async_write(stream_, bufs, [self = shared_from_this()](const error_code& ec, std::size_t n) {
+    self->on_write(ec, n);
+  });
+}
+
+void Session::on_write(const error_code& ec, std::size_t) {
+  writing_ = false;
+  queued_.fetch_sub(inflight_bytes_);
+  inflight_.clear();
+  if (!socket_open_) return;
+  stream_.expires_never();
+  if (ec) {
+    if (resp_ != Resp::kDone) impl_->n_disconnects++;
+    return close_socket();
+  }
+  if (!outbox_.empty()) return do_write();
+  if (resp_ == Resp::kWhole || resp_ == Resp::kEnded) response_done();
+}
+
+void Session::response_done() {
+  resp_ = Resp::kDone;
+  on_close_ = nullptr;
+  if (close_after_ || impl_->draining.load()) return graceful_close();
+  if (bg_reading_) {
+    // Stop the background read; its completion starts the next request read.
+    want_next_read_ = true;
+    error_code ignored;
+    stream_.socket().cancel(ignored);
+    return;
+  }
+  do_read();
+}
+
+void Session::graceful_close() {
+  if (!socket_open_ || state_ == State::kClosing) return;
+  // Shut down our side, then read and discard until the client closes (bounded), so the
+  // client receives our last response instead of a reset caused by unread input.
+  state_ = State::kClosing;
+  error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  linger_timer_.expires_after(std::chrono::seconds(2));
+  linger_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
+    if (!ec) self->close_socket();
+  });
+  bg_read();
+}
+
+void Session::close_socket() {
+  if (!socket_open_) return;
+  socket_open_ = false;
+  state_ = State::kClosed;
+  closed_.store(true);
+  error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+  linger_timer_.cancel();
+  if (resp_ != Resp::kDone) fire_on_close();
+  outbox_.clear();
+  impl_->socket_closed();
+}
+
+void Session::fire_on_close() {
+  if (!on_close_) return;
+  auto cb = std::move(on_close_);
+  on_close_ = nullptr;
+  try {
+    cb();
+  } catch (...) {
+    log::error("event=on_close_exception remote={}", remote_);
+  }
+}
+
+}  // namespace
+
+void HttpServer::Impl::do_accept() {
+  acceptor->async_accept(asio::make_strand(ioc),
+                         [self = shared_from_this()](const error_code& ec, tcp::socket s) {
+                           self->on_accept(ec, std::move(s));
+                         });
+}
+
+void HttpServer::Impl::on_accept(const error_code& ec, tcp::socket socket) {
+  if (draining.load() || !acceptor || !acceptor->is_open()) return;
+  if (ec) {
+    if (ec == asio::error::operation_aborted) return;
+    // E.g. out of file descriptors: back off instead of spinning.
+    log::warn("event=accept_error error=\"{}\"", ec.message());
+    accept_retry->expires_after(std::chrono::milliseconds(50));
+    accept_retry->async_wait([self = shared_from_this()](const error_code& tec) {
+      if (!tec) self->do_accept();
+    });
+    return;
+  }
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  {
+    std::lock_guard lock(mu);
+    sessions[session.get()] = session;
+    ++open_sockets;
+  }
+  n_accepted++;
+  session->start();
+  do_accept();
+}
+
+HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
+
+HttpServer::~HttpServer() { stop(std::chrono::milliseconds(0)); }
+
+void HttpServer::route(std::string method, std::string path, Handler handler) {
+  impl_->routes[std::move(path)][std::move(method)] = std::move(handler);
+}
+
+void HttpServer::set_fallback(Handler handler) { impl_->fallback = std::move(handler); }
+
+Status HttpServer::start() {
+  if (impl_->started.load()) return failed_precondition("HTTP server already started");
+  Status s = start_listening();
+  if (s.ok()) impl_->started = true;
+  return s;
+}
+
+Status HttpServer::start_listening() {
+  Impl& im = *impl_;
+  if (im.opt.io_threads < 1) return invalid_argument("io_threads must be at least 1");
+  error_code ec;
+  asio::ip::address addr = asio::ip::make_address(im.opt.host, ec);
+  if (ec) {
+    tcp::resolver resolver(im.ioc);
+    auto results = resolver.resolve(im.opt.host, "", ec);
+    if (ec || results.empty()) return invalid_argument("cannot resolve listen host '" + im.opt.host + "'");
+    addr = results.begin()->endpoint().address();
+  }
+  tcp::endpoint ep(addr, im.opt.port);
+  im.acceptor.emplace(im.accept_strand);
+  im.accept_retry.emplace(im.accept_strand);
+  std::string where = im.opt.host + ":" + std::to_string(im.opt.port);
+  if (im.acceptor->open(ep.protocol(), ec))
+    return io_error("cannot open socket for " + where + ": " + ec.message());
+  im.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (im.acceptor->bind(ep, ec)) return io_error("cannot bind " + where + ": " + ec.message());
+  if (im.acceptor->listen(im.opt.listen_backlog, ec))
+    return io_error("cannot listen on " + where + ": " + ec.message());
+  im.bound_port = im.acceptor->local_endpoint().port();
+  im.work.emplace(im.ioc.get_executor());
+  asio::post(im.accept_strand, [p = impl_] { p->do_accept(); });
+  for (int i = 0; i < im.opt.io_threads; ++i) {
+    im.threads.emplace_back([p = impl_.get()] {
+      // Handlers catch their own exceptions; this only keeps a stray one from killing the process.
+      while (true) {
+        try {
+          p->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          log::error("event=io_thread_exception what=\"{}\"", e.what());
+        }
+      }
+    });
+  }
+  log::debug("event=http_listen address={}:{} io_threads={}", im.opt.host, im.bound_port.load(),
+             im.opt.io_threads);
+  return Status::Ok();
+}
+
+uint16_t HttpServer::port() const { return impl_->bound_port.load(); }
+
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  Impl& im = *impl_;
+  if (!im.started.load() || im.stopped.exchange(true)) return;
+  im.draining = true;
+  asio::post(im.accept_strand, [p = impl_] {
+    error_code ignored;
+    p->acceptor->close(ignored);
+    p->accept_retry->cancel();
+  });
+  for (auto& s : im.live_sessions()) asio::post(s->executor(), [s] { s->drain(); });
+  {
+    std::unique_lock lock(im.mu);
+    im.cv.wait_for(lock, grace, [&] { return im.open_sockets == 0; });
+  }
+  for (auto& s : im.live_sessions()) asio::post(s->executor(), [s] { s->force_close(); });
+  {
+    std::unique_lock lock(im.mu);
+    im.cv.wait_for(lock, std::chrono::seconds(5), [&] { return im.open_sockets == 0; });
+  }
+  im.work.reset();
+  im.ioc.stop();
+  for (auto& t : im.threads) t.join();
+  im.threads.clear();
+  // Run what the closed sockets left queued, so sessions (which hold impl_) are released.
+  im.ioc.restart();
+  im.ioc.poll();
+  im.io_done = true;
+  im.ioc.poll();
+}
+
+HttpServerStats HttpServer::stats() const {
+  HttpServerStats s;
+  s.connections_accepted = impl_->n_accepted.load();
+  {
+    std::lock_guard lock(impl_->mu);
+    s.connections_open = impl_->open_sockets;
+  }
+  s.requests = impl_->n_requests.load();
+  s.bad_requests = impl_->n_bad.load();
+  s.handler_exceptions = impl_->n_exceptions.load();
+  s.client_disconnects = impl_->n_disconnects.load();
+  return s;
+}
+
+}  // namespace plumb::net
