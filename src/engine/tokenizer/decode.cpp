@@ -64,8 +64,8 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
   return out;
 }
 
-// Token -> bytes through the GPT-2 byte map; a token with a character outside the map (e.g. an added
-// token containing a space) passes through as its own UTF-8 bytes, as in the reference.
+}  // namespace
+
 std::string byte_level_bytes(std::string_view tok) {
   const auto& bm = unicode::byte_map();
   std::string out;
@@ -81,6 +81,8 @@ std::string byte_level_bytes(std::string_view tok) {
   return out;
 }
 
+namespace {
+
 // Removes up to n leading (front) or trailing copies of the character c from s.
 std::string_view strip_n(std::string_view s, std::string_view c, int start, int stop) {
   for (int k = 0; k < start && s.substr(0, c.size()) == c; ++k) s.remove_prefix(c.size());
@@ -93,6 +95,13 @@ std::string_view strip_n(std::string_view s, std::string_view c, int start, int 
 class Pipeline {
  public:
   Pipeline(const Tokenizer::Impl& impl, State& st, std::string& out) : impl_(impl), st_(st), out_(out) {}
+
+  // First stage ByteLevel with the token's bytes already mapped.
+  void byte_level_first(std::string_view bytes) {
+    std::string text;
+    st_.stages[0].lossy.push(bytes, text);
+    if (!text.empty()) chunk(1, text);
+  }
 
   void token(size_t k, std::string_view tok) {
     if (k == impl_.decoders.size()) {
@@ -247,14 +256,26 @@ StreamDecoder::~StreamDecoder() = default;
 StreamDecoder::StreamDecoder(StreamDecoder&&) noexcept = default;
 StreamDecoder& StreamDecoder::operator=(StreamDecoder&&) noexcept = default;
 
-std::string StreamDecoder::push(int32_t id) {
-  const Tokenizer::Impl& impl = tokenizer_->impl();
-  std::string out;
-  if (id < 0 || size_t(id) >= impl.id_to_token.size()) return out;
-  if (skip_special_ && impl.special[size_t(id)]) return out;
+namespace {
+
+void feed(const Tokenizer::Impl& impl, Pipeline& p, int32_t id, bool skip_special) {
+  if (id < 0 || size_t(id) >= impl.id_to_token.size()) return;
+  if (skip_special && impl.special[size_t(id)]) return;
   const std::string& tok = impl.id_to_token[size_t(id)];
-  if (tok.empty() && !impl.is_added[size_t(id)]) return out;  // a hole in the id space
-  Pipeline(impl, *state_, out).token(0, tok);
+  if (tok.empty() && !impl.is_added[size_t(id)]) return;  // a hole in the id space
+  if (!impl.byte_level_tokens.empty()) {
+    p.byte_level_first(impl.byte_level_tokens[size_t(id)]);
+  } else {
+    p.token(0, tok);
+  }
+}
+
+}  // namespace
+
+std::string StreamDecoder::push(int32_t id) {
+  std::string out;
+  Pipeline p(tokenizer_->impl(), *state_, out);
+  feed(tokenizer_->impl(), p, id, skip_special_);
   return out;
 }
 
@@ -267,10 +288,13 @@ std::string StreamDecoder::flush() {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
-  StreamDecoder d(*this, skip_special_tokens);
+  // The same pipeline as StreamDecoder, writing into one string.
+  StreamDecoder::State state(*impl_);
   std::string out;
-  for (int32_t id : ids) out += d.push(id);
-  out += d.flush();
+  out.reserve(ids.size() * 4);
+  Pipeline p(*impl_, state, out);
+  for (int32_t id : ids) feed(*impl_, p, id, skip_special_tokens);
+  p.finish();
   return out;
 }
 

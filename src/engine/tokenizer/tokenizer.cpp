@@ -585,6 +585,11 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     impl.is_added[size_t(a.id)] = 1;
     impl.special[size_t(a.id)] = a.special ? 1 : 0;
   }
+  if (!impl.decoders.empty() && impl.decoders[0].kind == DecKind::kByteLevel) {
+    impl.byte_level_tokens.resize(impl.id_to_token.size());
+    for (size_t i = 0; i < impl.id_to_token.size(); ++i)
+      impl.byte_level_tokens[i] = byte_level_bytes(impl.id_to_token[i]);
+  }
   for (int32_t id : impl.prefix_ids) {
     if (id < 0 || id > max_id) fail(invalid_argument("tokenizer.json: post_processor id out of range"));
   }

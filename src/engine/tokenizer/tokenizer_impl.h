@@ -143,6 +143,8 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;
   std::vector<uint8_t> special;  // 1 for special added tokens
   std::vector<uint8_t> is_added;
+  // When the decoder chain starts with ByteLevel: each id's bytes, precomputed for decoding speed.
+  std::vector<std::string> byte_level_tokens;
 
   // tokenizer_config.json / generation_config.json.
   std::string bos_token, eos_token, chat_template;
@@ -177,5 +179,9 @@ struct Tokenizer::Impl {
   void bpe_word(std::string_view word, std::vector<int32_t>& out) const;
   void bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
 };
+
+// A token's bytes under the GPT-2 byte map; a token with a character outside the map (e.g. an added
+// token containing a space) passes through as its own UTF-8 bytes, as in the reference.
+std::string byte_level_bytes(std::string_view tok);
 
 }  // namespace plumb::engine
