@@ -1,0 +1,299 @@
+#include "loadgen/openai_target.h"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <future>
+#include <thread>
+#include <unordered_map>
+
+#include "core/json.h"
+#include "net/http_client.h"
+#include "net/sse.h"
+
+namespace plumb::loadgen {
+
+namespace asio = boost::asio;
+
+Result<std::string> openai_request_body(const workload::Request& r, Api api, std::string_view model) {
+  json::object o;
+  if (!model.empty()) o["model"] = model;
+  if (api == Api::kChat) {
+    if (r.prompt) return invalid_argument("a completions request (prompt) cannot go to the chat API");
+    json::array msgs;
+    for (const auto& m : r.messages) {
+      json::object mo;
+      mo["role"] = m.role;
+      mo["content"] = m.content;
+      msgs.emplace_back(std::move(mo));
+    }
+    o["messages"] = std::move(msgs);
+  } else {
+    if (!r.prompt) return invalid_argument("a chat request (messages) cannot go to the completions API");
+    o["prompt"] = *r.prompt;
+  }
+  o["max_tokens"] = r.max_tokens;
+  o["temperature"] = r.temperature;
+  o["ignore_eos"] = r.ignore_eos;
+  o["stream"] = r.stream;
+  if (r.stream) {
+    json::object so;
+    so["include_usage"] = true;
+    o["stream_options"] = std::move(so);
+  }
+  return json::dump(o);
+}
+
+Result<StreamEvent> parse_stream_event(std::string_view data, Api api) {
+  StreamEvent ev;
+  if (data == "[DONE]") {
+    ev.done = true;
+    return ev;
+  }
+  auto parsed = json::parse_object(data);
+  if (!parsed.ok()) return corrupt("stream event is not a JSON object: " + parsed.status().message());
+  const json::object& o = *parsed;
+  if (auto it = o.find("error"); it != o.end() && !it->value().is_null()) {
+    std::string msg = json::dump(it->value());
+    if (msg.size() > 200) msg.resize(200);
+    return corrupt("error inside the stream: " + msg);
+  }
+  if (auto it = o.find("choices"); it != o.end() && it->value().is_array()) {
+    for (const auto& ch : it->value().as_array()) {
+      if (!ch.is_object()) return corrupt("a choice is not an object");
+      const auto& c = ch.as_object();
+      const json::value* text = nullptr;
+      if (api == Api::kChat) {
+        if (auto d = c.find("delta"); d != c.end() && d->value().is_object()) {
+          if (auto t = d->value().as_object().find("content"); t != d->value().as_object().end())
+            text = &t->value();
+        }
+      } else if (auto t = c.find("text"); t != c.end()) {
+        text = &t->value();
+      }
+      if (text && text->is_string()) {
+        ev.has_content = true;
+        ev.text += std::string_view(text->as_string());
+      } else if (text && !text->is_null()) {
+        return corrupt("content is not a string");
+      }
+      if (auto f = c.find("finish_reason"); f != c.end() && !f->value().is_null()) ev.finished = true;
+    }
+  } else if (it != o.end() && !it->value().is_null()) {
+    return corrupt("'choices' is not an array");
+  }
+  if (auto u = o.find("usage"); u != o.end() && u->value().is_object()) {
+    auto p = json::opt_int(u->value().as_object(), "prompt_tokens");
+    auto c = json::opt_int(u->value().as_object(), "completion_tokens");
+    if (!p.ok() || !c.ok()) return corrupt("bad usage object");
+    ev.usage = Usage{p->value_or(-1), c->value_or(-1)};
+  }
+  return ev;
+}
+
+namespace {
+Failure map_failure(net::FailureKind k, int status) {
+  using K = net::FailureKind;
+  switch (k) {
+    case K::kNone:
+      return Failure::kNone;
+    case K::kConnectRefused:
+    case K::kConnectError:
+    case K::kConnectTimeout:
+      return Failure::kConnect;
+    case K::kFirstByteTimeout:
+    case K::kIdleTimeout:
+    case K::kTotalTimeout:
+      return Failure::kTimeout;
+    case K::kReset:
+    case K::kClosedBeforeEnd:
+    case K::kIoError:
+      return Failure::kReset;
+    case K::kMalformedResponse:
+      return Failure::kMalformed;
+    case K::kHttpStatus:
+      return status >= 500 ? Failure::kHttp5xx : Failure::kHttp4xx;
+    case K::kCancelled:
+      return Failure::kCancelled;
+  }
+  return Failure::kClient;
+}
+
+// State of one request; lives on the IO thread.
+struct Stream {
+  StreamSink* sink = nullptr;
+  net::SseParser parser;
+  std::vector<net::SseEvent> events;
+  bool reported = false;  // the sink got its final call
+  bool done_seen = false;
+  net::HttpClient::RequestId id = 0;
+};
+}  // namespace
+
+struct OpenAiTarget::Impl {
+  OpenAiTargetOptions opts;
+  std::string path;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::unique_ptr<net::HttpClient> client;
+  std::unordered_map<uint64_t, std::shared_ptr<Stream>> live;  // IO thread only
+  uint64_t next_key = 0;                                       // IO thread only
+  std::atomic<uint64_t> connections{0};
+  std::thread thread;
+
+  void fail(Stream& s, SteadyTime t, Failure f, int status, std::string msg) {
+    if (s.reported) return;
+    s.reported = true;
+    s.sink->on_failure(t, f, status, std::move(msg));
+  }
+
+  void on_body(const std::shared_ptr<Stream>& s, uint64_t key, std::string_view bytes, SteadyTime at) {
+    if (s->reported) return;
+    s->events.clear();
+    Status st = s->parser.feed(bytes, s->events);
+    for (const auto& e : s->events) {
+      if (s->reported) break;
+      auto ev = parse_stream_event(e.data, opts.api);
+      if (!ev.ok()) {
+        fail(*s, at, Failure::kMalformed, 200, ev.status().message());
+        break;
+      }
+      if (ev->done) {
+        s->done_seen = true;
+        continue;
+      }
+      if (ev->has_content) {
+        int32_t tokens = 0;
+        if (opts.count_tokens) {
+          auto n = opts.count_tokens(ev->text);
+          if (!n.ok()) {
+            fail(*s, at, Failure::kClient, 200, n.status().message());
+            break;
+          }
+          tokens = int32_t(*n);
+        } else {
+          tokens = ev->text.empty() ? 0 : 1;
+        }
+        s->sink->on_chunk(at, tokens, ev->text);
+      }
+      if (ev->usage) s->sink->on_usage(*ev->usage);
+    }
+    if (!st.ok()) fail(*s, at, Failure::kMalformed, 200, st.message());
+    if (s->reported) {
+      // Stop reading a broken stream; cancel from a fresh handler, not from inside the callback.
+      asio::post(io, [this, key] {
+        auto it = live.find(key);
+        if (it != live.end()) client->cancel(it->second->id);
+      });
+    }
+  }
+
+  void on_done(const std::shared_ptr<Stream>& s, uint64_t key, net::ClientResult&& r) {
+    live.erase(key);
+    if (s->reported) return;
+    SteadyTime end = r.times.end;
+    if (!r.ok()) {
+      std::string msg = std::string(net::failure_name(r.failure)) + (r.error.empty() ? "" : ": " + r.error);
+      if (r.failure == net::FailureKind::kHttpStatus && !r.body.empty()) msg += ": " + r.body.substr(0, 200);
+      fail(*s, end, map_failure(r.failure, r.head.status), r.head.status, std::move(msg));
+      return;
+    }
+    s->events.clear();
+    Status st = s->parser.finish(s->events);
+    for (const auto& e : s->events) {
+      if (e.data == "[DONE]") s->done_seen = true;
+    }
+    if (!st.ok()) return fail(*s, end, Failure::kMalformed, r.head.status, st.message());
+    if (!s->done_seen)
+      return fail(*s, end, Failure::kIncomplete, r.head.status, "the stream ended without data: [DONE]");
+    s->reported = true;
+    s->sink->on_end(end);
+  }
+
+  void submit(std::string body, StreamSink* sink) {
+    auto s = std::make_shared<Stream>();
+    s->sink = sink;
+    uint64_t key = next_key++;
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = path;
+    req.body = std::move(body);
+    req.timeouts.connect = opts.connect_timeout;
+    req.timeouts.first_byte = opts.first_byte_timeout;
+    req.timeouts.idle = opts.idle_timeout;
+    req.headers.emplace_back("Accept", "text/event-stream");
+    if (!opts.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + opts.api_key);
+    net::ClientCallbacks cbs;
+    cbs.on_head = [s](const net::ResponseHead&, SteadyTime at) {
+      if (!s->reported) s->sink->on_first_byte(at);
+    };
+    cbs.on_body = [this, s, key](std::string_view b, SteadyTime at) { on_body(s, key, b, at); };
+    cbs.on_done = [this, s, key](net::ClientResult&& r) { on_done(s, key, std::move(r)); };
+    live[key] = s;
+    s->id = client->submit(std::move(req), std::move(cbs));
+    connections = client->connections_opened();
+  }
+};
+
+OpenAiTarget::OpenAiTarget(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<OpenAiTarget>> OpenAiTarget::create(OpenAiTargetOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(options);
+  PLUMB_ASSIGN_OR_RETURN(net::Url url, net::parse_url(impl->opts.base_url));
+  std::string prefix = url.target == "/" ? "" : url.target;
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  impl->path = prefix + (impl->opts.api == Api::kChat ? "/v1/chat/completions" : "/v1/completions");
+  PLUMB_ASSIGN_OR_RETURN(impl->client, net::HttpClient::create(impl->io, impl->opts.base_url));
+  Impl* p = impl.get();
+  impl->thread = std::thread([p] { p->io.run(); });
+  return std::unique_ptr<OpenAiTarget>(new OpenAiTarget(std::move(impl)));
+}
+
+OpenAiTarget::~OpenAiTarget() {
+  cancel_all();
+  std::promise<void> gone;
+  asio::post(impl_->io, [this, &gone] {
+    impl_->client.reset();
+    impl_->work.reset();
+    gone.set_value();
+  });
+  gone.get_future().wait();
+  impl_->thread.join();
+}
+
+void OpenAiTarget::send(const workload::Request& request, StreamSink* sink) {
+  auto body = openai_request_body(request, impl_->opts.api, impl_->opts.model);
+  if (!body.ok()) {
+    sink->on_failure(std::chrono::steady_clock::now(), Failure::kClient, 0, body.status().message());
+    return;
+  }
+  asio::post(impl_->io, [p = impl_.get(), b = std::move(body).value(), sink]() mutable {
+    p->submit(std::move(b), sink);
+  });
+}
+
+void OpenAiTarget::cancel_all() {
+  std::promise<void> done;
+  asio::post(impl_->io, [p = impl_.get(), &done] {
+    std::vector<std::shared_ptr<Stream>> streams;
+    for (auto& [k, s] : p->live) streams.push_back(s);
+    for (auto& s : streams) {
+      p->fail(*s, std::chrono::steady_clock::now(), Failure::kCancelled, 0,
+              "cancelled at the end of the run");
+      p->client->cancel(s->id);
+    }
+    p->live.clear();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+std::string OpenAiTarget::describe() const {
+  return std::string("openai ") + (impl_->opts.api == Api::kChat ? "chat " : "completions ") +
+         impl_->opts.base_url + (impl_->opts.model.empty() ? "" : " model=" + impl_->opts.model);
+}
+
+uint64_t OpenAiTarget::connections_opened() const { return impl_->connections.load(); }
+
+}  // namespace plumb::loadgen

@@ -1,0 +1,77 @@
+// The OpenAI HTTP target: drives any OpenAI-compatible server (chat or completions API) with
+// streaming SSE over keep-alive connections (net/), asking for usage in the stream
+// (stream_options.include_usage) so output tokens can be cross-checked.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "loadgen/target.h"
+#include "workload/sources.h"
+
+namespace plumb::loadgen {
+
+enum class Api {
+  kChat,         // POST /v1/chat/completions with "messages"
+  kCompletions,  // POST /v1/completions with "prompt"
+};
+
+struct OpenAiTargetOptions {
+  std::string base_url{};  // "http://host:port" (no https)
+  Api api =
+      Api::kChat;       // which endpoint; a request must match it (messages for chat, prompt for completions)
+  std::string model{};  // the "model" field; empty: omitted
+  std::string api_key{};                              // sent as "Authorization: Bearer <key>" when not empty
+  std::chrono::milliseconds connect_timeout{10'000};  // TCP connect
+  std::chrono::milliseconds first_byte_timeout{600'000};  // from sending to the first response byte
+  std::chrono::milliseconds idle_timeout{60'000};         // longest silence inside a response
+  // Local re-count of output tokens: when set, each content chunk counts count_tokens(its text)
+  // tokens; when empty, each chunk with non-empty content counts 1 (servers that stream one token
+  // per event). Either way the server's usage is reported beside it.
+  workload::TokenCounter count_tokens{};
+};
+
+// Runs its own IO thread. Timestamps come from std::chrono::steady_clock, taken by net/ when
+// each network read completed, so the driver must run on SteadyClock (its default). send() and
+// cancel_all() are thread-safe; callbacks run on the IO thread.
+class OpenAiTarget final : public Target {
+ public:
+  // Resolves the host (blocking). Errors: bad URL (kInvalidArgument), https (kUnimplemented),
+  // unresolvable host (kUnavailable).
+  static Result<std::unique_ptr<OpenAiTarget>> create(OpenAiTargetOptions options);
+  ~OpenAiTarget() override;
+
+  // A request of the wrong shape for the API (e.g. messages on completions) fails at once as
+  // kClient without touching the network.
+  void send(const workload::Request& request, StreamSink* sink) override;
+  void cancel_all() override;
+  std::string describe() const override;
+  uint64_t connections_opened() const;  // keep-alive reuse: connections opened so far
+
+  struct Impl;
+
+ private:
+  explicit OpenAiTarget(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The JSON request body: model (if set), messages or prompt, max_tokens, temperature,
+// ignore_eos, stream, and stream_options.include_usage when streaming.
+Result<std::string> openai_request_body(const workload::Request& request, Api api, std::string_view model);
+
+// What one SSE data payload of a streamed response says.
+struct StreamEvent {
+  bool done = false;           // the "[DONE]" terminator
+  bool has_content = false;    // carries output text (delta.content / text), possibly empty
+  std::string text;            // that text
+  bool finished = false;       // a choice reported finish_reason
+  std::optional<Usage> usage;  // a usage object (prompt_tokens, completion_tokens)
+};
+// kCorrupt (naming what is wrong) for data that is not a JSON object or that carries an "error".
+Result<StreamEvent> parse_stream_event(std::string_view data, Api api);
+
+}  // namespace plumb::loadgen

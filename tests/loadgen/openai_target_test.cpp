@@ -1,0 +1,205 @@
+// The OpenAI target against a fake OpenAI server (net::HttpServer) that streams scripted SSE:
+// good streams are measured fully and every fault lands in its own failure category.
+#include "loadgen/openai_target.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "loadgen/driver.h"
+#include "net/http_server.h"
+#include "net/sse.h"
+
+namespace plumb::loadgen {
+namespace {
+
+using workload::Request;
+
+TEST(OpenAiBody, ChatAndCompletions) {
+  Request chat;
+  chat.messages = {{"user", "hi"}};
+  chat.max_tokens = 7;
+  chat.temperature = 0.5;
+  auto b = openai_request_body(chat, Api::kChat, "m");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b,
+            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"temperature":5E-1,)"
+            R"("ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})");
+  Request comp;
+  comp.prompt = "once";
+  comp.max_tokens = 3;
+  comp.stream = false;
+  auto c = openai_request_body(comp, Api::kCompletions, "");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, R"({"prompt":"once","max_tokens":3,"temperature":0E0,"ignore_eos":true,"stream":false})");
+  EXPECT_FALSE(openai_request_body(comp, Api::kChat, "").ok());
+  EXPECT_FALSE(openai_request_body(chat, Api::kCompletions, "").ok());
+}
+
+TEST(OpenAiEvents, ParsesContentUsageDoneAndErrors) {
+  auto e = parse_stream_event(R"({"choices":[{"index":0,"delta":{"content":"He"},"finish_reason":null}]})",
+                              Api::kChat);
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e->has_content);
+  EXPECT_EQ(e->text, "He");
+  EXPECT_FALSE(e->finished);
+  auto role = parse_stream_event(R"({"choices":[{"delta":{"role":"assistant"}}]})", Api::kChat);
+  ASSERT_TRUE(role.ok());
+  EXPECT_FALSE(role->has_content);
+  auto u =
+      parse_stream_event(R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}})", Api::kChat);
+  ASSERT_TRUE(u.ok());
+  ASSERT_TRUE(u->usage.has_value());
+  EXPECT_EQ(u->usage->prompt_tokens, 5);
+  EXPECT_EQ(u->usage->completion_tokens, 9);
+  auto t = parse_stream_event(R"({"choices":[{"text":"x","finish_reason":"length"}]})", Api::kCompletions);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->text, "x");
+  EXPECT_TRUE(t->finished);
+  EXPECT_TRUE(parse_stream_event("[DONE]", Api::kChat)->done);
+  EXPECT_EQ(parse_stream_event("{oops", Api::kChat).status().code(), Code::kCorrupt);
+  EXPECT_FALSE(parse_stream_event(R"({"error":{"message":"boom"}})", Api::kChat).ok());
+  EXPECT_FALSE(parse_stream_event(R"({"choices":3})", Api::kChat).ok());
+  EXPECT_FALSE(parse_stream_event(R"({"choices":[{"delta":{"content":5}}]})", Api::kChat).ok());
+}
+
+// A fake OpenAI server. The user message picks the behaviour: "ok", "500", "400", "malformed",
+// "nodone", "truncate", "stall".
+class FakeServer {
+ public:
+  FakeServer() {
+    server_.route(
+        "POST", "/v1/chat/completions",
+        [this](const net::Request& req, std::shared_ptr<net::ResponseWriter> w) {
+          auto body = json::parse_object(req.body);
+          std::string mode =
+              std::string(body->at("messages").as_array()[0].as_object().at("content").as_string());
+          int64_t n = body->at("max_tokens").as_int64();
+          if (mode == "500" || mode == "400") {
+            int status = std::stoi(mode);
+            w->send(status, "application/json", net::json_error_body(status, "scripted", "server_error"));
+            return;
+          }
+          w->start_stream(200, "text/event-stream");
+          w->write(net::sse_format_data(R"({"choices":[{"index":0,"delta":{"role":"assistant"}}]})"));
+          for (int64_t i = 0; i < n; ++i) {
+            if (mode == "malformed" && i == 1) {
+              w->write(net::sse_format_data("{not json"));
+              w->end();
+              return;
+            }
+            if ((mode == "truncate" || mode == "stall") && i == 2) {
+              std::lock_guard<std::mutex> l(mu_);
+              held_.push_back(w);  // keep the stream open (stall) or drop it unterminated (truncate)
+              if (mode == "truncate") held_.pop_back();
+              return;
+            }
+            w->write(net::sse_format_data(R"({"choices":[{"index":0,"delta":{"content":"t)" +
+                                          std::to_string(i) + R"( "},"finish_reason":null}]})"));
+          }
+          w->write(net::sse_format_data(R"({"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})"));
+          w->write(net::sse_format_data(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":)" +
+                                        std::to_string(n) + "}}"));
+          if (mode != "nodone") w->write(net::sse_format_data("[DONE]"));
+          w->end();
+        });
+    EXPECT_TRUE(server_.start().ok());
+  }
+  ~FakeServer() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      held_.clear();
+    }
+    server_.stop(std::chrono::milliseconds(0));
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
+
+ private:
+  net::HttpServer server_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<net::ResponseWriter>> held_;
+};
+
+workload::RequestSet modes(const std::vector<std::string>& ms, int64_t max_tokens) {
+  std::vector<Request> rs;
+  for (const auto& m : ms) {
+    Request r;
+    r.messages = {{"user", m}};
+    r.max_tokens = max_tokens;
+    rs.push_back(r);
+  }
+  return *workload::make_request_set(std::move(rs));
+}
+
+TEST(OpenAiTarget, MeasuresGoodStreamsAndCategorizesEveryFault) {
+  FakeServer server;
+  // Short timeouts: the stall must end as a timeout, and nothing may hang the test.
+  auto target = OpenAiTarget::create({.base_url = server.url(),
+                                      .model = "fake",
+                                      .first_byte_timeout = std::chrono::milliseconds(2000),
+                                      .idle_timeout = std::chrono::milliseconds(300)});
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  auto set = modes({"ok", "500", "400", "malformed", "nodone", "truncate", "stall", "ok"}, 5);
+  auto schedule = workload::make_schedule({.kind = workload::ArrivalKind::kBurst, .max_concurrency = 4},
+                                          set.requests.size());
+  auto run = run_load(set, *schedule, **target);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  using metrics::Failure;
+  std::vector<Failure> want{Failure::kNone,       Failure::kHttp5xx, Failure::kHttp4xx, Failure::kMalformed,
+                            Failure::kIncomplete, Failure::kReset,   Failure::kTimeout, Failure::kNone};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(run->requests[i].failure, want[i]) << i << ": " << run->requests[i].error;
+  }
+  for (size_t i : {0u, 7u}) {
+    const auto& r = run->requests[i];
+    ASSERT_TRUE(r.completed());
+    EXPECT_EQ(r.chunks.size(), 5u);  // the role-only delta is not a content chunk
+    EXPECT_EQ(r.local_output_tokens, 5);
+    EXPECT_EQ(r.usage_output_tokens, 5);
+    EXPECT_EQ(r.usage_prompt_tokens, 3);
+    ASSERT_TRUE(r.first_byte && r.first_token && r.end);
+    EXPECT_LE(*r.sent, *r.first_byte);
+    EXPECT_LE(*r.first_byte, *r.first_token);
+    EXPECT_LE(*r.first_token, *r.end);
+  }
+  EXPECT_EQ(run->requests[1].http_status, 500);
+  EXPECT_EQ(run->requests[2].http_status, 400);
+  EXPECT_LE(run->requests[5].chunks.size(), 2u);  // the server may close before flushing its queue
+  EXPECT_EQ(run->target, "openai chat " + server.url() + " model=fake");
+}
+
+TEST(OpenAiTarget, RefusedConnectionsAreConnectFailures) {
+  // Bind and stop a server to get a port with nothing listening.
+  std::string url;
+  {
+    FakeServer s;
+    url = s.url();
+  }
+  auto target = OpenAiTarget::create({.base_url = url});
+  ASSERT_TRUE(target.ok());
+  auto set = modes({"ok", "ok"}, 2);
+  auto run = run_load(set, *workload::make_schedule({}, 2), **target);
+  ASSERT_TRUE(run.ok());
+  for (const auto& r : run->requests) EXPECT_EQ(r.failure, metrics::Failure::kConnect) << r.error;
+}
+
+TEST(OpenAiTarget, KeepAliveReusesConnections) {
+  FakeServer server;
+  auto target = OpenAiTarget::create({.base_url = server.url()});
+  ASSERT_TRUE(target.ok());
+  auto set = modes(std::vector<std::string>(20, "ok"), 3);
+  auto run = run_load(
+      set, *workload::make_schedule({.kind = workload::ArrivalKind::kClosedLoop, .max_concurrency = 2}, 20),
+      **target);
+  ASSERT_TRUE(run.ok());
+  for (const auto& r : run->requests) EXPECT_TRUE(r.completed()) << r.error;
+  EXPECT_LE((*target)->connections_opened(), 4u);  // 2 clients, not 20 connections
+}
+
+TEST(OpenAiTarget, BadUrlsAreErrors) {
+  EXPECT_FALSE(OpenAiTarget::create({.base_url = "https://x"}).ok());
+  EXPECT_FALSE(OpenAiTarget::create({.base_url = "not a url"}).ok());
+}
+
+}  // namespace
+}  // namespace plumb::loadgen
