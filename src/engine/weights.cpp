@@ -1,0 +1,291 @@
+#include "engine/weights.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/random.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace plumb::engine {
+
+Result<WeightDType> parse_weight_dtype(const std::string& s) {
+  if (s == "auto" || s == "as-stored" || s == "as_stored") return WeightDType::kAsStored;
+  if (s == "f32" || s == "float32") return WeightDType::kF32;
+  if (s == "bf16" || s == "bfloat16") return WeightDType::kBF16;
+  return invalid_argument("unknown weight dtype '" + s + "' (use as-stored, f32 or bf16)");
+}
+
+ModelWeights::Buffer::~Buffer() { std::free(p); }
+
+void* ModelWeights::own(size_t bytes) {
+  auto b = std::make_unique<Buffer>();
+  b->p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void* p = b->p;
+  owned_.push_back(std::move(b));
+  return p;
+}
+
+int64_t ModelWeights::bytes() const {
+  auto mb = [](const WeightMatrix& w) { return w.rows * w.cols * int64_t(dtype_size(w.dtype)); };
+  int64_t total = mb(embed);
+  if (lm_head.data != embed.data) total += mb(lm_head);
+  for (const auto& l : layers) {
+    for (const WeightMatrix* w :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      total += mb(*w);
+    }
+  }
+  return total;
+}
+
+namespace {
+
+void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool) {
+    pool->parallel_for(n, fn);
+  } else {
+    fn(0, n);
+  }
+}
+
+float element_f32(const unsigned char* data, TensorDType dt, int64_t i) {
+  switch (dt) {
+    case TensorDType::kF32: {
+      float f;
+      std::memcpy(&f, data + 4 * i, 4);
+      return f;
+    }
+    case TensorDType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    case TensorDType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      return f16_to_f32(h);
+    }
+    default:
+      return 0.0f;
+  }
+}
+
+bool is_float(TensorDType dt) {
+  return dt == TensorDType::kF32 || dt == TensorDType::kF16 || dt == TensorDType::kBF16;
+}
+
+DType to_dtype(TensorDType dt) {
+  return dt == TensorDType::kF32 ? DType::kF32 : dt == TensorDType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Looks up `name` and checks its shape against `want` (and that it is a float tensor).
+Result<TensorView> get_checked(const ModelTensors& t, const std::string& name,
+                               const std::vector<int64_t>& want, const char* meaning) {
+  auto v = t.get(name);
+  if (!v.ok()) return v.status();
+  if (!is_float(v->dtype)) {
+    return invalid_argument("tensor '" + name + "' has dtype " + tensor_dtype_name(v->dtype) +
+                            "; weights must be F32, F16 or BF16");
+  }
+  if (v->shape != want) {
+    return invalid_argument("tensor '" + name + "' in '" + v->file + "' has shape " + shape_str(v->shape) +
+                            " but the config implies " + shape_str(want) + " (" + meaning + ")");
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
+                                                std::shared_ptr<const ModelTensors> tensors,
+                                                WeightDType dtype, ThreadPool* pool) {
+  ModelWeights w;
+  w.tensors_ = tensors;
+  const ModelTensors& t = *tensors;
+  const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
+                kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
+
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols,
+                    const char* meaning) -> Result<WeightMatrix> {
+    PLUMB_ASSIGN_OR_RETURN(TensorView v, get_checked(t, name, {rows, cols}, meaning));
+    WeightMatrix m;
+    m.rows = rows;
+    m.cols = cols;
+    DType stored = to_dtype(v.dtype);
+    DType target = dtype == WeightDType::kF32    ? DType::kF32
+                   : dtype == WeightDType::kBF16 ? DType::kBF16
+                                                 : stored;
+    const bool aligned = reinterpret_cast<uintptr_t>(v.data) % dtype_size(stored) == 0;
+    if (target == stored && aligned) {
+      m.data = v.data;  // zero copy: a view into the memory map
+      m.dtype = stored;
+      return m;
+    }
+    const int64_t n = rows * cols;
+    void* dst = w.own(size_t(n) * dtype_size(target));
+    if (target == stored) {
+      std::memcpy(dst, v.data, v.nbytes);
+    } else {
+      parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
+          float f = element_f32(v.data, v.dtype, i);
+          if (target == DType::kF32) {
+            static_cast<float*>(dst)[i] = f;
+          } else if (target == DType::kBF16) {
+            static_cast<uint16_t*>(dst)[i] = f32_to_bf16(f);
+          } else {
+            static_cast<uint16_t*>(dst)[i] = f32_to_f16(f);
+          }
+        }
+      });
+    }
+    m.data = dst;
+    m.dtype = target;
+    return m;
+  };
+  auto vec = [&](const std::string& name, int64_t n, const char* meaning) -> Result<std::vector<float>> {
+    PLUMB_ASSIGN_OR_RETURN(TensorView v, get_checked(t, name, {n}, meaning));
+    std::vector<float> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = element_f32(v.data, v.dtype, i);
+    return out;
+  };
+
+  PLUMB_ASSIGN_OR_RETURN(w.embed, matrix("model.embed_tokens.weight", vocab, d, "vocab_size x hidden_size"));
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    if (!t.contains("lm_head.weight")) {
+      return not_found("tensor 'lm_head.weight' not found, and tie_word_embeddings is false in config.json");
+    }
+    PLUMB_ASSIGN_OR_RETURN(w.lm_head, matrix("lm_head.weight", vocab, d, "vocab_size x hidden_size"));
+  }
+  PLUMB_ASSIGN_OR_RETURN(w.final_norm, vec("model.norm.weight", d, "hidden_size"));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights l;
+    PLUMB_ASSIGN_OR_RETURN(l.input_norm, vec(p + "input_layernorm.weight", d, "hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.q_proj, matrix(p + "self_attn.q_proj.weight", q_out, d,
+                                            "num_attention_heads*head_dim x hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.k_proj, matrix(p + "self_attn.k_proj.weight", kv_out, d,
+                                            "num_key_value_heads*head_dim x hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.v_proj, matrix(p + "self_attn.v_proj.weight", kv_out, d,
+                                            "num_key_value_heads*head_dim x hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.o_proj, matrix(p + "self_attn.o_proj.weight", d, q_out,
+                                            "hidden_size x num_attention_heads*head_dim"));
+    if (c.attention_bias) {
+      PLUMB_ASSIGN_OR_RETURN(l.q_bias,
+                             vec(p + "self_attn.q_proj.bias", q_out, "num_attention_heads*head_dim"));
+      PLUMB_ASSIGN_OR_RETURN(l.k_bias,
+                             vec(p + "self_attn.k_proj.bias", kv_out, "num_key_value_heads*head_dim"));
+      PLUMB_ASSIGN_OR_RETURN(l.v_bias,
+                             vec(p + "self_attn.v_proj.bias", kv_out, "num_key_value_heads*head_dim"));
+    }
+    if (c.qk_norm) {
+      PLUMB_ASSIGN_OR_RETURN(l.q_norm, vec(p + "self_attn.q_norm.weight", hd, "head_dim"));
+      PLUMB_ASSIGN_OR_RETURN(l.k_norm, vec(p + "self_attn.k_norm.weight", hd, "head_dim"));
+    }
+    PLUMB_ASSIGN_OR_RETURN(l.post_attention_norm,
+                           vec(p + "post_attention_layernorm.weight", d, "hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.gate_proj,
+                           matrix(p + "mlp.gate_proj.weight", ff, d, "intermediate_size x hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.up_proj,
+                           matrix(p + "mlp.up_proj.weight", ff, d, "intermediate_size x hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(l.down_proj,
+                           matrix(p + "mlp.down_proj.weight", d, ff, "hidden_size x intermediate_size"));
+    w.layers.push_back(std::move(l));
+  }
+  return w;
+}
+
+namespace {
+
+// One approximately normal value: Irwin–Hall sum of four 16-bit uniforms, standardized. Mean 0,
+// variance 1 (up to the 16-bit quantization), support ±2·√3.
+inline float irwin_hall4(uint64_t r) {
+  constexpr float kScale = 1.0f / 65536.0f;
+  float s = float(r & 0xffff) + float((r >> 16) & 0xffff) + float((r >> 32) & 0xffff) + float(r >> 48);
+  return (s * kScale + 2.0f * kScale - 2.0f) * 1.7320508f;  // +0.5 ulp per term centres the sum
+}
+
+}  // namespace
+
+Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, WeightDType dtype,
+                                         ThreadPool* pool) {
+  ModelWeights w;
+  const DType dt = dtype == WeightDType::kF32 ? DType::kF32 : DType::kBF16;
+  const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
+                kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
+  constexpr float kStd = 0.02f;
+  constexpr int64_t kChunk = 1 << 16;
+
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    WeightMatrix m;
+    m.rows = rows;
+    m.cols = cols;
+    m.dtype = dt;
+    const int64_t n = rows * cols;
+    void* dst = w.own(size_t(n) * dtype_size(dt));
+    const uint64_t tseed = derive_seed(seed, name);
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    // Each chunk has its own stream, so the values do not depend on how chunks meet threads.
+    parallel(pool, chunks, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        Rng rng(Rng(tseed ^ (uint64_t(ch) * 0xD1B54A32D192ED03ULL)).next_u64());
+        const int64_t e = std::min(n, (ch + 1) * kChunk);
+        for (int64_t i = ch * kChunk; i < e; ++i) {
+          float f = kStd * irwin_hall4(rng.next_u64());
+          if (dt == DType::kF32) {
+            static_cast<float*>(dst)[i] = f;
+          } else {
+            static_cast<uint16_t*>(dst)[i] = f32_to_bf16(f);
+          }
+        }
+      }
+    });
+    m.data = dst;
+    return m;
+  };
+  auto bias = [&](const std::string& name, int64_t n) {
+    std::vector<float> b(static_cast<size_t>(n));
+    Rng rng(derive_seed(seed, name));
+    for (auto& x : b) x = kStd * irwin_hall4(rng.next_u64());
+    return b;
+  };
+  auto ones = [](int64_t n) { return std::vector<float>(size_t(n), 1.0f); };
+
+  w.embed = matrix("model.embed_tokens.weight", vocab, d);
+  w.lm_head = c.tie_word_embeddings ? w.embed : matrix("lm_head.weight", vocab, d);
+  w.final_norm = ones(d);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights l;
+    l.input_norm = ones(d);
+    l.q_proj = matrix(p + "self_attn.q_proj.weight", q_out, d);
+    l.k_proj = matrix(p + "self_attn.k_proj.weight", kv_out, d);
+    l.v_proj = matrix(p + "self_attn.v_proj.weight", kv_out, d);
+    l.o_proj = matrix(p + "self_attn.o_proj.weight", d, q_out);
+    if (c.attention_bias) {
+      l.q_bias = bias(p + "self_attn.q_proj.bias", q_out);
+      l.k_bias = bias(p + "self_attn.k_proj.bias", kv_out);
+      l.v_bias = bias(p + "self_attn.v_proj.bias", kv_out);
+    }
+    if (c.qk_norm) {
+      l.q_norm = ones(hd);
+      l.k_norm = ones(hd);
+    }
+    l.post_attention_norm = ones(d);
+    l.gate_proj = matrix(p + "mlp.gate_proj.weight", ff, d);
+    l.up_proj = matrix(p + "mlp.up_proj.weight", ff, d);
+    l.down_proj = matrix(p + "mlp.down_proj.weight", d, ff);
+    w.layers.push_back(std::move(l));
+  }
+  return w;
+}
+
+}  // namespace plumb::engine
