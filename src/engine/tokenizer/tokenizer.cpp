@@ -101,10 +101,21 @@ Regex::~Regex() {
   if (code_) pcre2_code_free(static_cast<pcre2_code*>(code_));
 }
 
+namespace {
+// One match block per thread, shared by every pattern: next_match copies the offsets out before
+// returning, so nested scans (a Split whose pieces go through another regex) may reuse it. Patterns
+// with more groups than it holds still report the whole match (pcre2_match returns 0).
+struct ThreadMatchData {
+  pcre2_match_data* md = pcre2_match_data_create(16, nullptr);
+  ~ThreadMatchData() { pcre2_match_data_free(md); }
+};
+}  // namespace
+
 void* Regex::new_match_data() const {
-  return pcre2_match_data_create_from_pattern(static_cast<pcre2_code*>(code_), nullptr);
+  thread_local ThreadMatchData data;
+  return data.md;
 }
-void Regex::free_match_data(void* md) { pcre2_match_data_free(static_cast<pcre2_match_data*>(md)); }
+void Regex::free_match_data(void*) {}
 
 bool Regex::next_match(std::string_view s, size_t from, size_t& start, size_t& end, void* md) const {
   auto* code = static_cast<pcre2_code*>(code_);

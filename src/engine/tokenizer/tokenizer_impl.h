@@ -25,8 +25,8 @@ class Regex {
   template <typename F>
   void for_each_match(std::string_view s, F&& on_match) const;
   bool next_match(std::string_view s, size_t from, size_t& start, size_t& end, void* match_data) const;
-  void* new_match_data() const;
-  static void free_match_data(void* md);
+  void* new_match_data() const;           // the calling thread's match block (not owned by the caller)
+  static void free_match_data(void* md);  // no-op, kept for symmetry
 
  private:
   void* code_ = nullptr;  // pcre2_code_8*
@@ -155,7 +155,7 @@ struct Tokenizer::Impl {
   // one slot and one key), sharded by hash to keep lock contention low; a full shard is cleared.
   static constexpr size_t kCacheShards = 16;
   static constexpr size_t kCacheSlots = size_t(1) << 14;  // per shard, power of two
-  static constexpr size_t kCacheMaxWord = 96;             // longer words are not cached
+  static constexpr size_t kCacheMaxWord = 256;  // longer words are not cached (CJK runs are long words)
   struct CacheShard {
     struct Slot {
       uint64_t hash = 0;  // 0: empty
