@@ -19,8 +19,14 @@ bool cpu_has_avx2() {
 
 namespace {
 
-constexpr int kRowsW = 3;  // weight rows per tile
-constexpr int kRowsX = 4;  // x rows per tile
+#ifndef PLUMB_MATMUL_RX
+#define PLUMB_MATMUL_RX 4
+#endif
+constexpr int kRowsX = PLUMB_MATMUL_RX;  // x rows per tile (at most)
+// Weight rows per tile for a tile of rx x-rows: rx*rw accumulators + rw weight registers + one x
+// register fit the 16 ymm registers, and at least 3 independent FMA chains hide the FMA latency.
+constexpr int rows_w_for(int rx) { return rx >= 7 ? 1 : rx >= 5 ? 2 : rx >= 3 ? 3 : 4; }
+constexpr int kRowsW = 3;  // alignment of the feature split over threads
 
 template <DType D>
 PLUMB_AVX2_INLINE __m256 load_w8(const void* base, int64_t index) {
@@ -43,20 +49,20 @@ template <DType D, int RX, int RW>
 PLUMB_AVX2 void tile(const float* x, int64_t k, const void* w, int64_t j0, const float* bias, float* y,
                      int64_t ldy) {
   __m256 acc[RX][RW];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int i = 0; i < RX; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int j = 0; j < RW; ++j) acc[i][j] = _mm256_setzero_ps();
   }
   const int64_t k8 = k & ~int64_t(7);
   for (int64_t p = 0; p < k8; p += 8) {
     __m256 wv[RW];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int j = 0; j < RW; ++j) wv[j] = load_w8<D>(w, (j0 + j) * k + p);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int i = 0; i < RX; ++i) {
       __m256 xv = _mm256_loadu_ps(x + i * k + p);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int j = 0; j < RW; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
@@ -73,9 +79,20 @@ PLUMB_AVX2 void tile(const float* x, int64_t k, const void* w, int64_t j0, const
 template <DType D, int RX>
 PLUMB_AVX2 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
                        const float* bias, float* y, int64_t ldy) {
+  constexpr int RW = rows_w_for(RX);
   int64_t j = n_begin;
-  for (; j + kRowsW <= n_end; j += kRowsW) tile<D, RX, kRowsW>(x, k, w, j, bias, y, ldy);
+  for (; j + RW <= n_end; j += RW) tile<D, RX, RW>(x, k, w, j, bias, y, ldy);
   for (; j < n_end; ++j) tile<D, RX, 1>(x, k, w, j, bias, y, ldy);
+}
+
+// The last (fewer than kRowsX) rows of x: dispatch the runtime count to a compile-time tile height.
+template <DType D, int RX>
+void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                 const float* bias, float* y, int64_t ldy) {
+  if constexpr (RX > 0) {
+    if (rows == RX) return rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
+    rows_x_tail<D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy);
+  }
 }
 
 // Output features [n_begin, n_end) for every row of x. Weight rows are the outer loop in blocks
@@ -89,19 +106,7 @@ void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_beg
     const int64_t je = std::min(n_end, jb + block);
     int64_t i = 0;
     for (; i + kRowsX <= m; i += kRowsX) rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n);
-    switch (m - i) {
-      case 3:
-        rows_x<D, 3>(x + i * k, k, w, jb, je, bias, y + i * n, n);
-        break;
-      case 2:
-        rows_x<D, 2>(x + i * k, k, w, jb, je, bias, y + i * n, n);
-        break;
-      case 1:
-        rows_x<D, 1>(x + i * k, k, w, jb, je, bias, y + i * n, n);
-        break;
-      default:
-        break;
-    }
+    rows_x_tail<D, kRowsX - 1>(m - i, x + i * k, k, w, jb, je, bias, y + i * n, n);
   }
 }
 
