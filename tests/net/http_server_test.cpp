@@ -352,6 +352,51 @@ TEST(HttpServer, StopPastGraceClosesStreamsAndFiresOnClose) {
   EXPECT_NE(r.status().message().find("closed_before_end"), std::string::npos) << r.status().to_string();
 }
 
+TEST(HttpServer, SlowRequestHeadTimesOut) {
+  HttpServerOptions o;
+  o.header_timeout = 100ms;
+  HttpServer s(o);
+  add_basic_routes(s);
+  ASSERT_TRUE(s.start().ok());
+  int fd = testing::connect_loopback(s.port());
+  ASSERT_GE(fd, 0);
+  testing::send_all(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n");  // never finishes the head
+  std::string got = testing::recv_until(fd);
+  EXPECT_EQ(got, "");
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, MSG_DONTWAIT), 0);  // closed by the server, not our poll limit
+  ::close(fd);
+  auto ok = http_request(url(s, "/hello"), "GET");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST(HttpServer, ExpectContinue) {
+  HttpServer s;
+  add_basic_routes(s);
+  ASSERT_TRUE(s.start().ok());
+  int fd = testing::connect_loopback(s.port());
+  testing::send_all(fd,
+                    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+                    "Expect: 100-continue\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(testing::recv_until(fd, "\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  testing::send_all(fd, "hello");
+  std::string rest = testing::recv_until(fd);
+  ::close(fd);
+  EXPECT_TRUE(rest.starts_with("HTTP/1.1 200 OK\r\n")) << rest;
+  EXPECT_TRUE(rest.ends_with("\r\n\r\nhello")) << rest;
+}
+
+TEST(HttpServer, HeadResponseHasNoBody) {
+  HttpServer s;
+  s.route("HEAD", "/hello",
+          [](const Request&, std::shared_ptr<ResponseWriter> w) { w->send(200, "text/plain", "hello!"); });
+  ASSERT_TRUE(s.start().ok());
+  std::string out = raw_exchange(s.port(), "HEAD /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(out.find("Content-Length: 6\r\n"), std::string::npos) << out;
+  EXPECT_TRUE(out.ends_with("\r\n\r\n")) << out;
+}
+
 TEST(HttpServer, ManyConcurrentStreamingClients) {
   constexpr int kStreams = 250;
   constexpr int kEvents = 20;
