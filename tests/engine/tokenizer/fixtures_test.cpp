@@ -17,6 +17,7 @@
 #include "core/random.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace plumb::engine {
 namespace {
@@ -129,6 +130,13 @@ TEST(TokenizerFixtures, RandomRoundTripAndStreaming) {
       std::string streamed;
       for (int32_t id : ids) streamed += sd.push(id);
       EXPECT_EQ(streamed + sd.flush(), decoded);
+      // Random bytes (mostly ill-formed UTF-8): encoded as their U+FFFD-repaired text.
+      std::string bytes;
+      for (int k = 0; k < 16; ++k) bytes.push_back(char(rng.uniform_int(0, 255)));
+      std::vector<int32_t> bids = tok.encode(bytes, false);
+      if (std::string(name) == "llama3_bpe") {
+        EXPECT_EQ(tok.decode(bids), unicode::to_valid_utf8(bytes));
+      }
       // Random ids, including byte tokens and special tokens in any order.
       std::vector<int32_t> rid;
       for (int k = 0; k < 12; ++k) rid.push_back(int32_t(rng.uniform_int(0, tok.vocab_size() - 1)));
