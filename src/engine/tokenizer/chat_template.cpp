@@ -154,6 +154,7 @@ Result<ChatTemplate> ChatTemplate::create(std::string_view text, std::string bos
   t.default_system_ = chatml_default_system(text);
   t.qwen3_ = contains(text, "</think>");
   t.mistral_v2_ = contains(text, "' [INST] '") || contains(text, "\" [INST] \"");
+  t.mistral_v3_ = contains(text, "+ \"[/INST]\"") || contains(text, "+ '[/INST]'");
   t.options_ = std::move(options);
   return t;
 }
@@ -248,7 +249,7 @@ Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
       size_t first = 0;
       std::optional<std::string> system;
       if (!messages.empty() && messages[0].role == "system") {
-        if (family_ == ChatFamily::kMistral && !mistral_v2_) {
+        if (family_ == ChatFamily::kMistral && !mistral_v2_ && !mistral_v3_) {
           return invalid_argument("mistral chat template: only user and assistant roles are supported");
         }
         system = messages[0].content;
@@ -274,6 +275,15 @@ Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
             out += bos_ + "[INST] " + py_strip(content) + " [/INST]";
           } else {
             out += " " + py_strip(content) + " " + eos_;
+          }
+        } else if (mistral_v3_) {
+          // v0.3: the system message goes into the user turn only when that turn is the last message.
+          if (m.role == "user") {
+            bool last = i + 1 == messages.size();
+            out += last && system ? "[INST] " + *system + "\n\n" + m.content + "[/INST]"
+                                  : "[INST] " + m.content + "[/INST]";
+          } else {
+            out += " " + py_strip(m.content) + eos_;
           }
         } else if (mistral_v2_) {
           if (m.role == "user") {

@@ -8,8 +8,10 @@
 //   chatml  "<|im_start|>"         Qwen2/2.5, SmolLM (default system prompt taken from the template
 //                                  when it has one) and Qwen3 (<think> handling of the last turn).
 //   llama2  "[INST]" and "<<SYS>>" Llama-2 chat; roles must alternate user/assistant.
-//   mistral "[INST]"               Mistral-Instruct v0.1 style, or v0.2+ style (" [INST] " with the
-//                                  system message prepended to the first user turn).
+//   mistral "[INST]"               Mistral-Instruct v0.1 style; v0.2 style (" [INST] " with the system
+//                                  message prepended to the first user turn); v0.3 style ("[/INST]"
+//                                  without a space, system message prepended to the last message when
+//                                  it is a user turn, assistant content trimmed).
 //   zephyr  "<|user|>"             TinyLlama-Chat / Zephyr.
 //
 // BOS: like the real templates, llama3/llama2/mistral put bos_token in the rendered text itself, so
@@ -77,6 +79,7 @@ class ChatTemplate {
   std::optional<std::string> default_system_;  // chatml
   bool qwen3_ = false;
   bool mistral_v2_ = false;  // " [INST] " with the system message folded into the first user turn
+  bool mistral_v3_ = false;  // "[INST] ...[/INST]", system message folded into the last user turn
 };
 
 // Convenience: ChatTemplate::for_tokenizer(tokenizer).apply(messages, add_generation_prompt).

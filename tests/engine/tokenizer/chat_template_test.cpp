@@ -52,6 +52,12 @@ constexpr const char* kMistral2 =
     "{{- bos_token }}{%- if loop.first and system_message is defined %}{{- ' [INST] ' + system_message + "
     "'\\n\\n' + message['content'] + ' [/INST]' }}{%- else %}{{- ' [INST] ' + message['content'] + ' "
     "[/INST]' }}";
+// Mistral-7B-Instruct-v0.3 (excerpt).
+constexpr const char* kMistral3 =
+    "{{- bos_token }}{%- if loop.last and system_message is defined %}{{- \"[INST] \" + system_message + "
+    "\"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}{%- else %}{{- \"[INST] \" + message[\"content\"] + "
+    "\"[/INST]\" }}{%- endif %}{%- elif message[\"role\"] == \"assistant\" %}{{- \" \" + "
+    "message[\"content\"]|trim + eos_token}}";
 // TinyLlama-1.1B-Chat.
 constexpr const char* kZephyr =
     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + "
@@ -163,6 +169,14 @@ TEST(ChatTemplate, MistralVariants) {
   EXPECT_FALSE(v1.apply(with_system, true).ok());
   EXPECT_EQ(render(kMistral2, with_system, true), "<s> [INST] S\n\nHi [/INST]");
   EXPECT_EQ(render(kMistral2, {{"user", "Hi"}, {"assistant", "Yo"}}, true), "<s> [INST] Hi [/INST] Yo</s>");
+}
+
+TEST(ChatTemplate, MistralV3SystemGoesToTheLastUserTurn) {
+  EXPECT_EQ(render(kMistral3, {{"system", "S"}, {"user", "Hi"}, {"assistant", " Yo "}, {"user", "Q"}}, true),
+            "<s>[INST] Hi[/INST] Yo</s>[INST] S\n\nQ[/INST]");
+  // Ending on an assistant turn, the system message appears nowhere (as in the real template).
+  EXPECT_EQ(render(kMistral3, {{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, false),
+            "<s>[INST] Hi[/INST] Yo</s>");
 }
 
 TEST(ChatTemplate, Zephyr) {
