@@ -23,7 +23,7 @@ constexpr int kSpinIterations = 2000;
 ThreadPool::ThreadPool(int threads) {
   int n = std::max(threads, 1);
   workers_.reserve(size_t(n - 1));
-  for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -37,7 +37,9 @@ int ThreadPool::chunks(int64_t n, int64_t align) const {
   if (n <= 0) return 0;
   align = std::max<int64_t>(align, 1);
   int64_t units = (n + align - 1) / align;
-  return int(std::min<int64_t>(units, size()));
+  // At most 0xffff chunks: the claim word holds the count in 16 bits.
+  int64_t want = size() == 1 ? 1 : std::min<int64_t>(int64_t(size()) * kChunksPerThread, 0xffff);
+  return int(std::min<int64_t>(units, want));
 }
 
 void ThreadPool::chunk_range(int64_t n, int64_t align, int i, int64_t* begin, int64_t* end) const {
@@ -52,6 +54,23 @@ void ThreadPool::chunk_range(int64_t n, int64_t align, int i, int64_t* begin, in
   *end = std::min(ue * align, n);
 }
 
+void ThreadPool::drain(uint32_t gen) {
+  uint64_t v = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (uint32_t(v >> 32) != gen) return;  // a newer job (or none) is published
+    // The chunk count travels in the atomic: reading job_chunks_ here could see the next job's.
+    const int chunk = int(v & 0xffffu), total = int((v >> 16) & 0xffffu);
+    if (chunk >= total) return;
+    if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    int64_t b, e;
+    chunk_range(job_n_, job_align_, chunk, &b, &e);
+    job_fn_(job_ctx_, b, e);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    v = claim_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::run(int64_t n, int64_t align, Trampoline t, void* ctx) {
   if (n <= 0) return;
   if (workers_.empty() || t_in_pool_job || chunks(n, align) == 1) {
@@ -64,19 +83,19 @@ void ThreadPool::run(int64_t n, int64_t align, Trampoline t, void* ctx) {
   job_n_ = n;
   job_align_ = align;
   job_chunks_ = chunks(n, align);
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store(uint64_t(gen) << 32 | uint64_t(job_chunks_) << 16, std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);
   generation_.notify_all();
 
   t_in_pool_job = true;
-  int64_t b, e;
-  chunk_range(n, align, 0, &b, &e);
-  t(ctx, b, e);
+  drain(gen);
   t_in_pool_job = false;
 
-  // Workers finish quickly relative to a kernel chunk; spin, then yield.
+  // Chunks claimed by workers may still be running; they are short relative to a kernel call.
   int spins = 0;
-  while (pending_.load(std::memory_order_acquire) != 0) {
+  while (done_.load(std::memory_order_acquire) != job_chunks_) {
     if (++spins < kSpinIterations) {
       cpu_relax();
     } else {
@@ -85,10 +104,10 @@ void ThreadPool::run(int64_t n, int64_t align, Trampoline t, void* ctx) {
   }
 }
 
-void ThreadPool::worker_main(int index) {
+void ThreadPool::worker_main() {
   t_in_pool_job = true;
   // Generation 0 is the constructor's; reading generation_ here instead would race with a first job
-  // published before this thread started, and the pool would wait forever for this worker.
+  // published before this thread started.
   uint32_t seen = 0;
   for (;;) {
     uint32_t g;
@@ -102,12 +121,7 @@ void ThreadPool::worker_main(int index) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    if (index < job_chunks_) {
-      int64_t b, e;
-      chunk_range(job_n_, job_align_, index, &b, &e);
-      job_fn_(job_ctx_, b, e);
-    }
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    drain(g);
   }
 }
 

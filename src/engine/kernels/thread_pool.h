@@ -1,7 +1,8 @@
 // A small fixed-size thread pool for the engine's kernels.
 //
-// parallel_for(n, fn) splits [0, n) into contiguous chunks, one per thread, and calls fn(begin, end)
-// on each; the calling thread runs the first chunk itself and returns when every chunk is done.
+// parallel_for(n, fn) splits [0, n) into contiguous chunks (up to kChunksPerThread per thread) and
+// calls fn(begin, end) on each; threads, the caller included, claim chunks dynamically, so a thread
+// that the OS deschedules (a busy VM) does not hold the others up. Returns when every chunk is done.
 // Contract:
 //  - The thread count (caller included) is fixed at construction; size() >= 1. ThreadPool(1) runs
 //    everything on the caller and starts no thread.
@@ -30,6 +31,8 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
+  static constexpr int kChunksPerThread = 4;
+
   int size() const { return int(workers_.size()) + 1; }
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n). Chunk boundaries are multiples of
@@ -42,26 +45,31 @@ class ThreadPool {
         const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
-  // Number of chunks parallel_for(n, ..., align) uses, and chunk i's range; exposed so that a
-  // caller can size per-chunk scratch and for tests.
+  // Number of chunks parallel_for(n, ..., align) uses, and chunk i's range (any thread may run any
+  // chunk); exposed for tests and for callers that size per-chunk scratch.
   int chunks(int64_t n, int64_t align = 1) const;
   void chunk_range(int64_t n, int64_t align, int i, int64_t* begin, int64_t* end) const;
 
  private:
   using Trampoline = void (*)(void*, int64_t, int64_t);
   void run(int64_t n, int64_t align, Trampoline t, void* ctx);
-  void worker_main(int index);
+  void worker_main();
+  // Claims and runs chunks of job `gen` until none is left.
+  void drain(uint32_t gen);
 
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // serializes parallel_for callers
-  // The current job, published by bumping generation_.
+  // The current job: fields written by the caller before it publishes claim_ = generation (bits
+  // 32..63) | chunk count (16..31) | next chunk (0..15); a claim is a CAS of the whole word, so a
+  // late worker can never claim a chunk of a newer job by mistake.
   Trampoline job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_align_ = 1;
   int job_chunks_ = 0;
-  std::atomic<uint32_t> generation_{0};
-  std::atomic<int> pending_{0};  // worker chunks not yet finished
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> done_{0};             // chunks of the current job finished
+  std::atomic<uint32_t> generation_{0};  // futex the idle workers sleep on
   std::atomic<bool> stop_{false};
 };
 

@@ -29,19 +29,21 @@ TEST(ThreadPool, CoversRangeExactlyOnceForManySizes) {
   }
 }
 
-TEST(ThreadPool, ChunksAreBalancedAndUseEveryThread) {
-  ThreadPool pool(3);
-  EXPECT_EQ(pool.chunks(10), 3);
-  EXPECT_EQ(pool.chunks(2), 2);
+TEST(ThreadPool, ChunksAreBalancedAndAligned) {
+  ThreadPool pool(3);  // up to 3 * kChunksPerThread = 12 chunks
+  static_assert(ThreadPool::kChunksPerThread == 4);
+  EXPECT_EQ(pool.chunks(100), 12);
+  EXPECT_EQ(pool.chunks(5), 5);
   EXPECT_EQ(pool.chunks(0), 0);
   EXPECT_EQ(pool.chunks(20, 8), 3);
+  EXPECT_EQ(ThreadPool(1).chunks(100), 1);
   int64_t b, e;
-  pool.chunk_range(10, 1, 0, &b, &e);
+  pool.chunk_range(100, 1, 0, &b, &e);  // 100 = 4 chunks of 9 then 8 of 8
   EXPECT_EQ(b, 0);
-  EXPECT_EQ(e, 4);
-  pool.chunk_range(10, 1, 2, &b, &e);
-  EXPECT_EQ(b, 7);
-  EXPECT_EQ(e, 10);
+  EXPECT_EQ(e, 9);
+  pool.chunk_range(100, 1, 11, &b, &e);
+  EXPECT_EQ(b, 92);
+  EXPECT_EQ(e, 100);
   pool.chunk_range(20, 8, 2, &b, &e);  // units of 8: [0,8) [8,16) [16,20)
   EXPECT_EQ(b, 16);
   EXPECT_EQ(e, 20);
