@@ -616,4 +616,29 @@ Result<std::vector<MetricRow>> Ledger::metrics_for(int64_t run_id) {
   return out;
 }
 
+Result<std::optional<int64_t>> Ledger::find_machine(const std::string& fingerprint_hash) {
+  Stmt s(db_, "SELECT id FROM machines WHERE fingerprint_hash = ?");
+  PLUMB_RETURN_IF_ERROR(s.prepared("machine query"));
+  s.bind(fingerprint_hash);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("finding machine"));
+  if (!row) return std::optional<int64_t>();
+  return std::optional<int64_t>(s.i64(0));
+}
+
+Result<std::vector<CeilingRow>> Ledger::ceilings_for(int64_t machine_id) {
+  // Latest per name: the row with the greatest id among rows of that name.
+  Stmt s(db_,
+         "SELECT machine_id, name, value, unit, measured_at FROM machine_ceilings WHERE id IN "
+         "(SELECT max(id) FROM machine_ceilings WHERE machine_id = ? GROUP BY name) ORDER BY name");
+  PLUMB_RETURN_IF_ERROR(s.prepared("ceiling query"));
+  s.bind(machine_id);
+  std::vector<CeilingRow> out;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("listing ceilings"));
+    if (!row) break;
+    out.push_back({s.i64(0), s.text(1), s.dbl(2), s.text(3), s.text(4)});
+  }
+  return out;
+}
+
 }  // namespace plumb::ledger

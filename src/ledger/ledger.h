@@ -255,6 +255,10 @@ class Ledger {
   // InvalidArgument for a table that is not one of the ledger's.
   Result<Table> dump(const std::string& table, int64_t run_id = 0);
   Result<std::vector<MetricRow>> metrics_for(int64_t run_id);
+  // The id of the machine with this fingerprint hash, or nullopt.
+  Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash);
+  // The latest measurement of each ceiling name for a machine, by name.
+  Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id);
 
   // The raw connection, for tests and tools that check the validator with plain SQL.
   sqlite3* handle() { return db_; }

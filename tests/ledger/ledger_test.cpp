@@ -132,5 +132,25 @@ TEST_F(LedgerTest, RegistrationRoundTripAndTamperDetection) {
   EXPECT_EQ(ledger_->register_comparison(r).status().code(), Code::kFailedPrecondition);
 }
 
+TEST_F(LedgerTest, CeilingsLatestPerName) {
+  ASSERT_TRUE(
+      ledger_->insert_ceiling({machine_, "mem_read_bw", 10.0, "GB/s", "2026-01-01T00:00:00.000Z"}).ok());
+  ASSERT_TRUE(
+      ledger_->insert_ceiling({machine_, "mem_read_bw", 12.0, "GB/s", "2026-01-02T00:00:00.000Z"}).ok());
+  ASSERT_TRUE(ledger_->insert_ceiling({machine_, "gemm_f32", 50.0, "GFLOP/s", ""}).ok());
+  ASSERT_TRUE(ledger_->insert_ceiling({machine2_, "gemm_f32", 99.0, "GFLOP/s", ""}).ok());
+  auto c = ledger_->ceilings_for(machine_);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 2u);
+  EXPECT_EQ((*c)[0].name, "gemm_f32");
+  EXPECT_DOUBLE_EQ((*c)[0].value, 50.0);
+  EXPECT_EQ((*c)[1].name, "mem_read_bw");
+  EXPECT_DOUBLE_EQ((*c)[1].value, 12.0);
+  EXPECT_EQ(**ledger_->find_machine(hex64('a')), machine_);
+  EXPECT_FALSE(ledger_->find_machine(hex64('0'))->has_value());
+  EXPECT_EQ(ledger_->insert_ceiling({machine_, "x", -1.0, "GB/s", ""}).status().code(),
+            Code::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace plumb::ledger
