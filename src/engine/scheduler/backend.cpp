@@ -1,6 +1,6 @@
 #include "engine/scheduler/backend.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
@@ -29,4 +29,4 @@ double RequestTimings::queue_ms() const { return span_ms(arrival, first_schedule
 double RequestTimings::prefill_ms() const { return span_ms(first_scheduled, first_token); }
 double RequestTimings::decode_ms() const { return span_ms(first_token, finished); }
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

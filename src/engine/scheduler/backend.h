@@ -17,33 +17,17 @@
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "engine/sampling.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 using RequestId = uint64_t;
 
-// How the next token is chosen. temperature 0 is greedy (argmax, lowest id on ties).
-struct SamplingParams {
-  double temperature = 1.0;      // softmax temperature; 0 = greedy
-  double top_p = 1.0;            // nucleus mass in (0, 1]; 1 = off
-  int32_t top_k = 0;             // keep the k most likely tokens; 0 = off
-  std::optional<uint64_t> seed;  // per-request seed; absent = derived from the request id
-  // Log-probabilities of the sampled tokens: -1 none; 0 the chosen token only; k>0 also the k
-  // most likely alternatives (each from the unscaled model distribution, like vLLM's default).
-  int32_t logprobs = -1;
-  // Also return log-probabilities of the prompt tokens (teacher-forced; token 0 has none). Needs
-  // logits of every prompt position, so such a request never reuses prefix-cached blocks.
-  bool prompt_logprobs = false;
-};
+using engine::SamplingParams;  // engine/sampling.h: temperature, top_k, top_p, seed, max_tokens,
+                               // stop_token_ids, ignore_eos, logprobs
 
-// When generation ends. Stop *strings* are text-level and handled by the caller (it cancels the
-// request once one matched); the backend only knows token ids.
-struct StopConditions {
-  int32_t max_tokens = 16;              // generated tokens at most (>= 1)
-  std::vector<int32_t> stop_token_ids;  // end-of-sequence ids (EOS); the stop token is included
-  bool ignore_eos = false;              // keep going past stop_token_ids
-};
-
+// Stop *strings* are text-level and handled by the caller (it cancels the request once one
+// matched); the backend only knows token ids (SamplingParams::stop_token_ids, EOS included).
 enum class FinishReason : uint8_t {
   kNone = 0,   // not finished
   kLength,     // max_tokens reached (or the context is full)
@@ -93,9 +77,14 @@ using TokenSink = std::function<void(TokenEvent&&)>;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // prompt token ids (non-empty)
-  SamplingParams sampling;      // how to choose tokens
-  StopConditions stop;          // when to end
-  TokenSink sink;               // required; see the threading contract above
+  // How to choose tokens and when to stop (max_tokens, stop_token_ids, ignore_eos). The seed is
+  // used as given: the caller picks a fresh one for an unseeded request. Log-probabilities come
+  // from the unscaled model distribution; logprobs > 20 is rejected.
+  SamplingParams sampling;
+  // Also return log-probabilities of the prompt tokens (teacher-forced; token 0 has none). Needs
+  // logits of every prompt position, so such a request never reuses prefix-cached blocks.
+  bool prompt_logprobs = false;
+  TokenSink sink;  // required; see the threading contract above
 };
 
 // A point-in-time snapshot for /metrics and /health. Counters are monotonic since start.
@@ -124,9 +113,9 @@ class InferenceBackend {
  public:
   virtual ~InferenceBackend() = default;
 
-  // Queues a request. Errors: InvalidArgument (empty prompt, prompt + 1 longer than the context,
-  // bad sampling values, no sink), ResourceExhausted (the waiting queue is full: answer 429),
-  // Unavailable (the backend is stopping).
+  // Queues a request. Errors: InvalidArgument (empty prompt, a token outside the vocabulary, a
+  // prompt with no room left in the context to generate, bad sampling values, no sink), ResourceExhausted
+  // (the waiting queue is full: answer 429), Unavailable (the backend is stopping).
   virtual Result<RequestId> submit(GenerationRequest request) = 0;
   // Ends a request early: its blocks are freed and its sink gets a final kCancelled event (unless
   // it had already finished). Unknown or finished ids are ignored. Never blocks on the engine.
@@ -141,4 +130,4 @@ class InferenceBackend {
   virtual void stop() = 0;
 };
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 uint64_t kv_block_hash(uint64_t prev, std::span<const int32_t> tokens) {
   // SplitMix64-style mixing of each token into the running value: cheap and well spread. Equality
@@ -133,4 +133,4 @@ Status BlockManager::check() const {
   return Status::Ok();
 }
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

@@ -21,7 +21,7 @@
 
 #include "core/status.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 // Hash of a full block given the previous block's hash (0 for the first block).
 uint64_t kv_block_hash(uint64_t prev, std::span<const int32_t> tokens);
@@ -82,4 +82,4 @@ class BlockManager {
   int64_t hit_tokens_ = 0;
 };
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

@@ -1,13 +1,14 @@
 #include "engine/scheduler/llm_engine.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/json.h"
 #include "core/log.h"
 #include "core/random.h"
-#include "engine/scheduler/sampler.h"
+#include "engine/sampling.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 Result<LlmEngineConfig> llm_engine_preset(const std::string& name) {
   LlmEngineConfig c;
@@ -85,7 +86,7 @@ struct LlmEngine::Seq {
   std::vector<int32_t> table;    // block table
   std::vector<uint64_t> hashes;  // hash chain of the leading full, computed blocks
   int32_t generated = 0;
-  Rng rng{0};
+  std::optional<engine::Sampler> sampler;
   RequestTimings timings;
   std::vector<TokenLogprob> prompt_lp;  // collected until the first token goes out
   bool prompt_lp_done = false;
@@ -117,8 +118,8 @@ LlmEngine::~LlmEngine() { stop(); }
 Result<RequestId> LlmEngine::submit(GenerationRequest request) {
   if (!request.sink) return invalid_argument("request has no token sink");
   if (request.prompt.empty()) return invalid_argument("the prompt is empty");
-  if (request.stop.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
-  PLUMB_RETURN_IF_ERROR(validate_sampling(request.sampling));
+  PLUMB_RETURN_IF_ERROR(request.sampling.validate());
+  if (request.sampling.logprobs > 20) return invalid_argument("logprobs must be <= 20");
   int32_t vocab = runner_->vocab_size();
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab) {
@@ -145,7 +146,7 @@ Result<RequestId> LlmEngine::submit(GenerationRequest request) {
                               std::to_string(config_.max_queue) + ")");
   }
   s->id = next_id_++;
-  s->rng = Rng(s->req.sampling.seed ? *s->req.sampling.seed : derive_seed(s->id, "sampling"));
+  s->sampler.emplace(s->req.sampling);
   RequestId id = s->id;
   inbox_.push_back(std::move(s));
   queued_++;
@@ -316,7 +317,7 @@ bool LlmEngine::step() {
   // Admit waiting requests first come, first served.
   while (!waiting_.empty() && int32_t(running_.size()) < config_.max_num_seqs && budget > 0) {
     Seq& s = *waiting_.front();
-    if (s.table.empty() && !(s.req.sampling.prompt_logprobs && !s.prompt_lp_done)) {
+    if (s.table.empty() && !(s.req.prompt_logprobs && !s.prompt_lp_done)) {
       int32_t max_blocks = int32_t((s.tokens.size() - 1) / size_t(bs));  // always recompute the last token
       int32_t hit = blocks_->match_prefix(s.tokens, max_blocks, s.table, s.hashes);
       s.num_computed = hit * bs;
@@ -365,7 +366,7 @@ bool LlmEngine::step() {
     st.start_pos = s.num_computed;
     st.block_table = s.table;
     bool reaches_end = s.num_computed + p.n == int32_t(s.tokens.size());
-    if (s.req.sampling.prompt_logprobs && !s.prompt_lp_done && s.num_computed < s.prompt_len) {
+    if (s.req.prompt_logprobs && !s.prompt_lp_done && s.num_computed < s.prompt_len) {
       st.logits = StepSeq::Logits::kAll;
     } else {
       st.logits = reaches_end ? StepSeq::Logits::kLast : StepSeq::Logits::kNone;
@@ -405,8 +406,11 @@ bool LlmEngine::step() {
           std::span<const float> r(logits_.data() + (row + size_t(j)) * size_t(vocab), size_t(vocab));
           int32_t pos = start + j;  // this row predicts token pos + 1
           if (pos + 1 < s.prompt_len) {
-            s.prompt_lp.push_back(
-                token_logprob(r, s.tokens[size_t(pos) + 1], std::max(0, s.req.sampling.logprobs)));
+            TokenLogprob lp;
+            lp.token = s.tokens[size_t(pos) + 1];
+            lp.logprob = engine::logprob_of(r, lp.token);
+            if (s.req.sampling.logprobs > 0) lp.top = engine::top_logprobs(r, s.req.sampling.logprobs);
+            s.prompt_lp.push_back(std::move(lp));
           }
         }
         if (s.num_computed == int32_t(s.tokens.size())) {
@@ -419,12 +423,13 @@ bool LlmEngine::step() {
         row += 1;
       }
       if (last_row.empty()) continue;
-      int32_t tok = sample_token(last_row, s.req.sampling, s.rng);
+      engine::SampledToken sampled = s.sampler->sample(last_row);
+      int32_t tok = sampled.id;
       TokenEvent ev;
       ev.tokens.push_back(tok);
       if (s.req.sampling.logprobs >= 0)
-        ev.logprobs.push_back(token_logprob(last_row, tok, s.req.sampling.logprobs));
-      if (s.req.sampling.prompt_logprobs && !s.prompt_lp_done) {
+        ev.logprobs.push_back(TokenLogprob{tok, sampled.logprob, std::move(sampled.top)});
+      if (s.req.prompt_logprobs && !s.prompt_lp_done) {
         ev.prompt_logprobs = std::move(s.prompt_lp);
         s.prompt_lp.clear();
       }
@@ -434,10 +439,10 @@ bool LlmEngine::step() {
       counters_.generation_tokens++;
       if (s.timings.first_token == SteadyTime{}) s.timings.first_token = std::chrono::steady_clock::now();
       FinishReason reason = FinishReason::kNone;
-      const auto& stop_ids = s.req.stop.stop_token_ids;
-      if (!s.req.stop.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
+      const auto& stop_ids = s.req.sampling.stop_token_ids;
+      if (!s.req.sampling.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
         reason = FinishReason::kStop;
-      } else if (s.generated >= s.req.stop.max_tokens || int64_t(s.tokens.size()) >= max_context_) {
+      } else if (s.generated >= s.req.sampling.max_tokens || int64_t(s.tokens.size()) >= max_context_) {
         reason = FinishReason::kLength;
       }
       if (reason == FinishReason::kNone) {
@@ -508,4 +513,4 @@ void LlmEngine::run() {
   publish_stats();
 }
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

@@ -34,7 +34,7 @@
 #include "engine/scheduler/block_manager.h"
 #include "engine/scheduler/model_runner.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 struct LlmEngineConfig {
   int32_t max_num_seqs = 32;             // sequences running (in the batch) at most
@@ -125,4 +125,4 @@ class LlmEngine final : public InferenceBackend {
   std::thread thread_;
 };
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

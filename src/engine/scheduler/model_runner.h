@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,10 @@
 #include "core/status.h"
 
 namespace plumb::engine {
+class Model;
+}
+
+namespace plumb::scheduler {
 
 // One sequence's share of a step.
 struct StepSeq {
@@ -43,4 +48,8 @@ class ModelRunner {
   virtual std::string describe() const = 0;
 };
 
-}  // namespace plumb::engine
+// The runner over the reference engine's Model (engine/model.h), with its own paged KvCache.
+// `description` is what describe() returns (e.g. the model's name and kernels).
+std::unique_ptr<ModelRunner> make_model_runner(std::unique_ptr<engine::Model> model, std::string description);
+
+}  // namespace plumb::scheduler

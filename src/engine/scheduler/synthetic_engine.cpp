@@ -6,7 +6,7 @@
 #include "core/json.h"
 #include "core/random.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 Result<DelayDistribution::Kind> parse_delay_kind(const std::string& name) {
   if (name == "constant") return DelayDistribution::Kind::kConstant;
@@ -100,11 +100,11 @@ SyntheticEngine::~SyntheticEngine() { stop(); }
 Result<RequestId> SyntheticEngine::submit(GenerationRequest request) {
   if (!request.sink) return invalid_argument("request has no token sink");
   if (request.prompt.empty()) return invalid_argument("the prompt is empty");
-  if (request.stop.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
-  int64_t need = int64_t(request.prompt.size()) + request.stop.max_tokens;
+  if (request.sampling.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  int64_t need = int64_t(request.prompt.size()) + request.sampling.max_tokens;
   if (need > config_.max_context) {
     return invalid_argument("prompt (" + std::to_string(request.prompt.size()) +
-                            " tokens) plus max_tokens (" + std::to_string(request.stop.max_tokens) +
+                            " tokens) plus max_tokens (" + std::to_string(request.sampling.max_tokens) +
                             ") exceeds the context of " + std::to_string(config_.max_context) + " tokens");
   }
   SteadyTime now = std::chrono::steady_clock::now();
@@ -117,7 +117,7 @@ Result<RequestId> SyntheticEngine::submit(GenerationRequest request) {
   auto s = std::make_unique<Stream>();
   uint64_t index = next_index_++;
   s->id = index + 1;
-  s->plan = plan(config_, index, request.stop.max_tokens);
+  s->plan = plan(config_, index, request.sampling.max_tokens);
   s->req = std::move(request);
   s->timings.arrival = now;
   s->timings.first_scheduled = now;
@@ -152,9 +152,9 @@ bool SyntheticEngine::next_event(Stream& s, SteadyTime now, TokenEvent& ev) {
                         : config_.token_cycle[size_t(s.emitted) % config_.token_cycle.size()];
       ev.tokens.push_back(tok);
       s.emitted++;
-      if (config_.honour_stop_tokens && !s.req.stop.ignore_eos &&
-          std::find(s.req.stop.stop_token_ids.begin(), s.req.stop.stop_token_ids.end(), tok) !=
-              s.req.stop.stop_token_ids.end()) {
+      if (config_.honour_stop_tokens && !s.req.sampling.ignore_eos &&
+          std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), tok) !=
+              s.req.sampling.stop_token_ids.end()) {
         ev.finished = true;
         ev.reason = FinishReason::kStop;
         break;
@@ -268,4 +268,4 @@ void SyntheticEngine::stop() {
   thread_.join();
 }
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

@@ -21,7 +21,7 @@
 
 #include "engine/scheduler/backend.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 
 // A distribution of a duration in milliseconds.
 struct DelayDistribution {
@@ -91,4 +91,4 @@ class SyntheticEngine final : public InferenceBackend {
   std::thread thread_;
 };
 
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

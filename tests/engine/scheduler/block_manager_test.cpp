@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 namespace {
 
 std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 0) {
@@ -122,4 +122,4 @@ TEST(BlockManager, SameHashDifferentTokensIsAMiss) {
 }
 
 }  // namespace
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

@@ -11,7 +11,7 @@
 
 #include "engine/scheduler/toy_runner.h"
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 namespace {
 
 using testing::toy_reference;
@@ -40,7 +40,7 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens, std::s
   GenerationRequest r;
   r.prompt = std::move(prompt);
   r.sampling.temperature = 0;
-  r.stop.max_tokens = max_tokens;
+  r.sampling.max_tokens = max_tokens;
   r.sink = [c](TokenEvent&& ev) {
     std::lock_guard l(c->mu);
     EXPECT_FALSE(c->finished) << "event after the final one";
@@ -319,8 +319,8 @@ TEST(LlmEngine, StopTokenEndsWithStopUnlessIgnored) {
     Fixture f(small_config());
     auto a = std::make_shared<Collected>();
     auto r = greedy(p, 6, a);
-    r.stop.stop_token_ids = {ref[2]};
-    r.stop.ignore_eos = ignore;
+    r.sampling.stop_token_ids = {ref[2]};
+    r.sampling.ignore_eos = ignore;
     ASSERT_TRUE(f.engine->submit(std::move(r)).ok());
     f.run_all();
     if (ignore) {
@@ -392,7 +392,7 @@ TEST(LlmEngine, PromptLogprobsCoverEveryPromptTokenAfterTheFirst) {
   f.run_all();
   auto a = std::make_shared<Collected>();
   auto r = greedy(p, 2, a);
-  r.sampling.prompt_logprobs = true;
+  r.prompt_logprobs = true;
   r.sampling.logprobs = 2;
   ASSERT_TRUE(f.engine->submit(std::move(r)).ok());
   f.run_all();
@@ -458,4 +458,4 @@ TEST(LlmEngine, StopCancelsWhatIsLeft) {
 }
 
 }  // namespace
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

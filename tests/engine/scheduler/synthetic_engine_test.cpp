@@ -5,7 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 
-namespace plumb::engine {
+namespace plumb::scheduler {
 namespace {
 
 struct Stream {
@@ -25,7 +25,7 @@ struct Stream {
 GenerationRequest req(int32_t max_tokens, std::shared_ptr<Stream> s) {
   GenerationRequest r;
   r.prompt = {1, 2, 3};
-  r.stop.max_tokens = max_tokens;
+  r.sampling.max_tokens = max_tokens;
   r.sink = [s](TokenEvent&& ev) {
     std::lock_guard l(s->mu);
     s->chunks.push_back(ev.tokens);
@@ -146,4 +146,4 @@ TEST(SyntheticEngine, RejectsBadConfig) {
 }
 
 }  // namespace
-}  // namespace plumb::engine
+}  // namespace plumb::scheduler

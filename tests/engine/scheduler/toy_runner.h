@@ -13,7 +13,7 @@
 
 #include "engine/scheduler/model_runner.h"
 
-namespace plumb::engine::testing {
+namespace plumb::scheduler::testing {
 
 inline uint64_t toy_mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -106,4 +106,4 @@ class ToyRunner final : public ModelRunner {
   std::vector<uint64_t> slots_;
 };
 
-}  // namespace plumb::engine::testing
+}  // namespace plumb::scheduler::testing

@@ -1,0 +1,68 @@
+#include "engine/scheduler/model_runner.h"
+
+#include <optional>
+
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+
+namespace plumb::scheduler {
+namespace {
+
+class EngineModelRunner final : public ModelRunner {
+ public:
+  EngineModelRunner(std::unique_ptr<engine::Model> model, std::string description)
+      : model_(std::move(model)), description_(std::move(description)) {}
+
+  int32_t vocab_size() const override { return int32_t(model_->config().vocab_size); }
+  int64_t max_context() const override { return model_->config().max_context(); }
+  int64_t kv_bytes_per_token() const override { return model_->kv_config(1, 1).bytes(); }
+  std::string describe() const override { return description_; }
+
+  Status init_kv(int32_t num_blocks, int32_t block_size) override {
+    PLUMB_ASSIGN_OR_RETURN(engine::KvCache cache,
+                           engine::KvCache::create(model_->kv_config(num_blocks, block_size)));
+    cache_.emplace(std::move(cache));
+    return Status::Ok();
+  }
+
+  Status forward(std::span<const StepSeq> batch, std::vector<float>& logits) override {
+    logits.clear();
+    if (!cache_) return failed_precondition("init_kv() was not called");
+    inputs_.clear();
+    for (const StepSeq& s : batch) {
+      engine::SequenceInput in;
+      in.tokens = s.tokens;
+      in.start_pos = s.start_pos;
+      in.block_table = s.block_table;
+      in.all_logits = s.logits == StepSeq::Logits::kAll;
+      inputs_.push_back(in);
+    }
+    PLUMB_RETURN_IF_ERROR(model_->forward(inputs_, *cache_, &out_));
+    // The model always returns at least the last row; keep only the rows the engine asked for.
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].logits == StepSeq::Logits::kNone) continue;
+      int64_t first = out_.first_row[i];
+      int64_t n = batch[i].logits == StepSeq::Logits::kAll ? out_.n_rows[i] : 1;
+      if (batch[i].logits == StepSeq::Logits::kLast) first = first + out_.n_rows[i] - 1;
+      const float* p = out_.logits.data() + first * out_.vocab;
+      logits.insert(logits.end(), p, p + n * out_.vocab);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<engine::Model> model_;
+  std::string description_;
+  std::optional<engine::KvCache> cache_;
+  std::vector<engine::SequenceInput> inputs_;
+  engine::ForwardOutput out_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_model_runner(std::unique_ptr<engine::Model> model,
+                                               std::string description) {
+  return std::make_unique<EngineModelRunner>(std::move(model), std::move(description));
+}
+
+}  // namespace plumb::scheduler

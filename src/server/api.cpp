@@ -1,0 +1,465 @@
+#include "server/api.h"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cmath>
+
+namespace plumb::server {
+
+std::string ApiError::body() const {
+  json::object e;
+  e["message"] = message;
+  e["type"] = type;
+  if (param.empty()) {
+    e["param"] = nullptr;
+  } else {
+    e["param"] = param;
+  }
+  if (code.empty()) {
+    e["code"] = nullptr;
+  } else {
+    e["code"] = code;
+  }
+  json::object o;
+  o["error"] = std::move(e);
+  return json::dump(o);
+}
+
+ApiError bad_request(std::string message, std::string param) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+namespace {
+
+// Field access that turns a Status into a 400 naming the field.
+template <typename T>
+std::optional<ApiError> take(Result<std::optional<T>> r, std::optional<T>& out, std::string_view field) {
+  if (!r.ok()) return bad_request(r.status().message(), std::string(field));
+  out = *r;
+  return std::nullopt;
+}
+
+// A token-id array: every element an integer.
+std::optional<std::vector<int32_t>> as_ids(const json::value& v) {
+  if (!v.is_array()) return std::nullopt;
+  std::vector<int32_t> ids;
+  for (const auto& e : v.as_array()) {
+    if (e.is_int64() && e.as_int64() >= INT32_MIN && e.as_int64() <= INT32_MAX) {
+      ids.push_back(int32_t(e.as_int64()));
+    } else if (e.is_uint64() && e.as_uint64() <= uint64_t(INT32_MAX)) {
+      ids.push_back(int32_t(e.as_uint64()));
+    } else {
+      return std::nullopt;
+    }
+  }
+  return ids;
+}
+
+std::optional<ApiError> parse_prompt(const json::object& o, const ParseContext& ctx, CompletionRequest& r) {
+  auto it = o.find("prompt");
+  if (it == o.end() || it->value().is_null()) return bad_request("field 'prompt' is required", "prompt");
+  const json::value& p = it->value();
+  if (p.is_string()) {
+    r.prompt_text = std::string(p.as_string());
+    r.prompt_ids = ctx.tokenizer->encode(r.prompt_text, true);
+    return std::nullopt;
+  }
+  if (p.is_array()) {
+    const auto& a = p.as_array();
+    if (a.empty()) return bad_request("field 'prompt' must not be empty", "prompt");
+    if (auto ids = as_ids(p)) {
+      r.prompt_ids = std::move(*ids);
+      r.prompt_text = ctx.tokenizer->decode(r.prompt_ids);
+      return std::nullopt;
+    }
+    if (a.size() != 1) {
+      return bad_request(
+          "only one prompt per request is supported (n=1); got a list of " + std::to_string(a.size()),
+          "prompt");
+    }
+    if (a[0].is_string()) {
+      r.prompt_text = std::string(a[0].as_string());
+      r.prompt_ids = ctx.tokenizer->encode(r.prompt_text, true);
+      return std::nullopt;
+    }
+    if (auto ids = as_ids(a[0])) {
+      r.prompt_ids = std::move(*ids);
+      r.prompt_text = ctx.tokenizer->decode(r.prompt_ids);
+      return std::nullopt;
+    }
+  }
+  return bad_request("field 'prompt' must be a string, a list of one string, or a list of token ids",
+                     "prompt");
+}
+
+std::optional<ApiError> parse_messages(const json::object& o, const ParseContext& ctx, CompletionRequest& r) {
+  auto it = o.find("messages");
+  if (it == o.end() || !it->value().is_array() || it->value().as_array().empty()) {
+    return bad_request("field 'messages' must be a non-empty list of {role, content}", "messages");
+  }
+  std::vector<engine::ChatMessage> msgs;
+  for (const auto& m : it->value().as_array()) {
+    if (!m.is_object()) return bad_request("each message must be an object", "messages");
+    const auto& mo = m.as_object();
+    auto role = mo.find("role");
+    if (role == mo.end() || !role->value().is_string()) {
+      return bad_request("each message needs a string 'role'", "messages");
+    }
+    engine::ChatMessage cm;
+    cm.role = std::string(role->value().as_string());
+    auto content = mo.find("content");
+    if (content == mo.end() || content->value().is_null()) {
+      cm.content = "";
+    } else if (content->value().is_string()) {
+      cm.content = std::string(content->value().as_string());
+    } else if (content->value().is_array()) {
+      // [{"type": "text", "text": ...}, ...]: text parts only.
+      for (const auto& part : content->value().as_array()) {
+        if (!part.is_object()) return bad_request("message content parts must be objects", "messages");
+        auto type = part.as_object().find("type");
+        auto text = part.as_object().find("text");
+        if (type == part.as_object().end() || !type->value().is_string() ||
+            type->value().as_string() != "text" || text == part.as_object().end() ||
+            !text->value().is_string()) {
+          return bad_request("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+                             "messages");
+        }
+        cm.content += std::string(text->value().as_string());
+      }
+    } else {
+      return bad_request("message 'content' must be a string or a list of text parts", "messages");
+    }
+    msgs.push_back(std::move(cm));
+  }
+  if (!ctx.chat_template) {
+    return bad_request("this model has no chat template; use /v1/completions", "messages");
+  }
+  auto rendered = ctx.chat_template->apply(msgs, true);
+  if (!rendered.ok()) return bad_request(rendered.status().message(), "messages");
+  // The templates put BOS in the text themselves.
+  r.prompt_ids = ctx.tokenizer->encode(*rendered, false);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, bool chat,
+                                                           const ParseContext& ctx) {
+  auto parsed = json::parse(body);
+  if (!parsed.ok()) return bad_request("the body is not valid JSON: " + parsed.status().message());
+  if (!parsed->is_object()) return bad_request("the body must be a JSON object");
+  const json::object& o = parsed->as_object();
+  CompletionRequest r;
+  r.chat = chat;
+
+  std::optional<std::string> model;
+  if (auto e = take(json::opt_string(o, "model"), model, "model")) return *e;
+  r.model = model.value_or("");
+  if (model && *model != ctx.served_model) {
+    ApiError e;
+    e.status = 404;
+    e.message = "The model '" + *model + "' does not exist; this server serves '" + ctx.served_model + "'.";
+    e.param = "model";
+    e.code = "model_not_found";
+    return e;
+  }
+
+  std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed, logprobs_int, top_logprobs;
+  std::optional<double> temperature, top_p;
+  std::optional<bool> stream, ignore_eos, echo, logprobs_bool;
+  if (auto e = take(json::opt_int(o, "n"), n, "n")) return *e;
+  if (n && *n != 1) return bad_request("only n=1 is supported", "n");
+  if (auto e = take(json::opt_int(o, "max_tokens"), max_tokens, "max_tokens")) return *e;
+  if (auto e =
+          take(json::opt_int(o, "max_completion_tokens"), max_completion_tokens, "max_completion_tokens")) {
+    return *e;
+  }
+  if (auto e = take(json::opt_double(o, "temperature"), temperature, "temperature")) return *e;
+  if (auto e = take(json::opt_double(o, "top_p"), top_p, "top_p")) return *e;
+  if (auto e = take(json::opt_int(o, "top_k"), top_k, "top_k")) return *e;
+  if (auto e = take(json::opt_int(o, "seed"), seed, "seed")) return *e;
+  if (auto e = take(json::opt_bool(o, "stream"), stream, "stream")) return *e;
+  if (auto e = take(json::opt_bool(o, "ignore_eos"), ignore_eos, "ignore_eos")) return *e;
+
+  if (chat) {
+    if (auto e = take(json::opt_bool(o, "logprobs"), logprobs_bool, "logprobs")) return *e;
+    if (auto e = take(json::opt_int(o, "top_logprobs"), top_logprobs, "top_logprobs")) return *e;
+    if (top_logprobs && (*top_logprobs < 0 || *top_logprobs > 20)) {
+      return bad_request("top_logprobs must be in [0, 20]", "top_logprobs");
+    }
+    if (top_logprobs && !logprobs_bool.value_or(false)) {
+      return bad_request("top_logprobs needs logprobs: true", "top_logprobs");
+    }
+    r.want_logprobs = logprobs_bool.value_or(false);
+    r.top_logprobs = int32_t(top_logprobs.value_or(0));
+  } else {
+    if (auto e = take(json::opt_int(o, "logprobs"), logprobs_int, "logprobs")) return *e;
+    if (logprobs_int && (*logprobs_int < 0 || *logprobs_int > 20)) {
+      return bad_request("logprobs must be an integer in [0, 20]", "logprobs");
+    }
+    if (auto e = take(json::opt_bool(o, "echo"), echo, "echo")) return *e;
+    r.want_logprobs = logprobs_int.has_value();
+    r.top_logprobs = int32_t(logprobs_int.value_or(0));
+    r.echo = echo.value_or(false);
+    r.prompt_logprobs = r.echo && r.want_logprobs;
+  }
+
+  // stop: a string or a list of strings.
+  if (auto it = o.find("stop"); it != o.end() && !it->value().is_null()) {
+    if (it->value().is_string()) {
+      r.stop.emplace_back(it->value().as_string());
+    } else if (it->value().is_array()) {
+      for (const auto& s : it->value().as_array()) {
+        if (!s.is_string()) return bad_request("field 'stop' must be a string or a list of strings", "stop");
+        r.stop.emplace_back(s.as_string());
+      }
+    } else {
+      return bad_request("field 'stop' must be a string or a list of strings", "stop");
+    }
+    r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), std::string()), r.stop.end());
+  }
+  if (auto it = o.find("stream_options"); it != o.end() && !it->value().is_null()) {
+    if (!it->value().is_object())
+      return bad_request("field 'stream_options' must be an object", "stream_options");
+    std::optional<bool> usage;
+    if (auto e = take(json::opt_bool(it->value().as_object(), "include_usage"), usage,
+                      "stream_options.include_usage")) {
+      return *e;
+    }
+    r.include_usage = usage.value_or(false);
+  }
+
+  // The prompt.
+  if (auto e = chat ? parse_messages(o, ctx, r) : parse_prompt(o, ctx, r)) return *e;
+  if (r.prompt_ids.empty()) return bad_request("the prompt is empty", chat ? "messages" : "prompt");
+  int32_t vocab = ctx.tokenizer->vocab_size();
+  for (int32_t id : r.prompt_ids) {
+    if (id < 0 || id >= vocab) {
+      return bad_request(
+          "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+          "prompt");
+    }
+  }
+
+  int64_t prompt_len = int64_t(r.prompt_ids.size());
+  std::optional<int64_t> mt = max_completion_tokens ? max_completion_tokens : max_tokens;
+  const char* mt_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
+  if (mt && *mt < 1) return bad_request(std::string(mt_name) + " must be >= 1", mt_name);
+  int64_t max_gen;
+  if (mt) {
+    max_gen = *mt;
+  } else if (chat) {
+    max_gen = ctx.max_context - prompt_len;  // as vLLM: the rest of the context
+  } else {
+    max_gen = 16;  // the OpenAI default for completions
+  }
+  if (prompt_len + std::max<int64_t>(max_gen, 1) > ctx.max_context) {
+    ApiError e = bad_request("This model's maximum context length is " + std::to_string(ctx.max_context) +
+                                 " tokens. However, you requested " + std::to_string(prompt_len + max_gen) +
+                                 " tokens (" + std::to_string(prompt_len) + " in the " +
+                                 (chat ? "messages" : "prompt") + ", " + std::to_string(max_gen) +
+                                 " for the completion). Please reduce the length of the " +
+                                 (chat ? "messages" : "prompt") + " or the completion.",
+                             chat ? "messages" : "prompt");
+    e.code = "context_length_exceeded";
+    return e;
+  }
+
+  auto& s = r.sampling;
+  s.temperature = float(temperature.value_or(1.0));
+  s.top_p = float(top_p.value_or(1.0));
+  s.top_k = int32_t(std::clamp<int64_t>(top_k.value_or(0), -1, INT32_MAX));
+  if (top_k && *top_k < -1) return bad_request("top_k must be >= 0 (or -1 for off)", "top_k");
+  if (s.top_k < 0) s.top_k = 0;
+  if (seed) {
+    s.seed = uint64_t(*seed);
+    r.seeded = true;
+  }
+  s.max_tokens = int32_t(max_gen);
+  s.ignore_eos = ignore_eos.value_or(false);
+  s.stop_token_ids = ctx.eos_ids;
+  s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
+  if (Status st = s.validate(); !st.ok()) {
+    std::string msg = st.message();
+    std::string param = msg.find("temperature") != std::string::npos ? "temperature"
+                        : msg.find("top_p") != std::string::npos     ? "top_p"
+                                                                     : "";
+    return bad_request(msg, param);
+  }
+  r.stream = stream.value_or(false);
+  return r;
+}
+
+// --- TextAssembler ---
+
+namespace {
+// Largest n <= len such that s[0, n) does not end inside a UTF-8 sequence.
+size_t utf8_floor(const std::string& s, size_t len) {
+  size_t n = len;
+  size_t back = 0;
+  while (n > 0 && back < 4 && (static_cast<unsigned char>(s[n - 1]) & 0xC0) == 0x80) {
+    --n;
+    ++back;
+  }
+  if (n == 0) return len;
+  unsigned char lead = static_cast<unsigned char>(s[n - 1]);
+  size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  return (back + 1 >= need) ? len : n - 1;
+}
+}  // namespace
+
+LogprobEntry logprob_entry(const engine::Tokenizer& tok, const scheduler::TokenLogprob& lp) {
+  LogprobEntry e;
+  int32_t id = lp.token;
+  e.token = tok.decode(std::span<const int32_t>(&id, 1));
+  e.logprob = lp.logprob;
+  for (const auto& [alt, l] : lp.top) {
+    int32_t a = alt;
+    e.top.emplace_back(tok.decode(std::span<const int32_t>(&a, 1)), l);
+  }
+  return e;
+}
+
+TextAssembler::TextAssembler(const engine::Tokenizer& tokenizer, std::vector<std::string> stop,
+                             bool want_logprobs)
+    : tok_(tokenizer), decoder_(tokenizer, true), stop_(std::move(stop)), want_logprobs_(want_logprobs) {
+  for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
+}
+
+std::string TextAssembler::push(const std::vector<int32_t>& tokens,
+                                const std::vector<scheduler::TokenLogprob>& logprobs) {
+  if (stopped_) return {};
+  for (size_t i = 0; i < tokens.size() && !stopped_; ++i) {
+    text_ += decoder_.push(tokens[i]);
+    tokens_++;
+    if (want_logprobs_ && i < logprobs.size()) logprobs_.push_back(logprob_entry(tok_, logprobs[i]));
+    if (!stop_.empty()) {
+      // The earliest stop string that now appears in the text not yet returned (or overlapping it).
+      size_t from = emitted_ >= max_stop_ ? emitted_ - max_stop_ + 1 : 0;
+      size_t best = std::string::npos;
+      for (const auto& s : stop_) best = std::min(best, text_.find(s, from));
+      if (best != std::string::npos) {
+        text_.resize(std::max(best, emitted_));
+        stopped_ = true;
+      }
+    }
+  }
+  return release(stopped_);
+}
+
+std::string TextAssembler::finish() {
+  if (!stopped_) {
+    text_ += decoder_.flush();
+    if (!stop_.empty()) {
+      size_t from = emitted_ >= max_stop_ ? emitted_ - max_stop_ + 1 : 0;
+      size_t best = std::string::npos;
+      for (const auto& s : stop_) best = std::min(best, text_.find(s, from));
+      if (best != std::string::npos) {
+        text_.resize(std::max(best, emitted_));
+        stopped_ = true;
+      }
+    }
+  }
+  return release(true);
+}
+
+std::string TextAssembler::release(bool final) {
+  size_t upto = text_.size();
+  if (!final && max_stop_ > 0) {
+    // Hold back what could be the start of a stop string.
+    upto = text_.size() >= max_stop_ - 1 ? text_.size() - (max_stop_ - 1) : 0;
+    upto = std::max(upto, emitted_);
+    upto = utf8_floor(text_, upto);
+    upto = std::max(upto, emitted_);
+  }
+  std::string out = text_.substr(emitted_, upto - emitted_);
+  emitted_ = upto;
+  return out;
+}
+
+std::vector<LogprobEntry> TextAssembler::take_logprobs() {
+  std::vector<LogprobEntry> out;
+  out.swap(logprobs_);
+  return out;
+}
+
+// --- JSON pieces ---
+
+namespace {
+json::array bytes_of(const std::string& s) {
+  json::array a;
+  for (unsigned char c : s) a.push_back(int64_t(c));
+  return a;
+}
+}  // namespace
+
+json::value chat_logprobs_json(const std::vector<LogprobEntry>& entries) {
+  json::array content;
+  for (const auto& e : entries) {
+    json::object o;
+    o["token"] = e.token;
+    o["logprob"] = double(e.logprob.value_or(0.0f));
+    o["bytes"] = bytes_of(e.token);
+    json::array top;
+    for (const auto& [t, l] : e.top) {
+      json::object a;
+      a["token"] = t;
+      a["logprob"] = double(l);
+      a["bytes"] = bytes_of(t);
+      top.push_back(std::move(a));
+    }
+    o["top_logprobs"] = std::move(top);
+    content.push_back(std::move(o));
+  }
+  json::object out;
+  out["content"] = std::move(content);
+  return out;
+}
+
+json::value completion_logprobs_json(const std::vector<LogprobEntry>& entries, int64_t text_offset0) {
+  json::array tokens, token_logprobs, top_logprobs, offsets;
+  int64_t off = text_offset0;
+  for (const auto& e : entries) {
+    tokens.push_back(json::value(e.token));
+    if (e.logprob) {
+      token_logprobs.push_back(double(*e.logprob));
+    } else {
+      token_logprobs.push_back(nullptr);
+    }
+    if (!e.logprob) {
+      top_logprobs.push_back(nullptr);
+    } else {
+      json::object top;
+      for (const auto& [t, l] : e.top) {
+        if (!top.contains(t)) top[t] = double(l);
+      }
+      top_logprobs.push_back(std::move(top));
+    }
+    offsets.push_back(off);
+    off += int64_t(e.token.size());
+  }
+  json::object o;
+  o["tokens"] = std::move(tokens);
+  o["token_logprobs"] = std::move(token_logprobs);
+  o["top_logprobs"] = std::move(top_logprobs);
+  o["text_offset"] = std::move(offsets);
+  return o;
+}
+
+json::object timings_json(const scheduler::RequestTimings& t, int64_t completion_tokens) {
+  json::object o;
+  o["queue_ms"] = t.queue_ms();
+  o["prefill_ms"] = t.prefill_ms();
+  o["decode_ms"] = t.decode_ms();
+  o["prompt_tokens"] = t.prompt_tokens;
+  o["completion_tokens"] = completion_tokens;
+  o["cached_prompt_tokens"] = t.cached_prompt_tokens;
+  o["preemptions"] = t.preemptions;
+  return o;
+}
+
+}  // namespace plumb::server
