@@ -1,0 +1,215 @@
+// `plumb generate`: run the reference engine on one prompt and stream the text.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "core/clock.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace plumb::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir;
+  std::string model_config;
+  std::string load_format = "auto";
+  std::string prompt = "Once upon a time";
+  int max_tokens = 64;
+  bool chat = false;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string kernels_file;
+  std::string dtype = "auto";
+  bool ignore_eos = false;
+  int block_size = 16;
+};
+
+int fail(int code, const Status& s) {
+  std::cerr << "plumb generate: " << s.to_string() << "\n";
+  return code;
+}
+
+int run(const GenerateArgs& a) {
+  using namespace plumb::engine;
+  if (!a.model_dir.empty() && !a.model_config.empty()) {
+    return fail(kExitUsage, invalid_argument("give --model or --model-config, not both"));
+  }
+  if (a.load_format != "auto" && a.load_format != "dummy") {
+    return fail(kExitUsage, invalid_argument("--load-format must be 'auto' or 'dummy'"));
+  }
+  if (!a.model_config.empty() && a.load_format != "dummy") {
+    return fail(kExitUsage, invalid_argument("--model-config ships no weights: add --load-format dummy"));
+  }
+  ModelOptions mo;
+  mo.seed = a.seed;
+  mo.threads = a.threads;
+  auto dt = parse_weight_dtype(a.dtype);
+  if (!dt.ok()) return fail(kExitUsage, dt.status());
+  mo.dtype = *dt;
+  if (!a.kernels_file.empty()) {
+    auto text = read_file(a.kernels_file);
+    if (!text.ok()) return fail(kExitUsage, text.status());
+    auto sel = KernelSelection::parse_json(*text);
+    if (!sel.ok()) return fail(kExitUsage, sel.status().with_context(a.kernels_file));
+    mo.kernels = *sel;
+  }
+
+  // Where the config (and maybe weights and tokenizer) come from.
+  std::string dir = a.model_dir;
+  std::string config_path;
+  if (!a.model_config.empty()) {
+    auto p = resolve_model_config(a.model_config);
+    if (!p.ok()) return fail(kExitUsage, p.status());
+    config_path = *p;
+  } else {
+    if (dir.empty()) {
+      auto models = find_models_dir();
+      if (!models.ok()) return fail(kExitError, models.status());
+      dir = *models + "/plumb-tiny";
+      if (!read_file(dir + "/config.json").ok()) {
+        return fail(kExitError,
+                    not_found("no --model given and the shipped model " + dir +
+                              " is missing; pass --model DIR or --model-config NAME --load-format dummy"));
+      }
+    }
+    config_path = dir + "/config.json";
+  }
+
+  SteadyClock& clock = SteadyClock::instance();
+  const SteadyTime t_load = clock.now();
+  std::unique_ptr<Model> model;
+  if (a.load_format == "dummy") {
+    auto cfg = load_model_config(config_path);
+    if (!cfg.ok()) return fail(kExitUsage, cfg.status());
+    auto m = Model::dummy(*cfg, mo);
+    if (!m.ok()) return fail(kExitError, m.status());
+    model = std::move(m).value();
+  } else {
+    auto m = Model::load(dir, mo);
+    if (!m.ok()) return fail(kExitError, m.status());
+    model = std::move(m).value();
+  }
+  const double load_s = seconds_between(t_load, clock.now());
+
+  // Tokenizer: the model folder's; for a config-only model, the shipped model's tokenizer when its
+  // vocabulary fits inside the model's, else bytes (see docs/architecture.md, Engine).
+  std::unique_ptr<Tokenizer> tok;
+  std::string tok_dir = dir;
+  if (tok_dir.empty()) {
+    if (auto models = find_models_dir(); models.ok()) tok_dir = *models + "/plumb-tiny";
+  }
+  if (!tok_dir.empty()) {
+    auto t = Tokenizer::load(tok_dir);
+    if (t.ok() && (*t)->vocab_size() <= model->config().vocab_size) {
+      tok = std::move(t).value();
+    } else if (!t.ok() && !a.model_dir.empty() && t.status().code() != Code::kNotFound) {
+      return fail(kExitError, t.status());
+    }
+  }
+
+  std::vector<int32_t> ids;
+  if (tok) {
+    if (a.chat) {
+      std::vector<ChatMessage> msgs = {{"user", a.prompt}};
+      auto text = apply_chat_template(*tok, msgs, true);
+      if (!text.ok()) return fail(kExitUsage, text.status());
+      ids = tok->encode(*text, /*add_special_tokens=*/false);
+    } else {
+      ids = tok->encode(a.prompt, /*add_special_tokens=*/true);
+    }
+  } else {
+    if (a.chat) return fail(kExitUsage, invalid_argument("--chat needs a tokenizer with a chat template"));
+    if (model->config().vocab_size < 256) {
+      return fail(kExitUsage, invalid_argument("no tokenizer, and the vocabulary is too small for bytes"));
+    }
+    ids = byte_encode(a.prompt);
+  }
+
+  GenerateOptions go;
+  go.sampling.temperature = a.temperature;
+  go.sampling.top_p = a.top_p;
+  go.sampling.top_k = a.top_k;
+  go.sampling.seed = a.seed;
+  go.sampling.max_tokens = a.max_tokens;
+  go.sampling.ignore_eos = a.ignore_eos;
+  go.block_size = a.block_size;
+  if (tok) go.extra_eos_ids = tok->eos_ids();
+  // Special tokens (the EOS that ends a chat turn) are not printed.
+  auto stream = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
+  auto res = generate(*model, ids, go, stream.get(), [](const GeneratedToken& g) {
+    std::fwrite(g.text.data(), 1, g.text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::cout << "\n";
+  if (!res.ok())
+    return fail(res.status().code() == Code::kInvalidArgument ? kExitUsage : kExitError, res.status());
+
+  const auto& cfg = model->config();
+  std::cout << "---\n"
+            << "model: " << (a.model_config.empty() ? dir : a.model_config) << " ("
+            << architecture_name(cfg.arch) << ", " << cfg.num_hidden_layers << " layers, "
+            << dtype_name(model->weights().linear_dtype()) << (a.load_format == "dummy" ? " dummy" : "")
+            << " weights, " << model->pool().size() << " threads, " << (tok ? "tokenizer" : "byte-level text")
+            << "), loaded in " << load_s << " s\n"
+            << "prompt tokens: " << res->prompt_tokens << "\n"
+            << "generated tokens: " << res->tokens.size() << " (finish: " << res->finish_reason << ")\n"
+            << "prefill: " << res->prefill_tokens_per_s() << " tokens/s (" << res->prefill_seconds * 1e3
+            << " ms)\n"
+            << "decode: " << res->decode_tokens_per_s() << " tokens/s (" << res->decode_seconds * 1e3
+            << " ms for " << (res->tokens.empty() ? 0 : res->tokens.size() - 1) << " tokens)\n";
+  return kExitOk;
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = root.add_subcommand(
+      "generate",
+      "Generate text with plumb's reference engine and report its speed.\n"
+      "With no --model it runs the shipped small model (models/plumb-tiny). --model-config NAME with\n"
+      "--load-format dummy runs a real architecture (models/configs/NAME: qwen2.5-0.5b, llama-3.2-1b,\n"
+      "smollm2-135m, tinyllama-1.1b, qwen3-0.6b, mistral-7b) on seeded random weights: the text is\n"
+      "meaningless, the speed is real. Prints the text as it streams, then prompt tokens, prefill\n"
+      "tokens/s and decode tokens/s (monotonic clock).\n"
+      "Examples:\n"
+      "  plumb generate --prompt 'Once upon a time' --max-tokens 64\n"
+      "  plumb generate --model-config qwen2.5-0.5b --load-format dummy --max-tokens 32 --ignore-eos");
+  cmd->add_option("--model", a->model_dir,
+                  "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)");
+  cmd->add_option("--model-config", a->model_config,
+                  "shipped config name under models/configs/ (needs --load-format dummy)");
+  cmd->add_option("--load-format", a->load_format, "auto (safetensors) | dummy (seeded random weights)")
+      ->capture_default_str();
+  cmd->add_option("--prompt", a->prompt, "prompt text")->capture_default_str();
+  cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str();
+  cmd->add_flag("--chat", a->chat, "wrap the prompt as one user message in the model's chat template");
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "nucleus sampling, in (0, 1]")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "sampling seed (and dummy weights' seed)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "kernel threads including the caller (0 = all cores)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--kernels", a->kernels_file,
+      "kernel selection JSON, e.g. {\"matmul\": \"reference\", \"attention\": {\"decode\": \"avx2\"}}");
+  cmd->add_option("--dtype", a->dtype, "linear weights in memory: auto (as stored; dummy: bf16) | f32 | bf16")
+      ->capture_default_str();
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd->add_option("--block-size", a->block_size, "KV cache block size in tokens")->capture_default_str();
+  cmd->callback([a] { set_exit_code(run(*a)); });
+}
+
+PLUMB_COMMAND(20, setup);
+
+}  // namespace
+}  // namespace plumb::cli
