@@ -60,8 +60,8 @@ class ModelWeights {
   // naming the tensor and both shapes on a shape mismatch; NotFound naming a missing tensor.
   static Result<ModelWeights> from_tensors(const ModelConfig& c, std::shared_ptr<const ModelTensors> tensors,
                                            WeightDType dtype, ThreadPool* pool);
-  // Seeded random weights of the right shapes: linears ~ normal(0, 0.02) (Irwin–Hall of four
-  // uniforms: exact mean and variance, tails bounded at ±3.5σ), biases ~ normal(0, 0.02), norms 1.
+  // Seeded random weights of the right shapes: linears and biases ~ normal(0, 0.02) (inverse-CDF
+  // of a 16-bit uniform, so tails end at ±4.3σ), norms 1.
   // Deterministic for a seed whatever the thread count. dtype kAsStored means bf16.
   static Result<ModelWeights> dummy(const ModelConfig& c, uint64_t seed, WeightDType dtype, ThreadPool* pool);
 
