@@ -121,6 +121,8 @@ struct HttpClientOptions {
 // on one thread. Many requests may be in flight at once, each on its own connection (there is no
 // pipelining); finished connections return to the idle pool if the response allows keep-alive.
 // There is no limit on connections: the caller bounds concurrency. Nothing is retried.
+// Destroy the client before its io_context. Callbacks must not throw (an exception would leave
+// io_context::run()).
 class HttpClient {
  public:
   using RequestId = uint64_t;

@@ -118,7 +118,8 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Registers a handler for an exact method and path (no query). Call before start(). A path
-  // with no handler gets 404; a path registered for other methods gets 405 with Allow.
+  // with no handler gets 404; a path registered for other methods gets 405 with Allow. HEAD is
+  // not implied by GET: register it if wanted (send() then omits the body).
   void route(std::string method, std::string path, Handler handler);
   // Handles requests that match no route (instead of 404/405). Call before start().
   void set_fallback(Handler handler);
