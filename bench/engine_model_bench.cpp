@@ -1,0 +1,183 @@
+// Whole-model speed of the reference engine on Qwen2.5-0.5B (models/configs/qwen2.5-0.5b) with
+// dummy bf16 weights, each figure next to its ceiling measured in the same run:
+//   decode batch 1:  tokens/s vs the memory roofline  read_bandwidth / bytes read per token
+//                    (all linear weights incl. the tied lm_head + the KV cache of the context);
+//   decode batch 16: tokens/s vs min(16 * read_bandwidth / bytes per step,
+//                                    bf16 matmul peak / flops per token);
+//   prefill 512:     tokens/s vs oneDNN alone running the same matmul shapes (m = 512; lm_head m = 1);
+//   peak RSS vs weights + KV cache.
+// Threads: $PLUMB_BENCH_THREADS, else all cores. Run:
+//   build/<dir>/bench/engine_model_bench --benchmark_min_time=2s
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "engine/kernels/ceilings.h"
+#include "engine/model.h"
+
+namespace plumb::engine {
+namespace {
+
+constexpr int32_t kBlock = 16;
+constexpr int32_t kCtxStart = 64;  // decode starts after a prompt of this many tokens
+constexpr int32_t kCtxEnd = 320;   // and wraps back to kCtxStart when it reaches this
+
+struct Shared {
+  std::unique_ptr<Model> model;
+  MachineCeilings ceil;
+  double onednn_prefill_seconds = 0;  // oneDNN alone on the prefill-512 matmuls
+  int64_t kv_bytes_reserved = 0;
+};
+Shared* g = nullptr;
+
+// Decode: `batch` sequences, each prefilled with kCtxStart tokens, then one token per step.
+void BM_Decode(benchmark::State& state) {
+  Model& m = *g->model;
+  const int batch = int(state.range(0));
+  const ModelConfig& c = m.config();
+  const int32_t blocks_per_seq = (kCtxEnd + kBlock) / kBlock;
+  auto cache = KvCache::create(m.kv_config(batch * blocks_per_seq, kBlock));
+  if (!cache.ok()) return state.SkipWithError(cache.status().to_string().c_str());
+  g->kv_bytes_reserved =
+      std::max<int64_t>(g->kv_bytes_reserved, int64_t(batch) * kCtxEnd * m.kv_config(1, 1).bytes());
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
+  for (int s = 0; s < batch; ++s) {
+    tables[size_t(s)].resize(size_t(blocks_per_seq));
+    std::iota(tables[size_t(s)].begin(), tables[size_t(s)].end(), s * blocks_per_seq);
+  }
+  std::vector<int32_t> prompt(kCtxStart);
+  for (int i = 0; i < kCtxStart; ++i) prompt[size_t(i)] = (i * 7919) % int32_t(c.vocab_size);
+  ForwardOutput out;
+  for (int s = 0; s < batch; ++s) {
+    SequenceInput in{prompt, 0, tables[size_t(s)], false};
+    if (!m.forward(std::span(&in, 1), *cache, &out).ok()) return state.SkipWithError("prefill failed");
+  }
+  std::vector<int32_t> tok(size_t(batch), 42);
+  std::vector<SequenceInput> step(static_cast<size_t>(batch));
+  int32_t pos = kCtxStart;
+  int64_t ctx_sum = 0, steps = 0;
+  for (auto _ : state) {
+    for (int s = 0; s < batch; ++s)
+      step[size_t(s)] = {std::span(&tok[size_t(s)], 1), pos, tables[size_t(s)], false};
+    if (!m.forward(step, *cache, &out).ok()) return state.SkipWithError("decode failed");
+    ctx_sum += pos + 1;
+    ++steps;
+    pos = pos + 1 >= kCtxEnd ? kCtxStart : pos + 1;
+  }
+  const double mean_ctx = double(ctx_sum) / double(std::max<int64_t>(steps, 1));
+  const double weight_bytes = double(m.weights().bytes());  // linears + embedding/lm_head (tied: once)
+  const double kv_bytes_per_seq = mean_ctx * double(m.kv_config(1, 1).bytes());
+  const double bytes_per_step = weight_bytes + batch * kv_bytes_per_seq;
+  const double params = weight_bytes / double(dtype_size(m.weights().linear_dtype()));
+  const double flops_per_token =
+      2.0 * params +  // every weight once per token (a multiply-add)
+      4.0 * mean_ctx * double(c.num_attention_heads * c.head_dim) * double(c.num_hidden_layers);
+  const double bw_roof = batch * g->ceil.read_bandwidth_gbs * 1e9 / bytes_per_step;
+  const double flop_roof = g->ceil.peak_gflops_bf16 * 1e9 / flops_per_token;
+  const double roof = batch == 1 ? bw_roof : std::min(bw_roof, flop_roof);
+  state.counters["tok_per_s"] =
+      benchmark::Counter(double(batch) * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["roofline_tok_per_s"] = roof;
+  state.counters["bw_roof_tok_per_s"] = bw_roof;
+  state.counters["flop_roof_tok_per_s"] = flop_roof;
+  state.counters["read_GBps"] = g->ceil.read_bandwidth_gbs;
+  state.counters["peak_bf16_GFLOPs"] = g->ceil.peak_gflops_bf16;
+  state.counters["mean_ctx"] = mean_ctx;
+}
+
+void BM_Prefill(benchmark::State& state) {
+  Model& m = *g->model;
+  const int32_t n = int32_t(state.range(0));
+  const int32_t blocks = (n + kBlock - 1) / kBlock;
+  auto cache = KvCache::create(m.kv_config(blocks, kBlock));
+  if (!cache.ok()) return state.SkipWithError(cache.status().to_string().c_str());
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) prompt[size_t(i)] = (i * 7919) % int32_t(m.config().vocab_size);
+  ForwardOutput out;
+  for (auto _ : state) {
+    SequenceInput in{prompt, 0, table, false};
+    if (!m.forward(std::span(&in, 1), *cache, &out).ok()) return state.SkipWithError("prefill failed");
+  }
+  state.counters["tok_per_s"] =
+      benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["onednn_alone_tok_per_s"] = double(n) / g->onednn_prefill_seconds;
+}
+
+}  // namespace
+}  // namespace plumb::engine
+
+namespace {
+// Peak resident set (VmHWM) of this process in bytes; reset_peak_rss() restarts it (Linux >= 4.0).
+double peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
+  }
+  return 0;
+}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace plumb::engine;
+  benchmark::Initialize(&argc, argv);
+  const int threads = plumb::bench::bench_threads();
+  auto cfg = load_model_config(std::string(PLUMB_SOURCE_DIR) + "/models/configs/qwen2.5-0.5b/config.json");
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "%s\n", cfg.status().to_string().c_str());
+    return 1;
+  }
+  static Shared shared;
+  g = &shared;
+  shared.ceil = measure_ceilings(threads);
+  // oneDNN alone on the prefill-512 shapes: every layer's seven projections, plus lm_head for the
+  // one row that wants logits.
+  const auto shapes = plumb::bench::layer_matmuls(plumb::bench::qwen25_05b());
+  for (const auto& s : shapes) {
+    const double gf = measure_onednn_gemm_gflops(512, s.n, s.k, threads);
+    shared.onednn_prefill_seconds +=
+        double(cfg->num_hidden_layers) * 2.0 * 512 * double(s.n) * double(s.k) / (gf * 1e9);
+  }
+  shared.onednn_prefill_seconds +=
+      2.0 * double(cfg->vocab_size) * double(cfg->hidden_size) /
+      (measure_onednn_gemm_gflops(1, cfg->vocab_size, cfg->hidden_size, threads) * 1e9);
+  // The ceilings' buffers are freed; count the peak from here: model + KV + workspaces.
+  reset_peak_rss();
+  ModelOptions o;
+  o.threads = threads;
+  auto m = Model::dummy(*cfg, o);  // bf16
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
+    return 1;
+  }
+  shared.model = std::move(m).value();
+  std::printf(
+      "threads %d, read bandwidth %.1f GB/s, bf16 matmul peak %.1f GFLOP/s (%s), oneDNN prefill-512 alone "
+      "%.1f ms\n",
+      threads, shared.ceil.read_bandwidth_gbs, shared.ceil.peak_gflops_bf16, shared.ceil.matmul_variant,
+      shared.onednn_prefill_seconds * 1e3);
+  benchmark::RegisterBenchmark("decode", BM_Decode)
+      ->Arg(1)
+      ->Arg(16)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("prefill", BM_Prefill)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  const double rss = peak_rss_bytes();
+  const double weights = double(shared.model->weights().bytes());
+  std::printf("peak RSS %.0f MB; weights %.0f MB + KV cache %.0f MB = %.0f MB; ratio %.3f\n", rss / 1e6,
+              weights / 1e6, double(shared.kv_bytes_reserved) / 1e6,
+              (weights + double(shared.kv_bytes_reserved)) / 1e6,
+              rss / (weights + double(shared.kv_bytes_reserved)));
+  return 0;
+}
