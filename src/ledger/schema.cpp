@@ -121,7 +121,6 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_registration ON runs(registration_id);
 CREATE TABLE requests (
-  id INTEGER PRIMARY KEY,
   run_id INTEGER NOT NULL REFERENCES runs(id),
   idx INTEGER NOT NULL CHECK (idx >= 0),
   profile INTEGER NOT NULL CHECK (profile >= 0),
@@ -135,8 +134,8 @@ CREATE TABLE requests (
   sent_ns INTEGER NOT NULL,
   first_token_ns INTEGER NOT NULL,
   end_ns INTEGER NOT NULL,
-  UNIQUE (run_id, profile, idx)
-);
+  PRIMARY KEY (run_id, profile, idx)
+) WITHOUT ROWID;
 CREATE TABLE metrics (
   id INTEGER PRIMARY KEY,
   run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -298,10 +297,12 @@ END;
                    "EXISTS (SELECT 1 FROM request_sets WHERE id = NEW.id OR set_hash = NEW.set_hash)");
   s += append_only("registrations", "EXISTS (SELECT 1 FROM registrations WHERE id = NEW.id)");
   s += append_only("runs", "EXISTS (SELECT 1 FROM runs WHERE id = NEW.id)");
-  s +=
-      append_only("requests",
-                  "EXISTS (SELECT 1 FROM requests WHERE id = NEW.id) OR EXISTS (SELECT 1 FROM requests WHERE "
-                  "run_id = NEW.run_id AND profile = NEW.profile AND idx = NEW.idx)");
+  // requests is the bulk table: keyed by (run, profile, idx) without a rowid, so an insert writes
+  // one b-tree and the REPLACE guard is one key lookup.
+  s += append_only(
+      "requests",
+      "EXISTS (SELECT 1 FROM requests WHERE run_id = NEW.run_id AND profile = NEW.profile AND idx = "
+      "NEW.idx)");
   s += append_only("metrics",
                    "EXISTS (SELECT 1 FROM metrics WHERE id = NEW.id) OR EXISTS (SELECT 1 FROM metrics WHERE "
                    "run_id = NEW.run_id AND name = NEW.name)");

@@ -165,9 +165,10 @@ Validity check_validity(const Scenario& s, const RunFacts& f) {
                                    b.min_output_fraction,
                                    "the server stopped early; it must honour ignore_eos and max_tokens"));
   double disagreement = stats::kNaN;
-  if (f.server_output_tokens >= 0 && f.local_output_tokens > 0)
+  // Relative to the server's usage, as docs/metrics.md defines it.
+  if (f.server_output_tokens > 0 && f.local_output_tokens >= 0)
     disagreement =
-        std::fabs(double(f.server_output_tokens - f.local_output_tokens)) / double(f.local_output_tokens);
+        std::fabs(double(f.server_output_tokens - f.local_output_tokens)) / double(f.server_output_tokens);
   v.constraints.push_back(at_most("token_count_disagreement", disagreement, b.max_token_disagreement,
                                   "server usage and the local re-count disagree; the tokenizer or the usage "
                                   "report is wrong"));

@@ -98,7 +98,7 @@ struct ValidityBounds {
   double max_error_rate = 0.01;          // failed / (completed + failed)
   double max_send_lag_p99_ms = 5.0;      // client send lag p99 (ms)
   double min_output_fraction = 0.98;     // every request: output tokens >= this · requested
-  double max_token_disagreement = 0.02;  // |server - local| / local over the run's total tokens
+  double max_token_disagreement = 0.02;  // |server - local| / server over the run's total tokens
 };
 const ValidityBounds& validity_bounds();
 

@@ -164,9 +164,9 @@ TEST(Validity, EachBoundAtItsEdge) {
   EXPECT_TRUE(find(check_validity(s, f), "min_output_fraction").pass);
 
   f = good_facts();
-  f.server_output_tokens = 2041;  // 2.05% off
+  f.local_output_tokens = 1959;  // 41 of 2000 = 2.05% off the server's count
   EXPECT_FALSE(find(check_validity(s, f), "token_count_disagreement").pass);
-  f.server_output_tokens = 2040;  // exactly 2%
+  f.local_output_tokens = 1960;  // exactly 2%
   EXPECT_TRUE(find(check_validity(s, f), "token_count_disagreement").pass);
 
   // GPU A: 128 requests; 127 completed + 1 failed is an error rate of 0.78%: valid.
