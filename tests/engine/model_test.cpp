@@ -34,8 +34,16 @@ namespace fs = std::filesystem;
 
 std::string fixtures_dir() { return std::string(PLUMB_SOURCE_DIR) + "/tests/fixtures/models"; }
 
+// The shipped trained model carries a reference.safetensors of the same format.
+const char* kShipped = "plumb-tiny";
+std::string fixture_path(const std::string& name) {
+  if (name == kShipped) return std::string(PLUMB_SOURCE_DIR) + "/models/plumb-tiny";
+  return fixtures_dir() + "/" + name;
+}
+
 std::vector<std::string> fixture_names() {
   std::vector<std::string> out;
+  if (fs::exists(fixture_path(kShipped) + "/reference.safetensors")) out.push_back(kShipped);
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fixtures_dir(), ec)) {
     if (fs::exists(e.path() / "reference.safetensors")) out.push_back(e.path().filename().string());
@@ -53,7 +61,7 @@ struct Reference {
 
 Reference load_reference(const std::string& name) {
   Reference r;
-  auto t = ModelTensors::open_file(fixtures_dir() + "/" + name + "/reference.safetensors");
+  auto t = ModelTensors::open_file(fixture_path(name) + "/reference.safetensors");
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   if (!t.ok()) return r;
   auto ids = t->get("input_ids");
@@ -115,7 +123,7 @@ std::unique_ptr<Model> load(const std::string& name, WeightDType dt, const Kerne
   o.dtype = dt;
   o.threads = 2;
   o.kernels = sel;
-  auto m = Model::load(fixtures_dir() + "/" + name, o);
+  auto m = Model::load(fixture_path(name), o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return m.ok() ? std::move(m).value() : nullptr;
 }
@@ -267,7 +275,7 @@ class TempModelDir {
 class BadInput : public Golden {};
 
 TEST_F(BadInput, MissingTruncatedAndMismatchedModelsAreClearErrors) {
-  const std::string src = fixtures_dir() + "/" + names_[0];
+  const std::string src = fixture_path(names_.back());
   ModelOptions o;
   o.threads = 1;
   {
@@ -312,7 +320,7 @@ TEST_F(BadInput, MissingTruncatedAndMismatchedModelsAreClearErrors) {
 }
 
 TEST_F(BadInput, ForwardRejectsTooLongAndMalformedSequences) {
-  auto m = load(names_[0], WeightDType::kAsStored);
+  auto m = load(names_.back(), WeightDType::kAsStored);
   ASSERT_TRUE(m);
   const int64_t ctx = m->config().max_context();
   Harness h(*m, 1, int(ctx) + 8);
