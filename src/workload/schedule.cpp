@@ -81,7 +81,7 @@ Result<Schedule> make_schedule(const ArrivalSpec& spec, size_t n) {
   s.max_concurrency = spec.max_concurrency;
   s.closed_loop = spec.kind == ArrivalKind::kClosedLoop;
   s.offsets.reserve(n);
-  Rng rng(derive_seed(spec.seed, "arrival"));
+  Rng rng(derive_seed(spec.seed, spec.seed_dimension));
   double u = 0.0;  // full-rate time of the current arrival, seconds
   for (size_t i = 0; i < n; ++i) {
     if (i > 0) {

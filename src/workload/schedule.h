@@ -32,7 +32,8 @@ struct ArrivalSpec {
   int max_concurrency = 0;  // in-flight cap; 0 = unlimited; >= 1 required for closed_loop
   double ramp_up_s = 0.0;   // rate rises linearly from 0 to `rate` over this many seconds; 0 = none
                             // (only for constant/poisson/gamma)
-  uint64_t seed = 0;        // the run seed; gaps use derive_seed(seed, "arrival")
+  uint64_t seed = 0;        // the run seed; gaps use derive_seed(seed, seed_dimension)
+  std::string seed_dimension = "arrival";  // "arrival", or "arrival/<i>" for profile i of a scenario
 };
 
 // What the run uses: one offset per request, non-decreasing, offsets[0] == 0.
