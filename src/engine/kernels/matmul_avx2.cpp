@@ -25,14 +25,22 @@ namespace {
 constexpr int kRowsX = PLUMB_MATMUL_RX;  // x rows per tile (at most)
 // Weight rows per tile for a tile of rx x-rows: rx*rw accumulators + rw weight registers + one x
 // register fit the 16 ymm registers, and at least 3 independent FMA chains hide the FMA latency.
-constexpr int rows_w_for(int rx) { return rx >= 7 ? 1 : rx >= 5 ? 2 : rx >= 3 ? 3 : 4; }
+#ifndef PLUMB_MM_RW1
+#define PLUMB_MM_RW1 4
+#endif
+constexpr int rows_w_for(int rx) {
+  return rx >= 7 ? 1 : rx >= 5 ? 2 : rx >= 3 ? 3 : rx == 2 ? 4 : PLUMB_MM_RW1;
+}
 constexpr int kRowsW = 3;  // alignment of the feature split over threads
 
 // Software prefetch distance along a weight row. The weights stream from DRAM once per call;
 // prefetching 2 KiB ahead of each of a tile's rows raised batch-1 decode from ~61% to ~72% of the
 // measured read bandwidth on a quiet 2-thread run (BENCHMARKS.md), where the hardware prefetcher
 // alone did not keep enough misses in flight.
-constexpr int64_t kPrefetchBytes = 2048;
+#ifndef PLUMB_MM_PF_BYTES  // overridable only for tuning experiments
+#define PLUMB_MM_PF_BYTES 2048
+#endif
+constexpr int64_t kPrefetchBytes = PLUMB_MM_PF_BYTES;
 // Weight rows per block: every x-row group passes over a block while it is in L2.
 constexpr int64_t kBlockBytes = 96 * 1024;
 
