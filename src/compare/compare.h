@@ -1,0 +1,90 @@
+// Pre-registered paired comparisons of two engine configurations (PROTOCOL.md §4–5), behind
+// `plumb compare register|run|readout|list`.
+//
+// register: loads both arms' engine configs (launch/adapter.h EngineConfig TOML), stores them as
+//   canonical JSON with the scenario, size class, primary metric (always the scenario's primary
+//   objective, higher is better: the database's noise check recomputes CVs from that column),
+//   min_effect, delta, pairs and one seed per pair, and returns the registration id.
+// run: for each pair not yet recorded (so an interrupted run resumes), draws one request set from
+//   the pair's seed, and measures both arms on it in the order protocol::pair_order(i) (AB, BA, ...):
+//   each arm is a fresh launch through launch/ (verified port owner), a warmup, the scenario's load
+//   profiles through loadgen/ with the OpenAI chat target, metrics/ and validity; every run goes
+//   into the ledger with provenance in one transaction, valid or not.
+// readout: computes protocol::readout from the stored runs (pairs where both arms are valid), and
+//   stores it; the database refuses an invalid readout (NOISY arm, too few valid pairs, changed
+//   registration) and that refusal is returned as FailedPrecondition with its message.
+//
+// Thread-safety: functions use the Ledger they are given from the calling thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "launch/adapter.h"
+#include "ledger/ledger.h"
+#include "protocol/protocol.h"
+
+namespace plumb::compare {
+
+struct RegisterOptions {
+  std::string config_a;             // path of arm A's engine config (TOML)
+  std::string config_b;             // path of arm B's engine config
+  std::string scenario = "D";       // "A".."D"
+  std::string size = "small";       // "small" | "gpu"
+  std::string metric;               // "" or the scenario's objective name (the only metric supported)
+  double min_effect = 0.05;         // better: CI lo > 1 + min_effect; worse: CI hi < 1 - min_effect
+  double delta = 0.05;              // equivalent: CI inside [1 - delta, 1 + delta]
+  int pairs = protocol::kMinPairs;  // >= 5
+  uint64_t seed = 21;               // base seed; pair i runs on pair_seeds(seed, pairs)[i]
+};
+
+// Seeds of the pairs: derive_seed(base, "compare/pair/<i>") masked to 31 bits (distinct per pair).
+std::vector<int64_t> pair_seeds(uint64_t base, int pairs);
+
+// InvalidArgument for bad options (unknown scenario/size, metric other than the objective, rule out
+// of range, pairs < 5, unreadable config); IoError/FailedPrecondition from the ledger.
+Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOptions& options);
+
+// An arm's stored configuration back as an EngineConfig (the stored JSON names a built-in adapter
+// or an absolute adapter path).
+Result<launch::EngineConfig> arm_config(const std::string& stored_json);
+
+struct RunOptions {
+  std::string plumb_binary;  // used as the plumb adapter's plumb_binary when an arm does not set it
+  std::string work_dir;      // engine logs go here; "" = current directory
+  std::chrono::seconds request_timeout{600};         // per request
+  std::function<void(const std::string&)> progress;  // progress lines; null = log::info
+};
+
+struct RunSummary {
+  int64_t runs_recorded = 0;  // runs inserted by this call
+  int64_t runs_invalid = 0;   // of which invalid (PROTOCOL.md §3)
+  int64_t pairs_skipped = 0;  // pairs already complete in the ledger
+};
+
+// Measures every pair not yet complete. An engine that fails to start is an error (nothing is
+// recorded for that pair); a run that starts but is invalid is recorded as invalid.
+Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t registration_id, const RunOptions& options);
+
+struct ReadoutResult {
+  ledger::Registration registration;  // what was registered
+  protocol::Readout readout;          // the computation
+  ledger::ReadoutRow row;             // what was (or would be) stored
+  int64_t readout_id = 0;             // > 0 when stored
+  int64_t pairs_registered = 0;       // registration.pairs
+  int64_t pairs_complete = 0;         // pairs with both arms valid (used)
+  int64_t runs_invalid = 0;           // invalid runs of the comparison (excluded)
+};
+
+// Computes the readout; stores it when `store`. NotFound for an unknown id; FailedPrecondition
+// with the database's message when the ledger refuses the readout (the result is not returned then).
+Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t registration_id, bool store = true);
+
+// Human-readable readout: ratio B/A with CI, per-arm CV, verdict, pairs still needed.
+std::string format_readout(const ReadoutResult& r);
+
+}  // namespace plumb::compare
