@@ -397,6 +397,37 @@ TEST(HttpServer, HeadResponseHasNoBody) {
   EXPECT_TRUE(out.ends_with("\r\n\r\n")) << out;
 }
 
+TEST(HttpServer, StreamToClientThatDoesNotReadIsClosedPastBacklog) {
+  HttpServerOptions o;
+  o.max_stream_backlog_bytes = 1 << 20;
+  HttpServer s(o);
+  std::promise<std::shared_ptr<ResponseWriter>> got_writer;
+  std::promise<void> closed;
+  s.route("GET", "/flood", [&](const Request&, std::shared_ptr<ResponseWriter> w) {
+    w->on_close([&] { closed.set_value(); });
+    w->start_stream(200, "text/event-stream");
+    got_writer.set_value(w);
+  });
+  ASSERT_TRUE(s.start().ok());
+  int fd = testing::connect_loopback(s.port());
+  testing::send_all(fd, "GET /flood HTTP/1.1\r\nHost: x\r\n\r\n");  // and never read
+  auto w = got_writer.get_future().get();
+  const std::string chunk(64 << 10, 'x');
+  int writes = 0;
+  // Socket buffers absorb a few MB; past them the backlog grows until the server gives up.
+  while (w->write(chunk) && writes < 4096) {
+    ++writes;
+    if (writes % 16 == 0) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_LT(writes, 4096);
+  ASSERT_EQ(closed.get_future().wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(w->is_closed());
+  ::close(fd);
+  auto alive = http_request(url(s, "/other"), "GET");  // the server itself is fine
+  ASSERT_TRUE(alive.ok());
+  EXPECT_EQ(alive->status, 404);
+}
+
 TEST(HttpServer, ManyConcurrentStreamingClients) {
   constexpr int kStreams = 250;
   constexpr int kEvents = 20;
