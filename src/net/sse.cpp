@@ -1,15 +1,30 @@
 #include "net/sse.h"
 
 #include <charconv>
+#include <cstring>
 
 namespace plumb::net {
 namespace {
+
+// Position of the first CR or LF in s at or after pos, or npos. Two memchr scans:
+// string_view::find_first_of("\r\n") calls memchr once per byte and was the client's hot spot.
+std::size_t find_eol(std::string_view s, std::size_t pos) {
+  if (pos >= s.size()) return std::string_view::npos;
+  const char* b = s.data() + pos;
+  std::size_t n = s.size() - pos;
+  const char* lf = static_cast<const char*>(std::memchr(b, '\n', n));
+  std::size_t lim = lf ? static_cast<std::size_t>(lf - b) : n;
+  const char* cr = static_cast<const char*>(std::memchr(b, '\r', lim));
+  if (cr) return pos + static_cast<std::size_t>(cr - b);
+  if (lf) return pos + lim;
+  return std::string_view::npos;
+}
 
 // Appends one "<field>: <value>\n" line per line of value (CR, LF and CRLF all end a line).
 void append_lines(std::string& out, std::string_view field, std::string_view value) {
   std::size_t start = 0;
   while (true) {
-    std::size_t end = value.find_first_of("\r\n", start);
+    std::size_t end = find_eol(value, start);
     out.append(field);
     out.append(": ");
     out.append(value.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
@@ -70,7 +85,7 @@ Status SseParser::feed(std::string_view bytes, std::vector<SseEvent>& out) {
     if (bytes[0] == '\n') pos = 1;
   }
   while (pos < bytes.size()) {
-    std::size_t end = bytes.find_first_of("\r\n", pos);
+    std::size_t end = find_eol(bytes, pos);
     if (end == std::string_view::npos) {
       if (line_.size() + (bytes.size() - pos) > options_.max_line_bytes)
         return fail(
