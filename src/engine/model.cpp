@@ -225,10 +225,15 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
     R += cnt;
     row += n;
   }
-  ks.rmsnorm(ctx, h, weights_.final_norm.data(), R, d, eps, h);
+  // lm_head is decode-shaped (one row per sequence) unless a sequence asked for all its rows: a
+  // prefill-tuned GEMM would convert the whole [V, d] table for a handful of rows.
+  const bool lm_prefill = R > int64_t(batch.size());
+  const KernelSet& ls = kernels_[size_t(lm_prefill ? Phase::kPrefill : Phase::kDecode)];
+  const KernelContext lctx{pool_.get(), lm_prefill ? Phase::kPrefill : Phase::kDecode};
+  ls.rmsnorm(lctx, h, weights_.final_norm.data(), R, d, eps, h);
   out->vocab = V;
   out->logits.resize(size_t(R * V));
-  ks.matmul(ctx, h, R, weights_.lm_head, nullptr, out->logits.data());  // [R, V]
+  ls.matmul(lctx, h, R, weights_.lm_head, nullptr, out->logits.data());  // [R, V]
   return Status::Ok();
 }
 

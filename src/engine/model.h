@@ -9,7 +9,9 @@
 //     batch's tokens with the PREFILL KernelSet if any sequence in the batch is a prefill, else
 //     with the DECODE KernelSet;
 //   - attention is per sequence: prefill sequences go to the prefill set's attention kernel and
-//     decode sequences to the decode set's, in (at most) two calls per layer.
+//     decode sequences to the decode set's, in (at most) two calls per layer;
+//   - the final norm and lm_head run only on the rows that want logits: with the decode set when
+//     that is one row per sequence, with the prefill set when a sequence asked for all its rows.
 //
 // Thread safety: a Model is used by one thread at a time (forward() reuses workspace buffers);
 // its kernels parallelize internally over the Model's ThreadPool. The weights are immutable.
