@@ -1,0 +1,556 @@
+#include "gates/checks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "core/random.h"
+#include "core/sha256.h"
+#include "net/http_client.h"
+#include "protocol/protocol.h"
+
+namespace plumb::gates {
+
+OpenAiClient::OpenAiClient(Endpoint ep, std::chrono::milliseconds timeout)
+    : ep_(std::move(ep)), timeout_(timeout) {
+  while (!ep_.url.empty() && ep_.url.back() == '/') ep_.url.pop_back();
+  resolved_ = !ep_.model.empty();
+}
+
+Result<json::object> OpenAiClient::post_timed(const std::string& path, json::object body, double* seconds) {
+  if (!ep_.model.empty() && !body.contains("model")) body["model"] = ep_.model;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = net::http_request(ep_.url + path, "POST", json::dump(body), timeout_);
+  auto t1 = std::chrono::steady_clock::now();
+  if (seconds) *seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (!r.ok())
+    return Status(r.status().code(), fmt::format("POST {}{}: {}", ep_.url, path, r.status().message()));
+  if (r->status != 200)
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("POST {}{}: HTTP {}: {}", ep_.url, path, r->status, r->body.substr(0, 300)));
+  auto o = json::parse_object(r->body);
+  if (!o.ok())
+    return Status(Code::kCorrupt, fmt::format("POST {}{}: reply is not a JSON object", ep_.url, path));
+  return o;
+}
+
+Result<json::object> OpenAiClient::post(const std::string& path, json::object body) {
+  return post_timed(path, std::move(body), nullptr);
+}
+
+Result<std::string> OpenAiClient::get(const std::string& path) {
+  auto r = net::http_request(ep_.url + path, "GET", {}, timeout_);
+  if (!r.ok())
+    return Status(r.status().code(), fmt::format("GET {}{}: {}", ep_.url, path, r.status().message()));
+  if (r->status == 404) return Status(Code::kNotFound, fmt::format("GET {}{}: 404", ep_.url, path));
+  if (r->status != 200)
+    return Status(Code::kFailedPrecondition, fmt::format("GET {}{}: HTTP {}", ep_.url, path, r->status));
+  return r->body;
+}
+
+Status OpenAiClient::resolve_model() {
+  if (resolved_) return Status::Ok();
+  auto body = get("/v1/models");
+  if (!body.ok()) return body.status();
+  auto o = json::parse_object(*body);
+  if (o.ok() && o->contains("data") && o->at("data").is_array() && !o->at("data").as_array().empty()) {
+    const auto& first = o->at("data").as_array()[0];
+    if (first.is_object() && first.as_object().contains("id") && first.as_object().at("id").is_string())
+      ep_.model = std::string(first.as_object().at("id").as_string());
+  }
+  resolved_ = true;
+  return Status::Ok();
+}
+
+std::vector<std::string> fresh_prompts(uint64_t seed, int count, int words) {
+  static const char* kWords[] = {
+      "the",   "river", "blue",   "city",  "seven", "quiet", "garden", "stone", "light",  "north", "apple",
+      "table", "small", "green",  "house", "cloud", "story", "three",  "walks", "bright", "under", "old",
+      "cat",   "red",   "window", "road",  "sings", "eight", "warm",   "tree",  "little", "sun",   "near",
+      "dog",   "paper", "happy",  "moon",  "five",  "over",  "number", "lake",  "yellow", "bird",  "morning"};
+  constexpr int kN = int(sizeof(kWords) / sizeof(kWords[0]));
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) {
+    Rng rng(derive_seed(seed, fmt::format("gate_prompt/{}", i)));
+    std::string p;
+    for (int w = 0; w < words; ++w) {
+      if (w) p += ' ';
+      p += kWords[rng.uniform_int(0, kN - 1)];
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+namespace {
+// choices[0] of a completion reply.
+Result<const json::object*> first_choice(const json::object& reply) {
+  if (!reply.contains("choices") || !reply.at("choices").is_array() ||
+      reply.at("choices").as_array().empty() || !reply.at("choices").as_array()[0].is_object())
+    return Status(Code::kCorrupt, "reply has no choices[0]");
+  return &reply.at("choices").as_array()[0].as_object();
+}
+
+std::string choice_text(const json::object& c) {
+  if (c.contains("text") && c.at("text").is_string()) return std::string(c.at("text").as_string());
+  if (c.contains("message") && c.at("message").is_object()) {
+    const auto& m = c.at("message").as_object();
+    if (m.contains("content") && m.at("content").is_string()) return std::string(m.at("content").as_string());
+  }
+  return {};
+}
+
+std::optional<int64_t> usage_field(const json::object& reply, const char* key) {
+  if (!reply.contains("usage") || !reply.at("usage").is_object()) return std::nullopt;
+  const auto& u = reply.at("usage").as_object();
+  if (!u.contains(key) || !u.at(key).is_int64()) return std::nullopt;
+  return u.at(key).as_int64();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+json::object completion_body(const std::string& prompt, int max_tokens) {
+  json::object b;
+  b["prompt"] = prompt;
+  b["max_tokens"] = max_tokens;
+  b["temperature"] = 0.0;
+  return b;
+}
+
+Result<int64_t> count_tokens(OpenAiClient& c, const std::string& text) {
+  json::object b;
+  b["prompt"] = text;
+  b["add_special_tokens"] = false;
+  auto r = c.post("/tokenize", std::move(b));
+  if (!r.ok()) return r.status();
+  if (r->contains("count") && r->at("count").is_int64()) return r->at("count").as_int64();
+  if (r->contains("tokens") && r->at("tokens").is_array()) return int64_t(r->at("tokens").as_array().size());
+  return Status(Code::kCorrupt, "/tokenize reply has neither 'count' nor 'tokens'");
+}
+}  // namespace
+
+Result<PromptLogprobs> prompt_logprobs(OpenAiClient& client, const std::string& prompt, int top_k) {
+  json::object b = completion_body(prompt, 1);
+  b["echo"] = true;
+  b["logprobs"] = top_k;
+  auto r = client.post("/v1/completions", std::move(b));
+  if (!r.ok()) return r.status();
+  auto c = first_choice(*r);
+  if (!c.ok()) return c.status();
+  auto pt = usage_field(*r, "prompt_tokens");
+  if (!(*c)->contains("logprobs")) return Status(Code::kCorrupt, "reply has no logprobs");
+  const auto& lp = (*c)->at("logprobs");
+  int64_t n = pt.value_or(-1);
+  if (n < 0) {
+    // No usage: all positions but the generated one.
+    if (lp.is_object() && lp.as_object().contains("tokens") && lp.as_object().at("tokens").is_array())
+      n = std::max<int64_t>(0, int64_t(lp.as_object().at("tokens").as_array().size()) - 1);
+  }
+  return parse_completion_logprobs(lp, n);
+}
+
+Result<McResult> mc_accuracy(OpenAiClient& client, const std::vector<McItem>& items,
+                             const std::string& format, int max_tokens) {
+  if (format != "completion" && format != "chat")
+    return Status(Code::kInvalidArgument, "format must be 'completion' or 'chat', got '" + format + "'");
+  PLUMB_RETURN_IF_ERROR(client.resolve_model());
+  McResult m;
+  for (const auto& item : items) {
+    json::object b;
+    std::string path;
+    if (format == "completion") {
+      b = completion_body(completion_prompt(item), max_tokens);
+      b["stop"] = json::array{"\n"};
+      path = "/v1/completions";
+    } else {
+      json::object msg;
+      msg["role"] = "user";
+      msg["content"] = chat_prompt(item);
+      b["messages"] = json::array{msg};
+      b["max_tokens"] = max_tokens + 8;
+      b["temperature"] = 0.0;
+      path = "/v1/chat/completions";
+    }
+    auto r = client.post(path, std::move(b));
+    if (!r.ok()) return r.status();
+    auto c = first_choice(*r);
+    if (!c.ok()) return c.status();
+    auto ans = extract_answer(choice_text(**c), int(item.options.size()));
+    m.items++;
+    if (!ans)
+      m.unanswered++;
+    else if (*ans == item.answer_index)
+      m.correct++;
+  }
+  m.accuracy = m.items ? double(m.correct) / double(m.items) : 0;
+  return m;
+}
+
+std::vector<Constraint> fidelity_constraints(OpenAiClient& target, OpenAiClient& reference, uint64_t seed,
+                                             int prompts, int words, int top_k, const FidelityBounds& b,
+                                             FidelityStats* stats) {
+  const char* kFix =
+      "the candidate does not compute the reference model's distribution: check the weights, quantization "
+      "and precision it serves (or a response cache / canned output in front of it)";
+  std::vector<Constraint> out;
+  std::vector<PromptLogprobs> ref, cand;
+  std::string err;
+  for (const auto& p : fresh_prompts(derive_seed(seed, "fidelity"), prompts, words)) {
+    auto r = prompt_logprobs(reference, p, top_k);
+    if (!r.ok()) {
+      err = "reference: " + r.status().message();
+      break;
+    }
+    auto c = prompt_logprobs(target, p, top_k);
+    if (!c.ok()) {
+      err = "target: " + c.status().message();
+      break;
+    }
+    ref.push_back(std::move(*r));
+    cand.push_back(std::move(*c));
+  }
+  if (!err.empty()) {
+    for (const char* n : {"fidelity_top1_agreement", "fidelity_mean_kl", "fidelity_token_match"}) {
+      Constraint c =
+          check(n, std::nan(""), ">=", 0, std::string(kFix) + "; teacher-forced logprobs failed: " + err);
+      out.push_back(c);
+    }
+    return out;
+  }
+  auto s = compare_fidelity(ref, cand);
+  if (!s.ok()) {
+    out.push_back(check("fidelity_top1_agreement", std::nan(""), ">=", b.min_top1_agreement,
+                        std::string(kFix) + "; " + s.status().message()));
+    out.push_back(check("fidelity_mean_kl", std::nan(""), "<=", b.max_mean_kl, std::string(kFix)));
+    out.push_back(check("fidelity_token_match", 0, ">=", b.min_token_match, std::string(kFix)));
+    return out;
+  }
+  if (stats) *stats = *s;
+  std::string detail = fmt::format("{} prompts, {} positions, top-{} lists, {} disjoint, max KL {:.4g}",
+                                   s->prompts, s->positions, top_k, s->disjoint_positions, s->max_kl);
+  out.push_back(
+      check("fidelity_top1_agreement", s->top1_agreement, ">=", b.min_top1_agreement, kFix, detail));
+  out.push_back(
+      check("fidelity_mean_kl", s->mean_kl, "<=", b.max_mean_kl, kFix, "nats, lower bound over top-k"));
+  out.push_back(check(
+      "fidelity_token_match", s->token_match, ">=", b.min_token_match,
+      "the candidate tokenizes prompts differently: it serves a different tokenizer or model",
+      fmt::format("{} length mismatches, {} token mismatches", s->length_mismatches, s->token_mismatches)));
+  return out;
+}
+
+Result<GateResult> run_quality(OpenAiClient& target, OpenAiClient* reference, const QualityOptions& opt,
+                               McResult* target_mc, McResult* reference_mc) {
+  if (opt.items.empty()) return Status(Code::kInvalidArgument, "quality gate: empty multiple-choice set");
+  if (!(opt.tau > 0 && opt.tau <= 1))
+    return Status(Code::kInvalidArgument, "quality gate: tau must be in (0, 1]");
+  if (!reference && !opt.baseline_accuracy)
+    return Status(Code::kInvalidArgument,
+                  "quality gate: needs a reference server or a known baseline accuracy");
+  GateResult g;
+  g.gate = "quality";
+  auto t = mc_accuracy(target, opt.items, opt.format);
+  if (!t.ok()) return Status(t.status().code(), "target: " + t.status().message());
+  if (target_mc) *target_mc = *t;
+  double baseline = 0;
+  std::string source;
+  if (opt.baseline_accuracy) {
+    baseline = *opt.baseline_accuracy;
+    source = "baseline given";
+  } else {
+    PLUMB_RETURN_IF_ERROR(reference->resolve_model());
+    auto r = mc_accuracy(*reference, opt.items, opt.format);
+    if (!r.ok()) return Status(r.status().code(), "reference: " + r.status().message());
+    if (reference_mc) *reference_mc = *r;
+    baseline = r->accuracy;
+    source = fmt::format("baseline {}/{} measured on the reference", r->correct, r->items);
+  }
+  g.constraints.push_back(
+      check("accuracy", t->accuracy, ">=", opt.tau * baseline,
+            "the candidate answers fewer questions correctly than tau x the reference: use a less aggressive "
+            "quantization/precision or fix the serving configuration",
+            fmt::format("{}/{} correct, {} unanswered, {} format; bound = tau {} x baseline {:.4f} ({})",
+                        t->correct, t->items, t->unanswered, opt.format, opt.tau, baseline, source)));
+  if (reference && opt.fidelity_prompts > 0) {
+    PLUMB_RETURN_IF_ERROR(target.resolve_model());
+    PLUMB_RETURN_IF_ERROR(reference->resolve_model());
+    for (auto& c : fidelity_constraints(target, *reference, opt.seed, opt.fidelity_prompts,
+                                        opt.fidelity_words, opt.top_logprobs, opt.bounds))
+      g.constraints.push_back(std::move(c));
+  } else {
+    g.constraints.push_back(not_evaluated("fidelity", "no reference server to compare logprobs with"));
+  }
+  return g;
+}
+
+HarnessHashes hash_harness(const std::vector<std::string>& paths) {
+  HarnessHashes h;
+  h.protocol_hash = protocol::protocol_hash();
+  for (const auto& p : paths) {
+    auto d = sha256_file(p);
+    h.files.emplace_back(p, d.ok() ? *d : std::string("missing"));
+  }
+  return h;
+}
+
+std::optional<double> prometheus_sum(const std::string& text, const std::string& suffix) {
+  std::istringstream in(text);
+  std::string line;
+  std::optional<double> sum;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    size_t name_end = line.find_first_of("{ ");
+    if (name_end == std::string::npos) continue;
+    std::string name = line.substr(0, name_end);
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    size_t vpos = line.find(name_end < line.size() && line[name_end] == '{' ? '}' : ' ', name_end);
+    if (vpos == std::string::npos) continue;
+    std::istringstream vs(line.substr(vpos + 1));
+    double v = 0;
+    if (vs >> v) sum = sum.value_or(0) + v;
+  }
+  return sum;
+}
+
+Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, const IntegrityOptions& opt) {
+  GateResult g;
+  g.gate = "integrity";
+  PLUMB_RETURN_IF_ERROR(target.resolve_model());
+  if (reference) PLUMB_RETURN_IF_ERROR(reference->resolve_model());
+  OpenAiClient& counter = reference ? *reference : target;
+
+  // 1. Fidelity.
+  if (reference && opt.fidelity_prompts > 0) {
+    for (auto& c : fidelity_constraints(target, *reference, opt.seed, opt.fidelity_prompts,
+                                        opt.fidelity_words, opt.top_logprobs, opt.bounds))
+      g.constraints.push_back(std::move(c));
+  } else {
+    g.constraints.push_back(not_evaluated("fidelity", "no reference server to compare logprobs with"));
+  }
+
+  // 2. Repeated vs fresh requests.
+  {
+    auto gen = [&](const std::string& prompt, int max_tokens, double* secs) {
+      json::object b = completion_body(prompt, max_tokens);
+      b["ignore_eos"] = true;
+      return target.post_timed("/v1/completions", std::move(b), secs);
+    };
+    auto warm = fresh_prompts(derive_seed(opt.seed, "warmup"), 1, opt.cache_words);
+    double s = 0;
+    auto w = gen(warm[0], opt.cache_max_tokens, &s);
+    if (!w.ok()) return Status(w.status().code(), "target: " + w.status().message());
+    auto prompts = fresh_prompts(derive_seed(opt.seed, "cache"), opt.cache_prompts, opt.cache_words);
+    std::vector<double> fresh_t, repeat_t;
+    std::set<std::string> greedy_outputs;
+    for (const auto& p : prompts) {
+      auto r = gen(p, opt.cache_max_tokens, &s);
+      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
+      fresh_t.push_back(s);
+      auto c = first_choice(*r);
+      if (c.ok()) greedy_outputs.insert(choice_text(**c));
+    }
+    for (const auto& p : prompts) {
+      auto r = gen(p, opt.cache_max_tokens, &s);
+      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
+      repeat_t.push_back(s);
+    }
+    double mf = median(fresh_t), mr = median(repeat_t);
+    g.constraints.push_back(check(
+        "repeat_time_ratio", mf > 0 ? mr / mf : std::nan(""), ">=", opt.min_repeat_time_ratio,
+        "exact repeats are answered far faster than fresh prompts of the same shape: more than prefix "
+        "caching "
+        "can explain (a response cache); disable it",
+        fmt::format("median E2E repeat {:.2f} ms / fresh {:.2f} ms over {} prompts, {} ignore_eos tokens",
+                    mr * 1e3, mf * 1e3, prompts.size(), opt.cache_max_tokens)));
+    g.constraints.push_back(
+        check("prompt_dependent_outputs", double(greedy_outputs.size()),
+              ">=", double(std::min<size_t>(2, prompts.size())),
+              "different prompts got the same output: canned responses",
+              fmt::format("distinct greedy outputs of {} different prompts", prompts.size())));
+    auto sp = fresh_prompts(derive_seed(opt.seed, "sampled"), 1, opt.cache_words);
+    std::set<std::string> sampled;
+    for (int k = 0; k < opt.sample_seeds; ++k) {
+      json::object b = completion_body(sp[0], opt.cache_max_tokens);
+      b["ignore_eos"] = true;
+      b["temperature"] = 1.0;
+      b["seed"] = int64_t(derive_seed(opt.seed, fmt::format("sample/{}", k)) >> 33);
+      auto r = target.post("/v1/completions", std::move(b));
+      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
+      auto c = first_choice(*r);
+      if (c.ok()) sampled.insert(choice_text(**c));
+    }
+    g.constraints.push_back(
+        check("sampled_repeats_distinct", double(sampled.size()), ">=", double(std::min(2, opt.sample_seeds)),
+              "the same prompt sampled at temperature 1 with different seeds gave identical "
+              "outputs: responses are cached or canned regardless of the seed",
+              fmt::format("distinct outputs of {} seeds", opt.sample_seeds)));
+  }
+
+  // 3. Work accounting, bracketed by /metrics scrapes.
+  {
+    auto before = target.get("/metrics");
+    auto prompts =
+        fresh_prompts(derive_seed(opt.seed, "accounting"), opt.accounting_requests, opt.cache_words);
+    int64_t n = 0, usage_prompt_ok = 0, usage_completion_ok = 0, sum_delivered = 0, sum_prompt = 0;
+    double min_delivered_ratio = 1e300, max_text_err = 0;
+    std::string recount_err;
+    for (const auto& p : prompts) {
+      json::object b = completion_body(p, opt.accounting_max_tokens);
+      b["ignore_eos"] = true;
+      b["logprobs"] = 1;
+      auto r = target.post("/v1/completions", std::move(b));
+      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
+      auto c = first_choice(*r);
+      if (!c.ok()) return Status(c.status().code(), "target: " + c.status().message());
+      std::string text = choice_text(**c);
+      int64_t delivered = -1;
+      if ((*c)->contains("logprobs") && (*c)->at("logprobs").is_object()) {
+        const auto& lo = (*c)->at("logprobs").as_object();
+        if (lo.contains("tokens") && lo.at("tokens").is_array())
+          delivered = int64_t(lo.at("tokens").as_array().size());
+      }
+      auto local_prompt = count_tokens(counter, p);
+      auto local_text = count_tokens(counter, text);
+      if (!local_prompt.ok() || !local_text.ok()) {
+        recount_err = !local_prompt.ok() ? local_prompt.status().message() : local_text.status().message();
+        break;
+      }
+      if (delivered < 0) delivered = *local_text;
+      auto up = usage_field(*r, "prompt_tokens");
+      auto uc = usage_field(*r, "completion_tokens");
+      n++;
+      sum_delivered += delivered;
+      sum_prompt += *local_prompt;
+      if (up && *up == *local_prompt) usage_prompt_ok++;
+      if (uc && *uc == delivered) usage_completion_ok++;
+      min_delivered_ratio =
+          std::min(min_delivered_ratio, double(delivered) / double(opt.accounting_max_tokens));
+      double denom = double(std::max<int64_t>(1, uc.value_or(delivered)));
+      max_text_err =
+          std::max(max_text_err, std::fabs(double(*local_text) - double(uc.value_or(delivered))) / denom);
+    }
+    if (!recount_err.empty()) {
+      g.constraints.push_back(
+          not_evaluated("work_accounting", "local re-count through /tokenize failed: " + recount_err));
+    } else {
+      std::string how =
+          reference ? "re-counted by the reference's /tokenize" : "re-counted by the target's /tokenize";
+      g.constraints.push_back(check("usage_prompt_tokens_match",
+                                    n ? double(usage_prompt_ok) / double(n) : std::nan(""), ">=", 1.0,
+                                    "usage.prompt_tokens differs from the local re-count of the prompt",
+                                    fmt::format("{}/{} requests, {}", usage_prompt_ok, n, how)));
+      g.constraints.push_back(check("usage_completion_tokens_match",
+                                    n ? double(usage_completion_ok) / double(n) : std::nan(""), ">=", 1.0,
+                                    "usage.completion_tokens differs from the tokens delivered (logprob "
+                                    "entries): usage is inflated or wrong",
+                                    fmt::format("{}/{} requests", usage_completion_ok, n)));
+      g.constraints.push_back(check("delivered_length_ratio", n ? min_delivered_ratio : std::nan(""),
+                                    ">=", 1.0,
+                                    "fewer tokens delivered than requested with ignore_eos: the server stops "
+                                    "early or ignores ignore_eos",
+                                    fmt::format("min delivered/requested over {} requests of max_tokens {}",
+                                                n, opt.accounting_max_tokens)));
+      g.constraints.push_back(check("text_recount_error", n ? max_text_err : std::nan(""),
+                                    "<=", opt.text_recount_tolerance,
+                                    "the returned text re-tokenizes to far fewer/more tokens than usage "
+                                    "claims: truncated or padded output",
+                                    fmt::format("max |tokens(text) - usage| / usage, {}", how)));
+      auto after = target.get("/metrics");
+      std::optional<double> g0, g1, p0, p1;
+      if (before.ok() && after.ok()) {
+        g0 = prometheus_sum(*before, "generation_tokens_total");
+        g1 = prometheus_sum(*after, "generation_tokens_total");
+        p0 = prometheus_sum(*before, "prompt_tokens_total");
+        p1 = prometheus_sum(*after, "prompt_tokens_total");
+      }
+      if (g0 && g1) {
+        double d = *g1 - *g0;
+        double err =
+            sum_delivered > 0 ? std::fabs(d - double(sum_delivered)) / double(sum_delivered) : std::nan("");
+        g.constraints.push_back(
+            check("metrics_generation_tokens_error", err, "<=", opt.metrics_tolerance,
+                  "/metrics generation-token counter moved differently from the work sent",
+                  fmt::format("delta {} vs {} delivered", d, sum_delivered)));
+      } else {
+        g.constraints.push_back(
+            not_evaluated("metrics_generation_tokens_error",
+                          "the target exposes no *generation_tokens_total counter on /metrics"));
+      }
+      if (p0 && p1) {
+        double d = *p1 - *p0;
+        double err = sum_prompt > 0 ? std::fabs(d - double(sum_prompt)) / double(sum_prompt) : std::nan("");
+        g.constraints.push_back(check("metrics_prompt_tokens_error", err, "<=", opt.metrics_tolerance,
+                                      "/metrics prompt-token counter moved differently from the work sent",
+                                      fmt::format("delta {} vs {} prompt tokens", d, sum_prompt)));
+      } else {
+        g.constraints.push_back(not_evaluated(
+            "metrics_prompt_tokens_error", "the target exposes no *prompt_tokens_total counter on /metrics"));
+      }
+    }
+  }
+
+  // 4. Plausibility against the roofline: a single stream's decode rate (tokens / E2E, which
+  // under-states the decode rate, so the check is conservative) vs bandwidth / bytes per step.
+  if (opt.bandwidth_gbs > 0 && opt.weight_bytes > 0) {
+    auto p = fresh_prompts(derive_seed(opt.seed, "roofline"), 1, opt.cache_words);
+    json::object b = completion_body(p[0], opt.accounting_max_tokens);
+    b["ignore_eos"] = true;
+    double secs = 0;
+    auto r = target.post_timed("/v1/completions", std::move(b), &secs);
+    if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
+    int64_t toks = usage_field(*r, "completion_tokens").value_or(opt.accounting_max_tokens);
+    int64_t ctx = usage_field(*r, "prompt_tokens").value_or(0) + toks;
+    double bytes = opt.weight_bytes + opt.kv_bytes_per_token * double(ctx) / 2;
+    double ceiling = opt.bandwidth_gbs * 1e9 / bytes;
+    double rate = secs > 0 ? double(toks) / secs : std::nan("");
+    g.constraints.push_back(
+        check("decode_rate_over_roofline", rate / ceiling, "<=", 1.0,
+              "one stream decodes faster than memory bandwidth allows: the work is not done "
+              "(cached, skipped) or the machine data is wrong",
+              fmt::format("{:.1f} tok/s vs ceiling {:.1f} tok/s ({} GB/s, {:.3g} bytes/step)", rate, ceiling,
+                          opt.bandwidth_gbs, bytes)));
+  } else {
+    g.constraints.push_back(not_evaluated(
+        "decode_rate_over_roofline",
+        "no machine bandwidth or model weight size: pass --bandwidth-gbs/--weight-bytes or record ceilings "
+        "(plumb machine) in the ledger"));
+  }
+
+  // 5. Harness integrity.
+  if (!opt.harness_before.files.empty() || !opt.harness_before.protocol_hash.empty()) {
+    std::vector<std::string> paths;
+    for (const auto& [p, h] : opt.harness_before.files) paths.push_back(p);
+    HarnessHashes after = hash_harness(paths);
+    int changed = 0;
+    std::string which;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (after.files[i].second != opt.harness_before.files[i].second) {
+        changed++;
+        which += (which.empty() ? "" : ", ") + paths[i];
+      }
+    }
+    if (after.protocol_hash != opt.harness_before.protocol_hash) {
+      changed++;
+      which += (which.empty() ? "" : ", ") + std::string("protocol");
+    }
+    g.constraints.push_back(check("harness_files_changed", double(changed), "==", 0,
+                                  "plumb's binary, protocol or datasets changed during the run: " + which +
+                                      "; run the system under test without write access to them",
+                                  fmt::format("{} files + protocol hash checked", paths.size())));
+  } else {
+    g.constraints.push_back(not_evaluated("harness_files_changed", "no hashes were taken before the run"));
+  }
+  return g;
+}
+
+}  // namespace plumb::gates
