@@ -126,6 +126,7 @@ struct Stream {
   std::vector<net::SseEvent> events;
   bool reported = false;  // the sink got its final call
   bool done_seen = false;
+  bool stream = true;  // false: one JSON body instead of SSE
   net::HttpClient::RequestId id = 0;
 };
 }  // namespace
@@ -198,6 +199,7 @@ struct OpenAiTarget::Impl {
       fail(*s, end, map_failure(r.failure, r.head.status), r.head.status, std::move(msg));
       return;
     }
+    if (!s->stream) return finish_whole(*s, end, r);
     s->events.clear();
     Status st = s->parser.finish(s->events);
     for (const auto& e : s->events) {
@@ -210,9 +212,47 @@ struct OpenAiTarget::Impl {
     s->sink->on_end(end);
   }
 
-  void submit(std::string body, StreamSink* sink) {
+  // A non-streamed response: one chunk with the whole text at the end. Its local count needs
+  // count_tokens; without it the chunk carries the server's completion_tokens (no independent check).
+  void finish_whole(Stream& s, SteadyTime end, const net::ClientResult& r) {
+    auto body = json::parse_object(r.body);
+    if (!body.ok()) return fail(s, end, Failure::kMalformed, r.head.status, "response is not a JSON object");
+    std::string text;
+    if (auto it = body->find("choices"); it != body->end() && it->value().is_array()) {
+      for (const auto& ch : it->value().as_array()) {
+        if (!ch.is_object()) continue;
+        const auto& c = ch.as_object();
+        if (auto m = c.find("message"); m != c.end() && m->value().is_object()) {
+          if (auto t = m->value().as_object().find("content");
+              t != m->value().as_object().end() && t->value().is_string())
+            text += std::string_view(t->value().as_string());
+        } else if (auto t = c.find("text"); t != c.end() && t->value().is_string()) {
+          text += std::string_view(t->value().as_string());
+        }
+      }
+    } else {
+      return fail(s, end, Failure::kMalformed, r.head.status, "response has no 'choices' array");
+    }
+    auto ev = parse_stream_event(r.body, opts.api);  // reads usage the same way as a stream event
+    std::optional<Usage> usage = ev.ok() ? ev->usage : std::nullopt;
+    int64_t tokens = 0;
+    if (opts.count_tokens) {
+      auto n = opts.count_tokens(text);
+      if (!n.ok()) return fail(s, end, Failure::kClient, r.head.status, n.status().message());
+      tokens = *n;
+    } else if (usage) {
+      tokens = usage->completion_tokens;
+    }
+    s.sink->on_chunk(end, int32_t(tokens), text);
+    if (usage) s.sink->on_usage(*usage);
+    s.reported = true;
+    s.sink->on_end(end);
+  }
+
+  void submit(std::string body, bool stream, StreamSink* sink) {
     auto s = std::make_shared<Stream>();
     s->sink = sink;
+    s->stream = stream;
     uint64_t key = next_key++;
     net::ClientRequest req;
     req.method = "POST";
@@ -221,13 +261,13 @@ struct OpenAiTarget::Impl {
     req.timeouts.connect = opts.connect_timeout;
     req.timeouts.first_byte = opts.first_byte_timeout;
     req.timeouts.idle = opts.idle_timeout;
-    req.headers.emplace_back("Accept", "text/event-stream");
+    req.headers.emplace_back("Accept", stream ? "text/event-stream" : "application/json");
     if (!opts.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + opts.api_key);
     net::ClientCallbacks cbs;
     cbs.on_head = [s](const net::ResponseHead&, SteadyTime at) {
       if (!s->reported) s->sink->on_first_byte(at);
     };
-    cbs.on_body = [this, s, key](std::string_view b, SteadyTime at) { on_body(s, key, b, at); };
+    if (stream) cbs.on_body = [this, s, key](std::string_view b, SteadyTime at) { on_body(s, key, b, at); };
     cbs.on_done = [this, s, key](net::ClientResult&& r) { on_done(s, key, std::move(r)); };
     live[key] = s;
     s->id = client->submit(std::move(req), std::move(cbs));
@@ -268,9 +308,8 @@ void OpenAiTarget::send(const workload::Request& request, StreamSink* sink) {
     sink->on_failure(std::chrono::steady_clock::now(), Failure::kClient, 0, body.status().message());
     return;
   }
-  asio::post(impl_->io, [p = impl_.get(), b = std::move(body).value(), sink]() mutable {
-    p->submit(std::move(b), sink);
-  });
+  asio::post(impl_->io, [p = impl_.get(), b = std::move(body).value(), stream = request.stream,
+                         sink]() mutable { p->submit(std::move(b), stream, sink); });
 }
 
 void OpenAiTarget::cancel_all() {

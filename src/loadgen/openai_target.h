@@ -35,6 +35,8 @@ struct OpenAiTargetOptions {
   workload::TokenCounter count_tokens{};
 };
 
+// Non-streamed requests (Request::stream false) are supported: the whole text arrives as one chunk
+// at the end (so TTFT = E2E), counted by count_tokens when set, else by the server's usage.
 // Runs its own IO thread. Timestamps come from std::chrono::steady_clock, taken by net/ when
 // each network read completed, so the driver must run on SteadyClock (its default). send() and
 // cancel_all() are thread-safe; callbacks run on the IO thread.

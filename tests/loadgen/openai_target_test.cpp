@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "loadgen/driver.h"
@@ -75,6 +76,13 @@ class FakeServer {
           std::string mode =
               std::string(body->at("messages").as_array()[0].as_object().at("content").as_string());
           int64_t n = body->at("max_tokens").as_int64();
+          if (!body->at("stream").as_bool()) {
+            w->send(
+                200, "application/json",
+                R"({"choices":[{"index":0,"message":{"role":"assistant","content":"a b c"},"finish_reason":"length"}],)"
+                R"("usage":{"prompt_tokens":3,"completion_tokens":3}})");
+            return;
+          }
           if (mode == "500" || mode == "400") {
             int status = std::stoi(mode);
             w->send(status, "application/json", net::json_error_body(status, "scripted", "server_error"));
@@ -194,6 +202,25 @@ TEST(OpenAiTarget, KeepAliveReusesConnections) {
   ASSERT_TRUE(run.ok());
   for (const auto& r : run->requests) EXPECT_TRUE(r.completed()) << r.error;
   EXPECT_LE((*target)->connections_opened(), 4u);  // 2 clients, not 20 connections
+}
+
+TEST(OpenAiTarget, NonStreamedResponsesAreOneChunkAtTheEnd) {
+  FakeServer server;
+  auto words = [](std::string_view s) -> Result<int64_t> {
+    return int64_t(std::count(s.begin(), s.end(), ' ') + 1);
+  };
+  auto target = OpenAiTarget::create({.base_url = server.url(), .count_tokens = words});
+  ASSERT_TRUE(target.ok());
+  auto set = modes({"ok"}, 3);
+  set.requests[0].stream = false;
+  auto run = run_load(set, *workload::make_schedule({}, 1), **target);
+  ASSERT_TRUE(run.ok());
+  const auto& r = run->requests[0];
+  ASSERT_TRUE(r.completed()) << r.error;
+  ASSERT_EQ(r.chunks.size(), 1u);
+  EXPECT_EQ(r.local_output_tokens, 3);
+  EXPECT_EQ(r.usage_output_tokens, 3);
+  EXPECT_EQ(*r.first_token, *r.end);
 }
 
 TEST(OpenAiTarget, BadUrlsAreErrors) {
