@@ -20,12 +20,13 @@ struct Out {
 };
 
 Out run_plumb(std::vector<std::string> args) {
-  std::string dir = ::testing::TempDir();
+  // Per-test file names: ctest runs the tests of this file in parallel processes.
+  std::string dir = ::testing::TempDir() + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   SpawnOptions o;
   o.argv = {PLUMB_BINARY, "bench"};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.stdout_path = dir + "/bench_cli.out";
-  o.stderr_path = dir + "/bench_cli.err";
+  o.stdout_path = dir + ".out";
+  o.stderr_path = dir + ".err";
   auto p = Subprocess::spawn(o);
   EXPECT_TRUE(p.ok());
   if (!p.ok()) return {};
@@ -39,7 +40,7 @@ Out run_plumb(std::vector<std::string> args) {
 
 TEST(BenchCli, NullTargetWritesJsonCsvAndAReplayableRequestSet) {
   std::string dir = ::testing::TempDir();
-  std::string j = dir + "/b.json", c = dir + "/b.csv", r = dir + "/b.jsonl";
+  std::string j = dir + "/cli_b.json", c = dir + "/cli_b.csv", r = dir + "/cli_b.jsonl";
   Out o = run_plumb({"--target", "null", "--input-len", "16", "--output-len", "8", "--num-prompts", "20",
                      "--arrival", "constant", "--request-rate", "2000", "--json", j, "--csv", c,
                      "--save-requests", r, "--quiet"});
