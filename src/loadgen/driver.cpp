@@ -116,6 +116,7 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
   ph.zero = clock.now();
   int initial_slots = ps.cap;  // slots never used yet (free since the beginning)
   size_t next = 0;
+  std::vector<Slot*> timed_out;
   std::deque<size_t> order;  // sent, maybe unfinished, in send order (their deadlines are ordered too)
   SteadyTime next_progress = opts.on_progress ? ph.zero + opts.progress_interval : kNever;
 
@@ -149,6 +150,15 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
       s.rec.error = "no complete response within the request timeout";
       ph.finish(s, now);
       order.pop_front();
+      timed_out.push_back(&s);
+    }
+    if (!timed_out.empty()) {
+      // Abandon them at the target too, so they stop holding server resources.
+      l.unlock();
+      for (Slot* s : timed_out) target.cancel(s);
+      l.lock();
+      timed_out.clear();
+      now = clock.now();
     }
     // Sends that are due and have a slot.
     while (next < n) {

@@ -23,6 +23,7 @@ class NullTarget final : public Target {
   explicit NullTarget(Clock& clock, NullTargetOptions opts = {}) : clock_(clock), opts_(opts) {}
   void send(const workload::Request& request, StreamSink* sink) override;
   void cancel_all() override {}
+  void cancel(StreamSink*) override {}
   std::string describe() const override { return "null"; }
   uint64_t events() const { return events_.load(); }  // chunks delivered so far
 

@@ -328,6 +328,18 @@ void OpenAiTarget::cancel_all() {
   done.get_future().wait();
 }
 
+void OpenAiTarget::cancel(StreamSink* sink) {
+  asio::post(impl_->io, [p = impl_.get(), sink] {
+    for (auto& [k, s] : p->live) {
+      if (s->sink != sink) continue;
+      std::shared_ptr<Stream> keep = s;
+      p->fail(*keep, std::chrono::steady_clock::now(), Failure::kCancelled, 0, "cancelled");
+      p->client->cancel(keep->id);  // runs on_done, which erases the entry: stop iterating
+      return;
+    }
+  });
+}
+
 std::string OpenAiTarget::describe() const {
   return std::string("openai ") + (impl_->opts.api == Api::kChat ? "chat " : "completions ") +
          impl_->opts.base_url + (impl_->opts.model.empty() ? "" : " model=" + impl_->opts.model);

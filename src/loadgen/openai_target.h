@@ -51,6 +51,7 @@ class OpenAiTarget final : public Target {
   // kClient without touching the network.
   void send(const workload::Request& request, StreamSink* sink) override;
   void cancel_all() override;
+  void cancel(StreamSink* sink) override;
   std::string describe() const override;
   uint64_t connections_opened() const;  // keep-alive reuse: connections opened so far
 

@@ -93,6 +93,22 @@ void ScriptedTarget::send(const workload::Request& request, StreamSink* sink) {
   });
 }
 
+size_t ScriptedTarget::cancelled() const {
+  std::lock_guard<std::mutex> l(st_->mu);
+  return st_->cancelled;
+}
+
+void ScriptedTarget::cancel(StreamSink* sink) {
+  std::lock_guard<std::mutex> l(st_->mu);
+  for (auto it = st_->live.begin(); it != st_->live.end(); ++it) {
+    if (it->second != sink) continue;
+    ++st_->cancelled;
+    sink->on_failure(timers_.clock().now(), Failure::kCancelled, 0, "cancelled");
+    st_->live.erase(it);
+    return;
+  }
+}
+
 void ScriptedTarget::cancel_all() {
   std::lock_guard<std::mutex> l(st_->mu);
   SteadyTime now = timers_.clock().now();

@@ -48,6 +48,8 @@ class ScriptedTarget final : public Target {
   ScriptedTarget(Timers& timers, ScriptFn script) : timers_(timers), script_(std::move(script)) {}
   void send(const workload::Request& request, StreamSink* sink) override;
   void cancel_all() override;
+  void cancel(StreamSink* sink) override;
+  size_t cancelled() const;  // requests ended by cancel() or cancel_all()
   std::string describe() const override { return "scripted"; }
   size_t calls() const;
 
@@ -56,6 +58,7 @@ class ScriptedTarget final : public Target {
   struct State {
     std::mutex mu;  // held while a callback runs, so cancel_all waits for it
     size_t calls = 0;
+    size_t cancelled = 0;
     std::map<uint64_t, StreamSink*> live;  // requests not yet ended
   };
   // Runs fn for request id unless it already ended; fn returns true if it ended the request.

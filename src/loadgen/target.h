@@ -50,6 +50,11 @@ class Target {
   // Ends every request still in flight with on_failure(kCancelled) and returns only after every sink
   // has received its final call; no callback happens after it returns. Used at the end of a run.
   virtual void cancel_all() = 0;
+  // Abandons the request whose sink this is, if still in flight (closing its connection, so the
+  // server can free its resources); its sink may still get on_failure(kCancelled), from any thread,
+  // until cancel_all() returns. A no-op for requests that already ended. The driver calls it for
+  // requests it timed out. Thread-safe; must not be called from inside a callback.
+  virtual void cancel(StreamSink* sink) = 0;
   // One line naming what is measured, e.g. "openai http://127.0.0.1:8000 model=x" (for provenance).
   virtual std::string describe() const = 0;
 };

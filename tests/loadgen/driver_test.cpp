@@ -160,6 +160,7 @@ TEST(Driver, FaultsAreCountedByCategoryAndGoodRequestsAreUnaffected) {
   EXPECT_EQ(run->requests[7].chunks.size(), 1u);
   EXPECT_EQ(*run->requests[7].end, milliseconds(700 + 2000));  // the timeout, from send
   EXPECT_FALSE(run->requests[7].error.empty());
+  EXPECT_EQ(target.cancelled(), 1u);  // the timed-out request was abandoned at the target
   for (size_t i : {0u, 8u}) {
     const auto& r = run->requests[i];
     EXPECT_TRUE(r.completed());

@@ -223,6 +223,21 @@ TEST(OpenAiTarget, NonStreamedResponsesAreOneChunkAtTheEnd) {
   EXPECT_EQ(*r.first_token, *r.end);
 }
 
+TEST(OpenAiTarget, DriverTimeoutAbandonsTheRequestAtTheTarget) {
+  FakeServer server;
+  auto target =
+      OpenAiTarget::create({.base_url = server.url(), .idle_timeout = std::chrono::milliseconds(60'000)});
+  ASSERT_TRUE(target.ok());
+  auto set = modes({"stall", "ok"}, 4);
+  DriverOptions opts;
+  opts.request_timeout = std::chrono::milliseconds(300);
+  auto run = run_load(set, *workload::make_schedule({}, 2), **target, opts);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->requests[0].failure, metrics::Failure::kTimeout);
+  EXPECT_NE(run->requests[0].error.find("request timeout"), std::string::npos) << run->requests[0].error;
+  EXPECT_TRUE(run->requests[1].completed()) << run->requests[1].error;
+}
+
 TEST(OpenAiTarget, BadUrlsAreErrors) {
   EXPECT_FALSE(OpenAiTarget::create({.base_url = "https://x"}).ok());
   EXPECT_FALSE(OpenAiTarget::create({.base_url = "not a url"}).ok());
