@@ -7,7 +7,7 @@
 //   prefill 512:     tokens/s vs oneDNN alone running the same matmul shapes (m = 512; lm_head m = 1);
 //   peak RSS vs weights + KV cache.
 // Threads: $PLUMB_BENCH_THREADS, else all cores. Run:
-//   build/<dir>/bench/engine_model_bench --benchmark_min_time=2s
+//   build/<dir>/bench/engine_model_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
