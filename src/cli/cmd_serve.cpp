@@ -1,0 +1,321 @@
+// `plumb serve`: the OpenAI-compatible server over the reference engine (continuous batching) or
+// the synthetic engine (tokens on a known schedule, no model compute).
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/command.h"
+#include "core/file.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "engine/model.h"
+#include "engine/scheduler/llm_engine.h"
+#include "engine/scheduler/synthetic_engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/server.h"
+
+namespace plumb::cli {
+namespace {
+
+struct ServeArgs {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string model_dir;
+  std::string model_config;
+  std::string load_format = "auto";
+  std::string served_model_name;
+  std::string engine = "llm";
+  std::string preset = "default";
+  int io_threads = 2;
+  std::string dtype = "auto";
+  uint64_t seed = 0;
+  int drain_ms = 30'000;
+  // Engine knobs: unset = the preset's value.
+  std::optional<int> max_num_seqs, max_num_batched_tokens, prefill_chunk_size, kv_block_size, max_queue,
+      threads;
+  std::optional<int64_t> kv_cache_tokens;
+  std::optional<bool> chunked_prefill, prefix_caching;
+  std::optional<std::string> scheduling_policy, kernels;
+  // Synthetic engine.
+  double ttft_ms = 50.0;
+  double itl_ms = 10.0;
+  double jitter_ms = 0.0;
+  std::string distribution = "constant";
+  int tokens_per_chunk = 1;
+  bool honour_eos = false;
+};
+
+int fail(int code, const Status& s) {
+  std::cerr << "plumb serve: " << s.to_string() << "\n";
+  return code;
+}
+
+// The model folder with the tokenizer (and weights unless dummy), or "" for a config-only model.
+Result<std::string> model_folder(const ServeArgs& a) {
+  if (!a.model_dir.empty()) return a.model_dir;
+  if (!a.model_config.empty()) return std::string();
+  auto models = engine::find_models_dir();
+  if (!models.ok()) return models.status();
+  std::string dir = *models + "/plumb-tiny";
+  if (!read_file(dir + "/config.json").ok()) {
+    return not_found("no --model given and the shipped model " + dir +
+                     " is missing; pass --model DIR or --model-config NAME --load-format dummy");
+  }
+  return dir;
+}
+
+int run(const ServeArgs& a) {
+  using namespace plumb::engine;
+  // SIGTERM/SIGINT are taken synchronously by this thread (blocked in every thread, sigwait below),
+  // so the drain runs in normal code, not in a signal handler. Blocked before any thread starts
+  // (engine, kernel pool, IO), since threads inherit the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  if (!a.model_dir.empty() && !a.model_config.empty()) {
+    return fail(kExitUsage, invalid_argument("give --model or --model-config, not both"));
+  }
+  if (a.load_format != "auto" && a.load_format != "dummy") {
+    return fail(kExitUsage, invalid_argument("--load-format must be 'auto' or 'dummy'"));
+  }
+  if (!a.model_config.empty() && a.load_format != "dummy") {
+    return fail(kExitUsage, invalid_argument("--model-config ships no weights: add --load-format dummy"));
+  }
+  if (a.engine != "llm" && a.engine != "synthetic") {
+    return fail(kExitUsage, invalid_argument("--engine must be 'llm' or 'synthetic'"));
+  }
+  if (a.port < 0 || a.port > 65535) return fail(kExitUsage, invalid_argument("--port must be in [0, 65535]"));
+
+  auto folder = model_folder(a);
+  if (!folder.ok()) return fail(kExitError, folder.status());
+  std::string dir = *folder;
+
+  // The model config (for the context and dummy weights).
+  std::string config_path;
+  if (!a.model_config.empty()) {
+    auto p = resolve_model_config(a.model_config);
+    if (!p.ok()) return fail(kExitUsage, p.status());
+    config_path = *p;
+  } else {
+    config_path = dir + "/config.json";
+  }
+  auto cfg = load_model_config(config_path);
+  if (!cfg.ok()) return fail(kExitUsage, cfg.status());
+
+  // Tokenizer: the model folder's; for a config-only model, the shipped model's when its
+  // vocabulary fits inside the model's (the same rule as `plumb generate`).
+  std::string tok_dir = dir;
+  if (tok_dir.empty()) {
+    if (auto models = find_models_dir(); models.ok()) tok_dir = *models + "/plumb-tiny";
+  }
+  auto tok = Tokenizer::load(tok_dir);
+  if (!tok.ok()) return fail(kExitError, tok.status().with_context("loading the tokenizer from " + tok_dir));
+  if ((*tok)->vocab_size() > cfg->vocab_size) {
+    return fail(kExitUsage,
+                invalid_argument("the tokenizer of " + tok_dir + " (" + std::to_string((*tok)->vocab_size()) +
+                                 " ids) does not fit the model's vocabulary (" +
+                                 std::to_string(cfg->vocab_size) + "); serve needs a tokenizer"));
+  }
+  std::string name = a.served_model_name;
+  if (name.empty()) {
+    if (!a.model_config.empty()) {
+      name = a.model_config;
+    } else {
+      std::string d = dir;
+      while (!d.empty() && d.back() == '/') d.pop_back();
+      name = d.substr(d.find_last_of('/') + 1);
+    }
+  }
+
+  std::unique_ptr<scheduler::InferenceBackend> backend;
+  std::string summary;
+  if (a.engine == "synthetic") {
+    scheduler::SyntheticConfig sc;
+    auto kind = scheduler::parse_delay_kind(a.distribution);
+    if (!kind.ok()) return fail(kExitUsage, kind.status());
+    sc.ttft = {*kind, a.ttft_ms, a.jitter_ms};
+    sc.itl = {*kind, a.itl_ms, a.jitter_ms};
+    sc.tokens_per_chunk = a.tokens_per_chunk;
+    sc.seed = a.seed;
+    sc.max_context = cfg->max_context();
+    sc.max_queue = a.max_queue.value_or(1 << 20);
+    sc.honour_stop_tokens = a.honour_eos;
+    sc.token_cycle = (*tok)->encode(
+        " The quick brown fox jumps over the lazy dog. A synthetic engine streams these words on a"
+        " schedule it knows exactly, so a client's measurements can be checked against the truth.",
+        false);
+    auto e = scheduler::SyntheticEngine::create(sc);
+    if (!e.ok()) return fail(kExitUsage, e.status());
+    backend = std::move(e).value();
+    summary = "synthetic engine, ttft " + std::to_string(a.ttft_ms) + " ms, itl " + std::to_string(a.itl_ms) +
+              " ms";
+  } else {
+    auto preset = scheduler::llm_engine_preset(a.preset);
+    if (!preset.ok()) return fail(kExitUsage, preset.status());
+    scheduler::LlmEngineConfig c = *preset;
+    if (a.max_num_seqs) c.max_num_seqs = *a.max_num_seqs;
+    if (a.max_num_batched_tokens) c.max_num_batched_tokens = *a.max_num_batched_tokens;
+    if (a.chunked_prefill) c.enable_chunked_prefill = *a.chunked_prefill;
+    if (a.prefill_chunk_size) c.prefill_chunk_size = *a.prefill_chunk_size;
+    if (a.kv_block_size) c.kv_block_size = *a.kv_block_size;
+    if (a.kv_cache_tokens) c.kv_cache_tokens = *a.kv_cache_tokens;
+    if (a.prefix_caching) c.enable_prefix_caching = *a.prefix_caching;
+    if (a.scheduling_policy) c.scheduling_policy = *a.scheduling_policy;
+    if (a.max_queue) c.max_queue = *a.max_queue;
+    if (a.threads) c.threads = *a.threads;
+    if (a.kernels) c.kernels = *a.kernels;
+    std::vector<std::string> notes;
+    auto eff = scheduler::normalize(c, cfg->max_context(), &notes);
+    if (!eff.ok()) return fail(kExitUsage, eff.status());
+    for (const auto& n : notes) log::info("event=setting_adjusted note=\"{}\"", n);
+    log::info("event=settings requested={} effective={}", scheduler::llm_engine_config_json(c),
+              scheduler::llm_engine_config_json(*eff));
+
+    ModelOptions mo;
+    mo.seed = a.seed;
+    mo.threads = eff->threads;
+    auto dt = parse_weight_dtype(a.dtype);
+    if (!dt.ok()) return fail(kExitUsage, dt.status());
+    mo.dtype = *dt;
+    if (eff->kernels == "reference") {
+      mo.kernels = KernelSelection::all_reference();
+    } else if (eff->kernels != "auto") {
+      auto text = read_file(eff->kernels);
+      if (!text.ok()) return fail(kExitUsage, text.status().with_context("--kernels"));
+      auto sel = KernelSelection::parse_json(*text);
+      if (!sel.ok()) return fail(kExitUsage, sel.status().with_context(eff->kernels));
+      mo.kernels = *sel;
+    }
+    std::unique_ptr<Model> model;
+    if (a.load_format == "dummy") {
+      auto m = Model::dummy(*cfg, mo);
+      if (!m.ok()) return fail(kExitError, m.status());
+      model = std::move(m).value();
+    } else {
+      auto m = Model::load(dir, mo);
+      if (!m.ok()) return fail(kExitError, m.status());
+      model = std::move(m).value();
+    }
+    std::string desc = name + " (" + architecture_name(cfg->arch) + ", " +
+                       std::to_string(cfg->num_hidden_layers) + " layers, " +
+                       std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels + ")";
+    auto e = scheduler::LlmEngine::create(*eff, scheduler::make_model_runner(std::move(model), desc));
+    if (!e.ok()) return fail(kExitError, e.status());
+    backend = std::move(e).value();
+    summary = "preset " + a.preset;
+  }
+
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = uint16_t(a.port);
+  so.io_threads = a.io_threads;
+  so.served_model_name = name;
+  server::OpenAiServer srv(so, *backend, **tok);
+
+  Status st = srv.start();
+  if (!st.ok()) return fail(kExitError, st);
+  std::cout << "plumb serve: listening on http://" << a.host << ":" << srv.port() << " (model " << name
+            << ", " << summary << ")" << std::endl;
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  log::info("event=signal signal={} draining_ms={}", sig, a.drain_ms);
+  srv.drain(std::chrono::milliseconds(a.drain_ms));
+  backend->stop();
+  std::cout << "plumb serve: stopped" << std::endl;
+  return kExitOk;
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = root.add_subcommand(
+      "serve",
+      "Serve a model over the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, /tokenize,\n"
+      "/detokenize, /health, /metrics) with continuous batching, chunked prefill, prefix caching and\n"
+      "preemption. With no --model it serves the shipped small model (models/plumb-tiny).\n"
+      "Engine knobs start from --preset (naive: one request at a time, no prefix caching, no chunked\n"
+      "prefill, reference kernels; default: the defaults shown) and explicit flags override it.\n"
+      "--engine synthetic streams tokens on a configured schedule with no model compute (for measuring\n"
+      "clients). Prints 'plumb serve: listening on http://HOST:PORT (...)' when ready; SIGTERM drains.\n"
+      "Examples:\n"
+      "  plumb serve --port 8000\n"
+      "  plumb serve --model-config qwen2.5-0.5b --load-format dummy --preset naive\n"
+      "  plumb serve --engine synthetic --ttft-ms 20 --itl-ms 5 --port 0");
+  cmd->add_option("--host", a->host, "address to bind")->capture_default_str();
+  cmd->add_option("--port", a->port, "port (0 = any free port; the ready line names it)")
+      ->capture_default_str();
+  cmd->add_option("--model", a->model_dir,
+                  "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)");
+  cmd->add_option("--model-config", a->model_config,
+                  "shipped config name under models/configs/ (needs --load-format dummy)");
+  cmd->add_option("--load-format", a->load_format, "auto (safetensors) | dummy (seeded random weights)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", a->served_model_name,
+                  "model id clients send (default: the model folder's or config's name)");
+  cmd->add_option("--engine", a->engine, "llm (the reference engine) | synthetic (no compute)")
+      ->capture_default_str();
+  cmd->add_option("--preset", a->preset, "naive | default: starting values of the engine knobs")
+      ->capture_default_str();
+  scheduler::LlmEngineConfig d;
+  cmd->add_option(
+      "--max-num-seqs", a->max_num_seqs,
+      "sequences in the running batch at most [default " + std::to_string(d.max_num_seqs) + ", naive 1]");
+  cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                  "tokens per engine step, decode + prefill [default " +
+                      std::to_string(d.max_num_batched_tokens) +
+                      "; without chunked prefill raised to the context]");
+  cmd->add_option(
+      "--enable-chunked-prefill", a->chunked_prefill,
+      "true|false: split long prompts over steps, mixed with decodes [default true, naive false]");
+  cmd->add_option("--prefill-chunk-size", a->prefill_chunk_size,
+                  "prompt tokens per sequence per step with chunked prefill [default " +
+                      std::to_string(d.prefill_chunk_size) + "]");
+  cmd->add_option("--kv-block-size", a->kv_block_size,
+                  "token slots per KV block [default " + std::to_string(d.kv_block_size) + "]");
+  cmd->add_option("--kv-cache-tokens", a->kv_cache_tokens,
+                  "KV cache capacity in tokens; also caps the context [default " +
+                      std::to_string(d.kv_cache_tokens) + "]");
+  cmd->add_option("--enable-prefix-caching", a->prefix_caching,
+                  "true|false: reuse cached full KV blocks across requests [default true, naive false]");
+  cmd->add_option("--scheduling-policy", a->scheduling_policy,
+                  "fcfs (first come, first served) [default fcfs]");
+  cmd->add_option(
+      "--max-queue", a->max_queue,
+      "requests waiting at most; more get HTTP 429 [default " + std::to_string(d.max_queue) + "]");
+  cmd->add_option("--threads", a->threads,
+                  "compute threads including the engine thread (0 = all cores) [default 0]");
+  cmd->add_option(
+      "--kernels", a->kernels,
+      "auto | reference | a kernel selection JSON file (as plumb generate --kernels) [default auto, "
+      "naive reference]");
+  cmd->add_option("--dtype", a->dtype, "linear weights in memory: auto | f32 | bf16")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "dummy weights' seed; synthetic schedule seed")->capture_default_str();
+  cmd->add_option("--io-threads", a->io_threads, "HTTP IO threads")->capture_default_str();
+  cmd->add_option("--drain-ms", a->drain_ms, "on SIGTERM, time running requests get to finish")
+      ->capture_default_str();
+  cmd->add_option("--ttft-ms", a->ttft_ms, "synthetic: time to first token (centre)")->capture_default_str();
+  cmd->add_option("--itl-ms", a->itl_ms, "synthetic: time between chunks (centre)")->capture_default_str();
+  cmd->add_option("--jitter-ms", a->jitter_ms, "synthetic: spread of both delays (see --distribution)")
+      ->capture_default_str();
+  cmd->add_option("--distribution", a->distribution,
+                  "synthetic: constant | uniform (centre +- jitter) | normal (sd jitter) | lognormal (median "
+                  "centre, sigma jitter/centre)")
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-chunk", a->tokens_per_chunk, "synthetic: tokens per streamed chunk")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--synthetic-honour-eos", a->honour_eos,
+      "synthetic: end at a stop token if the cycled text contains one (default: always max_tokens)");
+  cmd->callback([a] { set_exit_code(run(*a)); });
+}
+
+PLUMB_COMMAND(30, setup);
+
+}  // namespace
+}  // namespace plumb::cli
