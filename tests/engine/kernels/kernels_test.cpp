@@ -91,6 +91,26 @@ TEST(Registry, EveryOpHasASupportedReference) {
   EXPECT_NE(missing.status().message().find("reference"), std::string::npos);
 }
 
+bool never_supported() { return false; }
+void dummy_rmsnorm(const KernelContext&, const float*, const float*, int64_t, int64_t, float, float*) {}
+
+TEST(Registry, UnsupportedVariantsAreRefusedAndSkippedByAuto) {
+  KernelRegistry reg;  // a private registry, so the built-in one is untouched
+  auto* fn = reinterpret_cast<void*>(&dummy_rmsnorm);
+  reg.add(Op::kRmsNorm, {"plain", "always runs", nullptr, fn, {0, 0}});
+  reg.add(Op::kRmsNorm, {"future", "needs a CPU we lack", &never_supported, fn, {9, 9}});
+  reg.add(Op::kRmsNorm, {"prefill_only", "preferred for prefill", nullptr, fn, {5, -1}});
+  auto f = reg.find(Op::kRmsNorm, "future");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(f.status().message().find("not supported"), std::string::npos);
+  EXPECT_EQ(reg.best(Op::kRmsNorm, Phase::kPrefill)->name, "prefill_only");
+  EXPECT_EQ(reg.best(Op::kRmsNorm, Phase::kDecode)->name, "plain");
+  EXPECT_EQ(reg.best(Op::kRmsNorm)->name, "plain");
+  EXPECT_EQ(reg.best(Op::kRope), nullptr);  // nothing registered for rope here
+  EXPECT_EQ(reg.list(Op::kRmsNorm).size(), 3u);
+}
+
 TEST(Registry, OpNamesRoundTrip) {
   for (int i = 0; i < int(Op::kCount); ++i) {
     auto op = op_from_name(op_name(Op(i)));
