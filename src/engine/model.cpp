@@ -218,7 +218,7 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t n = int64_t(batch[s].tokens.size());
     const int64_t first = batch[s].all_logits ? row : row + n - 1;
-    const int64_t cnt = batch[s].all_logits ? n : 1;
+    const int64_t cnt = batch[s].no_logits ? 0 : batch[s].all_logits ? n : 1;
     out->first_row[s] = int32_t(R);
     out->n_rows[s] = int32_t(cnt);
     std::memmove(h + R * d, x + first * d, size_t(cnt * d) * sizeof(float));
@@ -227,12 +227,13 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
   }
   // lm_head is decode-shaped (one row per sequence) unless a sequence asked for all its rows: a
   // prefill-tuned GEMM would convert the whole [V, d] table for a handful of rows.
+  out->vocab = V;
+  out->logits.resize(size_t(R * V));
+  if (R == 0) return Status::Ok();
   const bool lm_prefill = R > int64_t(batch.size());
   const KernelSet& ls = kernels_[size_t(lm_prefill ? Phase::kPrefill : Phase::kDecode)];
   const KernelContext lctx{pool_.get(), lm_prefill ? Phase::kPrefill : Phase::kDecode};
   ls.rmsnorm(lctx, h, weights_.final_norm.data(), R, d, eps, h);
-  out->vocab = V;
-  out->logits.resize(size_t(R * V));
   ls.matmul(lctx, h, R, weights_.lm_head, nullptr, out->logits.data());  // [R, V]
   return Status::Ok();
 }

@@ -46,16 +46,17 @@ struct SequenceInput {
   int32_t start_pos = 0;                 // position of tokens[0]; KV for [0, start_pos) is in the cache
   std::span<const int32_t> block_table;  // logical block -> physical block; covers start_pos + tokens.size()
   bool all_logits = false;               // logits for every new token (prompt logprobs); else the last only
+  bool no_logits = false;                // no logits at all (a prefill chunk short of the prompt's end)
 };
 
 // Logits of the rows that asked for them, in batch order.
 struct ForwardOutput {
   std::vector<float> logits;       // [rows, vocab]
   std::vector<int32_t> first_row;  // per sequence: its first row in logits
-  std::vector<int32_t> n_rows;     // per sequence: 1, or tokens.size() when all_logits
+  std::vector<int32_t> n_rows;     // per sequence: 1, tokens.size() when all_logits, 0 when no_logits
   int64_t vocab = 0;
   std::span<const float> row(int64_t r) const { return {logits.data() + r * vocab, size_t(vocab)}; }
-  // The last row of sequence s (the next-token distribution).
+  // The last row of sequence s (the next-token distribution). Requires n_rows[s] > 0.
   std::span<const float> last(size_t s) const { return row(first_row[s] + n_rows[s] - 1); }
 };
 

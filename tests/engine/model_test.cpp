@@ -233,6 +233,31 @@ TEST_F(Golden, MixedPrefillAndDecodeBatchEqualsAlone) {
     ASSERT_EQ(out.n_rows, (std::vector<int32_t>{12, 1, 1}));
     ASSERT_EQ(out.first_row, (std::vector<int32_t>{0, 12, 13}));
 
+    // The same mixed batch again, with sequence 0's chunk asking for no logits: nothing else changes.
+    {
+      Harness h2(*m, 3, 24);
+      ForwardOutput o2;
+      SequenceInput q1{std::span(ids).first(10), 0, h2.tables[1].blocks, false};
+      ASSERT_TRUE(m->forward(std::span(&q1, 1), *h2.cache, &o2).ok());
+      SequenceInput q2{std::span(other).first(15), 0, h2.tables[2].blocks, false};
+      ASSERT_TRUE(m->forward(std::span(&q2, 1), *h2.cache, &o2).ok());
+      std::vector<SequenceInput> b2 = batch;
+      b2[0].tokens = std::span(other).first(12);
+      b2[0].block_table = h2.tables[0].blocks;
+      b2[0].all_logits = false;
+      b2[0].no_logits = true;
+      b2[1].block_table = h2.tables[1].blocks;
+      b2[2].block_table = h2.tables[2].blocks;
+      ASSERT_TRUE(m->forward(b2, *h2.cache, &o2).ok());
+      ASSERT_EQ(o2.n_rows, (std::vector<int32_t>{0, 1, 1}));
+      ASSERT_EQ(o2.logits.size(), 2 * size_t(ref.vocab));
+      EXPECT_LE(max_abs_diff(o2.last(1), out.last(1)) / max_abs(out.last(1)), 1e-5f);
+      EXPECT_LE(max_abs_diff(o2.last(2), out.last(2)) / max_abs(out.last(2)), 1e-5f);
+      SequenceInput none{std::span(ids).subspan(11, 1), 11, h2.tables[1].blocks, false, true};
+      ASSERT_TRUE(m->forward(std::span(&none, 1), *h2.cache, &o2).ok());
+      EXPECT_TRUE(o2.logits.empty());
+    }
+
     auto alone_other = prefill_all(*m, std::vector<int32_t>(other.begin(), other.begin() + 16));
     auto alone_ids = prefill_all(*m, std::vector<int32_t>(ids.begin(), ids.begin() + 11));
     const float scale = max_abs(alone_ids);
