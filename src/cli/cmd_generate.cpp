@@ -180,7 +180,9 @@ void setup(CLI::App& root) {
       "--load-format dummy runs a real architecture (models/configs/NAME: qwen2.5-0.5b, llama-3.2-1b,\n"
       "smollm2-135m, tinyllama-1.1b, qwen3-0.6b, mistral-7b) on seeded random weights: the text is\n"
       "meaningless, the speed is real. Prints the text as it streams, then prompt tokens, prefill\n"
-      "tokens/s and decode tokens/s (monotonic clock).\n"
+      "tokens/s and decode tokens/s (monotonic clock). A config-only model uses the shipped model's\n"
+      "tokenizer when its vocabulary fits in the model's (ids it does not know print as [id]), else\n"
+      "UTF-8 bytes as token ids.\n"
       "Examples:\n"
       "  plumb generate --prompt 'Once upon a time' --max-tokens 64\n"
       "  plumb generate --model-config qwen2.5-0.5b --load-format dummy --max-tokens 32 --ignore-eos");
