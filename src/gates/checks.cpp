@@ -126,10 +126,12 @@ json::object completion_body(const std::string& prompt, int max_tokens) {
   return b;
 }
 
-Result<int64_t> count_tokens(OpenAiClient& c, const std::string& text) {
+// Tokens of text by the server's /tokenize: a prompt as completions encode it (special tokens
+// added as the server's default does), generated text without them.
+Result<int64_t> count_tokens(OpenAiClient& c, const std::string& text, bool as_prompt) {
   json::object b;
   b["prompt"] = text;
-  b["add_special_tokens"] = false;
+  if (!as_prompt) b["add_special_tokens"] = false;
   auto r = c.post("/tokenize", std::move(b));
   if (!r.ok()) return r.status();
   if (r->contains("count") && r->at("count").is_int64()) return r->at("count").as_int64();
@@ -422,8 +424,8 @@ Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, 
         if (lo.contains("tokens") && lo.at("tokens").is_array())
           delivered = int64_t(lo.at("tokens").as_array().size());
       }
-      auto local_prompt = count_tokens(counter, p);
-      auto local_text = count_tokens(counter, text);
+      auto local_prompt = count_tokens(counter, p, true);
+      auto local_text = count_tokens(counter, text, false);
       if (!local_prompt.ok() || !local_text.ok()) {
         recount_err = !local_prompt.ok() ? local_prompt.status().message() : local_text.status().message();
         break;
