@@ -221,11 +221,10 @@ std::vector<Constraint> fidelity_constraints(OpenAiClient& target, OpenAiClient&
     cand.push_back(std::move(*c));
   }
   if (!err.empty()) {
-    for (const char* n : {"fidelity_top1_agreement", "fidelity_mean_kl", "fidelity_token_match"}) {
-      Constraint c =
-          check(n, std::nan(""), ">=", 0, std::string(kFix) + "; teacher-forced logprobs failed: " + err);
-      out.push_back(c);
-    }
+    std::string fix = std::string(kFix) + "; teacher-forced logprobs failed: " + err;
+    out.push_back(check("fidelity_top1_agreement", std::nan(""), ">=", b.min_top1_agreement, fix));
+    out.push_back(check("fidelity_mean_kl", std::nan(""), "<=", b.max_mean_kl, fix));
+    out.push_back(check("fidelity_token_match", std::nan(""), ">=", b.min_token_match, fix));
     return out;
   }
   auto s = compare_fidelity(ref, cand);
