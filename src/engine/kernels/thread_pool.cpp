@@ -29,7 +29,7 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  wake_workers();
   for (auto& t : workers_) t.join();
 }
 
@@ -87,7 +87,7 @@ void ThreadPool::run(int64_t n, int64_t align, Trampoline t, void* ctx) {
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   claim_.store(uint64_t(gen) << 32 | uint64_t(job_chunks_) << 16, std::memory_order_release);
   generation_.store(gen, std::memory_order_release);
-  generation_.notify_all();
+  wake_workers();
 
   t_in_pool_job = true;
   drain(gen);
@@ -104,6 +104,13 @@ void ThreadPool::run(int64_t n, int64_t align, Trampoline t, void* ctx) {
   }
 }
 
+void ThreadPool::wake_workers() {
+  // Taking the mutex after the store orders it against a worker's predicate check: the worker
+  // either sees the new generation or is already waiting when notify_all runs.
+  { std::lock_guard<std::mutex> lock(sleep_mu_); }
+  sleep_cv_.notify_all();
+}
+
 void ThreadPool::worker_main() {
   t_in_pool_job = true;
   // Generation 0 is the constructor's; reading generation_ here instead would race with a first job
@@ -116,7 +123,8 @@ void ThreadPool::worker_main() {
       if (++spins < kSpinIterations) {
         cpu_relax();
       } else {
-        generation_.wait(seen, std::memory_order_acquire);
+        std::unique_lock<std::mutex> lock(sleep_mu_);
+        sleep_cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
       }
     }
     seen = g;

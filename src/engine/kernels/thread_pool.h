@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -69,8 +70,13 @@ class ThreadPool {
   int job_chunks_ = 0;
   std::atomic<uint64_t> claim_{0};
   std::atomic<int> done_{0};             // chunks of the current job finished
-  std::atomic<uint32_t> generation_{0};  // futex the idle workers sleep on
+  std::atomic<uint32_t> generation_{0};  // bumped once per published job (and at shutdown)
   std::atomic<bool> stop_{false};
+  // Idle workers sleep on a condition variable, not std::atomic::wait: libstdc++ 12's atomic wait
+  // can lose a wake-up (it re-reads the value after its spin), which hung the destructor.
+  std::mutex sleep_mu_;
+  std::condition_variable sleep_cv_;
+  void wake_workers();
 };
 
 }  // namespace plumb::engine
