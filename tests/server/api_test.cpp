@@ -1,0 +1,120 @@
+#include "server/api.h"
+
+#include <gtest/gtest.h>
+
+namespace plumb::server {
+namespace {
+
+class Api : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto t = engine::Tokenizer::load(std::string(PLUMB_SOURCE_DIR) + "/models/plumb-tiny");
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    tok_ = std::move(t).value().release();
+  }
+  static void TearDownTestSuite() { delete tok_; }
+  ParseContext ctx(int64_t max_context = 64) const {
+    ParseContext c;
+    c.tokenizer = tok_;
+    c.served_model = "m";
+    c.max_context = max_context;
+    c.eos_ids = {2};
+    return c;
+  }
+  static engine::Tokenizer* tok_;
+};
+engine::Tokenizer* Api::tok_ = nullptr;
+
+ApiError err(const std::variant<CompletionRequest, ApiError>& v) {
+  EXPECT_TRUE(std::holds_alternative<ApiError>(v));
+  return std::holds_alternative<ApiError>(v) ? std::get<ApiError>(v) : ApiError{};
+}
+
+TEST_F(Api, ParsesACompletionWithDefaults) {
+  auto v = parse_completion(R"({"model": "m", "prompt": "hello world", "unknown": [1]})", false, ctx());
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+  const auto& r = std::get<CompletionRequest>(v);
+  EXPECT_EQ(r.prompt_ids, tok_->encode("hello world", true));
+  EXPECT_EQ(r.sampling.max_tokens, 16);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_EQ(r.sampling.stop_token_ids, std::vector<int32_t>{2});
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.seeded);
+  EXPECT_EQ(r.sampling.logprobs, -1);
+}
+
+TEST_F(Api, PromptFormsAndFields) {
+  auto v =
+      parse_completion(R"({"prompt": [[5, 6, 7]], "max_completion_tokens": 3, "max_tokens": 9, "stop": "x",
+                               "seed": 4, "logprobs": 2, "echo": true, "stream": true,
+                               "stream_options": {"include_usage": true}, "top_k": 5, "top_p": 0.5})",
+                       false, ctx());
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+  const auto& r = std::get<CompletionRequest>(v);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(r.sampling.max_tokens, 3);  // max_completion_tokens wins
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r.seeded);
+  EXPECT_EQ(r.sampling.seed, 4u);
+  EXPECT_EQ(r.sampling.logprobs, 2);
+  EXPECT_TRUE(r.prompt_logprobs);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.sampling.top_k, 5);
+}
+
+TEST_F(Api, ErrorsNameTheField) {
+  EXPECT_EQ(err(parse_completion("nope", false, ctx())).status, 400);
+  EXPECT_EQ(err(parse_completion(R"({"prompt": "a", "top_p": "x"})", false, ctx())).param, "top_p");
+  EXPECT_EQ(err(parse_completion(R"({"prompt": ["a", "b"]})", false, ctx())).param, "prompt");
+  EXPECT_EQ(err(parse_completion(R"({"prompt": "a", "logprobs": 21})", false, ctx())).param, "logprobs");
+  ApiError nf = err(parse_completion(R"({"model": "other", "prompt": "a"})", false, ctx()));
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_EQ(nf.code, "model_not_found");
+  ApiError tl =
+      err(parse_completion(R"({"prompt": [1,2,3,4,5,6,7,8,9,10], "max_tokens": 60})", false, ctx()));
+  EXPECT_EQ(tl.code, "context_length_exceeded");
+  EXPECT_NE(tl.message.find("maximum context length is 64"), std::string::npos);
+  // Chat without a template is a 400, not a crash.
+  EXPECT_EQ(err(parse_completion(R"({"messages": [{"role": "user", "content": "hi"}]})", true, ctx())).param,
+            "messages");
+  auto body = nf.body();
+  EXPECT_NE(body.find("\"param\":\"model\""), std::string::npos);
+}
+
+TEST_F(Api, ChatDefaultMaxTokensIsTheRestOfTheContext) {
+  auto ct = engine::ChatTemplate::for_tokenizer(*tok_);
+  ASSERT_TRUE(ct.ok());
+  ParseContext c = ctx(200);
+  c.chat_template = &*ct;
+  auto v = parse_completion(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})", true, c);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+  const auto& r = std::get<CompletionRequest>(v);
+  EXPECT_EQ(r.sampling.max_tokens, 200 - int32_t(r.prompt_ids.size()));
+}
+
+TEST_F(Api, TextAssemblerCutsAtStopStringsAcrossTokens) {
+  std::vector<int32_t> ids = tok_->encode("one two three four five", false);
+  std::string full = tok_->decode(ids);
+  size_t at = full.find("three");
+  ASSERT_NE(at, std::string::npos);
+  TextAssembler a(*tok_, {"thr"}, false);
+  std::string out;
+  for (int32_t id : ids) {
+    out += a.push({id}, {});
+    if (a.stopped()) break;
+  }
+  out += a.finish();
+  EXPECT_TRUE(a.stopped());
+  EXPECT_EQ(out, full.substr(0, at));
+  // Without stop strings everything comes through, token by token.
+  TextAssembler b(*tok_, {}, false);
+  std::string all;
+  for (int32_t id : ids) all += b.push({id}, {});
+  all += b.finish();
+  EXPECT_EQ(all, full);
+  EXPECT_EQ(b.tokens(), int64_t(ids.size()));
+}
+
+}  // namespace
+}  // namespace plumb::server
