@@ -1,0 +1,182 @@
+// `plumb compare register|run|readout|list`: pre-registered paired comparisons (PROTOCOL.md §4–5).
+// The logic lives in compare/compare.h; this file only parses flags and prints.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "compare/compare.h"
+#include "ledger/ledger.h"
+
+namespace plumb::cli {
+namespace {
+
+struct CompareArgs {
+  std::string ledger_path = ledger::kDefaultPath;
+  compare::RegisterOptions reg;
+  int64_t id = 0;
+  std::string work_dir;
+  int request_timeout_s = 600;
+  bool no_store = false;
+};
+
+int exit_for(const Status& s) {
+  switch (s.code()) {
+    case Code::kInvalidArgument:
+    case Code::kNotFound:
+      return kExitUsage;
+    default:
+      return kExitError;
+  }
+}
+
+Result<std::unique_ptr<ledger::Ledger>> open_ledger(const CompareArgs& a) {
+  return ledger::Ledger::open(a.ledger_path);
+}
+
+int fail(const char* what, const Status& s) {
+  std::cerr << "plumb compare " << what << ": " << s.to_string() << "\n";
+  return exit_for(s);
+}
+
+int run_register(const CompareArgs& a) {
+  auto l = open_ledger(a);
+  if (!l.ok()) return fail("register", l.status());
+  auto id = compare::register_comparison(**l, a.reg);
+  if (!id.ok()) return fail("register", id.status());
+  std::printf("%lld\n", (long long)*id);
+  std::fprintf(stderr, "registered comparison %lld in %s; next: plumb compare run %lld --ledger %s\n",
+               (long long)*id, a.ledger_path.c_str(), (long long)*id, a.ledger_path.c_str());
+  return kExitOk;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+int run_run(const CompareArgs& a) {
+  auto l = open_ledger(a);
+  if (!l.ok()) return fail("run", l.status());
+  compare::RunOptions o;
+  o.plumb_binary = self_exe();
+  o.work_dir = a.work_dir;
+  o.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  o.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  auto s = compare::run_comparison(**l, a.id, o);
+  if (!s.ok()) return fail("run", s.status());
+  std::printf(
+      "comparison %lld: %lld runs recorded (%lld invalid), %lld pairs already complete; next: plumb compare "
+      "readout %lld\n",
+      (long long)a.id, (long long)s->runs_recorded, (long long)s->runs_invalid, (long long)s->pairs_skipped,
+      (long long)a.id);
+  return kExitOk;
+}
+
+int run_readout(const CompareArgs& a) {
+  auto l = open_ledger(a);
+  if (!l.ok()) return fail("readout", l.status());
+  auto r = compare::readout_comparison(**l, a.id, !a.no_store);
+  if (!r.ok()) {
+    if (r.status().code() == Code::kFailedPrecondition) {
+      std::cerr << "plumb compare readout: the ledger refused this readout: " << r.status().message() << "\n";
+      return kExitFailed;
+    }
+    return fail("readout", r.status());
+  }
+  std::fputs(compare::format_readout(*r).c_str(), stdout);
+  return kExitOk;
+}
+
+int run_list(const CompareArgs& a) {
+  auto l = open_ledger(a);
+  if (!l.ok()) return fail("list", l.status());
+  auto regs = (*l)->list_registrations();
+  if (!regs.ok()) return fail("list", regs.status());
+  std::printf("%-4s %-24s %-4s %-6s %-6s %-18s %-14s %s\n", "id", "registered", "scn", "size", "pairs",
+              "runs (valid)", "last verdict", "arms");
+  for (const auto& r : *regs) {
+    auto runs = (*l)->comparison_runs(r.id);
+    auto ros = (*l)->readouts_for(r.id);
+    int64_t n = 0, valid = 0;
+    if (runs.ok())
+      for (const auto& x : *runs) {
+        ++n;
+        valid += x.valid ? 1 : 0;
+      }
+    std::string verdict = ros.ok() && !ros->empty() ? ros->back().verdict : "-";
+    std::string runs_s = std::to_string(n) + " (" + std::to_string(valid) + ")";
+    std::printf("%-4lld %-24s %-4s %-6s %-6lld %-18s %-14s A=%s B=%s\n", (long long)r.id,
+                r.created_at.c_str(), r.scenario.c_str(), r.size_class.c_str(), (long long)r.pairs,
+                runs_s.c_str(), verdict.c_str(), r.arm_a_config.c_str(), r.arm_b_config.c_str());
+  }
+  // Runs outside any registration are exploratory: they can inform, never conclude.
+  auto all = (*l)->list_runs();
+  if (all.ok()) {
+    int64_t exploratory = 0;
+    for (const auto& x : *all)
+      if (!x.registration_id) ++exploratory;
+    if (exploratory > 0)
+      std::printf("%lld runs outside any registration: exploratory (no verdict is computed from them)\n",
+                  (long long)exploratory);
+  }
+  return kExitOk;
+}
+
+void setup_compare(CLI::App& root) {
+  auto a = std::make_shared<CompareArgs>();
+  auto* c = root.add_subcommand(
+      "compare",
+      "Pre-registered paired comparisons of two engine configurations (PROTOCOL.md §4-5): register, run, "
+      "readout, list");
+  c->require_subcommand(1);
+  auto ledger_opt = [a](CLI::App* s) {
+    s->add_option("--ledger", a->ledger_path, "results database (SQLite)")->capture_default_str();
+  };
+
+  auto* reg = c->add_subcommand("register", "Store a comparison before any run; prints its id");
+  reg->add_option("--a", a->reg.config_a, "arm A engine config (TOML: adapter = ..., [params])")->required();
+  reg->add_option("--b", a->reg.config_b, "arm B engine config")->required();
+  reg->add_option("--scenario", a->reg.scenario, "A|B|C|D")->capture_default_str();
+  reg->add_option("--size", a->reg.size, "small|gpu")->capture_default_str();
+  reg->add_option("--metric", a->reg.metric,
+                  "primary metric: the scenario's objective (the only one supported)");
+  reg->add_option("--min-effect", a->reg.min_effect, "better/worse need the CI beyond 1 +- this")
+      ->capture_default_str();
+  reg->add_option("--delta", a->reg.delta, "equivalent needs the CI inside [1-delta, 1+delta]")
+      ->capture_default_str();
+  reg->add_option("--pairs", a->reg.pairs, "number of pairs (>= 5)")->capture_default_str();
+  reg->add_option("--seed", a->reg.seed, "base seed; each pair gets its own seed derived from it")
+      ->capture_default_str();
+  ledger_opt(reg);
+  reg->callback([a] { set_exit_code(run_register(*a)); });
+
+  auto* run =
+      c->add_subcommand("run", "Launch both arms for every pair (AB/BA), record every run in the ledger");
+  run->add_option("id", a->id, "registration id")->required();
+  run->add_option("--work-dir", a->work_dir, "where engine logs go (default: current directory)");
+  run->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
+      ->capture_default_str();
+  ledger_opt(run);
+  run->callback([a] { set_exit_code(run_run(*a)); });
+
+  auto* ro = c->add_subcommand("readout", "Compute and store the readout from the stored runs");
+  ro->add_option("id", a->id, "registration id")->required();
+  ro->add_flag("--no-store", a->no_store, "print only; do not store the readout");
+  ledger_opt(ro);
+  ro->callback([a] { set_exit_code(run_readout(*a)); });
+
+  auto* ls = c->add_subcommand("list", "Registered comparisons with their runs and last verdict");
+  ledger_opt(ls);
+  ls->callback([a] { set_exit_code(run_list(*a)); });
+}
+
+PLUMB_COMMAND(40, setup_compare);
+
+}  // namespace
+}  // namespace plumb::cli

