@@ -48,6 +48,7 @@ struct BenchArgs {
   int64_t prefix_len = 0;
   size_t num_prefixes = 1;
   std::string tokenizer = "words";
+  bool hide_special_tokens = false;
   std::string save_requests;
   std::string arrival;
   double rate = 0.0;
@@ -103,6 +104,7 @@ Result<std::unique_ptr<loadgen::Target>> make_target(const BenchArgs& a,
   }
   o.model = a.model;
   o.api_key = a.api_key;
+  o.show_special_tokens = !a.hide_special_tokens;
   (void)counter;  // the local count is one token per content chunk (see OpenAiTargetOptions)
   PLUMB_ASSIGN_OR_RETURN(auto t, loadgen::OpenAiTarget::create(std::move(o)));
   return std::unique_ptr<loadgen::Target>(std::move(t));
@@ -415,6 +417,9 @@ void setup_bench(CLI::App& root) {
   c->add_option("--prefix-len", args->prefix_len, "shared-prefix set: tokens of each shared prefix");
   c->add_option("--num-prefixes", args->num_prefixes, "shared-prefix set: distinct prefixes")
       ->capture_default_str();
+  c->add_flag("--hide-special-tokens", args->hide_special_tokens,
+              "do not send skip_special_tokens=false (for servers that reject unknown fields); tokens "
+              "with no visible text (EOS under ignore_eos) then escape the local re-count");
   c->add_option("--tokenizer", args->tokenizer,
                 "model folder whose tokenizer.json sizes synthetic documents, or 'words' (one token per "
                 "word: approximate)")

@@ -15,7 +15,8 @@ namespace plumb::loadgen {
 
 namespace asio = boost::asio;
 
-Result<std::string> openai_request_body(const workload::Request& r, Api api, std::string_view model) {
+Result<std::string> openai_request_body(const workload::Request& r, Api api, std::string_view model,
+                                        bool show_special_tokens) {
   json::object o;
   if (!model.empty()) o["model"] = model;
   if (api == Api::kChat) {
@@ -35,6 +36,7 @@ Result<std::string> openai_request_body(const workload::Request& r, Api api, std
   o["max_tokens"] = r.max_tokens;
   o["temperature"] = r.temperature;
   o["ignore_eos"] = r.ignore_eos;
+  if (show_special_tokens) o["skip_special_tokens"] = false;
   o["stream"] = r.stream;
   if (r.stream) {
     json::object so;
@@ -303,7 +305,8 @@ OpenAiTarget::~OpenAiTarget() {
 }
 
 void OpenAiTarget::send(const workload::Request& request, StreamSink* sink) {
-  auto body = openai_request_body(request, impl_->opts.api, impl_->opts.model);
+  auto body =
+      openai_request_body(request, impl_->opts.api, impl_->opts.model, impl_->opts.show_special_tokens);
   if (!body.ok()) {
     sink->on_failure(std::chrono::steady_clock::now(), Failure::kClient, 0, body.status().message());
     return;

@@ -33,6 +33,10 @@ struct OpenAiTargetOptions {
   // tokens; when empty, each chunk with non-empty content counts 1 (servers that stream one token
   // per event). Either way the server's usage is reported beside it.
   workload::TokenCounter count_tokens{};
+  // Sends "skip_special_tokens": false (vLLM, SGLang and plumb serve accept it) so tokens with no
+  // visible text — an EOS generated under ignore_eos — still stream as text and the local re-count
+  // sees them. Off: the field is not sent (for servers that reject unknown fields).
+  bool show_special_tokens = false;
 };
 
 // Non-streamed requests (Request::stream false) are supported: the whole text arrives as one chunk
@@ -64,7 +68,8 @@ class OpenAiTarget final : public Target {
 
 // The JSON request body: model (if set), messages or prompt, max_tokens, temperature,
 // ignore_eos, stream, and stream_options.include_usage when streaming.
-Result<std::string> openai_request_body(const workload::Request& request, Api api, std::string_view model);
+Result<std::string> openai_request_body(const workload::Request& request, Api api, std::string_view model,
+                                        bool show_special_tokens = false);
 
 // What one SSE data payload of a streamed response says.
 struct StreamEvent {

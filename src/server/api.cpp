@@ -170,7 +170,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
 
   std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed, logprobs_int, top_logprobs;
   std::optional<double> temperature, top_p;
-  std::optional<bool> stream, ignore_eos, echo, logprobs_bool;
+  std::optional<bool> stream, ignore_eos, echo, logprobs_bool, skip_special;
   if (auto e = take(json::opt_int(o, "n"), n, "n")) return *e;
   if (n && *n != 1) return bad_request("only n=1 is supported", "n");
   if (auto e = take(json::opt_int(o, "max_tokens"), max_tokens, "max_tokens")) return *e;
@@ -184,6 +184,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   if (auto e = take(json::opt_int(o, "seed"), seed, "seed")) return *e;
   if (auto e = take(json::opt_bool(o, "stream"), stream, "stream")) return *e;
   if (auto e = take(json::opt_bool(o, "ignore_eos"), ignore_eos, "ignore_eos")) return *e;
+  if (auto e = take(json::opt_bool(o, "skip_special_tokens"), skip_special, "skip_special_tokens")) return *e;
 
   if (chat) {
     if (auto e = take(json::opt_bool(o, "logprobs"), logprobs_bool, "logprobs")) return *e;
@@ -281,6 +282,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   }
   s.max_tokens = int32_t(max_gen);
   s.ignore_eos = ignore_eos.value_or(false);
+  r.skip_special_tokens = skip_special.value_or(true);
   s.stop_token_ids = ctx.eos_ids;
   s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
   if (Status st = s.validate(); !st.ok()) {
@@ -325,8 +327,11 @@ LogprobEntry logprob_entry(const engine::Tokenizer& tok, const scheduler::TokenL
 }
 
 TextAssembler::TextAssembler(const engine::Tokenizer& tokenizer, std::vector<std::string> stop,
-                             bool want_logprobs)
-    : tok_(tokenizer), decoder_(tokenizer, true), stop_(std::move(stop)), want_logprobs_(want_logprobs) {
+                             bool want_logprobs, bool skip_special_tokens)
+    : tok_(tokenizer),
+      decoder_(tokenizer, skip_special_tokens),
+      stop_(std::move(stop)),
+      want_logprobs_(want_logprobs) {
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
 }
 

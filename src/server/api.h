@@ -45,6 +45,8 @@ struct CompletionRequest {
   bool prompt_logprobs = false;     // completions: echo with logprobs
   int32_t top_logprobs = 0;         // alternatives per token (chat top_logprobs; completions logprobs:int)
   bool want_logprobs = false;       // logprob entries in the response
+  bool skip_special_tokens = true;  // vLLM-compatible: false streams special tokens' text too, so a
+                                    // client can re-count every generated token (plumb bench does)
 };
 
 struct ParseContext {
@@ -74,7 +76,8 @@ struct LogprobEntry {
 // One per request; not thread-safe (the backend calls a request's sink on one thread).
 class TextAssembler {
  public:
-  TextAssembler(const engine::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs);
+  TextAssembler(const engine::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs,
+                bool skip_special_tokens = true);
   // Feeds generated tokens (and their logprobs when wanted). Returns the text that is final now.
   // After a stop string matched, stopped() is true and later tokens are ignored.
   std::string push(const std::vector<int32_t>& tokens, const std::vector<scheduler::TokenLogprob>& logprobs);

@@ -292,7 +292,8 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     uint64_t n = seq.fetch_add(1);
     s.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(started) + "-" + std::to_string(n);
     s.created = int64_t(std::time(nullptr));
-    s.text = std::make_unique<TextAssembler>(tokenizer, s.req.stop, s.req.want_logprobs);
+    s.text = std::make_unique<TextAssembler>(tokenizer, s.req.stop, s.req.want_logprobs,
+                                             s.req.skip_special_tokens);
 
     scheduler::GenerationRequest g;
     g.prompt = s.req.prompt_ids;

@@ -35,6 +35,12 @@ TEST(OpenAiBody, ChatAndCompletions) {
   EXPECT_EQ(*c, R"({"prompt":"once","max_tokens":3,"temperature":0E0,"ignore_eos":true,"stream":false})");
   EXPECT_FALSE(openai_request_body(comp, Api::kChat, "").ok());
   EXPECT_FALSE(openai_request_body(chat, Api::kCompletions, "").ok());
+  auto shown = openai_request_body(comp, Api::kCompletions, "", /*show_special_tokens=*/true);
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ(
+      *shown,
+      R"({"prompt":"once","max_tokens":3,"temperature":0E0,"ignore_eos":true,"skip_special_tokens":false,)"
+      R"("stream":false})");
 }
 
 TEST(OpenAiEvents, ParsesContentUsageDoneAndErrors) {
