@@ -87,16 +87,18 @@ std::vector<Scenario> build_scenarios() {
   // request counts keep a run around a minute, and C's rates are scaled so the Poisson and
   // constant profiles stay below what such a machine sustains (their cap equals their rate, as in
   // the GPU class).
-  v.push_back(make("A", "prefill", kS, 512, 64, 32, 2, {L{LoadKind::kBurst, 1, 0}}, 0.2,
+  // Every small request must fit the shipped model's 512-token context with its chat template
+  // (~30 tokens): L_in + L_out <= 448 for A and B.
+  v.push_back(make("A", "prefill", kS, 384, 64, 32, 2, {L{LoadKind::kBurst, 1, 0}}, 0.2,
                    Objective::kInvMedianTtft, 5.0));
-  v.push_back(make("B", "decode", kS, 64, 512, 16, 1, {L{LoadKind::kBurst, 1, 0}}, 0.7,
+  v.push_back(make("B", "decode", kS, 64, 384, 16, 1, {L{LoadKind::kBurst, 1, 0}}, 0.7,
                    Objective::kInvMedianTpot, 5.0));
   v.push_back(
       make("C", "throughput", kS, 128, 128, 64, 4,
            {L{LoadKind::kBurst, 16, 0}, L{LoadKind::kPoisson, 4, 4.0}, L{LoadKind::kConstant, 2, 2.0}}, 0.3,
            Objective::kGeomeanReqPerSec, 5.0));
   v.push_back(
-      make("D", "general", kS, 256, 128, 24, 2, {L{LoadKind::kBurst, 4, 0}}, 0.4, Objective::kGeneral, 5.0));
+      make("D", "general", kS, 256, 128, 64, 2, {L{LoadKind::kBurst, 4, 0}}, 0.4, Objective::kGeneral, 5.0));
   return v;
 }
 
