@@ -352,16 +352,26 @@ Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, 
     auto w = gen(warm[0], opt.cache_max_tokens, &s);
     if (!w.ok()) return Status(w.status().code(), "target: " + w.status().message());
     auto prompts = fresh_prompts(derive_seed(opt.seed, "cache"), opt.cache_prompts, opt.cache_words);
-    // Each fresh prompt is repeated right after it, so that load changes hit both alike; the
-    // statistic is the median of the per-pair ratios.
+    // Honest prefix caching must not look like response caching, so both timed requests see the
+    // same cache state: each prompt p is first sent untimed (it fills the prefix cache), then a
+    // "fresh" variant of p with only its last word changed (same length; every full KV block but
+    // the last is a prefix-cache hit, exactly as for a repeat) and then the exact repeat of p are
+    // timed back to back. Only a server that caches responses answers the repeat much faster.
+    // The statistic is the median of the per-pair ratios.
     std::vector<double> ratios, fresh_t, repeat_t;
     std::set<std::string> greedy_outputs;
     for (const auto& p : prompts) {
-      double sf = 0, sr = 0;
-      auto r = gen(p, opt.cache_max_tokens, &sf);
+      double s0 = 0, sf = 0, sr = 0;
+      auto r = gen(p, opt.cache_max_tokens, &s0);
       if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
       auto c = first_choice(*r);
       if (c.ok()) greedy_outputs.insert(choice_text(**c));
+      std::string variant = p;
+      auto sp = variant.rfind(' ');
+      variant = variant.substr(0, sp == std::string::npos ? 0 : sp + 1) +
+                (variant.substr(sp == std::string::npos ? 0 : sp + 1) == "stone" ? "cloud" : "stone");
+      auto rf = gen(variant, opt.cache_max_tokens, &sf);
+      if (!rf.ok()) return Status(rf.status().code(), "target: " + rf.status().message());
       auto rr = gen(p, opt.cache_max_tokens, &sr);
       if (!rr.ok()) return Status(rr.status().code(), "target: " + rr.status().message());
       fresh_t.push_back(sf);
