@@ -13,7 +13,7 @@ PACKAGES=(
   libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
-  chromium
+  # chromium comes with the HTML report test (issue 4), not before
 )
 
 missing=()
