@@ -64,21 +64,10 @@ struct BenchArgs {
   bool quiet = false;
 };
 
-Result<int64_t> count_words(std::string_view s) {
-  int64_t n = 0;
-  bool in = false;
-  for (char c : s) {
-    bool sp = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-    if (!sp && !in) ++n;
-    in = !sp;
-  }
-  return n;
-}
-
 // The token counter behind synthetic lengths: a model folder's tokenizer.json, or "words".
 Result<workload::TokenCounter> make_counter(const std::string& spec,
                                             std::shared_ptr<engine::Tokenizer>& keep) {
-  if (spec == "words") return workload::TokenCounter(count_words);
+  if (spec == "words") return workload::TokenCounter(workload::count_words);
   PLUMB_ASSIGN_OR_RETURN(auto tok, engine::Tokenizer::load(spec));
   keep = std::shared_ptr<engine::Tokenizer>(std::move(tok));
   engine::Tokenizer* t = keep.get();

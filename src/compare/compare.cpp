@@ -28,19 +28,6 @@ Result<protocol::Scenario> scenario_of(const std::string& id, const std::string&
   return protocol::find_scenario(id, sc);
 }
 
-// Synthetic documents are sized in words: the engines under comparison see identical bytes, which
-// is what pairing needs; absolute prompt token counts depend on each engine's tokenizer.
-Result<int64_t> count_words(std::string_view s) {
-  int64_t n = 0;
-  bool in = false;
-  for (char c : s) {
-    bool sp = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-    if (!sp && !in) ++n;
-    in = !sp;
-  }
-  return n;
-}
-
 json::value param_to_json(const launch::ParamValue& v) {
   if (auto* b = std::get_if<bool>(&v)) return *b;
   if (auto* i = std::get_if<int64_t>(&v)) return *i;
@@ -123,7 +110,9 @@ Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed) {
                                .input_len = sc.input_len,
                                .output_len = sc.output_len,
                                .temperature = sc.temperature};
-  workload::TokenCounter counter(count_words);
+  // Synthetic documents are sized in words: the engines under comparison see identical bytes, which
+  // is what pairing needs; absolute prompt token counts depend on each engine's tokenizer.
+  workload::TokenCounter counter(workload::count_words);
   PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
   PLUMB_ASSIGN_OR_RETURN(w.set, workload::make_request_set(std::move(reqs)));
   if (sc.warmup_requests > 0) {

@@ -9,6 +9,17 @@
 
 namespace plumb::workload {
 
+Result<int64_t> count_words(std::string_view text) {
+  int64_t n = 0;
+  bool in = false;
+  for (char c : text) {
+    bool sp = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    if (!sp && !in) ++n;
+    in = !sp;
+  }
+  return n;
+}
+
 int64_t length_floor(int64_t L) { return (4 * L + 4) / 5; }
 
 Result<std::vector<int64_t>> sample_lengths(uint64_t seed, std::string_view dimension, int64_t L, size_t n) {

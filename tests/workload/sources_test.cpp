@@ -7,18 +7,6 @@
 namespace plumb::workload {
 namespace {
 
-// One token per space-separated word: exact, so documents hit their targets exactly.
-Result<int64_t> count_words(std::string_view s) {
-  int64_t n = 0;
-  bool in = false;
-  for (char c : s) {
-    bool sp = c == ' ' || c == '\n';
-    if (!sp && !in) ++n;
-    in = !sp;
-  }
-  return n;
-}
-
 // A coarser tokenizer: one token per 3 bytes, rounded up, so word boundaries rarely match.
 Result<int64_t> count_bytes3(std::string_view s) { return int64_t((s.size() + 2) / 3); }
 
@@ -222,6 +210,19 @@ TEST(Sources, ShareGptTakesTheFirstHumanTurnAndItsReplyLength) {
   EXPECT_EQ(r->requests[0].messages.at(0).content, "what is up");
   EXPECT_EQ(r->requests[0].max_tokens, 4);  // "not much at all"
   EXPECT_EQ(r->requests[0].prompt_tokens, 3);
+}
+
+}  // namespace
+}  // namespace plumb::workload
+
+namespace plumb::workload {
+namespace {
+
+TEST(CountWords, SplitsOnAnyWhitespaceRun) {
+  EXPECT_EQ(*count_words(""), 0);
+  EXPECT_EQ(*count_words("  \t\r\n "), 0);
+  EXPECT_EQ(*count_words("one"), 1);
+  EXPECT_EQ(*count_words(" one  two\tthree\r\nfour "), 4);
 }
 
 }  // namespace
