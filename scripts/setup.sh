@@ -13,7 +13,7 @@ PACKAGES=(
   libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
-  # chromium comes with the HTML report test (issue 4), not before
+  chromium  # headless: the HTML report test renders plumb bench --html (tests/report)
 )
 
 missing=()

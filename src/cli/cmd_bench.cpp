@@ -3,10 +3,13 @@
 // (synthetic lengths, a dataset file or a saved request set, with any arrival process).
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,13 +17,19 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/random.h"
+#include "engine/model_config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "launch/adapter.h"
+#include "launch/launcher.h"
+#include "launch/port.h"
 #include "loadgen/driver.h"
 #include "loadgen/null_target.h"
 #include "loadgen/openai_target.h"
 #include "metrics/metrics.h"
 #include "plumb_build_info.h"
 #include "protocol/protocol.h"
+#include "protocol/provenance.h"
+#include "report/bench_report.h"
 #include "workload/request.h"
 #include "workload/schedule.h"
 #include "workload/sources.h"
@@ -29,7 +38,7 @@ namespace plumb::cli {
 namespace {
 
 struct BenchArgs {
-  std::string target;  // URL or "null"
+  std::string target;  // URL or "null"; empty: plumb starts its own `plumb serve`
   std::string api = "chat";
   std::string model;
   std::string api_key;
@@ -47,7 +56,9 @@ struct BenchArgs {
   double temperature = 0.0;
   int64_t prefix_len = 0;
   size_t num_prefixes = 1;
-  std::string tokenizer = "words";
+  std::string tokenizer;   // "": "words", or the shipped model's tokenizer when plumb starts its server
+  std::string serve_args;  // extra `plumb serve` flags for the server plumb starts itself
+  json::object launched;   // the server plumb started (empty when --target was given)
   bool hide_special_tokens = false;
   std::string save_requests;
   std::string arrival;
@@ -61,6 +72,7 @@ struct BenchArgs {
   int null_tokens_per_chunk = 1;
   std::string json_path;
   std::string csv_path;
+  std::string html_path;
   bool quiet = false;
 };
 
@@ -136,6 +148,7 @@ json::object settings_json(const BenchArgs& a) {
   s["warmup"] = a.warmup;
   s["slo"] = a.slo;
   s["timeout_s"] = a.timeout_s;
+  if (!a.launched.empty()) s["launched_server"] = a.launched;
   return s;
 }
 
@@ -244,12 +257,118 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   return plan;
 }
 
+// The --html report (report/bench_report.h): settings, provenance and every profile's run.
+Status write_html_report(const BenchArgs& a, const std::string& set_hash, const std::string& summary_line,
+                         bool valid, const std::vector<metrics::RunRecord>& runs,
+                         const std::vector<metrics::Metrics>& results,
+                         const std::vector<std::vector<metrics::Constraint>>& validities) {
+  report::BenchReport r;
+  r.title = a.scenario.empty() ? "plumb bench: custom workload" : "plumb bench: scenario " + a.scenario;
+  auto build = protocol::build_info();
+  r.provenance = {{"plumb", build.version + " " + build.git_commit + " (" + build.build_type + ", " +
+                                build.compiler + ")"},
+                  {"protocol hash", protocol::protocol_hash()},
+                  {"target", runs.empty() ? a.target : runs[0].target},
+                  {"request set", set_hash}};
+  auto machine = protocol::capture_machine();
+  if (machine.ok())
+    r.provenance.push_back({"machine", machine->cpu_model + ", " + std::to_string(machine->cores) +
+                                           " cores, " + machine->kernel + " (fingerprint " +
+                                           machine->hash().substr(0, 16) + ")"});
+  r.summary = summary_line;
+  r.valid = valid;
+  r.settings = settings_json(a);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    r.profiles.push_back({.label = runs.size() > 1
+                                       ? "Profile " + std::to_string(i + 1) + " of " +
+                                             std::to_string(runs.size()) + ": " + runs[i].load.arrival
+                                       : "",
+                          .run = &runs[i],
+                          .metrics = results[i],
+                          .validity = validities[i]});
+  }
+  return write_file_atomic(a.html_path, report::render_bench_report(r));
+}
+
+// With no --target: `plumb serve` with the shipped model, started through launch/'s plumb adapter
+// (own process group, free port, readiness, verified port owner), its log kept in a fresh directory.
+Result<std::unique_ptr<launch::Engine>> start_own_server(BenchArgs& a) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return Status(Code::kIoError, "cannot find the plumb binary (/proc/self/exe): " + ec.message());
+  PLUMB_ASSIGN_OR_RETURN(auto adapter, launch::builtin_adapter("plumb"));
+  launch::Params params{{"plumb_binary", self.string()}};
+  std::vector<std::string> extra;
+  std::istringstream in(a.serve_args);
+  for (std::string w; in >> w;) extra.push_back(w);
+  if (!extra.empty()) params["extra_args"] = extra;
+  PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
+  PLUMB_ASSIGN_OR_RETURN(auto spec, launch::render(adapter, params, port));
+  auto dir = std::filesystem::temp_directory_path() / ("plumb-bench-serve-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status(Code::kIoError, "cannot create " + dir.string() + ": " + ec.message());
+  launch::LaunchOptions lo;
+  lo.work_dir = dir.string();
+  lo.progress = [quiet = a.quiet](const std::string& line) {
+    if (!quiet) std::fprintf(stderr, "plumb bench: %s\n", line.c_str());
+  };
+  if (!a.quiet)
+    std::fprintf(stderr,
+                 "plumb bench: no --target given: starting plumb serve with the shipped model (%s%s)\n",
+                 a.serve_args.empty() ? "default settings" : "flags: ", a.serve_args.c_str());
+  PLUMB_ASSIGN_OR_RETURN(auto engine, launch::Engine::start(spec, lo));
+  std::string cmd;
+  for (const auto& w : spec.argv) cmd += (cmd.empty() ? "" : " ") + w;
+  a.launched["adapter"] = "plumb";
+  a.launched["command"] = cmd;
+  a.launched["base_url"] = engine->base_url();
+  a.launched["pid"] = int64_t(engine->pid());
+  a.launched["log"] = engine->log_path();
+  a.launched["ready_after_s"] = engine->ready_after_s();
+  a.launched["port_owner_verified"] = true;  // Engine::start verified it; re-checked after each profile
+  a.target = engine->base_url();
+  // Prompts sized in the shipped model's tokens so the scenarios fit its context.
+  if (a.tokenizer.empty()) {
+    if (auto models = engine::find_models_dir(); models.ok()) a.tokenizer = *models + "/plumb-tiny";
+  }
+  std::fprintf(stderr, "plumb bench: benchmarking plumb serve started by plumb at %s (pid %d, log %s)\n",
+               a.target.c_str(), int(engine->pid()), engine->log_path().c_str());
+  return engine;
+}
+
+// Stops the server plumb started, saying where its log stays.
+void stop_own_server(launch::Engine& engine, bool quiet) {
+  auto e = engine.stop();
+  if (!e.ok()) {
+    std::fprintf(stderr, "plumb bench: stopping plumb serve: %s\n", e.status().to_string().c_str());
+  } else if (!quiet) {
+    std::fprintf(stderr, "plumb bench: stopped plumb serve (%s); its log: %s\n", e->to_string().c_str(),
+                 engine.log_path().c_str());
+  }
+}
+
 int run_bench(BenchArgs a) {
+  std::unique_ptr<launch::Engine> engine;
+  struct StopGuard {
+    std::unique_ptr<launch::Engine>* e;
+    bool quiet;
+    ~StopGuard() {
+      if (*e) stop_own_server(**e, quiet);
+    }
+  } guard{&engine, a.quiet};
   if (a.target.empty()) {
-    std::cerr << "plumb bench: --target URL (or 'null') is required; starting plumb serve by itself is not "
-                 "implemented yet\n";
+    auto e = start_own_server(a);
+    if (!e.ok()) {
+      std::cerr << "plumb bench: starting plumb serve (no --target given): " << e.status().to_string()
+                << "\nGive --target URL to benchmark a running server, or fix the error above.\n";
+      return kExitError;
+    }
+    engine = std::move(*e);
+  } else if (!a.serve_args.empty()) {
+    std::cerr << "plumb bench: --serve-args applies only when plumb starts its own server (no --target)\n";
     return kExitUsage;
   }
+  if (a.tokenizer.empty()) a.tokenizer = "words";
   metrics::Slo slo;
   if (!a.slo.empty()) {
     auto s = metrics::parse_slo(a.slo);
@@ -297,6 +416,8 @@ int run_bench(BenchArgs a) {
   if (!a.quiet && isatty(2)) opts.on_progress = print_progress;
 
   std::vector<metrics::Metrics> results;
+  std::vector<metrics::RunRecord> runs;                      // kept for --html
+  std::vector<std::vector<metrics::Constraint>> validities;  // kept for --html
   json::array profile_json;
   bool valid = true;
   for (size_t i = 0; i < plan->profiles.size(); ++i) {
@@ -311,6 +432,12 @@ int run_bench(BenchArgs a) {
       return kExitError;
     }
     metrics::Metrics m = metrics::compute(*run, slo);
+    if (engine) {
+      Status owner = engine->verify_port_owner();
+      plan->bounds.target_verified = owner.ok();
+      a.launched["port_owner_verified"] = owner.ok();
+      if (!owner.ok()) std::cerr << "plumb bench: " << owner.to_string() << "\n";
+    }
     auto cs = metrics::check_validity(m, plan->bounds);
     valid = valid && metrics::all_pass(cs);
     if (plan->profiles.size() > 1) std::printf("== profile %zu of %zu\n", i + 1, plan->profiles.size());
@@ -328,9 +455,14 @@ int run_bench(BenchArgs a) {
       }
     }
     results.push_back(m);
+    if (!a.html_path.empty()) {
+      runs.push_back(std::move(*run));
+      validities.push_back(std::move(cs));
+    }
   }
 
   json::value out;
+  std::string summary_line;
   if (plan->scenario) {
     const auto& sc = *plan->scenario;
     double objective = stats::kNaN;
@@ -348,10 +480,13 @@ int run_bench(BenchArgs a) {
         objective = results[0].general;
         break;
     }
-    std::printf("scenario %s (%s, %s) seed %llu: %s = %.6g; run %s\n", sc.id.c_str(), sc.name.c_str(),
-                std::string(protocol::size_class_name(sc.size)).c_str(), (unsigned long long)a.seed,
-                std::string(protocol::objective_name(sc.objective)).c_str(), objective,
-                valid ? "VALID" : "INVALID");
+    char line[512];
+    std::snprintf(line, sizeof line, "scenario %s (%s, %s) seed %llu: %s = %.6g; run %s", sc.id.c_str(),
+                  sc.name.c_str(), std::string(protocol::size_class_name(sc.size)).c_str(),
+                  (unsigned long long)a.seed, std::string(protocol::objective_name(sc.objective)).c_str(),
+                  objective, valid ? "VALID" : "INVALID");
+    summary_line = line;
+    std::printf("%s\n", line);
     json::object o;
     o["schema_version"] = metrics::kSchemaVersion;
     o["scenario"] = sc.id;
@@ -372,6 +507,14 @@ int run_bench(BenchArgs a) {
       return kExitError;
     }
   }
+  if (!a.html_path.empty()) {
+    Status st = write_html_report(a, plan->set.set_hash, summary_line, valid, runs, results, validities);
+    if (!st.ok()) {
+      std::cerr << "plumb bench: --html: " << st.to_string() << "\n";
+      return kExitError;
+    }
+    if (!a.quiet) std::fprintf(stderr, "plumb bench: HTML report written to %s\n", a.html_path.c_str());
+  }
   return valid ? kExitOk : kExitFailed;
 }
 
@@ -383,7 +526,10 @@ void setup_bench(CLI::App& root) {
       "(definitions: docs/metrics.md). Exit code 0 when the run is valid, 1 when it is not.");
   c->add_option("--target", args->target,
                 "OpenAI-compatible base URL (http://host:port), or 'null' for the in-process null target "
-                "(measures plumb's own ceiling)");
+                "(measures plumb's own ceiling). Without it plumb starts its own `plumb serve` with the "
+                "shipped model on a free port, benchmarks it and stops it (log kept; see --serve-args)");
+  c->add_option("--serve-args", args->serve_args,
+                "with no --target: extra flags for the `plumb serve` plumb starts, e.g. \"--preset naive\"");
   c->add_option("--api", args->api, "chat | completions")->capture_default_str();
   c->add_option("--model", args->model, "the 'model' field of each request");
   c->add_option("--api-key", args->api_key, "sent as Authorization: Bearer");
@@ -411,8 +557,8 @@ void setup_bench(CLI::App& root) {
               "with no visible text (EOS under ignore_eos) then escape the local re-count");
   c->add_option("--tokenizer", args->tokenizer,
                 "model folder whose tokenizer.json sizes synthetic documents, or 'words' (one token per "
-                "word: approximate)")
-      ->capture_default_str();
+                "word: approximate). Default: words, or the shipped model's tokenizer when plumb starts its "
+                "own server");
   c->add_option("--save-requests", args->save_requests, "write the request set (JSONL with hashes) here");
   c->add_option(
       "--arrival", args->arrival,
@@ -429,6 +575,9 @@ void setup_bench(CLI::App& root) {
       ->capture_default_str();
   c->add_option("--json", args->json_path, "write the results as JSON (schema_version, docs/metrics.md)");
   c->add_option("--csv", args->csv_path, "write one row per request, in request-set order");
+  c->add_option("--html", args->html_path,
+                "write a self-contained HTML report (opens offline): validity and metrics tables, latency "
+                "CDFs, TTFT/TPOT per request over time, throughput over time, a per-request timeline");
   c->add_flag("--quiet", args->quiet, "no progress line");
   c->callback([args] { set_exit_code(run_bench(*args)); });
 }

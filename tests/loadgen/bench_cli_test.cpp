@@ -2,6 +2,7 @@
 // replay of a saved request set, and that bad input is a usage error naming the problem. No timing
 // assertions: whether the run is VALID depends on the machine, so only its consistency is checked.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <string>
@@ -81,7 +82,9 @@ TEST(BenchCli, BadInputIsAUsageError) {
     std::vector<std::string> args;
     std::string expect;
   } cases[] = {
-      {{"--input-len", "8", "--output-len", "4", "--num-prompts", "2"}, "--target"},
+      {{"--target", "null", "--serve-args", "--preset naive", "--input-len", "8", "--output-len", "4",
+        "--num-prompts", "2"},
+       "--serve-args applies only when plumb starts its own server"},
       {{"--target", "null", "--input-len", "8", "--output-len", "4", "--num-prompts", "2", "--slo", "itl=5"},
        "unknown SLO 'itl'"},
       {{"--target", "null", "--requests", "/nonexistent/set.jsonl"}, "/nonexistent/set.jsonl"},
@@ -98,6 +101,47 @@ TEST(BenchCli, BadInputIsAUsageError) {
     EXPECT_EQ(o.code, 2) << c.expect << "\n" << o.err;
     EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
   }
+}
+
+// With no --target, plumb starts its own `plumb serve` (shipped model) through launch/, benchmarks it,
+// says so, records it in the settings, and stops it; the log stays.
+TEST(BenchCli, WithoutTargetStartsAndStopsItsOwnPlumbServe) {
+  std::string j = ::testing::TempDir() + "/cli_self.json";
+  Out o = run_plumb({"--input-len", "48", "--output-len", "8", "--num-prompts", "4", "--max-concurrency", "2",
+                     "--json", j, "--quiet"});
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  EXPECT_NE(o.err.find("benchmarking plumb serve started by plumb at http://127.0.0.1:"), std::string::npos)
+      << o.err;
+  auto v = json::parse_file(j);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const auto& obj = v->as_object();
+  EXPECT_EQ(obj.at("counts").at("completed").as_int64(), 4) << o.err;
+  const auto& s = obj.at("settings").as_object();
+  const auto& l = s.at("launched_server").as_object();
+  EXPECT_EQ(l.at("adapter").as_string(), "plumb");
+  EXPECT_TRUE(l.at("port_owner_verified").as_bool());
+  EXPECT_EQ(s.at("target").as_string(), l.at("base_url").as_string());
+  // Prompts sized with the shipped model's tokenizer, not words (they must fit its context).
+  EXPECT_NE(std::string(s.at("tokenizer").as_string()).find("plumb-tiny"), std::string::npos);
+  // The launched server answered as the verified target: the validity list says so.
+  bool verified = false;
+  for (const auto& c : obj.at("validity").at("constraints").as_array())
+    if (c.at("name").as_string() == "target_verified") verified = c.at("verdict").as_string() == "pass";
+  EXPECT_TRUE(verified) << json::dump(obj.at("validity"));
+  // Stopped at the end (the whole group), its log kept.
+  pid_t pid = pid_t(l.at("pid").as_int64());
+  EXPECT_NE(::kill(pid, 0), 0);
+  auto log = read_file(std::string(l.at("log").as_string()));
+  ASSERT_TRUE(log.ok()) << log.status().to_string();
+  EXPECT_NE(log->find("listening on"), std::string::npos);
+}
+
+TEST(BenchCli, OwnServerThatFailsToStartIsAClearError) {
+  Out o = run_plumb({"--serve-args", "--no-such-flag", "--input-len", "8", "--output-len", "4",
+                     "--num-prompts", "2", "--quiet"});
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_NE(o.err.find("starting plumb serve (no --target given)"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("--no-such-flag"), std::string::npos) << o.err;  // the log tail names it
 }
 
 }  // namespace
