@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "core/clock.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -17,9 +18,7 @@ namespace plumb::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir;
-  std::string model_config;
-  std::string load_format = "auto";
+  ModelFlags model;  // --model, --model-config, --load-format, --dtype, --quantization
   std::string prompt = "Once upon a time";
   int max_tokens = 64;
   bool chat = false;
@@ -28,8 +27,7 @@ struct GenerateArgs {
   int top_k = 0;
   uint64_t seed = 0;
   int threads = 0;
-  std::string kernels_file;
-  std::string dtype = "auto";
+  std::string kernels = "auto";
   bool ignore_eos = false;
   int block_size = 16;
 };
@@ -41,78 +39,36 @@ int fail(int code, const Status& s) {
 
 int run(const GenerateArgs& a) {
   using namespace plumb::engine;
-  if (!a.model_dir.empty() && !a.model_config.empty()) {
-    return fail(kExitUsage, invalid_argument("give --model or --model-config, not both"));
-  }
-  if (a.load_format != "auto" && a.load_format != "dummy") {
-    return fail(kExitUsage, invalid_argument("--load-format must be 'auto' or 'dummy'"));
-  }
-  if (!a.model_config.empty() && a.load_format != "dummy") {
-    return fail(kExitUsage, invalid_argument("--model-config ships no weights: add --load-format dummy"));
-  }
-  ModelOptions mo;
-  mo.seed = a.seed;
-  mo.threads = a.threads;
-  auto dt = parse_weight_dtype(a.dtype);
-  if (!dt.ok()) return fail(kExitUsage, dt.status());
-  mo.dtype = *dt;
-  if (!a.kernels_file.empty()) {
-    auto text = read_file(a.kernels_file);
-    if (!text.ok()) return fail(kExitUsage, text.status());
-    auto sel = KernelSelection::parse_json(*text);
-    if (!sel.ok()) return fail(kExitUsage, sel.status().with_context(a.kernels_file));
-    mo.kernels = *sel;
-  }
+  if (Status s = a.model.check(); !s.ok()) return fail(kExitUsage, s);
+  auto sel = load_kernel_selection(a.kernels);
+  if (!sel.ok()) return fail(kExitUsage, sel.status());
+  const ModelOptions mo = a.model.options(a.seed, a.threads, *sel);
 
   // Where the config (and maybe weights and tokenizer) come from.
-  std::string dir = a.model_dir;
-  std::string config_path;
-  if (!a.model_config.empty()) {
-    auto p = resolve_model_config(a.model_config);
-    if (!p.ok()) return fail(kExitUsage, p.status());
-    config_path = *p;
-  } else {
-    if (dir.empty()) {
-      auto models = find_models_dir();
-      if (!models.ok()) return fail(kExitError, models.status());
-      dir = *models + "/plumb-tiny";
-      if (!read_file(dir + "/config.json").ok()) {
-        return fail(kExitError,
-                    not_found("no --model given and the shipped model " + dir +
-                              " is missing; pass --model DIR or --model-config NAME --load-format dummy"));
-      }
-    }
-    config_path = dir + "/config.json";
-  }
+  auto folder = a.model.folder();
+  if (!folder.ok()) return fail(kExitError, folder.status());
+  const std::string dir = *folder;
+  auto config_path = a.model.config_path(dir);
+  if (!config_path.ok()) return fail(kExitUsage, config_path.status());
+  auto config = load_model_config(*config_path);
+  if (!config.ok()) return fail(kExitUsage, config.status());
 
   SteadyClock& clock = SteadyClock::instance();
   const SteadyTime t_load = clock.now();
-  std::unique_ptr<Model> model;
-  if (a.load_format == "dummy") {
-    auto cfg = load_model_config(config_path);
-    if (!cfg.ok()) return fail(kExitUsage, cfg.status());
-    auto m = Model::dummy(*cfg, mo);
-    if (!m.ok()) return fail(kExitError, m.status());
-    model = std::move(m).value();
-  } else {
-    auto m = Model::load(dir, mo);
-    if (!m.ok()) return fail(kExitError, m.status());
-    model = std::move(m).value();
-  }
+  auto loaded = a.model.load(dir, *config, mo);
+  if (!loaded.ok()) return fail(kExitError, loaded.status());
+  std::unique_ptr<Model> model = std::move(loaded).value();
   const double load_s = seconds_between(t_load, clock.now());
 
   // Tokenizer: the model folder's; for a config-only model, the shipped model's tokenizer when its
   // vocabulary fits inside the model's, else bytes (see docs/architecture.md, Engine).
   std::unique_ptr<Tokenizer> tok;
-  std::string tok_dir = dir;
-  if (tok_dir.empty()) {
-    if (auto models = find_models_dir(); models.ok()) tok_dir = *models + "/plumb-tiny";
-  }
+  const std::string tok_dir = a.model.tokenizer_dir(dir);
   if (!tok_dir.empty()) {
     auto t = Tokenizer::load(tok_dir);
     if (t.ok() && (*t)->vocab_size() <= model->config().vocab_size) {
       tok = std::move(t).value();
-    } else if (!t.ok() && !a.model_dir.empty() && t.status().code() != Code::kNotFound) {
+    } else if (!t.ok() && !a.model.model_dir.empty() && t.status().code() != Code::kNotFound) {
       return fail(kExitError, t.status());
     }
   }
@@ -157,11 +113,13 @@ int run(const GenerateArgs& a) {
 
   const auto& cfg = model->config();
   std::cout << "---\n"
-            << "model: " << (a.model_config.empty() ? dir : a.model_config) << " ("
+            << "model: " << (a.model.model_config.empty() ? dir : a.model.model_config) << " ("
             << architecture_name(cfg.arch) << ", " << cfg.num_hidden_layers << " layers, "
-            << dtype_name(model->weights().linear_dtype()) << (a.load_format == "dummy" ? " dummy" : "")
-            << " weights, " << model->pool().size() << " threads, " << (tok ? "tokenizer" : "byte-level text")
-            << "), loaded in " << load_s << " s\n"
+            << (model->weights().quantization().scheme == QuantScheme::kNone
+                    ? std::string(dtype_name(model->weights().linear_dtype()))
+                    : model->weights().quantization().name() + " linear")
+            << (a.model.load_format == "dummy" ? " dummy" : "") << " weights, " << model->pool().size()
+            << " threads, " << (tok ? "tokenizer" : "byte-level text") << "), loaded in " << load_s << " s\n"
             << "prompt tokens: " << res->prompt_tokens << "\n"
             << "generated tokens: " << res->tokens.size() << " (finish: " << res->finish_reason << ")\n"
             << "prefill: " << res->prefill_tokens_per_s() << " tokens/s (" << res->prefill_seconds * 1e3
@@ -185,13 +143,9 @@ void setup(CLI::App& root) {
       "UTF-8 bytes as token ids.\n"
       "Examples:\n"
       "  plumb generate --prompt 'Once upon a time' --max-tokens 64\n"
-      "  plumb generate --model-config qwen2.5-0.5b --load-format dummy --max-tokens 32 --ignore-eos");
-  cmd->add_option("--model", a->model_dir,
-                  "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)");
-  cmd->add_option("--model-config", a->model_config,
-                  "shipped config name under models/configs/ (needs --load-format dummy)");
-  cmd->add_option("--load-format", a->load_format, "auto (safetensors) | dummy (seeded random weights)")
-      ->capture_default_str();
+      "  plumb generate --model-config qwen2.5-0.5b --load-format dummy --max-tokens 32 --ignore-eos\n"
+      "  plumb generate --quantization int8 --prompt 'Q: 2+3=' --temperature 0");
+  a->model.add_to(cmd);
   cmd->add_option("--prompt", a->prompt, "prompt text")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_flag("--chat", a->chat, "wrap the prompt as one user message in the model's chat template");
@@ -201,10 +155,9 @@ void setup(CLI::App& root) {
   cmd->add_option("--seed", a->seed, "sampling seed (and dummy weights' seed)")->capture_default_str();
   cmd->add_option("--threads", a->threads, "kernel threads including the caller (0 = all cores)")
       ->capture_default_str();
-  cmd->add_option(
-      "--kernels", a->kernels_file,
-      "kernel selection JSON, e.g. {\"matmul\": \"reference\", \"attention\": {\"decode\": \"avx2\"}}");
-  cmd->add_option("--dtype", a->dtype, "linear weights in memory: auto (as stored; dummy: bf16) | f32 | bf16")
+  cmd->add_option("--kernels", a->kernels,
+                  "auto | reference | a kernel selection JSON file, e.g. {\"matmul\": \"reference\", "
+                  "\"attention\": {\"decode\": \"avx2\"}}")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->add_option("--block-size", a->block_size, "KV cache block size in tokens")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -25,14 +26,11 @@ namespace {
 struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string model_dir;
-  std::string model_config;
-  std::string load_format = "auto";
+  ModelFlags model;  // --model, --model-config, --load-format, --dtype, --quantization
   std::string served_model_name;
   std::string engine = "llm";
   std::string preset = "default";
   int io_threads = 2;
-  std::string dtype = "auto";
   uint64_t seed = 0;
   int drain_ms = 30'000;
   // Engine knobs: unset = the preset's value.
@@ -55,20 +53,6 @@ int fail(int code, const Status& s) {
   return code;
 }
 
-// The model folder with the tokenizer (and weights unless dummy), or "" for a config-only model.
-Result<std::string> model_folder(const ServeArgs& a) {
-  if (!a.model_dir.empty()) return a.model_dir;
-  if (!a.model_config.empty()) return std::string();
-  auto models = engine::find_models_dir();
-  if (!models.ok()) return models.status();
-  std::string dir = *models + "/plumb-tiny";
-  if (!read_file(dir + "/config.json").ok()) {
-    return not_found("no --model given and the shipped model " + dir +
-                     " is missing; pass --model DIR or --model-config NAME --load-format dummy");
-  }
-  return dir;
-}
-
 int run(const ServeArgs& a) {
   using namespace plumb::engine;
   // SIGTERM/SIGINT are taken synchronously by this thread (blocked in every thread, sigwait below),
@@ -79,42 +63,25 @@ int run(const ServeArgs& a) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  if (!a.model_dir.empty() && !a.model_config.empty()) {
-    return fail(kExitUsage, invalid_argument("give --model or --model-config, not both"));
-  }
-  if (a.load_format != "auto" && a.load_format != "dummy") {
-    return fail(kExitUsage, invalid_argument("--load-format must be 'auto' or 'dummy'"));
-  }
-  if (!a.model_config.empty() && a.load_format != "dummy") {
-    return fail(kExitUsage, invalid_argument("--model-config ships no weights: add --load-format dummy"));
-  }
+  if (Status s = a.model.check(); !s.ok()) return fail(kExitUsage, s);
   if (a.engine != "llm" && a.engine != "synthetic") {
     return fail(kExitUsage, invalid_argument("--engine must be 'llm' or 'synthetic'"));
   }
   if (a.port < 0 || a.port > 65535) return fail(kExitUsage, invalid_argument("--port must be in [0, 65535]"));
 
-  auto folder = model_folder(a);
+  auto folder = a.model.folder();
   if (!folder.ok()) return fail(kExitError, folder.status());
   std::string dir = *folder;
 
   // The model config (for the context and dummy weights).
-  std::string config_path;
-  if (!a.model_config.empty()) {
-    auto p = resolve_model_config(a.model_config);
-    if (!p.ok()) return fail(kExitUsage, p.status());
-    config_path = *p;
-  } else {
-    config_path = dir + "/config.json";
-  }
-  auto cfg = load_model_config(config_path);
+  auto config_path = a.model.config_path(dir);
+  if (!config_path.ok()) return fail(kExitUsage, config_path.status());
+  auto cfg = load_model_config(*config_path);
   if (!cfg.ok()) return fail(kExitUsage, cfg.status());
 
   // Tokenizer: the model folder's; for a config-only model, the shipped model's when its
   // vocabulary fits inside the model's (the same rule as `plumb generate`).
-  std::string tok_dir = dir;
-  if (tok_dir.empty()) {
-    if (auto models = find_models_dir(); models.ok()) tok_dir = *models + "/plumb-tiny";
-  }
+  const std::string tok_dir = a.model.tokenizer_dir(dir);
   auto tok = Tokenizer::load(tok_dir);
   if (!tok.ok()) return fail(kExitError, tok.status().with_context("loading the tokenizer from " + tok_dir));
   if ((*tok)->vocab_size() > cfg->vocab_size) {
@@ -125,8 +92,8 @@ int run(const ServeArgs& a) {
   }
   std::string name = a.served_model_name;
   if (name.empty()) {
-    if (!a.model_config.empty()) {
-      name = a.model_config;
+    if (!a.model.model_config.empty()) {
+      name = a.model.model_config;
     } else {
       std::string d = dir;
       while (!d.empty() && d.back() == '/') d.pop_back();
@@ -178,38 +145,20 @@ int run(const ServeArgs& a) {
     log::info("event=settings requested={} effective={}", scheduler::llm_engine_config_json(c),
               scheduler::llm_engine_config_json(*eff));
 
-    ModelOptions mo;
-    mo.seed = a.seed;
-    mo.threads = eff->threads;
-    auto dt = parse_weight_dtype(a.dtype);
-    if (!dt.ok()) return fail(kExitUsage, dt.status());
-    mo.dtype = *dt;
-    if (eff->kernels == "reference") {
-      mo.kernels = KernelSelection::all_reference();
-    } else if (eff->kernels != "auto") {
-      auto text = read_file(eff->kernels);
-      if (!text.ok()) return fail(kExitUsage, text.status().with_context("--kernels"));
-      auto sel = KernelSelection::parse_json(*text);
-      if (!sel.ok()) return fail(kExitUsage, sel.status().with_context(eff->kernels));
-      mo.kernels = *sel;
-    }
-    std::unique_ptr<Model> model;
-    if (a.load_format == "dummy") {
-      auto m = Model::dummy(*cfg, mo);
-      if (!m.ok()) return fail(kExitError, m.status());
-      model = std::move(m).value();
-    } else {
-      auto m = Model::load(dir, mo);
-      if (!m.ok()) return fail(kExitError, m.status());
-      model = std::move(m).value();
-    }
+    auto sel = load_kernel_selection(eff->kernels);
+    if (!sel.ok()) return fail(kExitUsage, sel.status());
+    auto loaded = a.model.load(dir, *cfg, a.model.options(a.seed, eff->threads, *sel));
+    if (!loaded.ok()) return fail(kExitError, loaded.status());
+    std::unique_ptr<Model> model = std::move(loaded).value();
     std::string desc = name + " (" + architecture_name(cfg->arch) + ", " +
                        std::to_string(cfg->num_hidden_layers) + " layers, " +
-                       std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels + ")";
+                       std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
+                       ", quantization " + model->weights().quantization().name() + ")";
     auto e = scheduler::LlmEngine::create(*eff, scheduler::make_model_runner(std::move(model), desc));
     if (!e.ok()) return fail(kExitError, e.status());
     backend = std::move(e).value();
-    summary = "preset " + a.preset;
+    summary = "preset " + a.preset +
+              (a.model.quantization == "none" ? "" : ", quantization " + a.model.quantization);
   }
 
   server::ServerOptions so;
@@ -246,16 +195,12 @@ void setup(CLI::App& root) {
       "Examples:\n"
       "  plumb serve --port 8000\n"
       "  plumb serve --model-config qwen2.5-0.5b --load-format dummy --preset naive\n"
+      "  plumb serve --quantization int8\n"
       "  plumb serve --engine synthetic --ttft-ms 20 --itl-ms 5 --port 0");
   cmd->add_option("--host", a->host, "address to bind")->capture_default_str();
   cmd->add_option("--port", a->port, "port (0 = any free port; the ready line names it)")
       ->capture_default_str();
-  cmd->add_option("--model", a->model_dir,
-                  "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)");
-  cmd->add_option("--model-config", a->model_config,
-                  "shipped config name under models/configs/ (needs --load-format dummy)");
-  cmd->add_option("--load-format", a->load_format, "auto (safetensors) | dummy (seeded random weights)")
-      ->capture_default_str();
+  a->model.add_to(cmd);
   cmd->add_option("--served-model-name", a->served_model_name,
                   "model id clients send (default: the model folder's or config's name)");
   cmd->add_option("--engine", a->engine, "llm (the reference engine) | synthetic (no compute)")
@@ -294,7 +239,6 @@ void setup(CLI::App& root) {
       "--kernels", a->kernels,
       "auto | reference | a kernel selection JSON file (as plumb generate --kernels) [default auto, "
       "naive reference]");
-  cmd->add_option("--dtype", a->dtype, "linear weights in memory: auto | f32 | bf16")->capture_default_str();
   cmd->add_option("--seed", a->seed, "dummy weights' seed; synthetic schedule seed")->capture_default_str();
   cmd->add_option("--io-threads", a->io_threads, "HTTP IO threads")->capture_default_str();
   cmd->add_option("--drain-ms", a->drain_ms, "on SIGTERM, time running requests get to finish")

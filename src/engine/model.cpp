@@ -29,7 +29,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   // Convert (if asked) on a temporary pool; the model's own pool is created with the model.
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   ThreadPool pool(threads);
-  auto w = ModelWeights::from_tensors(config, shared, opts.dtype, &pool);
+  auto w = ModelWeights::from_tensors(config, shared, opts.dtype, &pool, opts.quantization);
   if (!w.ok()) return w.status().with_context("loading " + dir);
   return from_weights(config, std::move(w).value(), opts);
 }
@@ -37,7 +37,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
 Result<std::unique_ptr<Model>> Model::dummy(const ModelConfig& config, const ModelOptions& opts) {
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   ThreadPool pool(threads);
-  PLUMB_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::dummy(config, opts.seed, opts.dtype, &pool));
+  PLUMB_ASSIGN_OR_RETURN(ModelWeights w,
+                         ModelWeights::dummy(config, opts.seed, opts.dtype, &pool, opts.quantization));
   return from_weights(config, std::move(w), opts);
 }
 
@@ -115,6 +116,11 @@ Status check_batch(const ModelConfig& c, std::span<const SequenceInput> batch, c
   return Status::Ok();
 }
 
+// The matmul of a linear layer: Op::kMatmulQuant's variant for quantized weights, else Op::kMatmul's.
+MatmulFn linear_fn(const KernelSet& ks, const WeightMatrix& w) {
+  return w.quant != QuantScheme::kNone ? ks.matmul_quant : ks.matmul;
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -174,9 +180,9 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
 
     // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) over rmsnorm(x)
     ks.rmsnorm(ctx, x, L.input_norm.data(), T, d, eps, h);
-    ks.matmul(ctx, h, T, L.q_proj, L.q_bias.empty() ? nullptr : L.q_bias.data(), q);  // [T, nh*hd]
-    ks.matmul(ctx, h, T, L.k_proj, L.k_bias.empty() ? nullptr : L.k_bias.data(), k);  // [T, nkv*hd]
-    ks.matmul(ctx, h, T, L.v_proj, L.v_bias.empty() ? nullptr : L.v_bias.data(), v);  // [T, nkv*hd]
+    linear_fn(ks, L.q_proj)(ctx, h, T, L.q_proj, L.q_bias.empty() ? nullptr : L.q_bias.data(), q);  // [T, nh*hd]
+    linear_fn(ks, L.k_proj)(ctx, h, T, L.k_proj, L.k_bias.empty() ? nullptr : L.k_bias.data(), k);  // [T, nkv*hd]
+    linear_fn(ks, L.v_proj)(ctx, h, T, L.v_proj, L.v_bias.empty() ? nullptr : L.v_bias.data(), v);  // [T, nkv*hd]
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
       ks.rmsnorm(ctx, q, L.q_norm.data(), T * nh, hd, eps, q);
       ks.rmsnorm(ctx, k, L.k_norm.data(), T * nkv, hd, eps, k);
@@ -199,15 +205,15 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
     // Attention per phase: each sequence's rows of attn are written by exactly one call.
     if (!prefill_seqs.empty()) kernels_[0].attention(pctx, q, kv, prefill_seqs, int32_t(nh), scale, attn);
     if (!decode_seqs.empty()) kernels_[1].attention(dctx, q, kv, decode_seqs, int32_t(nh), scale, attn);
-    ks.matmul(ctx, attn, T, L.o_proj, nullptr, o);  // [T, d]
+    linear_fn(ks, L.o_proj)(ctx, attn, T, L.o_proj, nullptr, o);  // [T, d]
     add_inplace(x, o, T * d);
 
     // --- MLP block: x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
     ks.rmsnorm(ctx, x, L.post_attention_norm.data(), T, d, eps, h);
-    ks.matmul(ctx, h, T, L.gate_proj, nullptr, gate);  // [T, ff]
-    ks.matmul(ctx, h, T, L.up_proj, nullptr, up);      // [T, ff]
+    linear_fn(ks, L.gate_proj)(ctx, h, T, L.gate_proj, nullptr, gate);  // [T, ff]
+    linear_fn(ks, L.up_proj)(ctx, h, T, L.up_proj, nullptr, up);      // [T, ff]
     ks.swiglu(ctx, gate, up, T, ff, gate);             // [T, ff]
-    ks.matmul(ctx, gate, T, L.down_proj, nullptr, o);  // [T, d]
+    linear_fn(ks, L.down_proj)(ctx, gate, T, L.down_proj, nullptr, o);  // [T, d]
     add_inplace(x, o, T * d);
   }
 

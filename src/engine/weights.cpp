@@ -1,5 +1,6 @@
 #include "engine/weights.h"
 
+#include <atomic>
 #include <boost/math/special_functions/erf.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -28,17 +29,83 @@ void* ModelWeights::own(size_t bytes) {
   return p;
 }
 
-int64_t ModelWeights::bytes() const {
-  auto mb = [](const WeightMatrix& w) { return w.rows * w.cols * int64_t(dtype_size(w.dtype)); };
-  int64_t total = mb(embed);
-  if (lm_head.data != embed.data) total += mb(lm_head);
+namespace {
+int64_t matrix_bytes(const WeightMatrix& w) {
+  if (w.quant != QuantScheme::kNone) return quant_matrix_bytes(w);
+  return w.rows * w.cols * int64_t(dtype_size(w.dtype));
+}
+}  // namespace
+
+int64_t ModelWeights::linear_bytes() const {
+  int64_t total = 0;
   for (const auto& l : layers) {
     for (const WeightMatrix* w :
          {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      total += mb(*w);
+      total += matrix_bytes(*w);
     }
   }
   return total;
+}
+
+int64_t ModelWeights::bytes() const {
+  int64_t total = matrix_bytes(embed) + linear_bytes();
+  if (lm_head.data != embed.data) total += matrix_bytes(lm_head);
+  return total;
+}
+
+Result<WeightMatrix> ModelWeights::quantize(const WeightMatrix& src, const std::string& name,
+                                            ThreadPool* pool) {
+  WeightMatrix q;
+  q.rows = src.rows;
+  q.cols = src.cols;
+  q.dtype = src.dtype;  // unused once quantized; kept as the source's for provenance
+  q.quant = quant_.scheme;
+  q.group_size = quant_.scheme == QuantScheme::kInt4 ? quant_.group_size : 0;
+  const int64_t row_bytes = quant_row_bytes(q.quant, q.cols);
+  const int64_t groups = quant_groups_per_row(q.quant, q.cols, q.group_size);
+  void* codes = own(size_t(q.rows * row_bytes));
+  auto* scales = static_cast<float*>(own(size_t(q.rows * groups) * sizeof(float)));
+  float* mins = q.quant == QuantScheme::kInt4
+                    ? static_cast<float*>(own(size_t(q.rows * groups) * sizeof(float)))
+                    : nullptr;
+  std::atomic<int64_t> bad_row{-1};
+  const size_t esz = dtype_size(src.dtype);
+  const auto* in = static_cast<const unsigned char*>(src.data);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(size_t(q.cols));  // [cols] the source row in f32
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < q.cols; ++c) {
+        const unsigned char* e = in + size_t(r * q.cols + c) * esz;
+        if (src.dtype == DType::kF32) {
+          std::memcpy(&row[size_t(c)], e, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, e, 2);
+          row[size_t(c)] = src.dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+        }
+        if (!std::isfinite(row[size_t(c)])) {
+          int64_t none = -1;
+          bad_row.compare_exchange_strong(none, r);
+        }
+      }
+      quantize_row(q.quant, q.group_size, row.data(), q.cols, static_cast<char*>(codes) + r * row_bytes,
+                   scales + r * groups, mins ? mins + r * groups : nullptr);
+    }
+  };
+  if (pool) {
+    pool->parallel_for(q.rows, rows);
+  } else {
+    rows(0, q.rows);
+  }
+  if (bad_row.load() >= 0) {
+    return invalid_argument(
+        "tensor '" + name + "' has a non-finite value in row " + std::to_string(bad_row.load()) +
+        "; it cannot be quantized (serve it with --quantization none, or fix the checkpoint)");
+  }
+  q.data = codes;
+  q.scales = scales;
+  q.mins = mins;
+  return q;
 }
 
 namespace {
@@ -107,20 +174,26 @@ Result<TensorView> get_checked(const ModelTensors& t, const std::string& name,
 
 Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
                                                 std::shared_ptr<const ModelTensors> tensors,
-                                                WeightDType dtype, ThreadPool* pool) {
+                                                WeightDType dtype, ThreadPool* pool, Quantization quant) {
   ModelWeights w;
   w.tensors_ = tensors;
+  w.quant_ = quant;
   const ModelTensors& t = *tensors;
   const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
                 kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
 
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols,
-                    const char* meaning) -> Result<WeightMatrix> {
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, const char* meaning,
+                    bool linear = false) -> Result<WeightMatrix> {
     PLUMB_ASSIGN_OR_RETURN(TensorView v, get_checked(t, name, {rows, cols}, meaning));
     WeightMatrix m;
     m.rows = rows;
     m.cols = cols;
     DType stored = to_dtype(v.dtype);
+    if (linear && quant.scheme != QuantScheme::kNone) {  // straight from the stored values
+      m.data = v.data;
+      m.dtype = stored;
+      return w.quantize(m, name, pool);
+    }
     DType target = dtype == WeightDType::kF32    ? DType::kF32
                    : dtype == WeightDType::kBF16 ? DType::kBF16
                                                  : stored;
@@ -174,13 +247,13 @@ Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
     LayerWeights l;
     PLUMB_ASSIGN_OR_RETURN(l.input_norm, vec(p + "input_layernorm.weight", d, "hidden_size"));
     PLUMB_ASSIGN_OR_RETURN(l.q_proj, matrix(p + "self_attn.q_proj.weight", q_out, d,
-                                            "num_attention_heads*head_dim x hidden_size"));
+                                            "num_attention_heads*head_dim x hidden_size", true));
     PLUMB_ASSIGN_OR_RETURN(l.k_proj, matrix(p + "self_attn.k_proj.weight", kv_out, d,
-                                            "num_key_value_heads*head_dim x hidden_size"));
+                                            "num_key_value_heads*head_dim x hidden_size", true));
     PLUMB_ASSIGN_OR_RETURN(l.v_proj, matrix(p + "self_attn.v_proj.weight", kv_out, d,
-                                            "num_key_value_heads*head_dim x hidden_size"));
+                                            "num_key_value_heads*head_dim x hidden_size", true));
     PLUMB_ASSIGN_OR_RETURN(l.o_proj, matrix(p + "self_attn.o_proj.weight", d, q_out,
-                                            "hidden_size x num_attention_heads*head_dim"));
+                                            "hidden_size x num_attention_heads*head_dim", true));
     if (c.attention_bias) {
       PLUMB_ASSIGN_OR_RETURN(l.q_bias,
                              vec(p + "self_attn.q_proj.bias", q_out, "num_attention_heads*head_dim"));
@@ -195,12 +268,12 @@ Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
     }
     PLUMB_ASSIGN_OR_RETURN(l.post_attention_norm,
                            vec(p + "post_attention_layernorm.weight", d, "hidden_size"));
-    PLUMB_ASSIGN_OR_RETURN(l.gate_proj,
-                           matrix(p + "mlp.gate_proj.weight", ff, d, "intermediate_size x hidden_size"));
+    PLUMB_ASSIGN_OR_RETURN(
+        l.gate_proj, matrix(p + "mlp.gate_proj.weight", ff, d, "intermediate_size x hidden_size", true));
     PLUMB_ASSIGN_OR_RETURN(l.up_proj,
-                           matrix(p + "mlp.up_proj.weight", ff, d, "intermediate_size x hidden_size"));
-    PLUMB_ASSIGN_OR_RETURN(l.down_proj,
-                           matrix(p + "mlp.down_proj.weight", d, ff, "hidden_size x intermediate_size"));
+                           matrix(p + "mlp.up_proj.weight", ff, d, "intermediate_size x hidden_size", true));
+    PLUMB_ASSIGN_OR_RETURN(
+        l.down_proj, matrix(p + "mlp.down_proj.weight", d, ff, "hidden_size x intermediate_size", true));
     w.layers.push_back(std::move(l));
   }
   return w;
@@ -230,8 +303,9 @@ std::vector<T> normal_table(float std_dev) {
 }  // namespace
 
 Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, WeightDType dtype,
-                                         ThreadPool* pool) {
+                                         ThreadPool* pool, Quantization quant) {
   ModelWeights w;
+  w.quant_ = quant;
   const DType dt = dtype == WeightDType::kF32 ? DType::kF32 : DType::kBF16;
   const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
                 kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
@@ -240,13 +314,17 @@ Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, We
   const std::vector<float> table_f32 = normal_table<float>(kStd);
   const std::vector<uint16_t> table_bf16 = normal_table<uint16_t>(kStd);
 
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols,
+                    bool linear = false) -> WeightMatrix {
     WeightMatrix m;
     m.rows = rows;
     m.cols = cols;
     m.dtype = dt;
     const int64_t n = rows * cols;
-    void* dst = w.own(size_t(n) * dtype_size(dt));
+    // A linear to be quantized is generated into a temporary, quantized, and the temporary dropped.
+    const bool quantized = linear && quant.scheme != QuantScheme::kNone;
+    std::vector<unsigned char> tmp(quantized ? size_t(n) * dtype_size(dt) : 0);
+    void* dst = quantized ? tmp.data() : w.own(size_t(n) * dtype_size(dt));
     const uint64_t tseed = derive_seed(seed, name);
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     // Each chunk has its own stream, so the values do not depend on how chunks meet threads.
@@ -267,6 +345,7 @@ Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, We
       }
     });
     m.data = dst;
+    if (quantized) return w.quantize(m, name, pool).value();  // seeded normals are finite
     return m;
   };
   auto bias = [&](const std::string& name, int64_t n) {
@@ -284,10 +363,10 @@ Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, We
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights l;
     l.input_norm = ones(d);
-    l.q_proj = matrix(p + "self_attn.q_proj.weight", q_out, d);
-    l.k_proj = matrix(p + "self_attn.k_proj.weight", kv_out, d);
-    l.v_proj = matrix(p + "self_attn.v_proj.weight", kv_out, d);
-    l.o_proj = matrix(p + "self_attn.o_proj.weight", d, q_out);
+    l.q_proj = matrix(p + "self_attn.q_proj.weight", q_out, d, true);
+    l.k_proj = matrix(p + "self_attn.k_proj.weight", kv_out, d, true);
+    l.v_proj = matrix(p + "self_attn.v_proj.weight", kv_out, d, true);
+    l.o_proj = matrix(p + "self_attn.o_proj.weight", d, q_out, true);
     if (c.attention_bias) {
       l.q_bias = bias(p + "self_attn.q_proj.bias", q_out);
       l.k_bias = bias(p + "self_attn.k_proj.bias", kv_out);
@@ -298,9 +377,9 @@ Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, We
       l.k_norm = ones(hd);
     }
     l.post_attention_norm = ones(d);
-    l.gate_proj = matrix(p + "mlp.gate_proj.weight", ff, d);
-    l.up_proj = matrix(p + "mlp.up_proj.weight", ff, d);
-    l.down_proj = matrix(p + "mlp.down_proj.weight", d, ff);
+    l.gate_proj = matrix(p + "mlp.gate_proj.weight", ff, d, true);
+    l.up_proj = matrix(p + "mlp.up_proj.weight", ff, d, true);
+    l.down_proj = matrix(p + "mlp.down_proj.weight", d, ff, true);
     w.layers.push_back(std::move(l));
   }
   return w;

@@ -5,6 +5,13 @@
 // (F32/F16/BF16, element-aligned), otherwise converted once at load into buffers this object owns.
 // Norm weights and biases are small and always float32 copies.
 //
+// Quantization (--quantization int8|int4): the seven linear matrices of every layer (q/k/v/o,
+// gate/up/down) are quantized once at load from their stored (or dummy) f32/f16/bf16 values into
+// buffers this object owns, in the formats of engine/kernels/quant.h (WeightMatrix::quant != kNone;
+// the model multiplies them with Op::kMatmulQuant). The embedding table and lm_head stay as stored
+// (or as `dtype` asks): the embedding is read one row per token, and lm_head (tied to it in most
+// small models) is the layer whose error reaches the logits directly.
+//
 // Hugging Face names mapped here (N = layer index):
 //   model.embed_tokens.weight [vocab, d]              -> embed
 //   lm_head.weight [vocab, d] (absent when tied)      -> lm_head (== embed when tie_word_embeddings)
@@ -27,6 +34,7 @@
 
 #include "core/status.h"
 #include "engine/kernels/kernels.h"
+#include "engine/kernels/quant.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 
@@ -58,20 +66,27 @@ class ModelWeights {
  public:
   // Maps the tensors of `tensors` (kept alive by this object) for config `c`. InvalidArgument
   // naming the tensor and both shapes on a shape mismatch; NotFound naming a missing tensor.
+  // With quantization: InvalidArgument naming the tensor and row if a linear weight is not finite.
   static Result<ModelWeights> from_tensors(const ModelConfig& c, std::shared_ptr<const ModelTensors> tensors,
-                                           WeightDType dtype, ThreadPool* pool);
+                                           WeightDType dtype, ThreadPool* pool, Quantization quant = {});
   // Seeded random weights of the right shapes: linears and biases ~ normal(0, 0.02) (inverse-CDF
   // of a 16-bit uniform, so tails end at ±4.3σ), norms 1.
   // Deterministic for a seed whatever the thread count. dtype kAsStored means bf16.
-  static Result<ModelWeights> dummy(const ModelConfig& c, uint64_t seed, WeightDType dtype, ThreadPool* pool);
+  // With quantization, the linears are generated as above and then quantized.
+  static Result<ModelWeights> dummy(const ModelConfig& c, uint64_t seed, WeightDType dtype, ThreadPool* pool,
+                                    Quantization quant = {});
 
   WeightMatrix embed;             // [vocab, d]
   WeightMatrix lm_head;           // [vocab, d]; the same memory as embed when tied
   std::vector<float> final_norm;  // [d]
   std::vector<LayerWeights> layers;
 
-  // Bytes of linear weights + embeddings the forward pass reads (tied embeddings counted once).
+  // Bytes of linear weights + embeddings the forward pass reads (tied embeddings counted once);
+  // quantized linears count codes + scales (+ mins).
   int64_t bytes() const;
+  // Bytes of the quantized (or float) linear layers alone, and the quantization they carry.
+  int64_t linear_bytes() const;
+  const Quantization& quantization() const { return quant_; }
   DType linear_dtype() const { return layers.empty() ? embed.dtype : layers[0].q_proj.dtype; }
 
  private:
@@ -81,6 +96,10 @@ class ModelWeights {
   };
   // Owns 64-byte-aligned memory for converted or generated weights.
   void* own(size_t bytes);
+  // Quantizes `src` (a float WeightMatrix) into owned buffers; InvalidArgument naming `name` and
+  // the row if a value is not finite.
+  Result<WeightMatrix> quantize(const WeightMatrix& src, const std::string& name, ThreadPool* pool);
+  Quantization quant_;
   std::shared_ptr<const ModelTensors> tensors_;
   std::vector<std::unique_ptr<Buffer>> owned_;
 };

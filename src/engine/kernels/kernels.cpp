@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/json.h"
+#include "engine/kernels/quant.h"
 #include "engine/kernels/reference.h"
 
 namespace plumb::engine {
@@ -22,6 +23,10 @@ const char* dtype_name(DType t) {
 
 size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
 
+const char* quant_scheme_name(QuantScheme q) {
+  return q == QuantScheme::kInt8 ? "int8" : q == QuantScheme::kInt4 ? "int4" : "none";
+}
+
 const char* phase_name(Phase p) { return p == Phase::kPrefill ? "prefill" : "decode"; }
 
 const char* op_name(Op op) {
@@ -38,6 +43,8 @@ const char* op_name(Op op) {
       return "embedding";
     case Op::kAttention:
       return "attention";
+    case Op::kMatmulQuant:
+      return "matmul_quant";
     case Op::kCount:
       break;
   }
@@ -117,6 +124,7 @@ KernelRegistry& KernelRegistry::instance() {
     detail::register_reference_kernels(*reg);
     detail::register_avx2_kernels(*reg);
     detail::register_onednn_kernels(*reg);
+    detail::register_quant_kernels(*reg);
     return reg;
   }();
   return *r;
@@ -268,6 +276,9 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
           break;
         case Op::kAttention:
           set.attention = reinterpret_cast<AttentionFn>(v->fn);
+          break;
+        case Op::kMatmulQuant:
+          set.matmul_quant = reinterpret_cast<MatmulFn>(v->fn);
           break;
         case Op::kCount:
           break;

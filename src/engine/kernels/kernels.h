@@ -40,15 +40,28 @@ struct KernelContext {
   Phase phase = Phase::kPrefill;
 };
 
+// Weight-only quantization of a linear layer's matrix (formats: engine/kernels/quant.h).
+enum class QuantScheme : uint8_t { kNone, kInt8, kInt4 };
+const char* quant_scheme_name(QuantScheme q);  // "none", "int8", "int4"
+
 // A weight matrix W[rows, cols] (out_features x in_features), row-major, stored dtype.
 struct WeightMatrix {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;  // out features
   int64_t cols = 0;  // in features
+  // Weight-only quantization. kNone: data holds `dtype` elements (above). Otherwise `dtype` is
+  // unused, data holds codes in the layout of engine/kernels/quant.h, and only Op::kMatmulQuant
+  // variants read it: int8 W[r, c] ~ scales[r] * q; int4 W[r, c] ~ scales[r, g] * q + mins[r, g],
+  // g = c / group_size.
+  QuantScheme quant = QuantScheme::kNone;
+  const float* scales = nullptr;  // int8: [rows]; int4: [rows, groups]
+  const float* mins = nullptr;    // int4: [rows, groups]; null otherwise
+  int32_t group_size = 0;         // int4: 32 or 64; 0 otherwise
 };
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ + bias[n] (bias may be null). k == w.cols, n == w.rows.
+// Op::kMatmul variants take w.quant == kNone; Op::kMatmulQuant variants take kInt8 / kInt4.
 using MatmulFn = void (*)(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w,
                           const float* bias, float* y);
 
@@ -94,7 +107,18 @@ using AttentionFn = void (*)(const KernelContext& ctx, const float* q, const KvL
                              std::span<const AttentionSeq> seqs, int32_t n_heads, float scale, float* out);
 
 // Operations that dispatch through the registry.
-enum class Op : uint8_t { kMatmul, kRmsNorm, kRope, kSwiglu, kEmbedding, kAttention, kCount };
+// kMatmulQuant ("matmul_quant") is the linear layers' matmul when their weights are quantized
+// (a MatmulFn over a WeightMatrix with quant != kNone); lm_head and float layers use kMatmul.
+enum class Op : uint8_t {
+  kMatmul,
+  kRmsNorm,
+  kRope,
+  kSwiglu,
+  kEmbedding,
+  kAttention,
+  kMatmulQuant,
+  kCount
+};
 const char* op_name(Op op);
 // "matmul" -> Op::kMatmul, ...; InvalidArgument naming the known ops otherwise.
 Result<Op> op_from_name(std::string_view name);
@@ -148,6 +172,7 @@ struct KernelSet {
   SwigluFn swiglu = nullptr;
   EmbeddingFn embedding = nullptr;
   AttentionFn attention = nullptr;
+  MatmulFn matmul_quant = nullptr;  // for WeightMatrix::quant != kNone
   std::map<Op, std::string> names;  // the variant actually used, for provenance
 };
 
