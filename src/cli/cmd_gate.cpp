@@ -58,7 +58,7 @@ std::string self_exe() {
 
 // data/mc_heldout.jsonl under the working directory, else next to or above the binary (build trees).
 std::string default_dataset() {
-  const std::string rel = "data/mc_heldout.jsonl";
+  std::string rel = "data/mc_heldout.jsonl";
   if (std::filesystem::exists(rel)) return rel;
   std::filesystem::path dir = std::filesystem::path(self_exe()).parent_path();
   for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())

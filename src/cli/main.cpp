@@ -1,6 +1,8 @@
 // The `plumb` binary: a thin shell over the modules. Every subcommand lives in its own cmd_*.cpp.
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
+#include <exception>
 #include <iostream>
 #include <utility>
 #include <vector>
@@ -25,7 +27,9 @@ int exit_code() { return g_exit_code; }
 
 }  // namespace plumb::cli
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   using namespace plumb::cli;
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{
@@ -50,4 +54,16 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   return exit_code();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Errors travel as Status; an exception reaching here is a bug, reported rather than aborting.
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "plumb: internal error: %s (please report it)\n", e.what());
+    return plumb::cli::kExitError;
+  }
 }

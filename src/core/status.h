@@ -100,7 +100,9 @@ class Result {
 // `PLUMB_ASSIGN_OR_RETURN(auto x, make_x());` declares x from a Result or returns its Status.
 #define PLUMB_ASSIGN_OR_RETURN(lhs, expr) \
   PLUMB_ASSIGN_OR_RETURN_IMPL(PLUMB_CONCAT(plumb_result_, __LINE__), lhs, expr)
+// NOLINTBEGIN(bugprone-macro-parentheses): lhs is a declaration ("auto x"), tmp a fresh name.
 #define PLUMB_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.status();               \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -37,14 +37,14 @@ Subprocess::~Subprocess() {
 }
 
 Subprocess::Subprocess(Subprocess&& o) noexcept
-    : pid_(std::exchange(o.pid_, -1)), group_(o.group_), exit_(std::move(o.exit_)) {}
+    : pid_(std::exchange(o.pid_, -1)), group_(o.group_), exit_(o.exit_) {}
 
 Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {
   if (this != &o) {
     if (pid_ > 0 && !exit_) stop(std::chrono::milliseconds(2000));
     pid_ = std::exchange(o.pid_, -1);
     group_ = o.group_;
-    exit_ = std::move(o.exit_);
+    exit_ = o.exit_;
   }
   return *this;
 }
@@ -61,10 +61,12 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
   }
   for (const auto& [k, v] : opts.env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::vector<std::string> args = opts.argv;
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 

@@ -29,7 +29,6 @@ size_t tensor_dtype_size(TensorDType t) {
     case TensorDType::kF32:
       return 4;
     case TensorDType::kF16:
-      return 2;
     case TensorDType::kBF16:
       return 2;
     case TensorDType::kI32:

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "core/file.h"
 #include "core/json.h"
@@ -27,10 +28,10 @@ std::string MachineFingerprint::hash() const { return sha256_hex(canonical_json(
 
 namespace {
 
-std::string trim(std::string s) {
+std::string trim(std::string_view s) {
   size_t b = s.find_first_not_of(" \t\r\n");
   size_t e = s.find_last_not_of(" \t\r\n");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  return b == std::string_view::npos ? std::string() : std::string(s.substr(b, e - b + 1));
 }
 
 // Value of the first "key : value" line whose key matches, from a /proc text file.

@@ -343,7 +343,7 @@ std::vector<double> u_counts(int n1, int n2) {
     std::swap(prev, cur);
   }
   std::vector<double> out = prev[size_t(n2)];
-  out.resize(size_t(maxu + 1), 0.0);
+  out.resize(size_t(maxu) + 1, 0.0);
   return out;
 }
 

@@ -96,7 +96,7 @@ struct LlmEngine::Seq {
 LlmEngine::LlmEngine(LlmEngineConfig config, std::unique_ptr<ModelRunner> runner, Mode mode)
     : config_(std::move(config)), runner_(std::move(runner)), mode_(mode) {}
 
-Result<std::unique_ptr<LlmEngine>> LlmEngine::create(LlmEngineConfig config,
+Result<std::unique_ptr<LlmEngine>> LlmEngine::create(const LlmEngineConfig& config,
                                                      std::unique_ptr<ModelRunner> runner, Mode mode) {
   if (!runner) return invalid_argument("LlmEngine needs a model runner");
   PLUMB_ASSIGN_OR_RETURN(LlmEngineConfig eff, normalize(config, runner->max_context()));

@@ -73,7 +73,7 @@ class LlmEngine final : public InferenceBackend {
     kManual,  // no thread: the caller drives step() (deterministic tests); sinks run inside step()
   };
   // `config` must already be normalized. Allocates the runner's KV storage.
-  static Result<std::unique_ptr<LlmEngine>> create(LlmEngineConfig config,
+  static Result<std::unique_ptr<LlmEngine>> create(const LlmEngineConfig& config,
                                                    std::unique_ptr<ModelRunner> runner,
                                                    Mode mode = Mode::kThread);
   ~LlmEngine() override;

@@ -211,7 +211,7 @@ std::string need_string(const bj::object& o, std::string_view key, const std::st
   return std::string(v->as_string());
 }
 
-std::string opt_string(const bj::object& o, std::string_view key, std::string def = {}) {
+std::string opt_string(const bj::object& o, std::string_view key, const std::string& def = {}) {
   const bj::value* v = member(o, key);
   return v && v->is_string() ? std::string(v->as_string()) : def;
 }
