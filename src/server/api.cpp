@@ -258,14 +258,17 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   } else {
     max_gen = 16;  // the OpenAI default for completions
   }
-  if (prompt_len + std::max<int64_t>(max_gen, 1) > ctx.max_context) {
-    ApiError e = bad_request("This model's maximum context length is " + std::to_string(ctx.max_context) +
-                                 " tokens. However, you requested " + std::to_string(prompt_len + max_gen) +
-                                 " tokens (" + std::to_string(prompt_len) + " in the " +
-                                 (chat ? "messages" : "prompt") + ", " + std::to_string(max_gen) +
-                                 " for the completion). Please reduce the length of the " +
-                                 (chat ? "messages" : "prompt") + " or the completion.",
-                             chat ? "messages" : "prompt");
+  // Compared as max_gen > room, never as a sum: max_tokens may be as large as INT64_MAX.
+  if (std::max<int64_t>(max_gen, 1) > ctx.max_context - prompt_len) {
+    std::string total = max_gen > INT64_MAX - prompt_len ? "more than " + std::to_string(INT64_MAX)
+                                                         : std::to_string(prompt_len + max_gen);
+    ApiError e =
+        bad_request("This model's maximum context length is " + std::to_string(ctx.max_context) +
+                        " tokens. However, you requested " + total + " tokens (" +
+                        std::to_string(prompt_len) + " in the " + (chat ? "messages" : "prompt") + ", " +
+                        std::to_string(max_gen) + " for the completion). Please reduce the length of the " +
+                        (chat ? "messages" : "prompt") + " or the completion.",
+                    chat ? "messages" : "prompt");
     e.code = "context_length_exceeded";
     return e;
   }

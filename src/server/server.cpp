@@ -38,6 +38,7 @@ struct Stream {
   std::vector<LogprobEntry> logprobs;  // non-stream: every entry
   int64_t text_bytes_sent = 0;         // completions: for logprob text offsets
   std::vector<LogprobEntry> prompt_entries;
+  bool echo_sent = false;  // stream + echo: the prompt chunk went out
 };
 
 std::string_view finish_reason_text(FinishReason r, bool stopped_by_string) {
@@ -180,6 +181,12 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
       first.token = tokenizer.decode(std::span<const int32_t>(&t0, 1));
       s.prompt_entries.push_back(std::move(first));
       for (const auto& lp : ev.prompt_logprobs) s.prompt_entries.push_back(logprob_entry(tokenizer, lp));
+    }
+    if (s.req.stream && s.req.echo && !s.echo_sent && !s.prompt_entries.empty()) {
+      // Echo with logprobs streams the prompt once its logprobs exist (the engine's first event),
+      // as vLLM does: the first chunk carries the prompt text and one entry per prompt token.
+      s.echo_sent = true;
+      s.writer->write(sse_piece(s, s.req.prompt_text, s.prompt_entries));
     }
     std::string piece;
     if (!s.stopped_by_string) {
@@ -361,7 +368,10 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
         choices.push_back(std::move(choice));
         o["choices"] = std::move(choices);
         w->write(net::sse_format_data(json::dump(o)));
-      } else if (s.req.echo) {
+      } else if (s.req.echo && !s.req.prompt_logprobs) {
+        // Without logprobs the prompt goes out at once; with them, on_event sends it together with
+        // the prompt logprobs.
+        s.echo_sent = true;
         w->write(sse_piece(s, s.req.prompt_text, {}));
       }
     }
@@ -536,8 +546,20 @@ OpenAiServer::OpenAiServer(ServerOptions options, scheduler::InferenceBackend& b
           impl_->guarded([](Impl& i, const net::Request& r, auto w) { i.detokenize(r, w); }));
   h.route("GET", "/health", impl_->guarded([](Impl& i, const net::Request&, auto w) { i.health(w); }));
   h.route("GET", "/metrics", impl_->guarded([](Impl& i, const net::Request&, auto w) { i.metrics_page(w); }));
+  // A known path with another method is 405 with Allow (as vLLM answers), anything else 404.
+  static const std::map<std::string, std::string> kAllowed = {
+      {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+      {"/tokenize", "POST"}, {"/detokenize", "POST"},     {"/health", "GET"},
+      {"/metrics", "GET"}};
   h.set_fallback([](const net::Request& r, std::shared_ptr<net::ResponseWriter> w) {
     ApiError e;
+    if (auto it = kAllowed.find(r.path); it != kAllowed.end()) {
+      e.status = 405;
+      e.message = "method " + r.method + " is not allowed on " + r.path + "; use " + it->second;
+      e.code = "method_not_allowed";
+      w->send(405, "application/json", e.body(), {{"Allow", it->second}});
+      return;
+    }
     e.status = 404;
     e.message = "no endpoint " + r.method + " " + r.path;
     e.code = "not_found";

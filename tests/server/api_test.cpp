@@ -74,6 +74,11 @@ TEST_F(Api, ErrorsNameTheField) {
       err(parse_completion(R"({"prompt": [1,2,3,4,5,6,7,8,9,10], "max_tokens": 60})", false, ctx()));
   EXPECT_EQ(tl.code, "context_length_exceeded");
   EXPECT_NE(tl.message.find("maximum context length is 64"), std::string::npos);
+  // max_tokens at the int64 limit is "too long for the context" (no overflow of prompt + max_tokens).
+  ApiError huge =
+      err(parse_completion(R"({"prompt": "a", "max_tokens": 9223372036854775807})", false, ctx()));
+  EXPECT_EQ(huge.code, "context_length_exceeded") << huge.message;
+  EXPECT_NE(huge.message.find("more than 9223372036854775807"), std::string::npos) << huge.message;
   // Chat without a template is a 400, not a crash.
   EXPECT_EQ(err(parse_completion(R"({"messages": [{"role": "user", "content": "hi"}]})", true, ctx())).param,
             "messages");

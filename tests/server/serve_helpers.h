@@ -188,4 +188,20 @@ inline double metric(const std::string& text, const std::string& name) {
   return -1;
 }
 
+// Polls /metrics until nothing runs or waits and no KV block is in use (or `bound` passes);
+// returns the last page.
+inline std::string wait_until_idle(uint16_t port, std::chrono::seconds bound = std::chrono::seconds(60)) {
+  std::string m;
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    m = http(port, "GET", "/metrics").body;
+    if (metric(m, "plumb:num_requests_running") == 0 && metric(m, "plumb:num_requests_waiting") == 0 &&
+        metric(m, "plumb:kv_cache_usage_perc") == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return m;
+}
+
 }  // namespace plumb::testing

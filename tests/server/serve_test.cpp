@@ -307,6 +307,43 @@ TEST_F(Serve, LogprobsAndEcho) {
   for (size_t i = 1; i < lp.at("token_logprobs").as_array().size(); ++i) {
     EXPECT_LE(lp.at("token_logprobs").as_array()[i].as_double(), 0.0);
   }
+  // Streamed: the first chunk carries the prompt and its logprobs (as vLLM does), identical to the
+  // non-streamed ones; the generated tokens' entries follow in later chunks.
+  auto sr = http(port(), "POST", "/v1/completions",
+                 completion_body("Once upon a time", 4, R"("logprobs": 2, "echo": true, "stream": true)"));
+  ASSERT_EQ(sr.status, 200) << sr.body;
+  auto sdata = sse_data(sr.body);
+  ASSERT_GE(sdata.size(), 3u) << sr.body;
+  const auto first_chunk = obj(sdata[0]);
+  ASSERT_TRUE(first_chunk.contains("choices")) << sdata[0];
+  const auto& first = first_chunk.at("choices").as_array().at(0).as_object();
+  EXPECT_EQ(first.at("text").as_string(), "Once upon a time");
+  ASSERT_TRUE(first.at("logprobs").is_object()) << sdata[0];
+  const auto& flp = first.at("logprobs").as_object();
+  ASSERT_EQ(int64_t(flp.at("tokens").as_array().size()), n_prompt) << sdata[0];
+  EXPECT_TRUE(flp.at("token_logprobs").as_array().at(0).is_null());
+  for (int64_t i = 0; i < n_prompt; ++i) {
+    EXPECT_EQ(flp.at("tokens").as_array()[size_t(i)], lp.at("tokens").as_array()[size_t(i)]) << i;
+    if (i > 0) {
+      EXPECT_NEAR(flp.at("token_logprobs").as_array()[size_t(i)].as_double(),
+                  lp.at("token_logprobs").as_array()[size_t(i)].as_double(), 1e-6)
+          << i;
+      EXPECT_EQ(flp.at("top_logprobs").as_array()[size_t(i)].as_object().size(), 2u) << i;
+    }
+  }
+  size_t generated_entries = 0;
+  for (size_t k = 1; k < sdata.size(); ++k) {
+    if (sdata[k] == "[DONE]") continue;
+    auto chunk = obj(sdata[k]);
+    if (!chunk.contains("choices") || chunk.at("choices").as_array().empty()) continue;
+    const auto& ch = chunk.at("choices").as_array().at(0).as_object();
+    if (ch.at("logprobs").is_object()) {
+      generated_entries += ch.at("logprobs").as_object().at("tokens").as_array().size();
+    }
+  }
+  EXPECT_EQ(generated_entries, 4u);
+  EXPECT_EQ(stream_text(sdata), text_of(r));
+
   auto chat = http(port(), "POST", "/v1/chat/completions",
                    R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0,
                        "ignore_eos": true, "logprobs": true, "top_logprobs": 2})");
@@ -388,6 +425,8 @@ TEST(ServeLimits, KvExhaustionPreemptsWithoutChangingAnswers) {
   EXPECT_GT(metric(m, "plumb:num_preemptions_total"), 0) << m;
   EXPECT_EQ(metric(m, "plumb:kv_cache_usage_perc"), 0) << m;
   EXPECT_EQ(metric(m, "plumb:kv_cache_blocks_used"), 0) << m;
+  // And it still answers as before.
+  EXPECT_EQ(text_of(http(s.port(), "POST", "/v1/completions", completion_body(prompts[0], 120))), alone[0]);
 }
 
 TEST(ServeLimits, FullQueueAnswers429) {
@@ -416,6 +455,10 @@ TEST(ServeLimits, FullQueueAnswers429) {
   // One runs, one waits: at least two of four are refused.
   EXPECT_GE(n429, 2);
   EXPECT_EQ(http(s.port(), "POST", "/v1/completions", completion_body("After", 2)).status, 200);
+  // Refused requests hold nothing.
+  std::string m = wait_until_idle(s.port());
+  EXPECT_EQ(metric(m, "plumb:kv_cache_blocks_used"), 0) << m;
+  EXPECT_GE(metric(m, "plumb:request_rejected_total"), 2) << m;
 }
 
 TEST(ServeSynthetic, StreamFollowsTheConfiguredSchedule) {
