@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "protocol/protocol.h"
+
 namespace plumb::metrics {
 namespace {
 
@@ -191,53 +193,52 @@ std::string_view verdict_name(Verdict v) {
 }
 
 std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b) {
+  // One definition of run validity: protocol::check_validity (PROTOCOL.md §3) names the
+  // constraints, holds the bounds and decides; this function only supplies what was measured.
+  // A protocol scenario's minimums arrive per profile through `b`, so the scenario passed on has
+  // one profile.
+  protocol::Scenario s;
+  s.profiles.resize(1);
+  s.min_completed = int(std::clamp<int64_t>(b.min_completed, 0, INT32_MAX));
+  s.min_steady_s = b.min_steady_s;
+  auto facts_value = [](double x) { return std::isnan(x) ? -1.0 : x; };  // -1: not measured (fails)
+  protocol::RunFacts f;
+  f.completed = m.completed;
+  f.failed = m.failed;
+  f.steady_s = m.steady.empty ? 0.0 : m.steady.duration_s;
+  f.send_lag_p99_ms = facts_value(m.send_lag_ms.p99);  // send lag = sent - eligible (docs/metrics.md)
+  f.min_output_fraction = facts_value(m.min_output_fraction);
+  // A completed request without usage leaves the server's total unknown: not measured.
+  f.server_output_tokens = m.usage_missing > 0 ? -1 : m.usage_output_tokens;
+  f.local_output_tokens = m.local_output_tokens;
+  f.warmup_excluded = m.warmup >= b.min_warmup;  // warmup records never enter Metrics
+  f.target_verified = b.target_verified.value_or(true);
+  protocol::Validity v = protocol::check_validity(s, f);
+
   std::vector<Constraint> out;
-  auto add = [&](std::string name, double value, std::string rel, double bound, std::string unit,
-                 std::string fix) {
-    bool ok = rel == "<=" ? value <= bound : value >= bound;  // NaN fails both
-    out.push_back({std::move(name), value, std::move(rel), bound, std::move(unit),
-                   ok ? Verdict::kPass : Verdict::kFail, std::move(fix)});
-  };
-  add("completed_requests", double(m.completed), ">=", double(b.min_completed), "requests",
-      "run more requests or find why requests fail (see failures)");
-  add("steady_duration", m.steady.empty ? 0.0 : m.steady.duration_s, ">=", b.min_steady_s, "s",
-      "send more requests or lower the concurrency so that load overlaps completions for longer");
-  add("error_rate", m.error_rate, "<=", b.max_error_rate, "",
-      "see failures by category; fix the server or the network, lower the load, or raise the timeout");
-  add("send_lag_p99", m.send_lag_ms.p99, "<=", b.max_send_lag_p99_ms, "ms",
-      "the client could not keep up with the schedule: give plumb a free CPU core or lower the request rate");
-  add("min_output_fraction", m.min_output_fraction, ">=", b.min_output_fraction, "",
-      "the server stopped early: make it honour ignore_eos and max_tokens");
-  {
-    Constraint c{"token_count_disagreement",
-                 m.token_disagreement,
-                 "<=",
-                 b.max_token_disagreement,
-                 "",
-                 Verdict::kFail,
-                 "usage and the local count disagree: check the server's usage accounting and the tokenizer"};
-    if (m.usage_missing > 0) {
+  for (auto& pc : v.constraints) {
+    Constraint c;
+    c.name = pc.name;
+    c.value = pc.value;
+    c.relation = pc.op;
+    c.bound = pc.bound;
+    c.verdict = pc.pass ? Verdict::kPass : Verdict::kFail;
+    c.fix = pc.fix;
+    if (c.name == "completed_requests") {
+      c.unit = "requests";
+    } else if (c.name == "steady_duration_s") {
+      c.unit = "s";
+    } else if (c.name == "send_lag_p99_ms") {
+      c.unit = "ms";
+    } else if (c.name == "token_count_disagreement" && m.usage_missing > 0) {
+      c.value = m.token_disagreement;
       c.fix = std::to_string(m.usage_missing) +
               " completed requests reported no usage: the server must honour stream_options.include_usage";
-    } else if (c.value <= c.bound) {
-      c.verdict = Verdict::kPass;
-    }
-    out.push_back(std::move(c));
-  }
-  add("warmup_requests", double(m.warmup), ">=", double(b.min_warmup), "requests",
-      "run a warmup phase before measuring (--warmup N)");
-  {
-    Constraint c{
-        "target_identity",
-        stats::kNaN,
-        ">=",
-        1.0,
-        "",
-        Verdict::kNotApplicable,
-        "the process answering is not the one plumb launched: stop whatever else listens on the port"};
-    if (b.target_verified) {
-      c.value = *b.target_verified ? 1.0 : 0.0;
-      c.verdict = *b.target_verified ? Verdict::kPass : Verdict::kFail;
+    } else if (c.name == "warmup_excluded") {
+      c.fix += " (plumb bench --warmup N)";
+    } else if (c.name == "target_verified" && !b.target_verified) {
+      c.value = stats::kNaN;  // plumb did not launch the target: nothing to verify
+      c.verdict = Verdict::kNotApplicable;
     }
     out.push_back(std::move(c));
   }

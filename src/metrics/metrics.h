@@ -96,7 +96,7 @@ double throughput_objective(std::span<const Metrics> profiles);
 enum class Verdict { kPass, kFail, kNotApplicable };
 std::string_view verdict_name(Verdict v);  // "pass", "fail", "n/a"
 struct Constraint {
-  std::string name;            // e.g. "error_rate"
+  std::string name;            // protocol/'s name, e.g. "error_rate", "send_lag_p99_ms"
   double value = stats::kNaN;  // measured
   std::string relation;        // "<=" or ">="
   double bound = stats::kNaN;  // limit
@@ -105,17 +105,18 @@ struct Constraint {
   std::string fix;  // what to do when it fails
 };
 
-// Bounds for one scenario (protocol/ supplies them); defaults are PROTOCOL.md §3's.
+// What varies per run. The fixed bounds (error rate, send lag, output fraction, token-count
+// agreement) are the protocol's (protocol::validity_bounds()) and cannot be changed here.
 struct ValidityBounds {
-  int64_t min_completed = 1;              // completed measured requests
+  int64_t min_completed = 1;              // completed measured requests (a scenario: per profile)
   double min_steady_s = 0.0;              // steady window duration
-  double max_error_rate = 0.01;           // failed / requests
-  double max_send_lag_p99_ms = 5.0;       // client kept up with the schedule
-  double min_output_fraction = 0.98;      // every completed request delivered >= this of max_tokens
-  double max_token_disagreement = 0.02;   // usage vs local count, in total
   int64_t min_warmup = 1;                 // warmup requests run before the measured phase
   std::optional<bool> target_verified{};  // launched target identity checked; nullopt: not launched by plumb
 };
+// The constraints of PROTOCOL.md §3 in protocol::check_validity's order and names
+// (completed_requests, steady_duration_s, error_rate, send_lag_p99_ms, min_output_fraction,
+// token_count_disagreement, warmup_excluded, target_verified), decided by protocol::check_validity
+// from this run's measured facts. target_verified is n/a when `target_verified` is unset.
 std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& bounds = {});
 // True when no constraint fails (n/a counts as passing).
 bool all_pass(std::span<const Constraint> constraints);

@@ -102,12 +102,13 @@ struct ValidityBounds {
 };
 const ValidityBounds& validity_bounds();
 
-// What a run observed, per profile summed where it makes sense. Filled by the bench command.
+// What a run observed, per profile summed where it makes sense. Filled by metrics::check_validity
+// from a measured run.
 struct RunFacts {
   int64_t completed = -1;             // completed requests (warmup excluded); -1 = not measured
   int64_t failed = -1;                // failed requests, all categories
   double steady_s = -1.0;             // shortest steady-state window over the profiles (s)
-  double send_lag_p99_ms = -1.0;      // p99 of (sent - scheduled) over all requests (ms)
+  double send_lag_p99_ms = -1.0;      // p99 of send lag = sent - eligible, every sent request (ms)
   double min_output_fraction = -1.0;  // min over completed requests of output/requested
   int64_t server_output_tokens = -1;  // sum of usage.completion_tokens
   int64_t local_output_tokens = -1;   // sum of the local re-count

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "protocol/protocol.h"
+
 namespace plumb::metrics {
 namespace {
 
@@ -181,10 +183,10 @@ TEST(Validity, EveryConstraintWithValueBoundAndVerdict) {
   auto cs = check_validity(m, {.min_completed = 4, .min_steady_s = 0.05});
   ASSERT_EQ(cs.size(), 8u);
   std::vector<std::pair<std::string, Verdict>> want{
-      {"completed_requests", Verdict::kPass},  {"steady_duration", Verdict::kPass},
-      {"error_rate", Verdict::kFail},          {"send_lag_p99", Verdict::kPass},
+      {"completed_requests", Verdict::kPass},  {"steady_duration_s", Verdict::kPass},
+      {"error_rate", Verdict::kFail},          {"send_lag_p99_ms", Verdict::kPass},
       {"min_output_fraction", Verdict::kFail}, {"token_count_disagreement", Verdict::kFail},
-      {"warmup_requests", Verdict::kFail},     {"target_identity", Verdict::kNotApplicable}};
+      {"warmup_excluded", Verdict::kFail},     {"target_verified", Verdict::kNotApplicable}};
   for (size_t i = 0; i < cs.size(); ++i) {
     EXPECT_EQ(cs[i].name, want[i].first);
     EXPECT_EQ(cs[i].verdict, want[i].second) << cs[i].name;
@@ -217,6 +219,53 @@ TEST(Validity, ACleanRunPasses) {
   auto cs = check_validity(m, {.min_completed = 4, .target_verified = true});
   for (const auto& c : cs) EXPECT_EQ(c.verdict, Verdict::kPass) << c.name;
   EXPECT_TRUE(all_pass(cs));
+}
+
+// One definition: the names, order, relations and bounds are protocol::check_validity's.
+TEST(Validity, NamesAndBoundsAreTheProtocols) {
+  Metrics m = compute(example());
+  auto cs = check_validity(m, {.min_completed = 4, .min_steady_s = 0.05, .target_verified = true});
+  protocol::Scenario s;
+  s.profiles.resize(1);
+  s.min_completed = 4;
+  s.min_steady_s = 0.05;
+  auto pv = protocol::check_validity(s, protocol::RunFacts{});
+  ASSERT_EQ(cs.size(), pv.constraints.size());
+  for (size_t i = 0; i < cs.size(); ++i) {
+    EXPECT_EQ(cs[i].name, pv.constraints[i].name);
+    EXPECT_EQ(cs[i].relation, pv.constraints[i].op) << cs[i].name;
+    EXPECT_DOUBLE_EQ(cs[i].bound, pv.constraints[i].bound) << cs[i].name;
+  }
+  EXPECT_DOUBLE_EQ(cs[3].bound, protocol::validity_bounds().max_send_lag_p99_ms);
+  EXPECT_DOUBLE_EQ(cs[2].bound, protocol::validity_bounds().max_error_rate);
+}
+
+// Send lag is sent - eligible: a request that waited 500 ms for a concurrency slot and was sent the
+// moment the slot freed is not late (its wait is cap_wait). Measured from `scheduled` the same run
+// would fail the 5 ms bound.
+TEST(Validity, SendLagExcludesTheWaitForAConcurrencySlot) {
+  RunRecord run;
+  for (size_t i = 0; i < 4; ++i) {
+    int slot = int(i) * 500;  // concurrency 1, each request 500 ms: request i is eligible at i * 500
+    RequestRecord r = rec(i, 0, slot + 1, {{slot + 100, 1}, {slot + 200, 1}}, slot + 500, 2, 2);
+    r.eligible = M(slot);
+    run.requests.push_back(r);
+  }
+  run.warmup.push_back(rec(0, -100, -100, {{-50, 1}}, -50, 1, 1));
+  run.warmup[0].warmup = true;
+  run.duration = M(2000);
+  Metrics m = compute(run);
+  EXPECT_NEAR(m.send_lag_ms.p99, 1.0, 1e-9);
+  EXPECT_GT(m.cap_wait_ms.p99, 1000.0);
+  auto cs = check_validity(m, {.min_completed = 4});
+  EXPECT_EQ(cs[3].name, "send_lag_p99_ms");
+  EXPECT_EQ(cs[3].verdict, Verdict::kPass);
+  EXPECT_TRUE(all_pass(cs));
+  // One request sent 10 ms after its slot freed: late.
+  run.requests[2].sent = *run.requests[2].eligible + M(10);
+  cs = check_validity(compute(run), {.min_completed = 4});
+  EXPECT_EQ(cs[3].verdict, Verdict::kFail);
+  EXPECT_NE(cs[3].fix.find("keep up"), std::string::npos) << cs[3].fix;
 }
 
 // Flattens a JSON value into "path: kind" lines; array elements share the path "name[]".
