@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "core/file.h"
+#include "engine/kernels/observer.h"
+#include "engine/sampling.h"
 
 namespace plumb::engine {
 
@@ -44,6 +46,7 @@ Result<std::unique_ptr<Model>> Model::dummy(const ModelConfig& config, const Mod
 
 Status Model::set_kernels(const KernelSelection& sel) {
   PLUMB_ASSIGN_OR_RETURN(kernels_, resolve_kernels(sel));
+  set_default_sample_kernel(kernels_[size_t(Phase::kDecode)].sample);  // samplers of this process follow it
   return Status::Ok();
 }
 
@@ -129,6 +132,24 @@ void add_inplace(float* x, const float* y, int64_t n) {
 
 Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, ForwardOutput* out) {
   PLUMB_RETURN_IF_ERROR(check_batch(config_, batch, cache));
+  // Profiling (engine/kernels/observer.h): null unless `plumb kernels profile` installed one.
+  KernelObserver* const obs = kernel_observer();
+  if (obs) {
+    int64_t rows = 0;
+    bool pre = false;
+    for (const auto& in : batch) rows += int64_t(in.tokens.size()), pre |= in.tokens.size() > 1;
+    Status st;
+    observed_call(obs,
+                  KernelCall{Op::kCount, pre ? Phase::kPrefill : Phase::kDecode, "forward", -1, rows,
+                             int64_t(batch.size()), 0, nullptr},
+                  [&] { st = forward_impl(batch, cache, out, obs); });
+    return st;
+  }
+  return forward_impl(batch, cache, out, nullptr);
+}
+
+Status Model::forward_impl(std::span<const SequenceInput> batch, KvCache& cache, ForwardOutput* out,
+                           KernelObserver* obs) {
   const ModelConfig& c = config_;
   const int64_t d = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim,
                 ff = c.intermediate_size, V = c.vocab_size;
@@ -172,23 +193,44 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
   const int32_t* pos = ws_.pos.data();
 
   // x = embed[ids]
-  ks.embedding(ctx, ws_.ids.data(), T, weights_.embed.data, weights_.embed.dtype, d, x);
+  const Phase ph = ctx.phase;
+  // Linear layers with quantized weights go to Op::kMatmulQuant (engine/kernels/quant.h).
+  const Op lin_op = weights_.quantization().scheme != QuantScheme::kNone ? Op::kMatmulQuant : Op::kMatmul;
+  PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kEmbedding, ph, "embedding", -1, T, d, 0, nullptr}),
+                      ks.embedding(ctx, ws_.ids.data(), T, weights_.embed.data, weights_.embed.dtype, d, x));
 
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const LayerWeights& L = weights_.layers[size_t(li)];
     const KvLayerView kv = cache.layer(int32_t(li));
 
     // --- attention block: x += o_proj(attention(rope(q), rope(k), v)) over rmsnorm(x)
-    ks.rmsnorm(ctx, x, L.input_norm.data(), T, d, eps, h);
-    linear_fn(ks, L.q_proj)(ctx, h, T, L.q_proj, L.q_bias.empty() ? nullptr : L.q_bias.data(), q);  // [T, nh*hd]
-    linear_fn(ks, L.k_proj)(ctx, h, T, L.k_proj, L.k_bias.empty() ? nullptr : L.k_bias.data(), k);  // [T, nkv*hd]
-    linear_fn(ks, L.v_proj)(ctx, h, T, L.v_proj, L.v_bias.empty() ? nullptr : L.v_bias.data(), v);  // [T, nkv*hd]
+    const int32_t lj = int32_t(li);
+    const RmsNormCallArgs in_norm_args{x, L.input_norm.data(), eps};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kRmsNorm, ph, "input_norm", lj, T, d, d, &in_norm_args}),
+                        ks.rmsnorm(ctx, x, L.input_norm.data(), T, d, eps, h));
+    const float* q_bias = L.q_bias.empty() ? nullptr : L.q_bias.data();
+    const float* k_bias = L.k_bias.empty() ? nullptr : L.k_bias.data();
+    const float* v_bias = L.v_bias.empty() ? nullptr : L.v_bias.data();
+    const MatmulCallArgs q_args{h, &L.q_proj, q_bias}, k_args{h, &L.k_proj, k_bias},
+        v_args{h, &L.v_proj, v_bias};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "q_proj", lj, T, nh * hd, d, &q_args}),
+                        linear_fn(ks, L.q_proj)(ctx, h, T, L.q_proj, q_bias, q));  // [T, nh*hd]
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "k_proj", lj, T, nkv * hd, d, &k_args}),
+                        linear_fn(ks, L.k_proj)(ctx, h, T, L.k_proj, k_bias, k));  // [T, nkv*hd]
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "v_proj", lj, T, nkv * hd, d, &v_args}),
+                        linear_fn(ks, L.v_proj)(ctx, h, T, L.v_proj, v_bias, v));  // [T, nkv*hd]
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
-      ks.rmsnorm(ctx, q, L.q_norm.data(), T * nh, hd, eps, q);
-      ks.rmsnorm(ctx, k, L.k_norm.data(), T * nkv, hd, eps, k);
+      const RmsNormCallArgs qn{q, L.q_norm.data(), eps}, kn{k, L.k_norm.data(), eps};
+      PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kRmsNorm, ph, "q_norm", lj, T * nh, hd, hd, &qn}),
+                          ks.rmsnorm(ctx, q, L.q_norm.data(), T * nh, hd, eps, q));
+      PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kRmsNorm, ph, "k_norm", lj, T * nkv, hd, hd, &kn}),
+                          ks.rmsnorm(ctx, k, L.k_norm.data(), T * nkv, hd, eps, k));
     }
-    ks.rope(ctx, q, T, nh, hd, pos, inv_freq_.data());
-    ks.rope(ctx, k, T, nkv, hd, pos, inv_freq_.data());
+    const RopeCallArgs rq{q, pos, inv_freq_.data()}, rk{k, pos, inv_freq_.data()};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kRope, ph, "rope_q", lj, T, nh, hd, &rq}),
+                        ks.rope(ctx, q, T, nh, hd, pos, inv_freq_.data()));
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kRope, ph, "rope_k", lj, T, nkv, hd, &rk}),
+                        ks.rope(ctx, k, T, nkv, hd, pos, inv_freq_.data()));
     // Append the new K/V rows to the paged cache: position p lives in block table[p / bs], slot p % bs.
     {
       int64_t row = 0;
@@ -203,17 +245,41 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
       }
     }
     // Attention per phase: each sequence's rows of attn are written by exactly one call.
-    if (!prefill_seqs.empty()) kernels_[0].attention(pctx, q, kv, prefill_seqs, int32_t(nh), scale, attn);
-    if (!decode_seqs.empty()) kernels_[1].attention(dctx, q, kv, decode_seqs, int32_t(nh), scale, attn);
-    linear_fn(ks, L.o_proj)(ctx, attn, T, L.o_proj, nullptr, o);  // [T, d]
+    if (!prefill_seqs.empty()) {
+      const AttentionCallArgs aa{q, &kv, prefill_seqs, int32_t(nh), scale};
+      PLUMB_OBSERVED_CALL(obs,
+                          (KernelCall{Op::kAttention, Phase::kPrefill, "attention", lj,
+                                      int64_t(prefill_seqs.size()), nh, hd, &aa}),
+                          kernels_[0].attention(pctx, q, kv, prefill_seqs, int32_t(nh), scale, attn));
+    }
+    if (!decode_seqs.empty()) {
+      const AttentionCallArgs aa{q, &kv, decode_seqs, int32_t(nh), scale};
+      PLUMB_OBSERVED_CALL(obs,
+                          (KernelCall{Op::kAttention, Phase::kDecode, "attention", lj,
+                                      int64_t(decode_seqs.size()), nh, hd, &aa}),
+                          kernels_[1].attention(dctx, q, kv, decode_seqs, int32_t(nh), scale, attn));
+    }
+    const MatmulCallArgs o_args{attn, &L.o_proj, nullptr};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "o_proj", lj, T, d, nh * hd, &o_args}),
+                        linear_fn(ks, L.o_proj)(ctx, attn, T, L.o_proj, nullptr, o));  // [T, d]
     add_inplace(x, o, T * d);
 
     // --- MLP block: x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
-    ks.rmsnorm(ctx, x, L.post_attention_norm.data(), T, d, eps, h);
-    linear_fn(ks, L.gate_proj)(ctx, h, T, L.gate_proj, nullptr, gate);  // [T, ff]
-    linear_fn(ks, L.up_proj)(ctx, h, T, L.up_proj, nullptr, up);      // [T, ff]
-    ks.swiglu(ctx, gate, up, T, ff, gate);             // [T, ff]
-    linear_fn(ks, L.down_proj)(ctx, gate, T, L.down_proj, nullptr, o);  // [T, d]
+    const RmsNormCallArgs post_norm_args{x, L.post_attention_norm.data(), eps};
+    PLUMB_OBSERVED_CALL(obs,
+                        (KernelCall{Op::kRmsNorm, ph, "post_attention_norm", lj, T, d, d, &post_norm_args}),
+                        ks.rmsnorm(ctx, x, L.post_attention_norm.data(), T, d, eps, h));
+    const MatmulCallArgs g_args{h, &L.gate_proj, nullptr}, u_args{h, &L.up_proj, nullptr};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "gate_proj", lj, T, ff, d, &g_args}),
+                        linear_fn(ks, L.gate_proj)(ctx, h, T, L.gate_proj, nullptr, gate));  // [T, ff]
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "up_proj", lj, T, ff, d, &u_args}),
+                        linear_fn(ks, L.up_proj)(ctx, h, T, L.up_proj, nullptr, up));  // [T, ff]
+    const SwigluCallArgs sw_args{gate, up};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kSwiglu, ph, "swiglu", lj, T, ff, ff, &sw_args}),
+                        ks.swiglu(ctx, gate, up, T, ff, gate));  // [T, ff]
+    const MatmulCallArgs dn_args{gate, &L.down_proj, nullptr};
+    PLUMB_OBSERVED_CALL(obs, (KernelCall{lin_op, ph, "down_proj", lj, T, d, ff, &dn_args}),
+                        linear_fn(ks, L.down_proj)(ctx, gate, T, L.down_proj, nullptr, o));  // [T, d]
     add_inplace(x, o, T * d);
   }
 
@@ -239,8 +305,13 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
   const bool lm_prefill = R > int64_t(batch.size());
   const KernelSet& ls = kernels_[size_t(lm_prefill ? Phase::kPrefill : Phase::kDecode)];
   const KernelContext lctx{pool_.get(), lm_prefill ? Phase::kPrefill : Phase::kDecode};
-  ls.rmsnorm(lctx, h, weights_.final_norm.data(), R, d, eps, h);
-  ls.matmul(lctx, h, R, weights_.lm_head, nullptr, out->logits.data());  // [R, V]
+  const Phase lph = lctx.phase;
+  const RmsNormCallArgs fn_args{h, weights_.final_norm.data(), eps};
+  PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kRmsNorm, lph, "final_norm", -1, R, d, d, &fn_args}),
+                      ls.rmsnorm(lctx, h, weights_.final_norm.data(), R, d, eps, h));
+  const MatmulCallArgs lm_args{h, &weights_.lm_head, nullptr};
+  PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kMatmul, lph, "lm_head", -1, R, V, d, &lm_args}),
+                      ls.matmul(lctx, h, R, weights_.lm_head, nullptr, out->logits.data()));  // [R, V]
   return Status::Ok();
 }
 

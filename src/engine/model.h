@@ -107,6 +107,9 @@ class Model {
     std::vector<int32_t> ids;  // [T]            token id of each row
   };
   void reserve_workspace(int64_t tokens);
+  // forward() after validation; obs: the profiling observer or null (engine/kernels/observer.h).
+  Status forward_impl(std::span<const SequenceInput> batch, KvCache& cache, ForwardOutput* out,
+                      class KernelObserver* obs);
 
   ModelConfig config_;
   ModelWeights weights_;

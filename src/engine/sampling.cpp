@@ -1,9 +1,12 @@
 #include "engine/sampling.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
+
+#include "engine/kernels/observer.h"
 
 namespace plumb::engine {
 
@@ -52,61 +55,33 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
   return out;
 }
 
+namespace {
+std::atomic<SampleFn> g_default_sample{nullptr};
+}
+
+void set_default_sample_kernel(SampleFn fn) { g_default_sample.store(fn); }
+
+SampleFn default_sample_kernel() {
+  if (SampleFn f = g_default_sample.load()) return f;
+  return reinterpret_cast<SampleFn>(KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->fn);
+}
+
+Sampler::Sampler(const SamplingParams& p, SampleFn kernel)
+    : p_(p), rng_(p.seed), kernel_(kernel ? kernel : default_sample_kernel()) {}
+
 SampledToken Sampler::sample(std::span<const float> logits) {
   SampledToken t;
-  const size_t V = logits.size();
-  if (p_.temperature == 0.0f) {
-    size_t best = 0;
-    for (size_t i = 1; i < V; ++i) {
-      if (logits[i] > logits[best]) best = i;
-    }
-    t.id = int32_t(best);
-  } else {
-    // Candidates (scaled logit, id), best first, cut to top-k.
-    cand_.resize(V);
-    for (size_t i = 0; i < V; ++i) cand_[i] = {logits[i] / p_.temperature, int32_t(i)};
-    size_t n = V;
-    if (p_.top_k > 0 && size_t(p_.top_k) < V) {
-      n = size_t(p_.top_k);
-      std::partial_sort(cand_.begin(), cand_.begin() + long(n), cand_.end(), better);
-      cand_.resize(n);
-    } else if (p_.top_p < 1.0f) {
-      std::sort(cand_.begin(), cand_.end(), better);
-    }
-    // Softmax over the candidates (in place: first becomes the probability).
-    float m = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < n; ++i) m = std::max(m, cand_[i].first);
-    double sum = 0;
-    std::vector<double> prob(n);
-    for (size_t i = 0; i < n; ++i) {
-      prob[i] = std::exp(double(cand_[i].first) - m);
-      sum += prob[i];
-    }
-    if (p_.top_p < 1.0f) {  // candidates are sorted here: keep the smallest prefix reaching top_p
-      double cum = 0;
-      size_t keep = n;
-      for (size_t i = 0; i < n; ++i) {
-        cum += prob[i] / sum;
-        if (cum >= double(p_.top_p)) {
-          keep = i + 1;
-          break;
-        }
-      }
-      n = keep;
-      sum = 0;
-      for (size_t i = 0; i < n; ++i) sum += prob[i];
-    }
-    const double u = rng_.uniform() * sum;
-    double acc = 0;
-    t.id = cand_[n - 1].second;
-    for (size_t i = 0; i < n; ++i) {
-      acc += prob[i];
-      if (u < acc) {
-        t.id = cand_[i].second;
-        break;
-      }
-    }
-  }
+  SampleArgs a;
+  a.logits = logits.data();
+  a.vocab = int64_t(logits.size());
+  a.temperature = p_.temperature;
+  a.top_k = p_.top_k;
+  a.top_p = p_.top_p;
+  if (p_.temperature != 0.0f) a.u = rng_.uniform();  // one draw per sampled token, none when greedy
+  const KernelContext ctx{nullptr, Phase::kDecode};
+  KernelObserver* const obs = kernel_observer();
+  PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kSample, Phase::kDecode, "sampling", -1, 1, a.vocab, 0, &a}),
+                      t.id = kernel_(ctx, a, &scratch_));
   if (p_.logprobs >= 0) {
     t.logprob = logprob_of(logits, t.id);
     t.top = top_logprobs(logits, p_.logprobs);

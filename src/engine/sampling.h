@@ -10,6 +10,12 @@
 // Logprobs are log-softmax of the RAW logits (before temperature/top-k/top-p), as the OpenAI API
 // reports them.
 //
+// Dispatch: the choice itself is a registry kernel (Op::kSample, engine/kernels/kernels.h; every
+// variant returns the same id). A Sampler uses the kernel it is given, else the process default:
+// the decode-phase sampling kernel of the most recently configured Model (Model::set_kernels sets
+// it; one model per process in plumb serve/generate), else the registry's best. Calls are timed
+// through the profiling observer when one is installed (engine/kernels/observer.h).
+//
 // Not thread-safe: one Sampler per request.
 #pragma once
 
@@ -20,6 +26,7 @@
 
 #include "core/random.h"
 #include "core/status.h"
+#include "engine/kernels/kernels.h"
 
 namespace plumb::engine {
 
@@ -44,15 +51,21 @@ struct SampledToken {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+  explicit Sampler(const SamplingParams& p, SampleFn kernel = nullptr);
   // Picks the next token from one row of logits [vocab].
   SampledToken sample(std::span<const float> logits);
 
  private:
   SamplingParams p_;
   Rng rng_;
-  std::vector<std::pair<float, int32_t>> cand_;  // reused candidate buffer
+  SampleFn kernel_;
+  SampleScratch scratch_;  // reused candidate buffers
 };
+
+// The process default sampling kernel (see above). set_default_sample_kernel(nullptr) restores the
+// registry's best. Thread-safe.
+void set_default_sample_kernel(SampleFn fn);
+SampleFn default_sample_kernel();
 
 // log-softmax of the raw logits at `ids`, and the top-k (id, logprob) pairs (ties: lower id first).
 float logprob_of(std::span<const float> logits, int32_t id);

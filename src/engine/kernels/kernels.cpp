@@ -4,10 +4,15 @@
 #include <cstring>
 
 #include "core/json.h"
+#include "engine/kernels/plugin.h"
 #include "engine/kernels/quant.h"
 #include "engine/kernels/reference.h"
 
 namespace plumb::engine {
+
+namespace detail {
+void register_sample_kernels(KernelRegistry& r);  // engine/kernels/sample.cpp
+}
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -45,6 +50,8 @@ const char* op_name(Op op) {
       return "attention";
     case Op::kMatmulQuant:
       return "matmul_quant";
+    case Op::kSample:
+      return "sampling";
     case Op::kCount:
       break;
   }
@@ -125,6 +132,7 @@ KernelRegistry& KernelRegistry::instance() {
     detail::register_avx2_kernels(*reg);
     detail::register_onednn_kernels(*reg);
     detail::register_quant_kernels(*reg);
+    detail::register_sample_kernels(*reg);
     return reg;
   }();
   return *r;
@@ -188,6 +196,17 @@ Result<KernelSelection> KernelSelection::parse_json(std::string_view text) {
   PLUMB_ASSIGN_OR_RETURN(json::object obj, json::parse_object(text));
   KernelSelection sel;
   for (const auto& [key, val] : obj) {
+    if (key == "plugins") {
+      if (!val.is_array())
+        return invalid_argument("kernel selection: 'plugins' must be an array of .so paths");
+      for (const auto& p : val.as_array()) {
+        if (!p.is_string() || p.as_string().empty() || p.as_string()[0] != '/') {
+          return invalid_argument("kernel selection: every 'plugins' entry must be an absolute .so path");
+        }
+        sel.plugins.emplace_back(p.as_string());
+      }
+      continue;
+    }
     auto op = op_from_name(key);
     if (!op.ok()) return op.status().with_context("kernel selection");
     std::string field = "kernel selection: field '" + std::string(key) + "'";
@@ -232,10 +251,16 @@ std::string KernelSelection::to_json() const {
       obj[op_name(op)] = std::move(phases);
     }
   }
+  if (!plugins.empty()) {
+    json::array arr;
+    for (const auto& p : plugins) arr.emplace_back(p);
+    obj["plugins"] = std::move(arr);
+  }
   return json::canonical(obj);
 }
 
 Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
+  for (const auto& path : sel.plugins) PLUMB_RETURN_IF_ERROR(load_screened_plugin(path).status());
   const KernelRegistry& reg = KernelRegistry::instance();
   std::array<KernelSet, 2> sets;
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
@@ -279,6 +304,9 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
           break;
         case Op::kMatmulQuant:
           set.matmul_quant = reinterpret_cast<MatmulFn>(v->fn);
+          break;
+        case Op::kSample:
+          set.sample = reinterpret_cast<SampleFn>(v->fn);
           break;
         case Op::kCount:
           break;

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -106,6 +107,25 @@ struct AttentionSeq {
 using AttentionFn = void (*)(const KernelContext& ctx, const float* q, const KvLayerView& kv,
                              std::span<const AttentionSeq> seqs, int32_t n_heads, float scale, float* out);
 
+// Next-token choice from one row of logits (the rule of engine/sampling.h): temperature == 0 is
+// argmax (lowest id on ties); otherwise softmax of logits / temperature over the top_k most likely
+// (0 = all, ordered by (logit desc, id asc)), cut to the smallest prefix reaching top_p, and the
+// token where the cumulative mass first exceeds u · total. Every variant returns the same id.
+struct SampleArgs {
+  const float* logits = nullptr;  // [vocab]
+  int64_t vocab = 0;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  double u = 0.0;  // uniform draw in [0, 1); unused when greedy
+};
+// Caller-owned buffers a sampling kernel may resize and reuse across calls.
+struct SampleScratch {
+  std::vector<std::pair<float, int32_t>> cand;
+  std::vector<double> prob;
+};
+using SampleFn = int32_t (*)(const KernelContext& ctx, const SampleArgs& a, SampleScratch* scratch);
+
 // Operations that dispatch through the registry.
 // kMatmulQuant ("matmul_quant") is the linear layers' matmul when their weights are quantized
 // (a MatmulFn over a WeightMatrix with quant != kNone); lm_head and float layers use kMatmul.
@@ -116,6 +136,7 @@ enum class Op : uint8_t {
   kSwiglu,
   kEmbedding,
   kAttention,
+  kSample,
   kMatmulQuant,
   kCount
 };
@@ -155,6 +176,10 @@ class KernelRegistry {
 struct KernelSelection {
   std::map<Op, std::string> prefill;  // missing op = "auto"
   std::map<Op, std::string> decode;
+  // Screened kernel plugins (absolute .so paths, engine/kernels/plugin.h) that resolve_kernels loads
+  // before looking names up; JSON key "plugins": [path, ...]. Each must carry a passing screening
+  // certificate or resolution fails.
+  std::vector<std::string> plugins;
   static KernelSelection all_reference();
   // Accepts an object whose keys are op names and whose values are a variant name (both phases) or
   // {"prefill": name, "decode": name} (a missing phase = "auto"). Unknown ops, unknown keys and
@@ -172,6 +197,7 @@ struct KernelSet {
   SwigluFn swiglu = nullptr;
   EmbeddingFn embedding = nullptr;
   AttentionFn attention = nullptr;
+  SampleFn sample = nullptr;
   MatmulFn matmul_quant = nullptr;  // for WeightMatrix::quant != kNone
   std::map<Op, std::string> names;  // the variant actually used, for provenance
 };

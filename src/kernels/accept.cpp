@@ -1,0 +1,197 @@
+#include "kernels/accept.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+
+#include "compare/compare.h"
+#include "core/file.h"
+#include "core/json.h"
+#include "engine/kernels/plugin.h"
+#include "ledger/ledger.h"
+
+namespace plumb::kernels {
+
+using engine::Op;
+using engine::Phase;
+
+Result<Patch> best_patch(const std::string& dir, double min_utility) {
+  auto v = json::parse_file(dir + "/search.json");
+  if (!v.ok()) return v.status().with_context(dir + " (run `plumb kernels search --out " + dir + "` first)");
+  if (!v->is_object()) return invalid_argument(dir + "/search.json must be an object");
+  const json::object& o = v->as_object();
+  Patch p;
+  p.search_dir = dir;
+  PLUMB_ASSIGN_OR_RETURN(auto op, json::opt_string(o, "op"));
+  PLUMB_ASSIGN_OR_RETURN(auto phase, json::opt_string(o, "phase"));
+  PLUMB_ASSIGN_OR_RETURN(auto module, json::opt_string(o, "module"));
+  if (!op || !phase) return invalid_argument(dir + "/search.json: missing op or phase");
+  PLUMB_ASSIGN_OR_RETURN(p.op, engine::op_from_name(*op));
+  p.phase = *phase == "prefill" ? Phase::kPrefill : Phase::kDecode;
+  p.module = module.value_or("");
+  auto it = o.find("candidates");
+  if (it == o.end() || !it->value().is_array())
+    return invalid_argument(dir + "/search.json: missing candidates");
+  for (const auto& c : it->value().as_array()) {
+    if (!c.is_object()) continue;
+    const auto& co = c.as_object();
+    auto rit = co.find("result");
+    if (rit == co.end() || !rit->value().is_object()) continue;
+    const auto& res = rit->value().as_object();
+    auto verdict = json::opt_string(res, "verdict");
+    auto u = json::opt_double(res, "utility");
+    auto so = json::opt_string(res, "so_path");
+    auto name = json::opt_string(co, "name");
+    if (!verdict.ok() || !u.ok() || !so.ok() || !name.ok() || verdict->value_or("") != "pass") continue;
+    if (u->value_or(0) > p.utility) {
+      p.utility = u->value_or(0);
+      p.so_path = so->value_or("");
+      p.name = name->value_or("");
+    }
+  }
+  if (p.name.empty()) return not_found(dir + ": no candidate passed screening");
+  if (p.utility <= min_utility) {
+    return not_found(
+        fmt::format("{}: the best screened candidate {} has u = {:.3f} <= {:.3f}: nothing to accept", dir,
+                    p.name, p.utility, min_utility));
+  }
+  std::error_code ec;
+  p.so_path = std::filesystem::absolute(p.so_path, ec).string();
+  return p;
+}
+
+engine::KernelSelection patched_selection(const engine::KernelSelection& base,
+                                          const std::vector<Patch>& patches) {
+  engine::KernelSelection s = base;
+  for (const Patch& p : patches) {
+    if (std::find(s.plugins.begin(), s.plugins.end(), p.so_path) == s.plugins.end())
+      s.plugins.push_back(p.so_path);
+    (p.phase == Phase::kPrefill ? s.prefill : s.decode)[p.op] = p.name;
+  }
+  return s;
+}
+
+namespace {
+
+std::string toml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+Status write_arm(const std::string& path, const std::string& model_dir, const std::string& kernels_file,
+                 int threads) {
+  std::string t =
+      "# written by plumb kernels accept: the two arms differ only in `kernels`\nadapter = "
+      "\"plumb\"\n[params]\n";
+  t += "model = " + toml_quote(model_dir) + "\n";
+  t += "kernels = " + toml_quote(kernels_file) + "\n";
+  if (threads > 0) t += "threads = " + std::to_string(threads) + "\n";
+  return write_file_atomic(path, t);
+}
+
+}  // namespace
+
+Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  if (o.search_dirs.empty())
+    return invalid_argument("accept needs at least one search folder (--search DIR)");
+  if (o.ledger_path.empty()) return invalid_argument("accept needs a ledger (--ledger FILE)");
+  if (o.kernels_out.empty())
+    return invalid_argument("accept needs --out FILE for the accepted kernel configuration");
+  engine::KernelSelection base;
+  if (!o.base_kernels.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(o.base_kernels));
+    auto sel = engine::KernelSelection::parse_json(text);
+    if (!sel.ok()) return sel.status().with_context(o.base_kernels);
+    base = *sel;
+  }
+  // Group patches by phase: each group is one comparison on its phase's scenario.
+  std::map<Phase, std::vector<Patch>> groups;
+  for (const auto& d : o.search_dirs) {
+    auto p = best_patch(d, o.min_utility);
+    if (!p.ok()) {
+      say("skipping " + d + ": " + p.status().message());
+      continue;
+    }
+    // The certificate must hold now (the library may have changed since screening).
+    PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
+    groups[p->phase].push_back(*p);
+  }
+  if (groups.empty()) return not_found("no screened candidate to accept (every search folder was skipped)");
+  std::error_code ec;
+  const std::string work =
+      std::filesystem::absolute(o.work_dir.empty() ? "kernels-accept" : o.work_dir, ec).string();
+  std::filesystem::create_directories(work, ec);
+  const std::string model = o.model_dir.empty() ? std::filesystem::absolute("models/plumb-tiny", ec).string()
+                                                : std::filesystem::absolute(o.model_dir, ec).string();
+  PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(o.ledger_path));
+  std::vector<AcceptOutcome> outcomes;
+  engine::KernelSelection accepted = base;
+  for (auto& [phase, patches] : groups) {
+    AcceptOutcome out;
+    out.phase = engine::phase_name(phase);
+    out.patches = patches;
+    out.scenario = !o.scenario.empty() ? o.scenario : phase == Phase::kDecode ? "B" : "A";
+    const std::string stem = work + "/" + out.phase;
+    const engine::KernelSelection cand = patched_selection(base, patches);
+    PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".base-kernels.json", base.to_json() + "\n"));
+    PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".candidate-kernels.json", cand.to_json() + "\n"));
+    PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, stem + ".base-kernels.json", o.threads));
+    PLUMB_RETURN_IF_ERROR(
+        write_arm(stem + ".arm-b.toml", model, stem + ".candidate-kernels.json", o.threads));
+    compare::RegisterOptions ro;
+    ro.config_a = stem + ".arm-a.toml";
+    ro.config_b = stem + ".arm-b.toml";
+    ro.scenario = out.scenario;
+    ro.size = o.size;
+    ro.min_effect = o.min_effect;
+    ro.delta = o.delta;
+    ro.pairs = o.pairs;
+    ro.seed = o.seed;
+    PLUMB_ASSIGN_OR_RETURN(out.registration_id, compare::register_comparison(*ledger, ro));
+    std::string names;
+    for (const auto& p : patches)
+      names += (names.empty() ? "" : ", ") + p.name + fmt::format(" (u={:.2f})", p.utility);
+    say(fmt::format("{}: registered comparison {} on scenario {} ({}), {} pairs: base vs base + {}",
+                    out.phase, out.registration_id, out.scenario, o.size, o.pairs, names));
+    compare::RunOptions run;
+    run.plumb_binary = o.plumb_binary;
+    run.work_dir = work;
+    run.progress = o.progress;
+    PLUMB_ASSIGN_OR_RETURN(auto summary, compare::run_comparison(*ledger, out.registration_id, run));
+    say(fmt::format("{}: {} runs recorded ({} invalid)", out.phase, summary.runs_recorded,
+                    summary.runs_invalid));
+    auto rd = compare::readout_comparison(*ledger, out.registration_id, true);
+    if (!rd.ok()) {
+      out.verdict = "refused";
+      out.readout_text = rd.status().message();
+      outcomes.push_back(out);
+      continue;
+    }
+    out.readout_id = rd->readout_id;
+    out.ratio = rd->readout.ratio;
+    out.ratio_lo = rd->readout.lo;
+    out.ratio_hi = rd->readout.hi;
+    out.ell = out.ratio > 0 ? 1.0 / out.ratio : 0;
+    out.ell_lo = out.ratio_hi > 0 ? 1.0 / out.ratio_hi : 0;
+    out.ell_hi = out.ratio_lo > 0 ? 1.0 / out.ratio_lo : 0;
+    out.verdict = std::string(protocol::verdict_name(rd->readout.verdict));
+    out.readout_text = compare::format_readout(*rd);
+    out.accepted = rd->readout.verdict == protocol::Verdict::kBetter;
+    if (out.accepted) accepted = patched_selection(accepted, patches);
+    outcomes.push_back(out);
+  }
+  bool any = false;
+  for (const auto& x : outcomes) any |= x.accepted;
+  if (any) PLUMB_RETURN_IF_ERROR(write_file_atomic(o.kernels_out, accepted.to_json() + "\n"));
+  return outcomes;
+}
+
+}  // namespace plumb::kernels

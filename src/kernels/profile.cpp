@@ -1,0 +1,428 @@
+// The in-process profile run: workload -> LlmEngine(thread mode) with the observer installed.
+#include "kernels/profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "core/file.h"
+#include "core/json.h"
+#include "core/random.h"
+#include "engine/kernels/observer.h"
+#include "engine/model.h"
+#include "engine/scheduler/llm_engine.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "protocol/protocol.h"
+#include "protocol/provenance.h"
+#include "workload/request.h"
+#include "workload/sources.h"
+
+namespace plumb::kernels {
+
+using engine::KernelCall;
+using engine::Op;
+using engine::Phase;
+
+namespace {
+
+bool capturable(Op op) {
+  return op == Op::kMatmul || op == Op::kRmsNorm || op == Op::kRope || op == Op::kSwiglu;
+}
+
+// Accumulates per (module, phase); captures inputs on request. Called from the engine thread only.
+class Recorder final : public engine::KernelObserver {
+ public:
+  Recorder(bool capture, int max_captures) : capture_(capture), max_captures_(max_captures) {}
+
+  void before(const KernelCall& c) override {
+    if (!capture_ || !capturable(c.op) || !c.args) return;
+    if (c.layer > 0) return;  // layer 0 stands for every layer (same shapes, same kernel)
+    auto& seen = captured_m_[key(c)];
+    if (int(seen.size()) >= max_captures_ || std::find(seen.begin(), seen.end(), c.m) != seen.end()) return;
+    seen.push_back(c.m);
+    CapturedCall cc;
+    cc.op = c.op;
+    cc.phase = c.phase;
+    cc.module = c.module;
+    cc.layer = c.layer;
+    cc.m = c.m;
+    cc.n = c.n;
+    cc.k = c.k;
+    switch (c.op) {
+      case Op::kMatmul: {
+        const auto* a = static_cast<const engine::MatmulCallArgs*>(c.args);
+        if (a->w->quant != engine::WeightMatrix{}.quant) return;  // quantized weights: not a v1 task
+        cc.x.assign(a->x, a->x + c.m * c.k);
+        cc.w_dtype = a->w->dtype;
+        const size_t wb = size_t(a->w->rows * a->w->cols) * engine::dtype_size(a->w->dtype);
+        const auto* wp = static_cast<const uint8_t*>(a->w->data);
+        cc.w.assign(wp, wp + wb);
+        if (a->bias) cc.bias.assign(a->bias, a->bias + c.n);
+        break;
+      }
+      case Op::kRmsNorm: {
+        const auto* a = static_cast<const engine::RmsNormCallArgs*>(c.args);
+        cc.x.assign(a->x, a->x + c.m * c.k);
+        cc.x2.assign(a->weight, a->weight + c.k);
+        cc.eps = a->eps;
+        break;
+      }
+      case Op::kRope: {
+        const auto* a = static_cast<const engine::RopeCallArgs*>(c.args);
+        cc.x.assign(a->x, a->x + c.m * c.n * c.k);
+        cc.x2.assign(a->inv_freq, a->inv_freq + c.k / 2);
+        cc.positions.assign(a->positions, a->positions + c.m);
+        break;
+      }
+      case Op::kSwiglu: {
+        const auto* a = static_cast<const engine::SwigluCallArgs*>(c.args);
+        cc.x.assign(a->gate, a->gate + c.m * c.n);
+        cc.x2.assign(a->up, a->up + c.m * c.n);
+        break;
+      }
+      default:
+        return;
+    }
+    captures.push_back(std::move(cc));
+  }
+
+  void after(const KernelCall& c, int64_t ns) override {
+    const double ms = double(ns) / 1e6;
+    if (c.op == Op::kCount) {
+      forward_ms[size_t(c.phase)] += ms;
+      return;
+    }
+    ModuleStats& s = stats_[key(c)];
+    if (s.calls == 0) {
+      s.module = c.module;
+      s.op = c.op;
+      s.phase = c.phase;
+      s.n = c.n;
+      s.k = c.k;
+      if (c.op == Op::kMatmul && c.args)
+        s.w_dtype = static_cast<const engine::MatmulCallArgs*>(c.args)->w->dtype;
+    }
+    s.calls++;
+    s.ms += ms;
+    s.m_hist[c.m]++;
+  }
+
+  std::map<std::string, ModuleStats> take_stats() { return std::move(stats_); }
+
+  std::array<double, 2> forward_ms{};
+  std::vector<CapturedCall> captures;
+
+ private:
+  static std::string key(const KernelCall& c) {
+    return std::string(c.module) + "/" + engine::phase_name(c.phase);
+  }
+  bool capture_;
+  int max_captures_;
+  std::map<std::string, ModuleStats> stats_;
+  std::map<std::string, std::vector<int64_t>> captured_m_;
+};
+
+struct Job {
+  std::vector<int32_t> prompt;
+  engine::SamplingParams sampling;
+};
+
+}  // namespace
+
+Result<ProfileReport> run_profile(const ProfileOptions& o) {
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  ProfileReport r;
+  r.workload = o.workload;
+  r.size = o.size;
+  r.model = o.model_dir;
+  r.kernels = o.kernels;
+
+  // Requests: a protocol scenario drawn from the seed (as `plumb compare` draws them), or a file.
+  std::vector<workload::Request> requests;
+  int concurrency = o.concurrency;
+  if (o.workload.size() == 1 && o.workload[0] >= 'A' && o.workload[0] <= 'D') {
+    PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(o.size));
+    PLUMB_ASSIGN_OR_RETURN(protocol::Scenario sc, protocol::find_scenario(o.workload, size));
+    // The scenario's synthetic request set for this seed, lengths counted by the model's tokenizer (so
+    // every request fits its context), as `plumb compare` draws them.
+    PLUMB_ASSIGN_OR_RETURN(std::shared_ptr<engine::Tokenizer> counting_tok,
+                           engine::Tokenizer::load(o.model_dir));
+    workload::TokenCounter counter = [counting_tok](std::string_view text) -> Result<int64_t> {
+      return int64_t(counting_tok->encode(text, false).size());
+    };
+    workload::SyntheticSpec spec{.seed = o.seed,
+                                 .num_requests = size_t(sc.requests),
+                                 .input_len = sc.input_len,
+                                 .output_len = sc.output_len,
+                                 .temperature = sc.temperature};
+    PLUMB_ASSIGN_OR_RETURN(requests, workload::synthetic_requests(spec, counter));
+    if (concurrency <= 0) concurrency = sc.profiles.empty() ? 1 : sc.profiles[0].concurrency;
+  } else {
+    auto set = workload::read_request_set(o.workload);
+    if (!set.ok()) {
+      return invalid_argument(
+          "--workload '" + o.workload +
+          "' is neither a scenario id (A, B, C, D) nor a readable request-set JSONL file: " +
+          set.status().message());
+    }
+    requests = std::move(set->requests);
+    if (concurrency <= 0) concurrency = 1;
+  }
+  if (o.max_requests > 0 && size_t(o.max_requests) < requests.size()) requests.resize(size_t(o.max_requests));
+  if (requests.empty()) return invalid_argument("the workload has no requests");
+  r.concurrency = concurrency;
+
+  // Model, tokenizer, engine.
+  PLUMB_ASSIGN_OR_RETURN(auto tok, engine::Tokenizer::load(o.model_dir));
+  PLUMB_ASSIGN_OR_RETURN(engine::ChatTemplate chat, engine::ChatTemplate::for_tokenizer(*tok));
+  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig cfg, scheduler::llm_engine_preset("default"));
+  cfg.threads = o.threads;
+  cfg.kernels = o.kernels;
+  engine::ModelOptions mo;
+  mo.threads = o.threads;
+  if (o.kernels == "reference") {
+    mo.kernels = engine::KernelSelection::all_reference();
+  } else if (o.kernels != "auto" && !o.kernels.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(o.kernels));
+    auto sel = engine::KernelSelection::parse_json(text);
+    if (!sel.ok()) return sel.status().with_context(o.kernels);
+    mo.kernels = *sel;
+  }
+  say("loading " + o.model_dir);
+  PLUMB_ASSIGN_OR_RETURN(auto model, engine::Model::load(o.model_dir, mo));
+  r.threads = model->pool().size();
+  for (Phase p : {Phase::kPrefill, Phase::kDecode}) {
+    for (const auto& [op, name] : model->kernel_sets()[size_t(p)].names) {
+      r.variants[std::string(engine::op_name(op)) + "/" + engine::phase_name(p)] = name;
+    }
+  }
+  const int64_t ctx_len = model->config().max_context();
+  PLUMB_ASSIGN_OR_RETURN(auto eff, scheduler::normalize(cfg, ctx_len));
+  PLUMB_ASSIGN_OR_RETURN(
+      auto eng, scheduler::LlmEngine::create(eff, scheduler::make_model_runner(std::move(model), "profile"),
+                                             scheduler::LlmEngine::Mode::kThread));
+
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const workload::Request& q = requests[i];
+    Job j;
+    if (q.is_chat()) {
+      std::vector<engine::ChatMessage> msgs;
+      for (const auto& m : q.messages) msgs.push_back({m.role, m.content});
+      PLUMB_ASSIGN_OR_RETURN(std::string text, chat.apply(msgs, true));
+      j.prompt = tok->encode(text, false);
+    } else {
+      j.prompt = tok->encode(*q.prompt, true);
+    }
+    j.sampling.temperature = float(q.temperature);
+    j.sampling.max_tokens = int32_t(q.max_tokens);
+    j.sampling.ignore_eos = q.ignore_eos;
+    j.sampling.seed = derive_seed(o.seed, "kernels/profile/" + std::to_string(i));
+    if (int64_t(j.prompt.size()) + j.sampling.max_tokens > ctx_len) {
+      return invalid_argument("request " + std::to_string(i) + " needs " +
+                              std::to_string(j.prompt.size() + size_t(j.sampling.max_tokens)) +
+                              " tokens, more than the model's context of " + std::to_string(ctx_len) +
+                              ": use a smaller workload (e.g. the small size class)");
+    }
+    r.prompt_tokens += int64_t(j.prompt.size());
+    jobs.push_back(std::move(j));
+  }
+
+  // Drive: `concurrency` requests in flight, the next submitted when one finishes (burst).
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0;
+  int64_t generated = 0;
+  Status failure;
+  auto submit = [&](const Job& j) -> Status {
+    scheduler::GenerationRequest g;
+    g.prompt = j.prompt;
+    g.sampling = j.sampling;
+    g.sink = [&](scheduler::TokenEvent&& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      generated += int64_t(ev.tokens.size());
+      if (ev.finished) {
+        if (ev.reason == scheduler::FinishReason::kError && failure.ok())
+          failure = internal_error("a request failed");
+        --in_flight;
+        cv.notify_all();
+      }
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++in_flight;
+    }
+    auto id = eng->submit(std::move(g));
+    if (!id.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      --in_flight;
+      return id.status();
+    }
+    return Status::Ok();
+  };
+  auto drain_until = [&](int limit) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return in_flight <= limit; });
+  };
+
+  // Warmup: one request, not observed (first-touch of weights and workspaces).
+  {
+    Job w = jobs[0];
+    w.sampling.max_tokens = std::min<int32_t>(w.sampling.max_tokens, 8);
+    PLUMB_RETURN_IF_ERROR(submit(w));
+    drain_until(0);
+    generated = 0;
+  }
+
+  Recorder rec(o.capture, o.max_captures_per_module);
+  engine::set_kernel_observer(&rec);
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t done_reported = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    drain_until(concurrency - 1);
+    Status st = submit(jobs[i]);
+    if (!st.ok()) {
+      drain_until(0);
+      engine::set_kernel_observer(nullptr);
+      return st.with_context("submitting request " + std::to_string(i));
+    }
+    if (i + 1 - done_reported >= std::max<size_t>(1, jobs.size() / 8)) {
+      say(fmt::format("  {}/{} requests submitted", i + 1, jobs.size()));
+      done_reported = i + 1;
+    }
+  }
+  drain_until(0);
+  const auto t1 = std::chrono::steady_clock::now();
+  engine::set_kernel_observer(nullptr);
+  eng->stop();
+  PLUMB_RETURN_IF_ERROR(failure);
+
+  r.requests = int(jobs.size());
+  r.generated_tokens = generated;
+  r.e2e_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  auto stats = rec.take_stats();
+  double sampling_ms = 0;
+  for (auto& [k, s] : stats) {
+    s.variant = r.variants[std::string(engine::op_name(s.op)) + "/" + engine::phase_name(s.phase)];
+    if (s.op == Op::kSample) sampling_ms += s.ms;
+    r.instrumented_ms += s.ms;
+    r.modules.push_back(s);
+  }
+  r.phase_ms = rec.forward_ms;
+  r.phase_ms[size_t(Phase::kDecode)] += sampling_ms;
+  const double total = r.phase_ms[0] + r.phase_ms[1];
+  r.weights_given = o.weights[0] >= 0 && o.weights[1] >= 0;
+  for (size_t p = 0; p < 2; ++p)
+    r.weights[p] = r.weights_given ? o.weights[p] : (total > 0 ? r.phase_ms[p] / total : 0);
+  std::map<std::string, Hotspot> hs;
+  for (const auto& s : r.modules) {
+    Hotspot& h = hs[s.module];
+    h.module = s.module;
+    h.op = s.op;
+    h.ms[size_t(s.phase)] += s.ms;
+  }
+  for (auto& [name, h] : hs) {
+    for (size_t p = 0; p < 2; ++p) {
+      if (r.phase_ms[p] > 0) h.s += r.weights[p] * h.ms[p] / r.phase_ms[p];
+    }
+    h.share = r.e2e_ms > 0 ? (h.ms[0] + h.ms[1]) / r.e2e_ms : 0;
+    r.hotspots.push_back(h);
+  }
+  std::sort(r.hotspots.begin(), r.hotspots.end(),
+            [](const Hotspot& a, const Hotspot& b) { return a.s > b.s; });
+  std::sort(r.modules.begin(), r.modules.end(),
+            [](const ModuleStats& a, const ModuleStats& b) { return a.ms > b.ms; });
+  r.captures = std::move(rec.captures);
+  auto machine = protocol::capture_machine();
+  r.hardware =
+      machine.ok() ? machine->cpu_model + ", " + std::to_string(machine->cores) + " logical CPUs" : "unknown";
+  return r;
+}
+
+std::string format_profile(const ProfileReport& r) {
+  std::string out;
+  out += fmt::format("workload {} ({}), {} requests at concurrency {}, model {}, kernels {}, {} threads\n",
+                     r.workload, r.size, r.requests, r.concurrency, r.model, r.kernels, r.threads);
+  out += fmt::format("hardware: {}\n", r.hardware);
+  out += fmt::format(
+      "end-to-end {:.1f} ms; T(prefill) {:.1f} ms, T(decode) {:.1f} ms (incl. sampling); "
+      "{} prompt + {} generated tokens\n",
+      r.e2e_ms, r.phase_ms[0], r.phase_ms[1], r.prompt_tokens, r.generated_tokens);
+  out += fmt::format("phase weights: w_prefill {:.3f}, w_decode {:.3f} ({})\n", r.weights[0], r.weights[1],
+                     r.weights_given ? "given" : "measured time shares");
+  out += fmt::format("instrumented kernels explain {:.1f}% of end-to-end time\n\n",
+                     r.e2e_ms > 0 ? 100.0 * r.instrumented_ms / r.e2e_ms : 0.0);
+  out += fmt::format("{:<22} {:<10} {:>8} {:>11} {:>11} {:>9} {:>8}\n", "module", "op", "s(m)", "prefill ms",
+                     "decode ms", "e2e %", "");
+  for (const auto& h : r.hotspots) {
+    out += fmt::format("{:<22} {:<10} {:>8.4f} {:>11.2f} {:>11.2f} {:>8.2f}%\n", h.module,
+                       engine::op_name(h.op), h.s, h.ms[0], h.ms[1], 100.0 * h.share);
+  }
+  out += "\nper module and phase (rows per call = observed shape range):\n";
+  out += fmt::format("{:<22} {:<8} {:<10} {:>8} {:>10} {:>12} {:>7} {:>7} {:<6}\n", "module", "phase",
+                     "variant", "calls", "ms", "rows", "n", "k", "dtype");
+  for (const auto& s : r.modules) {
+    const int64_t lo = s.m_hist.empty() ? 0 : s.m_hist.begin()->first;
+    const int64_t hi = s.m_hist.empty() ? 0 : s.m_hist.rbegin()->first;
+    out += fmt::format("{:<22} {:<8} {:<10} {:>8} {:>10.2f} {:>12} {:>7} {:>7} {:<6}\n", s.module,
+                       engine::phase_name(s.phase), s.variant, s.calls, s.ms, fmt::format("{}..{}", lo, hi),
+                       s.n, s.k, s.op == Op::kMatmul ? engine::dtype_name(s.w_dtype) : "f32");
+  }
+  return out;
+}
+
+std::string profile_json(const ProfileReport& r) {
+  json::object o;
+  o["schema_version"] = 1;
+  o["workload"] = r.workload;
+  o["size"] = r.size;
+  o["model"] = r.model;
+  o["kernels"] = r.kernels;
+  o["hardware"] = r.hardware;
+  o["requests"] = r.requests;
+  o["concurrency"] = r.concurrency;
+  o["threads"] = r.threads;
+  o["prompt_tokens"] = r.prompt_tokens;
+  o["generated_tokens"] = r.generated_tokens;
+  o["e2e_ms"] = r.e2e_ms;
+  o["phase_ms"] = json::object{{"prefill", r.phase_ms[0]}, {"decode", r.phase_ms[1]}};
+  o["weights"] = json::object{{"prefill", r.weights[0]}, {"decode", r.weights[1]}};
+  o["weights_source"] = r.weights_given ? "given" : "measured";
+  o["instrumented_ms"] = r.instrumented_ms;
+  json::array hs;
+  for (const auto& h : r.hotspots) {
+    hs.push_back(json::object{{"module", h.module},
+                              {"op", engine::op_name(h.op)},
+                              {"s", h.s},
+                              {"prefill_ms", h.ms[0]},
+                              {"decode_ms", h.ms[1]},
+                              {"share_e2e", h.share}});
+  }
+  o["hotspots"] = std::move(hs);
+  json::array ms;
+  for (const auto& s : r.modules) {
+    json::object hist;
+    for (const auto& [m, c] : s.m_hist) hist[std::to_string(m)] = c;
+    ms.push_back(json::object{{"module", s.module},
+                              {"op", engine::op_name(s.op)},
+                              {"phase", engine::phase_name(s.phase)},
+                              {"variant", s.variant},
+                              {"calls", s.calls},
+                              {"ms", s.ms},
+                              {"n", s.n},
+                              {"k", s.k},
+                              {"dtype", s.op == Op::kMatmul ? engine::dtype_name(s.w_dtype) : "f32"},
+                              {"rows_histogram", std::move(hist)}});
+  }
+  o["modules"] = std::move(ms);
+  return json::dump_pretty(o) + "\n";
+}
+
+}  // namespace plumb::kernels

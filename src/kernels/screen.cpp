@@ -1,0 +1,753 @@
+// Screening: compile, then correctness/safety/timing in a forked child between guard pages.
+#include "kernels/screen.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/file.h"
+#include "core/random.h"
+#include "core/sha256.h"
+#include "core/subprocess.h"
+#include "engine/kernels/plugin.h"
+#include "engine/kernels/reference.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace plumb::kernels {
+
+extern const char* const kPluginAbiHeaderText;  // generated from engine/kernels/plugin_abi.h
+
+using engine::DType;
+using engine::Op;
+
+const std::string& plugin_abi_header_text() {
+  static const std::string s(kPluginAbiHeaderText);
+  return s;
+}
+
+std::vector<std::string> compile_command(const std::string& cxx, const std::string& src,
+                                         const std::string& so, const std::string& include_dir, bool asan) {
+  std::vector<std::string> argv{cxx,       "-std=c++20",          "-O3",   "-march=native",   "-fPIC",
+                                "-shared", "-fvisibility=hidden", "-Wall", "-I" + include_dir};
+  if (asan) {
+    argv.push_back("-fsanitize=address");
+    argv.push_back("-fno-omit-frame-pointer");
+    argv.push_back("-g");
+  }
+  argv.insert(argv.end(), {"-o", so, src});
+  return argv;
+}
+
+ScreenResult compile_candidate(const Candidate& c, const std::string& work_dir, const ScreenOptions& o) {
+  ScreenResult r;
+  const std::string dir = work_dir + "/" + c.name;
+  std::error_code ec;
+  std::filesystem::create_directories(dir + "/include/engine/kernels", ec);
+  if (ec) {
+    r.verdict = "compile_error";
+    r.signature = "io";
+    r.detail = "cannot create " + dir + ": " + ec.message();
+    return r;
+  }
+  const std::string src = dir + "/" + c.name + ".cpp",
+                    so = dir + "/" + c.name + (o.asan ? ".asan.so" : ".so"), log = dir + "/compile.log";
+  Status st = write_file_atomic(dir + "/include/engine/kernels/plugin_abi.h", plugin_abi_header_text());
+  if (st.ok()) st = write_file_atomic(src, c.source);
+  if (!st.ok()) {
+    r.verdict = "compile_error";
+    r.signature = "io";
+    r.detail = st.message();
+    return r;
+  }
+  SpawnOptions so_opts;
+  so_opts.argv = compile_command(o.cxx, src, so, dir + "/include", o.asan);
+  so_opts.stdout_path = log;
+  so_opts.stderr_path = "=stdout";
+  auto p = Subprocess::spawn(so_opts);
+  if (!p.ok()) {
+    r.verdict = "compile_error";
+    r.signature = "no_compiler";
+    r.detail = "cannot run " + o.cxx + ": " + p.status().message() + " (install g++)";
+    return r;
+  }
+  auto ex = p->wait_for(std::chrono::seconds(120));
+  if (!ex) {
+    p->stop(std::chrono::milliseconds(100));
+    r.verdict = "compile_error";
+    r.signature = "compile_timeout";
+    r.detail = "the compiler ran longer than 120 s";
+    return r;
+  }
+  if (!ex->exited || ex->exit_code != 0) {
+    auto log_text = read_file(log);
+    std::string text = log_text.ok() ? *log_text : "";
+    size_t cut = 0;
+    for (int lines = 0; cut < text.size() && lines < 6; ++lines) {
+      size_t nl = text.find('\n', cut);
+      cut = nl == std::string::npos ? text.size() : nl + 1;
+    }
+    r.verdict = "compile_error";
+    r.signature = "compile";
+    r.detail = "g++ failed (" + log + "): " + text.substr(0, cut);
+    return r;
+  }
+  r.verdict = "compiled";
+  r.so_path = so;
+  return r;
+}
+
+// ---- the child -------------------------------------------------------------------------------
+
+namespace {
+
+// Guard ranges for the fault handler (async-signal-safe reads only).
+struct GuardRange {
+  uintptr_t lo_begin, lo_end;  // page below the buffer
+  uintptr_t hi_begin, hi_end;  // page above
+  uintptr_t data, bytes;
+  char name[24];
+};
+constexpr int kMaxGuards = 32;
+GuardRange g_guards[kMaxGuards];
+std::atomic<int> g_nguards{0};
+int g_fd = -1;
+
+void append(char*& p, const char* s) {
+  while (*s) *p++ = *s++;
+}
+void append_num(char*& p, uintptr_t v) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = char('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n) *p++ = tmp[--n];
+}
+
+void on_fault(int sig, siginfo_t* info, void*) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+  const int n = g_nguards.load();
+  for (int i = 0; i < n; ++i) {
+    const GuardRange& g = g_guards[i];
+    const bool after = a >= g.hi_begin && a < g.hi_end, before = a >= g.lo_begin && a < g.lo_end;
+    if (!after && !before) continue;
+    char buf[256];
+    char* p = buf;
+    append(p, "{\"verdict\":\"unsafe\",\"signature\":\"guard:");
+    append(p, g.name);
+    append(p, after ? ":after" : ":before");
+    if (after) {
+      append(p, "\",\"detail\":\"accessed byte offset ");
+      append_num(p, a - g.data);
+      append(p, " of the ");
+      append_num(p, g.bytes);
+      append(p, "-byte buffer '");
+      append(p, g.name);
+      append(p, "': past its end (guard page)\"}\n");
+    } else {
+      append(p, "\",\"detail\":\"accessed ");
+      append_num(p, g.data - a);
+      append(p, " bytes before the start of buffer '");
+      append(p, g.name);
+      append(p, "' (guard page)\"}\n");
+    }
+    if (write(g_fd, buf, size_t(p - buf)) < 0) {
+    }
+    _exit(86);
+  }
+  // Not a guard page: let the default action kill the child so the parent sees the signal.
+  signal(sig, SIG_DFL);
+}
+
+class Arena {
+ public:
+  explicit Arena(bool guarded) : guarded_(guarded) {}
+  ~Arena() {
+    for (auto& [p, len] : maps_) munmap(p, len);
+  }
+  // A buffer of `bytes`; with guards, flush against the upper guard (align_end) or the lower one.
+  void* alloc(const char* name, size_t bytes, bool align_end) {
+    if (!guarded_) {
+      heap_.emplace_back(bytes + 64, 0);
+      return heap_.back().data();
+    }
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t body = (bytes + page - 1) / page * page;
+    const size_t len = body + 2 * page;
+    void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    maps_.emplace_back(m, len);
+    auto* base = static_cast<uint8_t*>(m);
+    mprotect(base, page, PROT_NONE);
+    mprotect(base + page + body, page, PROT_NONE);
+    uint8_t* data = align_end ? base + page + body - bytes : base + page;
+    int i = g_nguards.load();
+    if (i < kMaxGuards) {
+      GuardRange& g = g_guards[i];
+      g.lo_begin = uintptr_t(base);
+      g.lo_end = uintptr_t(base + page);
+      g.hi_begin = uintptr_t(base + page + body);
+      g.hi_end = uintptr_t(base + len);
+      g.data = uintptr_t(data);
+      g.bytes = bytes;
+      std::snprintf(g.name, sizeof g.name, "%s", name);
+      g_nguards.store(i + 1);
+    }
+    return data;
+  }
+  template <typename T>
+  T* copy(const char* name, const std::vector<T>& v, bool align_end) {
+    auto* p = static_cast<T*>(alloc(name, v.size() * sizeof(T), align_end));
+    if (p && !v.empty()) std::memcpy(p, v.data(), v.size() * sizeof(T));
+    return p;
+  }
+
+ private:
+  bool guarded_;
+  std::vector<std::pair<void*, size_t>> maps_;
+  std::vector<std::vector<uint8_t>> heap_;
+};
+
+std::vector<uint8_t> random_weights(Rng& rng, DType dt, size_t count) {
+  std::vector<uint8_t> out(count * engine::dtype_size(dt));
+  for (size_t i = 0; i < count; ++i) {
+    const float f = float(rng.uniform() * 0.2 - 0.1);
+    if (dt == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &f, 4);
+    } else {
+      const uint16_t h = dt == DType::kBF16 ? engine::f32_to_bf16(f) : engine::f32_to_f16(f);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> uniform(Rng& rng, size_t n, double lo, double hi) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(lo + (hi - lo) * rng.uniform());
+  return v;
+}
+
+// Fresh random inputs of the task's shapes with `m` rows.
+CapturedCall fresh_call(const Task& t, int64_t m, Rng& rng) {
+  CapturedCall c;
+  c.op = t.op;
+  c.phase = t.phase;
+  c.module = t.module;
+  c.m = m;
+  c.n = t.n;
+  c.k = t.k;
+  c.w_dtype = t.dtype;
+  switch (t.op) {
+    case Op::kMatmul:
+      c.x = uniform(rng, size_t(m * t.k), -1, 1);
+      c.w = random_weights(rng, t.dtype, size_t(t.n * t.k));
+      if (!t.cases.empty() && !t.cases[0].bias.empty()) c.bias = uniform(rng, size_t(t.n), -1, 1);
+      break;
+    case Op::kRmsNorm:
+      c.x = uniform(rng, size_t(m * t.k), -2, 2);
+      c.x2 = uniform(rng, size_t(t.k), 0.5, 1.5);
+      c.eps = t.cases.empty() ? 1e-5f : t.cases[0].eps;
+      break;
+    case Op::kRope: {
+      c.x = uniform(rng, size_t(m * t.n * t.k), -1, 1);
+      c.x2.resize(size_t(t.k / 2));
+      for (size_t i = 0; i < c.x2.size(); ++i)
+        c.x2[i] = float(std::pow(10000.0, -2.0 * double(i) / double(t.k)));
+      c.positions.resize(size_t(m));
+      for (auto& p : c.positions) p = int32_t(rng.uniform_int(0, 511));
+      break;
+    }
+    default:
+      c.x = uniform(rng, size_t(m * t.n), -6, 6);
+      c.x2 = uniform(rng, size_t(m * t.n), -2, 2);
+      break;
+  }
+  return c;
+}
+
+size_t out_elems(const CapturedCall& c) {
+  switch (c.op) {
+    case Op::kMatmul:
+      return size_t(c.m * c.n);
+    case Op::kRmsNorm:
+      return size_t(c.m * c.k);
+    case Op::kRope:
+      return size_t(c.m * c.n * c.k);
+    default:
+      return size_t(c.m * c.n);
+  }
+}
+
+// Runs `c` through a plugin (plugin != null) or an engine kernel pointer (fn) on arena buffers.
+// Returns the output.
+std::vector<float> run_call(const CapturedCall& c, const plumb_kernel_plugin* plugin, void* fn,
+                            const engine::KernelContext& ctx, Arena& arena, bool align_end) {
+  std::vector<float> out(out_elems(c));
+  float* y = nullptr;
+  plumb_exec ex = engine::plugin_exec(ctx);
+  switch (c.op) {
+    case Op::kMatmul: {
+      const float* x = arena.copy("x", c.x, align_end);
+      const void* w = arena.copy("w", c.w, align_end);
+      const float* b = c.bias.empty() ? nullptr : arena.copy("bias", c.bias, align_end);
+      y = static_cast<float*>(arena.alloc("y", out.size() * 4, align_end));
+      if (plugin) {
+        plumb_matmul_args a{x, c.m, c.k, w, int32_t(c.w_dtype), c.n, b, y};
+        plugin->run(&ex, &a);
+      } else {
+        engine::WeightMatrix wm{w, c.w_dtype, c.n, c.k};
+        reinterpret_cast<engine::MatmulFn>(fn)(ctx, x, c.m, wm, b, y);
+      }
+      break;
+    }
+    case Op::kRmsNorm: {
+      const float* x = arena.copy("x", c.x, align_end);
+      const float* w = arena.copy("weight", c.x2, align_end);
+      y = static_cast<float*>(arena.alloc("y", out.size() * 4, align_end));
+      if (plugin) {
+        plumb_rmsnorm_args a{x, w, c.m, c.k, c.eps, y};
+        plugin->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::RmsNormFn>(fn)(ctx, x, w, c.m, c.k, c.eps, y);
+      }
+      break;
+    }
+    case Op::kRope: {
+      y = arena.copy("x", c.x, align_end);
+      const int32_t* pos = arena.copy("positions", c.positions, align_end);
+      const float* inv = arena.copy("inv_freq", c.x2, align_end);
+      if (plugin) {
+        plumb_rope_args a{y, c.m, c.n, c.k, pos, inv};
+        plugin->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::RopeFn>(fn)(ctx, y, c.m, c.n, c.k, pos, inv);
+      }
+      break;
+    }
+    default: {
+      const float* g = arena.copy("gate", c.x, align_end);
+      const float* u = arena.copy("up", c.x2, align_end);
+      y = static_cast<float*>(arena.alloc("out", out.size() * 4, align_end));
+      if (plugin) {
+        plumb_swiglu_args a{g, u, c.m, c.n, y};
+        plugin->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::SwigluFn>(fn)(ctx, g, u, c.m, c.n, y);
+      }
+      break;
+    }
+  }
+  if (y) std::memcpy(out.data(), y, out.size() * 4);
+  return out;
+}
+
+double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double d = std::fabs(double(y[i]) - double(ref[i]));
+    if (!(d <= num)) num = std::isnan(d) ? INFINITY : std::max(num, d);
+    den = std::max(den, std::fabs(double(ref[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median warm and cold per-call time of `call` (which runs the kernel once on prepared buffers).
+template <typename F>
+std::pair<double, double> time_calls(F&& call, int warm_reps, int cold_reps, std::vector<uint8_t>& flush) {
+  for (int i = 0; i < 3; ++i) call();
+  std::vector<double> warm, cold;
+  for (int i = 0; i < warm_reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    warm.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (int i = 0; i < cold_reps; ++i) {
+    for (size_t j = 0; j < flush.size(); j += 64) flush[j]++;
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    cold.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return {median(warm), median(cold)};
+}
+
+void write_line(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n <= 0) return;
+    off += size_t(n);
+  }
+}
+
+json::object result_json(const ScreenResult& r) {
+  return json::object{
+      {"verdict", r.verdict},         {"signature", r.signature},       {"detail", r.detail},
+      {"max_rel_err", r.max_rel_err}, {"worst_m", r.worst_m},           {"warm_ns", r.warm_ns},
+      {"cold_ns", r.cold_ns},         {"base_warm_ns", r.base_warm_ns}, {"base_cold_ns", r.base_cold_ns},
+      {"baseline", r.baseline},       {"utility", r.utility},           {"so_path", r.so_path}};
+}
+
+ScreenResult result_from_json(const json::object& o) {
+  ScreenResult r;
+  auto s = [&](const char* k) {
+    auto it = o.find(k);
+    return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : std::string();
+  };
+  auto d = [&](const char* k) {
+    auto it = o.find(k);
+    return it != o.end() && it->value().is_number() ? it->value().to_number<double>() : 0.0;
+  };
+  r.verdict = s("verdict");
+  r.signature = s("signature");
+  r.detail = s("detail");
+  r.max_rel_err = d("max_rel_err");
+  r.worst_m = int64_t(d("worst_m"));
+  r.warm_ns = d("warm_ns");
+  r.cold_ns = d("cold_ns");
+  r.base_warm_ns = d("base_warm_ns");
+  r.base_cold_ns = d("base_cold_ns");
+  r.baseline = s("baseline");
+  r.utility = d("utility");
+  r.so_path = s("so_path");
+  return r;
+}
+
+ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOptions& o) {
+  ScreenResult r;
+  r.so_path = so;
+  auto plugin = engine::open_plugin_unscreened(so);
+  if (!plugin.ok()) {
+    r.verdict = "load_error";
+    r.signature = plugin.status().code() == Code::kFailedPrecondition ? "abi_mismatch" : "load";
+    r.detail = plugin.status().message();
+    return r;
+  }
+  if (plugin->op != t.op) {
+    r.verdict = "load_error";
+    r.signature = "wrong_op";
+    r.detail = std::string("the plugin implements ") + engine::op_name(plugin->op) + ", the task is " +
+               engine::op_name(t.op);
+    return r;
+  }
+  const plumb_kernel_plugin* p = plugin->desc;
+  if (t.op == Op::kMatmul && p->supports && !p->supports(int32_t(t.phase), int32_t(t.dtype))) {
+    r.verdict = "incorrect";
+    r.signature = "unsupported_dtype";
+    r.detail = std::string("the plugin does not support ") + engine::dtype_name(t.dtype) + " weights";
+    return r;
+  }
+  // Correctness and safety: fresh draws over the shape range, then the captured real inputs.
+  const engine::KernelContext serial{nullptr, t.phase};
+  Rng rng(o.seed);
+  auto check = [&](const CapturedCall& c, const std::vector<float>& ref, bool align_end,
+                   const char* what) -> bool {
+    Arena arena(o.guard_pages);
+    g_nguards.store(0);
+    std::vector<float> y = run_call(c, p, nullptr, serial, arena, align_end);
+    const double e = rel_err(y, ref);
+    if (!(e <= r.max_rel_err)) {
+      r.max_rel_err = e;
+      r.worst_m = c.m;
+    }
+    if (!(e <= t.tolerance)) {
+      r.verdict = "incorrect";
+      r.signature = std::string("error:") + what;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "relative error %.3g > %.3g on %s inputs with %lld rows", e, t.tolerance,
+                    what, static_cast<long long>(c.m));
+      r.detail = buf;
+      return false;
+    }
+    return true;
+  };
+  for (int d = 0; d < o.draws; ++d) {
+    const int64_t m = d == 0 ? t.m_min : d == 1 ? t.m_max : rng.uniform_int(t.m_min, t.m_max);
+    CapturedCall c = fresh_call(t, m, rng);
+    if (!check(c, reference_output(c), d % 2 == 0, "random")) return r;
+  }
+  for (size_t i = 0; i < t.cases.size(); ++i) {
+    if (!check(t.cases[i], t.ref_outputs[i], i % 2 == 0, "captured")) return r;
+  }
+  r.verdict = "pass";
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "correct (max rel. error %.3g <= %.3g) and %s on %d random draws (rows %lld..%lld) "
+                "and %zu captured inputs",
+                r.max_rel_err, t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", o.draws,
+                static_cast<long long>(t.m_min), static_cast<long long>(t.m_max), t.cases.size());
+  r.detail = buf;
+  if (!o.timing) return r;
+
+  // Timing on the largest captured case, candidate and baseline, same pool.
+  g_nguards.store(0);
+  const CapturedCall* big = &t.cases[0];
+  for (const auto& c : t.cases) {
+    if (c.m > big->m) big = &c;
+  }
+  const engine::KernelVariant* base = nullptr;
+  auto& reg = engine::KernelRegistry::instance();
+  if (!t.baseline_variant.empty() && t.baseline_variant != "auto") {
+    auto f = reg.find(t.op, t.baseline_variant);
+    if (f.ok()) base = *f;
+  }
+  if (!base) base = reg.best(t.op, t.phase);
+  r.baseline = base->name;
+  engine::ThreadPool pool(o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+  const engine::KernelContext ctx{&pool, t.phase};
+  std::vector<uint8_t> flush(64u << 20, 1);
+  Arena plain(false);
+  auto timed = [&](const plumb_kernel_plugin* plug, void* fn) {
+    // Buffers prepared once; only the kernel is timed.
+    CapturedCall c = *big;
+    std::vector<float> scratch_x = c.x;
+    std::vector<float> y(out_elems(c));
+    plumb_exec ex = engine::plugin_exec(ctx);
+    engine::WeightMatrix wm{c.w.data(), c.w_dtype, c.n, c.k};
+    auto call = [&] {
+      switch (c.op) {
+        case Op::kMatmul:
+          if (plug) {
+            plumb_matmul_args a{c.x.data(),
+                                c.m,
+                                c.k,
+                                c.w.data(),
+                                int32_t(c.w_dtype),
+                                c.n,
+                                c.bias.empty() ? nullptr : c.bias.data(),
+                                y.data()};
+            plug->run(&ex, &a);
+          } else {
+            reinterpret_cast<engine::MatmulFn>(fn)(ctx, c.x.data(), c.m, wm,
+                                                   c.bias.empty() ? nullptr : c.bias.data(), y.data());
+          }
+          break;
+        case Op::kRmsNorm:
+          if (plug) {
+            plumb_rmsnorm_args a{c.x.data(), c.x2.data(), c.m, c.k, c.eps, y.data()};
+            plug->run(&ex, &a);
+          } else {
+            reinterpret_cast<engine::RmsNormFn>(fn)(ctx, c.x.data(), c.x2.data(), c.m, c.k, c.eps, y.data());
+          }
+          break;
+        case Op::kRope:  // in place on a scratch copy (angles stay bounded: positions are fixed)
+          if (plug) {
+            plumb_rope_args a{scratch_x.data(), c.m, c.n, c.k, c.positions.data(), c.x2.data()};
+            plug->run(&ex, &a);
+          } else {
+            reinterpret_cast<engine::RopeFn>(fn)(ctx, scratch_x.data(), c.m, c.n, c.k, c.positions.data(),
+                                                 c.x2.data());
+          }
+          break;
+        default:
+          if (plug) {
+            plumb_swiglu_args a{c.x.data(), c.x2.data(), c.m, c.n, y.data()};
+            plug->run(&ex, &a);
+          } else {
+            reinterpret_cast<engine::SwigluFn>(fn)(ctx, c.x.data(), c.x2.data(), c.m, c.n, y.data());
+          }
+          break;
+      }
+    };
+    return time_calls(call, o.warm_reps, o.cold_reps, flush);
+  };
+  // Interleave candidate and baseline measurements twice so drift on a shared machine hits both.
+  std::vector<double> cw, cc, bw, bc;
+  for (int round = 0; round < 2; ++round) {
+    auto [w1, c1] = timed(p, nullptr);
+    auto [w2, c2] = timed(nullptr, base->fn);
+    cw.push_back(w1), cc.push_back(c1), bw.push_back(w2), bc.push_back(c2);
+  }
+  r.warm_ns = std::min(cw[0], cw[1]);
+  r.cold_ns = std::min(cc[0], cc[1]);
+  r.base_warm_ns = std::min(bw[0], bw[1]);
+  r.base_cold_ns = std::min(bc[0], bc[1]);
+  r.utility = r.warm_ns > 0 ? r.base_warm_ns / r.warm_ns : 0;
+  return r;
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGKILL:
+      return "SIGKILL";
+    default:
+      return "signal";
+  }
+}
+
+}  // namespace
+
+int screen_child_main(const std::string& task_dir, const std::string& so_path, const ScreenOptions& o,
+                      int fd) {
+  g_fd = fd;
+  auto task = load_task(task_dir);
+  ScreenResult r;
+  if (!task.ok()) {
+    r.verdict = "load_error";
+    r.signature = "task";
+    r.detail = task.status().message();
+  } else {
+    if (o.guard_pages) {
+      struct sigaction sa {};
+      sa.sa_sigaction = on_fault;
+      sa.sa_flags = SA_SIGINFO;
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGSEGV, &sa, nullptr);
+      sigaction(SIGBUS, &sa, nullptr);
+    }
+    r = child_checks(*task, so_path, o);
+  }
+  write_line(fd, json::dump(result_json(r)) + "\n");
+  return 0;
+}
+
+std::string screen_result_json_text(const ScreenResult& r) { return json::dump(result_json(r)); }
+
+ScreenResult screen_library(const Task& task, const std::string& so_path, const ScreenOptions& o) {
+  ScreenResult r;
+  r.so_path = so_path;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    r.verdict = "crash";
+    r.signature = "pipe";
+    r.detail = "cannot create a pipe for the screening child";
+    return r;
+  }
+  std::string asan_lib;
+  if (o.asan) {
+    auto out = run_capture({o.cxx, "-print-file-name=libasan.so"});
+    if (out.ok()) {
+      asan_lib = out->out;
+      while (!asan_lib.empty() && (asan_lib.back() == '\n' || asan_lib.back() == ' ')) asan_lib.pop_back();
+    }
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    r.verdict = "crash";
+    r.signature = "fork";
+    r.detail = "fork failed";
+    return r;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    if (o.asan) {
+      // Exec plumb itself with libasan preloaded: an ASan library needs the runtime loaded first.
+      const std::string exe = o.plumb_binary.empty() ? "/proc/self/exe" : o.plumb_binary;
+      const std::string fd_s = std::to_string(fds[1]);
+      setenv("LD_PRELOAD", asan_lib.c_str(), 1);
+      setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
+      const std::string draws = std::to_string(o.draws), seed = std::to_string(o.seed);
+      execl(exe.c_str(), exe.c_str(), "kernels", "screen-child", "--task", task.dir.c_str(), "--so",
+            so_path.c_str(), "--fd", fd_s.c_str(), "--draws", draws.c_str(), "--seed", seed.c_str(),
+            "--no-timing", (char*)nullptr);
+      _exit(127);
+    }
+    _exit(screen_child_main(task.dir, so_path, o, fds[1]));
+  }
+  close(fds[1]);
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  bool timed_out = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int pr = poll(&pfd, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    r.verdict = "timeout";
+    r.signature = "timeout";
+    r.detail = "the candidate ran longer than " + std::to_string(o.timeout.count()) + " ms and was killed";
+    return r;
+  }
+  const size_t nl = out.find('\n');
+  if (nl != std::string::npos) {
+    auto obj = json::parse_object(out.substr(0, nl));
+    if (obj.ok()) {
+      r = result_from_json(*obj);
+      r.so_path = so_path;
+      return r;
+    }
+  }
+  if (WIFSIGNALED(status)) {
+    r.verdict = "crash";
+    r.signature = std::string("signal:") + signal_name(WTERMSIG(status));
+    r.detail = std::string("the candidate crashed the screening child with ") +
+               signal_name(WTERMSIG(status)) + " (plumb itself is unaffected)";
+  } else {
+    r.verdict = "crash";
+    r.signature = "exit:" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    r.detail = "the screening child exited with status " +
+               std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " without a verdict" +
+               (o.asan ? " (AddressSanitizer report on stderr)" : "");
+    if (o.asan) r.signature = "asan";
+  }
+  return r;
+}
+
+ScreenResult screen_candidate(const Task& task, const Candidate& c, const std::string& work_dir,
+                              const ScreenOptions& o) {
+  ScreenResult comp = compile_candidate(c, work_dir, o);
+  if (comp.verdict != "compiled") return comp;
+  ScreenResult r = screen_library(task, comp.so_path, o);
+  if (r.passed() && o.guard_pages && !o.asan) {
+    engine::PluginCertificate cert;
+    auto sha = sha256_file(comp.so_path);
+    cert.sha256 = sha.ok() ? *sha : "";
+    cert.verdict = "pass";
+    cert.op = engine::op_name(task.op);
+    cert.name = c.name;
+    cert.task = task.dir;
+    cert.utility = r.utility;
+    cert.detail = r.detail;
+    Status st = engine::write_certificate(comp.so_path, cert);
+    if (!st.ok()) r.detail += " (certificate not written: " + st.message() + ")";
+  }
+  return r;
+}
+
+}  // namespace plumb::kernels

@@ -1,0 +1,95 @@
+// `plumb kernels` end to end on the shipped model: profile (table and JSON), tasks from a real run,
+// a crashing candidate screened through the CLI (exit 1, plumb reports the crash), and a short
+// search over a captured task.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/file.h"
+#include "core/json.h"
+#include "core/subprocess.h"
+#include "kernels/task.h"
+#include "test_util.h"
+
+namespace plumb::kernels {
+namespace {
+
+using namespace plumb::kernels::testing;
+
+class KernelsCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built";
+    model_ = std::string(PLUMB_SOURCE_DIR) + "/models/plumb-tiny";
+  }
+  RunOutput run(std::vector<std::string> args) {
+    args.insert(args.begin(), PLUMB_BINARY);
+    auto r = run_capture(args);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : RunOutput{};
+  }
+  std::string model_;
+};
+
+TEST_F(KernelsCli, ProfileTasksScreenSearch) {
+  const std::string dir = temp_dir("cli");
+  auto prof = run({"kernels", "profile", "--workload", "B", "--requests", "2", "--model", model_, "--json"});
+  ASSERT_EQ(prof.exit.exit_code, 0) << prof.out;
+  auto j = json::parse(prof.out);
+  ASSERT_TRUE(j.ok()) << prof.out;
+  const auto& o = j->as_object();
+  EXPECT_EQ(o.at("schema_version").as_int64(), 1);
+  EXPECT_GT(o.at("e2e_ms").as_double(), 0);
+  double wsum = o.at("weights").as_object().at("prefill").as_double() +
+                o.at("weights").as_object().at("decode").as_double();
+  EXPECT_NEAR(wsum, 1.0, 1e-9);
+  std::set<std::string> modules;
+  double s_sum = 0;
+  for (const auto& h : o.at("hotspots").as_array()) {
+    modules.insert(std::string(h.as_object().at("module").as_string()));
+    s_sum += h.as_object().at("s").as_double();
+  }
+  // Every module boundary of the forward pass is observed, sampling included.
+  for (const char* m : {"embedding", "input_norm", "q_proj", "k_proj", "v_proj", "rope_q", "rope_k",
+                        "attention", "o_proj", "post_attention_norm", "gate_proj", "up_proj", "swiglu",
+                        "down_proj", "final_norm", "lm_head", "sampling"}) {
+    EXPECT_TRUE(modules.count(m)) << m;
+  }
+  EXPECT_GT(s_sum, 0.5);  // kernels explain most of the phase time
+  EXPECT_LE(s_sum, 1.0 + 1e-9);
+
+  auto tasks = run({"kernels", "tasks", "--workload", "B", "--requests", "2", "--model", model_, "--out",
+                    dir + "/tasks", "--top", "40", "--min-share", "0"});
+  ASSERT_EQ(tasks.exit.exit_code, 0) << tasks.out;
+  const std::string norm = dir + "/tasks/post_attention_norm.decode";
+  auto t = load_task(norm);
+  ASSERT_TRUE(t.ok()) << t.status().to_string() << "\n" << tasks.out;
+  EXPECT_EQ(t->op, engine::Op::kRmsNorm);
+  EXPECT_EQ(t->m_min, 1);
+  EXPECT_EQ(t->k, 256);
+  EXPECT_FALSE(t->cases.empty());
+  auto mm = load_task(dir + "/tasks/gate_proj.prefill");
+  ASSERT_TRUE(mm.ok()) << mm.status().to_string();
+  EXPECT_EQ(mm->dtype, engine::DType::kBF16);
+  EXPECT_GT(mm->m_max, 1);
+
+  ASSERT_TRUE(
+      write_file_atomic(dir + "/crash.cpp", rmsnorm_source("crash", "*(volatile int*)(uintptr_t)16 = 1;"))
+          .ok());
+  auto crash = run({"kernels", "screen", "--task", norm, "--source", dir + "/crash.cpp", "--no-timing"});
+  EXPECT_EQ(crash.exit.exit_code, 1) << crash.out;
+  EXPECT_NE(crash.out.find("crash (signal:SIGSEGV)"), std::string::npos) << crash.out;
+
+  auto search = run({"kernels", "search", "--task", norm, "--out", dir + "/s", "--episodes", "1",
+                     "--candidates", "2", "--no-timing"});
+  ASSERT_EQ(search.exit.exit_code, 0) << search.out;
+  auto sj = json::parse_file(dir + "/s/search.json");
+  ASSERT_TRUE(sj.ok());
+  EXPECT_EQ(sj->as_object().at("candidates").as_array().size(), 2u);
+
+  auto bad = run({"kernels", "profile", "--workload", "Z"});
+  EXPECT_EQ(bad.exit.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace plumb::kernels

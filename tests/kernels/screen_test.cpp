@@ -1,0 +1,220 @@
+// Screening: the issue's two required cases — a latent out-of-bounds read that a naive isolated
+// check passes is rejected by the guard pages, and a crashing candidate does not take plumb down —
+// plus hangs, wrong answers, compile errors, timing, tasks and the search loop.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "core/file.h"
+#include "engine/kernels/plugin.h"
+#include "kernels/search.h"
+#include "test_util.h"
+
+namespace plumb::kernels {
+namespace {
+
+using namespace plumb::kernels::testing;
+
+// Reads the element just past x on the last row (a "prefetch" of the next row), times zero: the
+// output is exact, so only a fault can tell.
+const char* kOobRead =
+    R"(if (r + 1 == a->rows) { volatile float next = a->x[(r + 1) * d]; y[0] += next * 0.0f; })";
+
+TEST(Screen, LatentOutOfBoundsReadPassesNaiveCheckButNotGuardPages) {
+  const std::string dir = temp_dir("oob");
+  Task task = rmsnorm_task(dir + "/task");
+  Candidate c = candidate("oob_rms", rmsnorm_source("oob_rms", kOobRead));
+
+  ScreenOptions naive = fast_screen();
+  naive.guard_pages = false;
+  ScreenResult n = screen_candidate(task, c, dir + "/naive", naive);
+  EXPECT_EQ(n.verdict, "pass") << "the naive check should pass it: " << n.detail;
+  EXPECT_LE(n.max_rel_err, task.tolerance);
+
+  ScreenResult g = screen_candidate(task, c, dir + "/guarded", fast_screen());
+  EXPECT_EQ(g.verdict, "unsafe") << g.detail;
+  EXPECT_EQ(g.signature, "guard:x:after");
+  EXPECT_NE(g.detail.find("past its end"), std::string::npos) << g.detail;
+  EXPECT_FALSE(std::filesystem::exists(engine::certificate_path(g.so_path)));
+  // Unscreened code never runs in this process, and it cannot be loaded either.
+  EXPECT_FALSE(engine::load_screened_plugin(g.so_path).ok());
+}
+
+TEST(Screen, UnderflowIsCaughtByTheLowerGuard) {
+  const std::string dir = temp_dir("underflow");
+  Task task = rmsnorm_task(dir + "/task");
+  Candidate c = candidate(
+      "under_rms",
+      rmsnorm_source("under_rms",
+                     R"(if (r == 0) { volatile float prev = a->weight[-1]; y[0] += prev * 0.0f; })"));
+  ScreenResult g = screen_candidate(task, c, dir + "/c", fast_screen());
+  EXPECT_EQ(g.verdict, "unsafe") << g.detail;
+  EXPECT_EQ(g.signature, "guard:weight:before");
+}
+
+TEST(Screen, CrashingCandidateIsAVerdictNotADeath) {
+  const std::string dir = temp_dir("crash");
+  Task task = rmsnorm_task(dir + "/task");
+  ScreenResult segv = screen_candidate(
+      task, candidate("segv_rms", rmsnorm_source("segv_rms", "*(volatile int*)(uintptr_t)16 = 1;")),
+      dir + "/a", fast_screen());
+  EXPECT_EQ(segv.verdict, "crash") << segv.detail;
+  EXPECT_EQ(segv.signature, "signal:SIGSEGV");
+  ScreenResult abrt = screen_candidate(
+      task, candidate("abort_rms", "#include <cstdlib>\n" + rmsnorm_source("abort_rms", "std::abort();")),
+      dir + "/b", fast_screen());
+  EXPECT_EQ(abrt.verdict, "crash") << abrt.detail;
+  EXPECT_EQ(abrt.signature, "signal:SIGABRT");
+  // Still here, and still able to screen a good one.
+  ScreenResult ok =
+      screen_candidate(task, candidate("fine_rms", rmsnorm_source("fine_rms")), dir + "/c", fast_screen());
+  EXPECT_TRUE(ok.passed()) << ok.detail;
+}
+
+TEST(Screen, HangIsKilledAtTheTimeout) {
+  const std::string dir = temp_dir("hang");
+  Task task = rmsnorm_task(dir + "/task");
+  ScreenOptions o = fast_screen();
+  o.timeout = std::chrono::milliseconds(1500);
+  ScreenResult r = screen_candidate(
+      task, candidate("hang_rms", rmsnorm_source("hang_rms", "for (volatile int spin = 1; spin;) {}")),
+      dir + "/c", o);
+  EXPECT_EQ(r.verdict, "timeout") << r.detail;
+}
+
+TEST(Screen, WrongAnswerAndCompileErrorAreRejected) {
+  const std::string dir = temp_dir("wrong");
+  Task task = rmsnorm_task(dir + "/task");
+  ScreenResult wrong =
+      screen_candidate(task, candidate("wrong_rms", rmsnorm_source("wrong_rms", "y[d - 1] *= 1.001f;")),
+                       dir + "/a", fast_screen());
+  EXPECT_EQ(wrong.verdict, "incorrect") << wrong.detail;
+  EXPECT_GT(wrong.max_rel_err, task.tolerance);
+  ScreenResult bad =
+      screen_candidate(task, candidate("bad_rms", "this is not C++"), dir + "/b", fast_screen());
+  EXPECT_EQ(bad.verdict, "compile_error");
+  EXPECT_NE(bad.detail.find("g++ failed"), std::string::npos);
+}
+
+TEST(Screen, TimingGivesUtilityAgainstTheBaseline) {
+  const std::string dir = temp_dir("timing");
+  Task task = rmsnorm_task(dir + "/task");  // baseline: the reference (double accumulation)
+  ScreenOptions o = fast_screen();
+  o.timing = true;
+  o.warm_reps = 5;
+  o.cold_reps = 2;
+  ScreenResult r = screen_candidate(task, candidate("timed_rms", rmsnorm_source("timed_rms")), dir + "/c", o);
+  ASSERT_TRUE(r.passed()) << r.detail;
+  EXPECT_EQ(r.baseline, "reference");
+  EXPECT_GT(r.warm_ns, 0);
+  EXPECT_GT(r.cold_ns, 0);
+  EXPECT_GT(r.base_warm_ns, 0);
+  EXPECT_DOUBLE_EQ(r.utility, r.base_warm_ns / r.warm_ns);
+}
+
+TEST(Task, RoundTripAndDamage) {
+  const std::string dir = temp_dir("task");
+  Task t = rmsnorm_task(dir + "/t");
+  EXPECT_EQ(t.cases.size(), 2u);
+  EXPECT_EQ(t.m_min, 1);
+  EXPECT_EQ(t.m_max, 8);
+  EXPECT_EQ(t.rows_histogram.at(1), 100);
+  ASSERT_EQ(t.ref_outputs.size(), 2u);
+  EXPECT_EQ(t.ref_outputs[1], reference_output(t.cases[1]));
+  // A truncated input file names itself.
+  ASSERT_TRUE(write_file_atomic(dir + "/t/case-1.x.f32", "abc").ok());
+  auto bad = load_task(dir + "/t");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("case-1.x.f32"), std::string::npos) << bad.status().message();
+  auto missing = load_task(dir + "/nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("plumb kernels tasks"), std::string::npos);
+}
+
+TEST(Search, EpisodesScreenBuiltinCandidatesAndKeepExperience) {
+  const std::string dir = temp_dir("search");
+  Task task = rmsnorm_task(dir + "/task");
+  SearchOptions o;
+  o.episodes = 2;
+  o.candidates_per_episode = 2;
+  o.out_dir = dir + "/out";
+  o.screen = fast_screen();
+  // A proposer that returns a candidate with a latent OOB read: screened like any other.
+  const std::string prop = dir + "/proposer.sh";
+  std::string src = rmsnorm_source("proposed_oob", kOobRead);
+  std::string escaped;
+  for (char ch : src) {
+    if (ch == '"' || ch == '\\') escaped += '\\';
+    if (ch == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += ch;
+  }
+  ASSERT_TRUE(write_file_atomic(
+                  dir + "/proposal.json",
+                  "{\"name\": \"proposed_oob\", \"rationale\": \"prefetch the next row\", \"source\": \"" +
+                      escaped + "\"}")
+                  .ok());
+  ASSERT_TRUE(write_file_atomic(
+                  prop, "#!/bin/sh\ncat > " + dir + "/context-seen.json\ncat " + dir + "/proposal.json\n")
+                  .ok());
+  o.proposer_argv = {"/bin/sh", prop};
+  auto r = run_search(task, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->tried.size(), 2u * (2 + 1));
+  EXPECT_EQ(r->experience_files.size(), 2u);
+  int passed = 0, oob = 0;
+  for (const auto& t : r->tried) {
+    passed += t.result.passed();
+    if (t.candidate.origin == "proposer") {
+      EXPECT_EQ(t.result.verdict, "unsafe") << t.result.detail;
+      ++oob;
+    }
+  }
+  EXPECT_EQ(oob, 2);
+  EXPECT_GE(passed, 1);
+  ASSERT_GE(r->best, 0);
+  // The second episode's record carries the first's failure signature; the proposer saw the record.
+  auto rec = json::parse_file(r->experience_files[1]);
+  ASSERT_TRUE(rec.ok());
+  const auto& sig = rec->as_object().at("failure_signatures").as_object();
+  EXPECT_EQ(sig.at("unsafe:guard:x:after").as_int64(), 2);
+  auto seen = json::parse_file(dir + "/context-seen.json");
+  ASSERT_TRUE(seen.ok());
+  EXPECT_TRUE(seen->as_object().at("experience").is_object());
+  EXPECT_NE(seen->as_object().at("abi_header").as_string().find("PLUMB_KERNEL_ABI_VERSION"),
+            std::string::npos);
+  // Episode 2 did not repeat episode 1's built-in candidates.
+  std::set<std::string> names;
+  for (const auto& t : r->tried) {
+    if (t.candidate.origin == "builtin") {
+      EXPECT_TRUE(names.insert(t.candidate.name).second) << t.candidate.name;
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/search.json"));
+}
+
+TEST(Search, EveryBuiltinTemplateCompilesAndPassesForItsOp) {
+  // One candidate of each op's template, on a synthetic task of that op: catches a template that
+  // no longer compiles or is wrong.
+  const std::string dir = temp_dir("templates");
+  Task rms = rmsnorm_task(dir + "/rms");
+  auto cands = builtin_candidates(rms);
+  ASSERT_FALSE(cands.empty());
+  ScreenResult r = screen_candidate(rms, cands.front(), dir + "/c", fast_screen());
+  EXPECT_TRUE(r.passed()) << cands.front().name << ": " << r.detail;
+  for (engine::Op op : {engine::Op::kMatmul, engine::Op::kSwiglu, engine::Op::kRope}) {
+    Task t = op_task(op, dir + "/" + engine::op_name(op));
+    auto all = builtin_candidates(t);
+    ASSERT_GE(all.size(), 2u) << engine::op_name(op);
+    for (const Candidate& c : {all.front(), all.back()}) {
+      ScreenResult x = screen_candidate(t, c, dir + "/c", fast_screen());
+      EXPECT_TRUE(x.passed()) << c.name << ": " << x.verdict << " " << x.detail;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plumb::kernels
