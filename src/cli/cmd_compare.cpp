@@ -20,6 +20,7 @@ struct CompareArgs {
   compare::RegisterOptions reg;
   int64_t id = 0;
   std::string work_dir;
+  std::string tokenizer;
   int request_timeout_s = 600;
   bool no_store = false;
 };
@@ -66,6 +67,7 @@ int run_run(const CompareArgs& a) {
   compare::RunOptions o;
   o.plumb_binary = self_exe();
   o.work_dir = a.work_dir;
+  o.tokenizer = a.tokenizer;
   o.request_timeout = std::chrono::seconds(a.request_timeout_s);
   o.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto s = compare::run_comparison(**l, a.id, o);
@@ -160,6 +162,11 @@ void setup_compare(CLI::App& root) {
       c->add_subcommand("run", "Launch both arms for every pair (AB/BA), record every run in the ledger");
   run->add_option("id", a->id, "registration id")->required();
   run->add_option("--work-dir", a->work_dir, "where engine logs go (default: current directory)");
+  run->add_option(
+      "--tokenizer", a->tokenizer,
+      "model folder whose tokenizer.json sizes the prompts (default: the shipped models/plumb-tiny, "
+      "so scenarios fit its 512-token context); 'words' sizes them in words. Both arms always get "
+      "the same bytes");
   run->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
       ->capture_default_str();
   ledger_opt(run);

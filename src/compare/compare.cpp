@@ -5,20 +5,12 @@
 #include <filesystem>
 #include <map>
 
+#include "compare/measure.h"
 #include "core/clock.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/random.h"
 #include "core/sha256.h"
-#include "launch/launcher.h"
-#include "launch/port.h"
-#include "loadgen/driver.h"
-#include "loadgen/openai_target.h"
-#include "metrics/metrics.h"
-#include "protocol/provenance.h"
-#include "workload/request.h"
-#include "workload/schedule.h"
-#include "workload/sources.h"
 
 namespace plumb::compare {
 namespace {
@@ -63,199 +55,6 @@ std::string stored_arm_json(const launch::EngineConfig& c) {
   std::string adapter = builtin ? c.adapter : c.resolved.name;
   json::object o{{"adapter", adapter}, {"params", params}};
   return json::canonical(o);
-}
-
-struct Ids {
-  int64_t machine = 0, build = 0, protocol = 0;
-};
-
-Result<Ids> provenance_ids(ledger::Ledger& l) {
-  Ids ids;
-  PLUMB_ASSIGN_OR_RETURN(auto m, protocol::capture_machine());
-  ledger::MachineRow mr{m.hash(), m.cpu_model, m.cores, m.memory_bytes, m.gpu_model, m.gpu_driver, m.kernel};
-  PLUMB_ASSIGN_OR_RETURN(ids.machine, l.insert_machine(mr));
-  auto b = protocol::build_info();
-  PLUMB_ASSIGN_OR_RETURN(ids.build, l.insert_build({b.version, b.git_commit, b.build_type, b.compiler}));
-  PLUMB_ASSIGN_OR_RETURN(ids.protocol, l.insert_protocol({protocol::kVersion, protocol::protocol_hash(),
-                                                          protocol::canonical_json()}));
-  return ids;
-}
-
-int64_t ns(const std::optional<Nanos>& t) { return t ? int64_t(t->count()) : -1; }
-
-double objective_of(const protocol::Scenario& sc, const std::vector<metrics::Metrics>& ms) {
-  switch (sc.objective) {
-    case protocol::Objective::kInvMedianTtft:
-      return ms[0].inv_median_ttft;
-    case protocol::Objective::kInvMedianTpot:
-      return ms[0].inv_median_tpot;
-    case protocol::Objective::kGeomeanReqPerSec:
-      return metrics::throughput_objective(ms);
-    case protocol::Objective::kGeneral:
-      return ms[0].general;
-  }
-  return stats::kNaN;
-}
-
-struct Workload {
-  workload::RequestSet set;
-  std::vector<workload::Request> warmup;
-  std::vector<workload::ArrivalSpec> profiles;
-};
-
-Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed) {
-  Workload w;
-  workload::SyntheticSpec spec{.seed = seed,
-                               .num_requests = size_t(sc.requests),
-                               .input_len = sc.input_len,
-                               .output_len = sc.output_len,
-                               .temperature = sc.temperature};
-  // Synthetic documents are sized in words: the engines under comparison see identical bytes, which
-  // is what pairing needs; absolute prompt token counts depend on each engine's tokenizer.
-  workload::TokenCounter counter(workload::count_words);
-  PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
-  PLUMB_ASSIGN_OR_RETURN(w.set, workload::make_request_set(std::move(reqs)));
-  if (sc.warmup_requests > 0) {
-    workload::SyntheticSpec ws = spec;
-    ws.seed = derive_seed(seed, "warmup");
-    ws.num_requests = size_t(sc.warmup_requests);
-    PLUMB_ASSIGN_OR_RETURN(w.warmup, workload::synthetic_requests(ws, counter));
-  }
-  for (size_t i = 0; i < sc.profiles.size(); ++i) {
-    const auto& p = sc.profiles[i];
-    workload::ArrivalSpec s;
-    s.kind = p.kind == protocol::LoadKind::kBurst     ? workload::ArrivalKind::kBurst
-             : p.kind == protocol::LoadKind::kPoisson ? workload::ArrivalKind::kPoisson
-                                                      : workload::ArrivalKind::kConstant;
-    s.rate = p.rate_rps;
-    s.max_concurrency = p.concurrency;
-    s.seed = seed;
-    s.seed_dimension = sc.profiles.size() > 1 ? "arrival/" + std::to_string(i) : "arrival";
-    w.profiles.push_back(s);
-  }
-  return w;
-}
-
-std::string model_identity(const launch::EngineConfig& c) {
-  auto get = [&](const char* k) -> std::string {
-    auto it = c.params.find(k);
-    return it == c.params.end() ? "" : launch::format_value(it->second);
-  };
-  if (get("engine") == "synthetic") return "synthetic (no model)";
-  std::string m = get("model");
-  if (m.empty()) m = get("model_config");
-  if (m.empty()) return c.resolved.name + ": the engine's default model";
-  return m;
-}
-
-// Launches one arm, runs the workload against it and returns the rows to insert.
-struct Measured {
-  ledger::RunRow row;
-  std::vector<ledger::RequestRow> requests;
-  std::vector<ledger::MetricRow> metrics;
-};
-
-Result<Measured> measure_arm(const launch::EngineConfig& cfg_in, const protocol::Scenario& sc,
-                             const Workload& w, const RunOptions& opt,
-                             const std::function<void(const std::string&)>& progress) {
-  launch::EngineConfig cfg = cfg_in;
-  if (cfg.resolved.name == "plumb" && !cfg.params.count("plumb_binary") && !opt.plumb_binary.empty())
-    cfg.params["plumb_binary"] = opt.plumb_binary;
-  PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
-  PLUMB_ASSIGN_OR_RETURN(auto spec, launch::render(cfg.resolved, cfg.params, port));
-  launch::LaunchOptions lo;
-  lo.work_dir = opt.work_dir;
-  lo.progress = progress;
-  Measured out;
-  out.row.started_at = utc_timestamp_now();
-  PLUMB_ASSIGN_OR_RETURN(auto engine, launch::Engine::start(spec, lo));
-
-  loadgen::OpenAiTargetOptions to;
-  to.base_url = engine->base_url();
-  to.api = loadgen::Api::kChat;
-  if (auto it = cfg.params.find("served_model_name"); it != cfg.params.end())
-    to.model = launch::format_value(it->second);
-  PLUMB_ASSIGN_OR_RETURN(auto target, loadgen::OpenAiTarget::create(std::move(to)));
-
-  loadgen::DriverOptions dopt;
-  dopt.request_timeout = std::chrono::duration_cast<Nanos>(opt.request_timeout);
-  dopt.warmup = w.warmup;
-  dopt.warmup_concurrency = 1;
-  std::vector<metrics::Metrics> ms;
-  bool valid = true;
-  json::array validity;
-  for (size_t p = 0; p < w.profiles.size(); ++p) {
-    PLUMB_ASSIGN_OR_RETURN(auto schedule, workload::make_schedule(w.profiles[p], w.set.requests.size()));
-    PLUMB_ASSIGN_OR_RETURN(auto run, loadgen::run_load(w.set, schedule, *target, dopt));
-    metrics::Metrics m = metrics::compute(run);
-    metrics::ValidityBounds bounds;
-    bounds.min_completed = sc.min_completed;
-    bounds.min_steady_s = sc.min_steady_s;
-    bounds.target_verified = engine->verify_port_owner().ok();
-    auto cs = metrics::check_validity(m, bounds);
-    valid = valid && metrics::all_pass(cs);
-    for (const auto& c : cs) {
-      json::object jc{{"profile", int64_t(p)},
-                      {"name", c.name},
-                      {"value", std::isfinite(c.value) ? json::value(c.value) : json::value(nullptr)},
-                      {"relation", c.relation},
-                      {"bound", std::isfinite(c.bound) ? json::value(c.bound) : json::value(nullptr)},
-                      {"verdict", std::string(metrics::verdict_name(c.verdict))}};
-      if (c.verdict == metrics::Verdict::kFail) jc["fix"] = c.fix;
-      validity.emplace_back(std::move(jc));
-    }
-    for (const auto& r : run.requests) {
-      ledger::RequestRow q;
-      q.idx = int64_t(r.index);
-      q.profile = int64_t(p);
-      q.request_hash = r.hash;
-      q.status = r.completed() ? "ok" : std::string(metrics::failure_name(r.failure));
-      q.input_tokens = r.usage_prompt_tokens >= 0 ? r.usage_prompt_tokens : r.prompt_tokens;
-      q.output_requested = r.requested_output_tokens;
-      q.output_server = r.usage_output_tokens;
-      q.output_local = r.local_output_tokens;
-      q.scheduled_ns = ns(r.scheduled);
-      q.sent_ns = ns(r.sent);
-      q.first_token_ns = ns(r.first_token);
-      q.end_ns = ns(r.end);
-      out.requests.push_back(std::move(q));
-    }
-    std::string pre = w.profiles.size() > 1 ? "p" + std::to_string(p) + "." : "";
-    auto add = [&](const std::string& name, double v, const char* unit) {
-      if (std::isfinite(v)) out.metrics.push_back({pre + name, v, unit});
-    };
-    add("ttft_p50_ms", m.ttft_ms.p50, "ms");
-    add("ttft_p99_ms", m.ttft_ms.p99, "ms");
-    add("tpot_p50_ms", m.tpot_ms.p50, "ms");
-    add("tpot_p99_ms", m.tpot_ms.p99, "ms");
-    add("e2e_p50_ms", m.e2e_ms.p50, "ms");
-    add("request_throughput", m.steady.request_throughput, "req/s");
-    add("output_throughput", m.steady.output_throughput, "tok/s");
-    add("error_rate", m.error_rate, "1");
-    ms.push_back(std::move(m));
-  }
-  double objective = objective_of(sc, ms);
-  auto stopped = engine->stop();
-  if (!stopped.ok()) return stopped.status();
-  out.row.ended_at = utc_timestamp_now();
-  if (!std::isfinite(objective) || objective <= 0) valid = false;
-  if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
-
-  json::array argv;
-  for (const auto& x : spec.argv) argv.emplace_back(x);
-  json::object eff_cfg{{"adapter", cfg.resolved.name}, {"argv", argv}};
-  json::object params;
-  for (const auto& [k, v] : cfg.params) params[k] = param_to_json(v);
-  eff_cfg["params"] = params;
-  out.row.target_engine = cfg.resolved.name;
-  out.row.engine_config = json::canonical(eff_cfg);
-  out.row.engine_config_hash = sha256_hex(out.row.engine_config);
-  out.row.model_identity = model_identity(cfg);
-  out.row.valid = valid;
-  out.row.validity_json = json::dump(validity);
-  out.row.objective =
-      std::isfinite(objective) && objective > 0 ? std::optional<double>(objective) : std::nullopt;
-  return out;
 }
 
 }  // namespace
@@ -355,7 +154,13 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
   launch::EngineConfig arms[2];
   PLUMB_ASSIGN_OR_RETURN(arms[0], arm_config(reg.arm_a_config));
   PLUMB_ASSIGN_OR_RETURN(arms[1], arm_config(reg.arm_b_config));
-  PLUMB_ASSIGN_OR_RETURN(Ids ids, provenance_ids(ledger));
+  PLUMB_ASSIGN_OR_RETURN(ProvenanceIds ids, provenance_ids(ledger));
+  PLUMB_ASSIGN_OR_RETURN(auto counter, make_token_counter(opt.tokenizer));
+  MeasureOptions mo;
+  mo.plumb_binary = opt.plumb_binary;
+  mo.work_dir = opt.work_dir;
+  mo.request_timeout = opt.request_timeout;
+  mo.progress = progress;
   PLUMB_ASSIGN_OR_RETURN(auto existing, ledger.comparison_runs(id));
   std::map<std::pair<int64_t, std::string>, bool> have;  // (pair, arm) already recorded
   for (const auto& r : existing) {
@@ -371,36 +176,30 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
       continue;
     }
     uint64_t seed = uint64_t(reg.seeds[size_t(i)]);
-    PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(sc, seed));
-    ledger::RequestSetRow rs{w.set.set_hash, sc.id, reg.size_class, int64_t(seed),
-                             int64_t(w.set.requests.size())};
-    PLUMB_ASSIGN_OR_RETURN(int64_t set_id, ledger.insert_request_set(rs));
+    PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(sc, seed, counter));
+    PLUMB_ASSIGN_OR_RETURN(int64_t set_id, insert_request_set(ledger, w, sc, seed));
     for (char arm : order) {
       std::string arm_s(1, arm);
       if (have.count({i, arm_s})) continue;
       progress("pair " + std::to_string(i + 1) + "/" + std::to_string(reg.pairs) + " (" + order + "), arm " +
                arm_s + ", seed " + std::to_string(seed));
-      auto m = measure_arm(arms[arm == 'A' ? 0 : 1], sc, w, opt, progress);
+      auto m = measure(arms[arm == 'A' ? 0 : 1], sc, w, mo);
       if (!m.ok()) return m.status().with_context("pair " + std::to_string(i) + " arm " + arm_s);
       ledger::RunRow& row = m->row;
-      row.machine_id = ids.machine;
-      row.build_id = ids.build;
-      row.protocol_id = ids.protocol;
-      row.request_set_id = set_id;
+      fill_provenance(row, ids, set_id, sc, seed);
       row.registration_id = id;
       row.arm = arm_s;
       row.pair_index = i;
-      row.scenario = sc.id;
-      row.size_class = reg.size_class;
-      row.seed = int64_t(seed);
-      json::object eff{{"comparison", id},
-                       {"pair", i},
-                       {"order", order},
-                       {"arm", arm_s},
-                       {"seed", int64_t(seed)},
-                       {"request_set_hash", w.set.set_hash},
-                       {"warmup_requests", int64_t(w.warmup.size())},
-                       {"request_timeout_s", int64_t(opt.request_timeout.count())}};
+      json::object eff{
+          {"comparison", id},
+          {"pair", i},
+          {"order", order},
+          {"arm", arm_s},
+          {"seed", int64_t(seed)},
+          {"request_set_hash", w.set.set_hash},
+          {"warmup_requests", int64_t(w.warmup.size())},
+          {"request_timeout_s", int64_t(opt.request_timeout.count())},
+          {"tokenizer", opt.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : opt.tokenizer}};
       row.effective_settings = json::canonical(eff);
       auto run_id = ledger.insert_run(row, m->requests, m->metrics);
       if (!run_id.ok())

@@ -7,8 +7,8 @@
 //   min_effect, delta, pairs and one seed per pair, and returns the registration id.
 // run: for each pair not yet recorded (so an interrupted run resumes), draws one request set from
 //   the pair's seed, and measures both arms on it in the order protocol::pair_order(i) (AB, BA, ...):
-//   each arm is a fresh launch through launch/ (verified port owner), a warmup, the scenario's load
-//   profiles through loadgen/ with the OpenAI chat target, metrics/ and validity; every run goes
+//   each arm is compare/measure.h's measure(): a fresh launch through launch/ (verified port owner),
+//   a warmup, the scenario's load profiles through loadgen/, metrics/ and validity; every run goes
 //   into the ledger with provenance in one transaction, valid or not.
 // readout: computes protocol::readout from the stored runs (pairs where both arms are valid), and
 //   stores it; the database refuses an invalid readout (NOISY arm, too few valid pairs, changed
@@ -56,6 +56,10 @@ Result<launch::EngineConfig> arm_config(const std::string& stored_json);
 struct RunOptions {
   std::string plumb_binary;  // used as the plumb adapter's plumb_binary when an arm does not set it
   std::string work_dir;      // engine logs go here; "" = current directory
+  // Prompt sizing (compare/measure.h make_token_counter): a model folder with tokenizer.json; "" = the
+  // shipped plumb-tiny; "words" = whitespace words. Both arms of a pair always get the same bytes;
+  // resuming a comparison with another tokenizer is refused by the ledger (pair_same_inputs).
+  std::string tokenizer;
   std::chrono::seconds request_timeout{600};         // per request
   std::function<void(const std::string&)> progress;  // progress lines; null = log::info
 };

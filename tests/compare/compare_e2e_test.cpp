@@ -1,14 +1,12 @@
-// `compare run` end to end: two `plumb serve --engine synthetic` arms launched through the plumb
-// adapter, measured on scenario A (small) and read out. The issue-5 demonstration: an arm whose
-// time to first token is 10% longer reads `worse` with the true ratio inside the CI, and an arm
-// against itself reads `equivalent`. Each comparison is 10 runs of ~6 s (5 pairs).
+// `compare run` end to end: two real `plumb serve --engine synthetic` arms launched through the
+// plumb adapter, measured on scenario D (small) and read out. The issue-5 demonstration: an arm
+// whose delays are all 10% longer reads `worse` with the true ratio inside the CI, and an arm
+// against itself reads `equivalent`. Each comparison is 10 runs of ~10 s (5 pairs).
 //
-// DISABLED (known failure, not yet fixed): compare sizes synthetic prompts in words, and plumb
-// serve enforces the shipped model's 512-token context even with --engine synthetic; scenario A
-// small's 512-word prompts (~1500 plumb-tiny tokens) + 64 output tokens are refused with HTTP 400
-// (context_length_exceeded), so every run is invalid and the readout is `inconclusive`. The fix is
-// a tokenizer-based counter in compare/ (size prompts in the target's tokens) plus a scenario
-// whose prompt + output fit 512 tokens. Run with --gtest_also_run_disabled_tests to reproduce.
+// Prompts are sized in the shipped plumb-tiny tokenizer's tokens (compare/measure.h), so D small's
+// 256-token prompts + 128 output tokens fit plumb serve's 512-token context (the synthetic engine
+// enforces it too). Before that fix, word-sized prompts (~3 tokens per word) were refused with
+// HTTP 400 and every run was invalid.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,10 +32,12 @@ class CompareE2eTest : public ::testing::Test {
                .lexically_normal()
                .string();
     std::filesystem::create_directories(dir_);
-    // Scenario A small: 32 requests of 64 output tokens one at a time; with TTFT 150 ms each run's
-    // steady window passes the 5 s minimum. No inter-token delay: the objective is 1/median TTFT.
-    write_arm("fast.toml", 150.0);
-    write_arm("slow.toml", 165.0);
+    // Scenario D small: 64 requests of ~115-128 output tokens, 4 at a time; with 4 ms between tokens
+    // a request lasts ~0.5 s and a run ~8.5 s, so the steady window passes the 5 s minimum. The slow
+    // arm's TTFT and inter-token delay are both 10% longer, so 1/TTFT, 1/TPOT and req/s all drop by
+    // 1/1.1 and so does their geometric mean (the objective).
+    write_arm("fast.toml", 20.0, 4.0);
+    write_arm("slow.toml", 22.0, 4.4);
     auto l = ledger::Ledger::open(dir_ + "/plumb.db");
     ASSERT_TRUE(l.ok()) << l.status().to_string();
     ledger_ = std::move(l).value();
@@ -46,15 +46,15 @@ class CompareE2eTest : public ::testing::Test {
     ledger_.reset();
     if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
   }
-  void write_arm(const std::string& name, double ttft_ms) {
+  void write_arm(const std::string& name, double ttft_ms, double itl_ms) {
     std::ofstream(dir_ + "/" + name) << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = "
-                                     << ttft_ms << "\nitl_ms = 0.0\nthreads = 1\n";
+                                     << ttft_ms << "\nitl_ms = " << itl_ms << "\nthreads = 1\n";
   }
   ReadoutResult compare(const std::string& a, const std::string& b) {
     RegisterOptions o;
     o.config_a = dir_ + "/" + a;
     o.config_b = dir_ + "/" + b;
-    o.scenario = "A";
+    o.scenario = "D";
     o.size = "small";
     auto id = register_comparison(*ledger_, o);
     EXPECT_TRUE(id.ok()) << id.status().to_string();
@@ -77,12 +77,12 @@ class CompareE2eTest : public ::testing::Test {
   std::unique_ptr<ledger::Ledger> ledger_;
 };
 
-TEST_F(CompareE2eTest, DISABLED_TenPercentSlowerArmReadsWorse) {
+TEST_F(CompareE2eTest, TenPercentSlowerArmReadsWorse) {
   ReadoutResult r = compare("fast.toml", "slow.toml");
   EXPECT_EQ(r.row.verdict, "worse") << format_readout(r);
-  // 1/TTFT: B/A = 150/165 = 0.909 (plus the constant client/server overhead both arms share).
-  EXPECT_LT(r.readout.lo, 150.0 / 165.0 + 0.01) << format_readout(r);
-  EXPECT_GT(r.readout.hi, 150.0 / 165.0 - 0.02) << format_readout(r);
+  // B/A = 1/1.1 = 0.909 (plus the constant client/server overhead both arms share).
+  EXPECT_LT(r.readout.lo, 1.0 / 1.1 + 0.01) << format_readout(r);
+  EXPECT_GT(r.readout.hi, 1.0 / 1.1 - 0.02) << format_readout(r);
   // Every run is in the ledger with its pair, arm and order.
   auto runs = ledger_->comparison_runs(r.registration.id);
   ASSERT_TRUE(runs.ok());
@@ -97,7 +97,7 @@ TEST_F(CompareE2eTest, DISABLED_TenPercentSlowerArmReadsWorse) {
   EXPECT_EQ(again->pairs_skipped, 5);
 }
 
-TEST_F(CompareE2eTest, DISABLED_ArmAgainstItselfReadsEquivalent) {
+TEST_F(CompareE2eTest, ArmAgainstItselfReadsEquivalent) {
   ReadoutResult r = compare("fast.toml", "fast.toml");
   EXPECT_EQ(r.row.verdict, "equivalent") << format_readout(r);
 }
