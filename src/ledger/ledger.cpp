@@ -184,9 +184,9 @@ std::string registration_hash(const Registration& r) {
 }
 
 const std::vector<std::string>& table_names() {
-  static const std::vector<std::string> v{"machines",     "machine_ceilings", "builds",   "protocols",
-                                          "request_sets", "registrations",    "runs",     "requests",
-                                          "metrics",      "scores",           "readouts", "anchors"};
+  static const std::vector<std::string> v{
+      "machines", "machine_ceilings", "builds", "protocols", "request_sets", "registrations", "runs",
+      "requests", "metrics",          "scores", "readouts",  "anchors",      "studies",       "trials"};
   return v;
 }
 
@@ -283,10 +283,10 @@ Result<int64_t> Ledger::insert_request_set(const RequestSetRow& r) {
       });
 }
 
-Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> requests,
-                                   std::span<const MetricRow> metrics) {
-  Transaction tx(db_);
-  PLUMB_RETURN_IF_ERROR(tx.begin());
+namespace {
+// The rows of one run; the caller holds the transaction.
+Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const RequestRow> requests,
+                                std::span<const MetricRow> metrics) {
   Stmt s(db_,
          "INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, registration_id, arm, "
          "pair_index, "
@@ -327,8 +327,143 @@ Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> 
     m.bind(run_id).bind(x.name).bind(x.value).bind(x.unit);
     PLUMB_RETURN_IF_ERROR(m.run("inserting metric " + x.name));
   }
+  return run_id;
+}
+}  // namespace
+
+Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> requests,
+                                   std::span<const MetricRow> metrics) {
+  Transaction tx(db_);
+  PLUMB_RETURN_IF_ERROR(tx.begin());
+  PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, r, requests, metrics));
   PLUMB_RETURN_IF_ERROR(tx.commit());
   return run_id;
+}
+
+Result<int64_t> Ledger::create_study(const StudyRow& in) {
+  StudyRow r = in;
+  r.created_at = now_or(r.created_at);
+  Stmt s(db_,
+         "INSERT INTO studies (created_at, name, adapter, space_json, strategy, strategy_seed, scenario, "
+         "size_class, dev_seed, eval_seed, budget_trials, budget_seconds, options_json, protocol_id, "
+         "machine_id) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  PLUMB_RETURN_IF_ERROR(s.prepared("study insert"));
+  s.bind(r.created_at).bind(r.name).bind(r.adapter).bind(r.space_json).bind(r.strategy).bind(r.strategy_seed);
+  s.bind(r.scenario).bind(r.size_class).bind(r.dev_seed).bind(r.eval_seed).bind(r.budget_trials);
+  s.bind(r.budget_seconds).bind(r.options_json).bind(r.protocol_id).bind(r.machine_id);
+  PLUMB_RETURN_IF_ERROR(s.run("inserting study"));
+  return int64_t(sqlite3_last_insert_rowid(db_));
+}
+
+namespace {
+constexpr const char* kStudyColumns =
+    "id, created_at, name, adapter, space_json, strategy, strategy_seed, scenario, size_class, dev_seed, "
+    "eval_seed, budget_trials, budget_seconds, options_json, protocol_id, machine_id";
+StudyRow read_study(Stmt& s) {
+  StudyRow r;
+  r.id = s.i64(0);
+  r.created_at = s.text(1);
+  r.name = s.text(2);
+  r.adapter = s.text(3);
+  r.space_json = s.text(4);
+  r.strategy = s.text(5);
+  r.strategy_seed = s.i64(6);
+  r.scenario = s.text(7);
+  r.size_class = s.text(8);
+  r.dev_seed = s.i64(9);
+  r.eval_seed = s.i64(10);
+  r.budget_trials = s.i64(11);
+  r.budget_seconds = s.dbl(12);
+  r.options_json = s.text(13);
+  r.protocol_id = s.i64(14);
+  r.machine_id = s.i64(15);
+  return r;
+}
+}  // namespace
+
+Result<StudyRow> Ledger::get_study(int64_t id) {
+  std::string sql = std::string("SELECT ") + kStudyColumns + " FROM studies WHERE id = ?";
+  Stmt s(db_, sql.c_str());
+  PLUMB_RETURN_IF_ERROR(s.prepared("study query"));
+  s.bind(id);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading study"));
+  if (!row)
+    return not_found("no study " + std::to_string(id) + " in this ledger (plumb tune --list shows them)");
+  return read_study(s);
+}
+
+Result<std::vector<StudyRow>> Ledger::list_studies() {
+  std::string sql = std::string("SELECT ") + kStudyColumns + " FROM studies ORDER BY id";
+  Stmt s(db_, sql.c_str());
+  PLUMB_RETURN_IF_ERROR(s.prepared("study query"));
+  std::vector<StudyRow> out;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("listing studies"));
+    if (!row) break;
+    out.push_back(read_study(s));
+  }
+  return out;
+}
+
+Result<int64_t> Ledger::insert_trial(const TrialRow& in, const RunRow* run,
+                                     std::span<const RequestRow> requests,
+                                     std::span<const MetricRow> metrics) {
+  TrialRow t = in;
+  if (t.config_hash.empty()) t.config_hash = sha256_hex(t.config_json);
+  Transaction tx(db_);
+  PLUMB_RETURN_IF_ERROR(tx.begin());
+  if (run) {
+    PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, *run, requests, metrics));
+    t.run_id = run_id;
+  }
+  Stmt s(db_,
+         "INSERT INTO trials (study_id, idx, stage, config_json, config_hash, status, feasible, objective, "
+         "failure, run_id, rationale, notes, metrics_json, started_at, ended_at, elapsed_s) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  PLUMB_RETURN_IF_ERROR(s.prepared("trial insert"));
+  s.bind(t.study_id).bind(t.idx).bind(t.stage).bind(t.config_json).bind(t.config_hash).bind(t.status);
+  s.bind(int64_t(t.feasible ? 1 : 0)).bind(t.objective).bind(t.failure).bind(t.run_id).bind(t.rationale);
+  s.bind(t.notes).bind(t.metrics_json).bind(t.started_at).bind(t.ended_at).bind(t.elapsed_s);
+  PLUMB_RETURN_IF_ERROR(s.run("inserting trial " + std::to_string(t.idx)));
+  int64_t id = sqlite3_last_insert_rowid(db_);
+  PLUMB_RETURN_IF_ERROR(tx.commit());
+  return id;
+}
+
+Result<std::vector<TrialRow>> Ledger::trials_for(int64_t study_id) {
+  Stmt s(db_,
+         "SELECT id, study_id, idx, stage, config_json, config_hash, status, feasible, objective, failure, "
+         "run_id, "
+         "rationale, notes, metrics_json, started_at, ended_at, elapsed_s FROM trials WHERE study_id = ? "
+         "ORDER BY idx");
+  PLUMB_RETURN_IF_ERROR(s.prepared("trial query"));
+  s.bind(study_id);
+  std::vector<TrialRow> out;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("listing trials"));
+    if (!row) break;
+    TrialRow t;
+    t.id = s.i64(0);
+    t.study_id = s.i64(1);
+    t.idx = s.i64(2);
+    t.stage = s.text(3);
+    t.config_json = s.text(4);
+    t.config_hash = s.text(5);
+    t.status = s.text(6);
+    t.feasible = s.i64(7) != 0;
+    t.objective = s.opt_dbl(8);
+    t.failure = s.text(9);
+    t.run_id = s.opt_i64(10);
+    t.rationale = s.text(11);
+    t.notes = s.text(12);
+    t.metrics_json = s.text(13);
+    t.started_at = s.text(14);
+    t.ended_at = s.text(15);
+    t.elapsed_s = s.dbl(16);
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 Result<int64_t> Ledger::register_comparison(const Registration& in) {

@@ -179,6 +179,49 @@ struct AnchorRow {
   std::string note;      // caveats
 };
 
+// A tuning study (`plumb tune`): what is searched, how, on what, within what budget. options_json
+// holds everything else a resume needs (the tuner's own options, canonical JSON).
+struct StudyRow {
+  int64_t id = 0;              // assigned on insert
+  std::string created_at;      // UTC timestamp, set by create_study if empty
+  std::string name;            // human label, non-empty
+  std::string adapter;         // engine adapter of the trials
+  std::string space_json;      // the search space (JSON text)
+  std::string strategy;        // grid | random | bayes | halving | external
+  int64_t strategy_seed = 0;   // the strategy's seed
+  std::string scenario;        // "A".."D"
+  std::string size_class;      // "gpu" | "small" | "custom"
+  int64_t dev_seed = 0;        // the seed trials measure on
+  int64_t eval_seed = 0;       // held out for the winner's re-validation; != dev_seed
+  int64_t budget_trials = -1;  // -1 = no trial limit
+  double budget_seconds = -1;  // -1 = no time limit
+  std::string options_json;    // the rest of the tuner's options (JSON text)
+  int64_t protocol_id = 0;     // protocols.id
+  int64_t machine_id = 0;      // machines.id
+};
+
+// One finished trial. status: ok | invalid | startup_failed | crashed | timeout | error; feasible
+// trials are "ok" with an objective and a valid run; infeasible ones say why in `failure`.
+struct TrialRow {
+  int64_t id = 0;                   // assigned on insert
+  int64_t study_id = 0;             // studies.id
+  int64_t idx = 0;                  // 0-based; must equal the study's finished-trial count
+  std::string stage = "full";       // "full" | "screen"
+  std::string config_json;          // the configuration (canonical JSON)
+  std::string config_hash;          // SHA-256 hex of config_json; set by insert_trial if empty
+  std::string status = "ok";        // see above
+  bool feasible = false;            // usable by the search
+  std::optional<double> objective;  // > 0 when measured
+  std::string failure;              // why infeasible ("" when feasible)
+  std::optional<int64_t> run_id;    // its run (set by insert_trial when a run is given)
+  std::string rationale;            // why the strategy proposed it, non-empty
+  std::string notes;                // an external proposer's notes ("" otherwise)
+  std::string metrics_json = "{}";  // small metric summary (JSON object text)
+  std::string started_at;           // UTC timestamps
+  std::string ended_at;
+  double elapsed_s = 0;  // wall seconds the trial took (launch to stop)
+};
+
 // Query results.
 struct RunSummary {
   int64_t id = 0;
@@ -219,7 +262,7 @@ class Ledger {
 
   // The schema version now in the file (== kSchemaVersion after open()).
   Result<int64_t> schema_version();
-  static constexpr int64_t kSchemaVersion = 1;
+  static constexpr int64_t kSchemaVersion = 2;
 
   // Reference rows: idempotent on their natural key (returns the existing id if present).
   Result<int64_t> insert_machine(const MachineRow& m);
@@ -243,13 +286,24 @@ class Ledger {
   Result<int64_t> insert_ceiling(const CeilingRow& c);
   Result<int64_t> insert_anchor(const AnchorRow& a);
 
+  // Tuning studies. create_study fills created_at when empty and returns the id.
+  Result<int64_t> create_study(const StudyRow& s);
+  Result<StudyRow> get_study(int64_t id);  // NotFound for an unknown id
+  Result<std::vector<StudyRow>> list_studies();
+  // A finished trial and, when the engine ran, its run with requests and metrics: one transaction
+  // (the trial's run_id is the new run). The database refuses an idx other than the study's trial
+  // count (FailedPrecondition), so a trial is never recorded twice or out of order.
+  Result<int64_t> insert_trial(const TrialRow& t, const RunRow* run, std::span<const RequestRow> requests,
+                               std::span<const MetricRow> metrics);
+  Result<std::vector<TrialRow>> trials_for(int64_t study_id);  // by idx
+
   // Runs, newest first; limit <= 0 means all.
   Result<std::vector<RunSummary>> list_runs(int64_t limit = 0);
   // Runs of a registered comparison, ordered by pair then arm.
   Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id);
   // One row of a table by id, all columns. Tables: runs, machines, builds, protocols,
-  // request_sets, registrations, readouts. NotFound for an unknown id, InvalidArgument for an
-  // unknown table.
+  // request_sets, registrations, readouts, studies, trials. NotFound for an unknown id, InvalidArgument for
+  // an unknown table.
   Result<Table> row(const std::string& table, int64_t id);
   // A whole table (or, for requests and metrics, the rows of one run when run_id > 0).
   // InvalidArgument for a table that is not one of the ledger's.

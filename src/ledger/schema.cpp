@@ -312,10 +312,76 @@ END;
   return s;
 }
 
+// Migration 2: tuning studies and their trials (`plumb tune`). A study stores everything needed to
+// resume it; a trial row is written when the trial finishes, in one transaction with its run (if
+// the engine started), so a killed study loses only the trial in flight. Trial indexes are dense:
+// the database refuses an index other than the study's trial count, so a resumed study can neither
+// skip nor repeat a finished trial.
+std::string migration_2() {
+  std::string s = R"SQL(
+CREATE TABLE studies (
+  id INTEGER PRIMARY KEY,
+  created_at TEXT NOT NULL CHECK (created_at GLOB )SQL" TS_GLOB R"SQL(),
+  name TEXT NOT NULL CHECK (name <> ''),
+  adapter TEXT NOT NULL CHECK (adapter <> ''),
+  space_json TEXT NOT NULL CHECK (json_valid(space_json)),
+  strategy TEXT NOT NULL CHECK (strategy <> ''),
+  strategy_seed INTEGER NOT NULL,
+  scenario TEXT NOT NULL CHECK (scenario <> ''),
+  size_class TEXT NOT NULL CHECK (size_class IN ('gpu', 'small', 'custom')),
+  dev_seed INTEGER NOT NULL,
+  eval_seed INTEGER NOT NULL,
+  budget_trials INTEGER NOT NULL CHECK (budget_trials >= -1),
+  budget_seconds REAL NOT NULL CHECK (budget_seconds >= -1),
+  options_json TEXT NOT NULL CHECK (json_valid(options_json)),
+  protocol_id INTEGER NOT NULL REFERENCES protocols(id),
+  machine_id INTEGER NOT NULL REFERENCES machines(id),
+  CHECK (dev_seed <> eval_seed)
+);
+CREATE TABLE trials (
+  id INTEGER PRIMARY KEY,
+  study_id INTEGER NOT NULL REFERENCES studies(id),
+  idx INTEGER NOT NULL CHECK (idx >= 0),
+  stage TEXT NOT NULL CHECK (stage IN ('full', 'screen')),
+  config_json TEXT NOT NULL CHECK (json_valid(config_json)),
+  config_hash TEXT NOT NULL CHECK )SQL" HEX64("config_hash") R"SQL(,
+  status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'startup_failed', 'crashed', 'timeout', 'error')),
+  feasible INTEGER NOT NULL CHECK (feasible IN (0, 1)),
+  objective REAL CHECK (objective IS NULL OR objective > 0),
+  failure TEXT NOT NULL,
+  run_id INTEGER REFERENCES runs(id),
+  rationale TEXT NOT NULL CHECK (rationale <> ''),
+  notes TEXT NOT NULL,
+  metrics_json TEXT NOT NULL CHECK (json_valid(metrics_json)),
+  started_at TEXT NOT NULL CHECK (started_at GLOB )SQL" TS_GLOB R"SQL(),
+  ended_at TEXT NOT NULL CHECK (ended_at GLOB )SQL" TS_GLOB R"SQL(),
+  elapsed_s REAL NOT NULL CHECK (elapsed_s >= 0),
+  CHECK (ended_at >= started_at),
+  CHECK (feasible = 0 OR (status = 'ok' AND objective IS NOT NULL AND run_id IS NOT NULL)),
+  CHECK (feasible = 1 OR failure <> ''),
+  UNIQUE (study_id, idx)
+);
+CREATE INDEX trials_by_study ON trials(study_id, idx);
+CREATE TRIGGER trials_dense_index BEFORE INSERT ON trials
+WHEN NEW.idx <> (SELECT count(*) FROM trials WHERE study_id = NEW.study_id)
+BEGIN
+  SELECT RAISE(ABORT, 'trial: its index must equal the study''s number of finished trials (no gap, no repeat)');
+END;
+CREATE TRIGGER trials_feasible_run_valid BEFORE INSERT ON trials
+WHEN NEW.feasible = 1 AND NOT EXISTS (SELECT 1 FROM runs WHERE id = NEW.run_id AND valid = 1)
+BEGIN
+  SELECT RAISE(ABORT, 'trial: a feasible trial needs a valid run');
+END;
+)SQL";
+  s += append_only("studies", "EXISTS (SELECT 1 FROM studies WHERE id = NEW.id)");
+  s += append_only("trials", "EXISTS (SELECT 1 FROM trials WHERE id = NEW.id)");
+  return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
-  static const std::vector<std::string> m{migration_1()};
+  static const std::vector<std::string> m{migration_1(), migration_2()};
   return m;
 }
 

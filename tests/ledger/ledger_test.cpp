@@ -27,7 +27,7 @@ TEST_F(LedgerTest, OpensWithSchemaAndWal) {
   ledger_.reset();
   auto again = Ledger::open(path_);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(raw_int("SELECT count(*) FROM schema_version"), 1);
+  EXPECT_EQ(raw_int("SELECT count(*) FROM schema_version"), Ledger::kSchemaVersion);
 }
 
 TEST_F(LedgerTest, RefusesNewerSchema) {
@@ -150,6 +150,102 @@ TEST_F(LedgerTest, CeilingsLatestPerName) {
   EXPECT_FALSE(ledger_->find_machine(hex64('0'))->has_value());
   EXPECT_EQ(ledger_->insert_ceiling({machine_, "x", -1.0, "GB/s", ""}).status().code(),
             Code::kFailedPrecondition);
+}
+
+// ---- studies and trials (migration 2) -----------------------------------------------------------
+
+class StudyLedgerTest : public LedgerTest {
+ protected:
+  int64_t study() {
+    StudyRow r;
+    r.name = "s";
+    r.adapter = "plumb";
+    r.space_json = "{}";
+    r.strategy = "grid";
+    r.scenario = "D";
+    r.size_class = "small";
+    r.dev_seed = 21;
+    r.eval_seed = 1337;
+    r.budget_trials = 3;
+    r.options_json = "{}";
+    r.protocol_id = protocol_;
+    r.machine_id = machine_;
+    auto id = ledger_->create_study(r);
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return id.ok() ? *id : 0;
+  }
+  TrialRow trial(int64_t sid, int64_t idx, bool feasible) {
+    TrialRow t;
+    t.study_id = sid;
+    t.idx = idx;
+    t.config_json = "{\"max_num_seqs\":" + std::to_string(idx + 1) + "}";
+    t.status = feasible ? "ok" : "startup_failed";
+    t.feasible = feasible;
+    if (feasible) t.objective = 2.0;
+    t.failure = feasible ? "" : "engine exited with code 2";
+    t.rationale = "grid point";
+    t.started_at = "2026-01-01T00:00:00.000Z";
+    t.ended_at = "2026-01-01T00:00:09.000Z";
+    t.elapsed_s = 9;
+    return t;
+  }
+};
+
+TEST_F(StudyLedgerTest, TrialsAndTheirRunsAreWrittenTogetherAndReadBack) {
+  int64_t sid = study();
+  auto st = ledger_->get_study(sid);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->eval_seed, 1337);
+  RunRow run = run_at("2026-01-01T00:00:01.000Z");
+  MetricRow m{"objective", 2.0, "1"};
+  auto a = ledger_->insert_trial(trial(sid, 0, true), &run, {}, std::span<const MetricRow>(&m, 1));
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = ledger_->insert_trial(trial(sid, 1, false), nullptr, {}, {});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto ts = ledger_->trials_for(sid);
+  ASSERT_TRUE(ts.ok());
+  ASSERT_EQ(ts->size(), 2u);
+  ASSERT_TRUE((*ts)[0].run_id.has_value());
+  EXPECT_EQ(*(*ts)[0].objective, 2.0);
+  EXPECT_EQ((*ts)[0].config_hash.size(), 64u);
+  EXPECT_FALSE((*ts)[1].run_id.has_value());
+  EXPECT_EQ((*ts)[1].failure, "engine exited with code 2");
+  EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 1);
+}
+
+TEST_F(StudyLedgerTest, TheDatabaseRefusesBadTrials) {
+  int64_t sid = study();
+  // A skipped index, then a repeated one.
+  auto r = ledger_->insert_trial(trial(sid, 1, false), nullptr, {}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no gap, no repeat"), std::string::npos) << r.status().message();
+  ASSERT_TRUE(ledger_->insert_trial(trial(sid, 0, false), nullptr, {}, {}).ok());
+  EXPECT_FALSE(ledger_->insert_trial(trial(sid, 0, false), nullptr, {}, {}).ok());
+  // A feasible trial without a run, or with an invalid run: refused, and its run is rolled back.
+  EXPECT_FALSE(ledger_->insert_trial(trial(sid, 1, true), nullptr, {}, {}).ok());
+  RunRow bad = run_at("2026-01-01T00:00:01.000Z");
+  bad.valid = false;
+  auto x = ledger_->insert_trial(trial(sid, 1, true), &bad, {}, {});
+  ASSERT_FALSE(x.ok());
+  EXPECT_NE(x.status().message().find("valid run"), std::string::npos) << x.status().message();
+  EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 0);
+  // An infeasible trial must say why.
+  TrialRow silent = trial(sid, 1, false);
+  silent.failure = "";
+  EXPECT_FALSE(ledger_->insert_trial(silent, nullptr, {}, {}).ok());
+  // Append-only, through raw SQL.
+  EXPECT_NE(raw("UPDATE trials SET objective = 9 WHERE idx = 0"), "");
+  EXPECT_NE(raw("DELETE FROM trials"), "");
+  EXPECT_NE(raw("DELETE FROM studies"), "");
+  // A study whose eval seed is its dev seed.
+  EXPECT_NE(
+      raw("INSERT INTO studies (created_at, name, adapter, space_json, strategy, strategy_seed, scenario, "
+          "size_class, dev_seed, eval_seed, budget_trials, budget_seconds, options_json, protocol_id, "
+          "machine_id) "
+          "VALUES ('2026-01-01T00:00:00.000Z', 'x', 'plumb', '{}', 'grid', 1, 'D', 'small', 21, 21, 1, -1, "
+          "'{}', " +
+          std::to_string(protocol_) + ", " + std::to_string(machine_) + ")"),
+      "");
 }
 
 }  // namespace

@@ -1,0 +1,363 @@
+// `plumb tune`: search an engine's configuration space on a protocol scenario, keep every trial in
+// the ledger, re-validate the winner against the honest baselines, and report. The logic lives in
+// tune/ (study.h); this file parses flags, prints the live view and writes JSON/HTML.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "core/file.h"
+#include "core/json.h"
+#include "ledger/ledger.h"
+#include "protocol/protocol.h"
+#include "report/html.h"
+#include "tune/space.h"
+#include "tune/study.h"
+
+namespace plumb::cli {
+namespace {
+
+struct TuneArgs {
+  std::string ledger_path = ledger::kDefaultPath;
+  tune::StudyOptions study;
+  std::string proposer;
+  double proposer_timeout_s = 60;
+  int64_t resume = 0;
+  int64_t report_only = 0;
+  bool list = false;
+  std::string print_space;
+  std::string work_dir;
+  bool no_revalidate = false;
+  bool naive = false;
+  bool no_gates = false;
+  int pairs = 5;
+  std::string json_path;
+  std::string html_path;
+  bool quiet = false;
+};
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+int exit_for(const Status& s) {
+  switch (s.code()) {
+    case Code::kInvalidArgument:
+    case Code::kNotFound:
+      return kExitUsage;
+    default:
+      return kExitError;
+  }
+}
+
+int fail(const Status& s) {
+  std::cerr << "plumb tune: " << s.to_string() << "\n";
+  return exit_for(s);
+}
+
+std::string fmtd(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+Status write_html(const std::string& path, const tune::StudyState& st, const tune::Revalidation* rv) {
+  json::object j = tune::report_json(st, rv);
+  report::Page page("plumb tune: study " + std::to_string(st.row.id) + " (" + st.row.name + ")");
+  page.provenance(
+      {{"study", std::to_string(st.row.id) + " " + st.row.name},
+       {"adapter / space", st.space.adapter + " / " + st.space.name},
+       {"strategy", st.row.strategy + " (seed " + std::to_string(st.row.strategy_seed) + ")"},
+       {"scenario", st.row.scenario + " (" + st.row.size_class + "), objective higher is better"},
+       {"seeds",
+        "dev " + std::to_string(st.row.dev_seed) + ", eval (held out) " + std::to_string(st.row.eval_seed)},
+       {"trials", std::to_string(st.trials.size()) + " in " + fmtd("%.0f", st.seconds_used()) + " s"},
+       {"protocol",
+        "v" + std::to_string(protocol::kVersion) + " " + protocol::protocol_hash().substr(0, 12)}});
+  if (rv) {
+    page.heading("Speedup of the best configuration (held-out seeds, paired, pre-registered)");
+    report::BarChart bars;
+    bars.title = "Best over baseline (95% CI)";
+    bars.y.label = "speedup (objective ratio)";
+    bars.reference = 1.0;
+    report::Table t;
+    t.header = {"baseline", "speedup", "95% CI", "verdict", "CV baseline", "CV best", "pairs", "note"};
+    for (const auto& c : rv->comparisons) {
+      if (!c.readout) {
+        t.rows.push_back({c.baseline, "n/a", "", report::Cell::warn("not available"), "", "", "", c.error});
+        continue;
+      }
+      const auto& r = c.readout->readout;
+      std::string v(protocol::verdict_name(r.verdict));
+      auto style = v == "better"  ? report::Cell::Style::kPass
+                   : v == "worse" ? report::Cell::Style::kFail
+                                  : report::Cell::Style::kWarn;
+      bars.bars.push_back({"over " + c.baseline, r.ratio, r.lo, r.hi, style});
+      t.rows.push_back({c.baseline, report::format_number(r.ratio),
+                        "[" + report::format_number(r.lo) + ", " + report::format_number(r.hi) + "]",
+                        report::Cell(v, style), fmtd("%.1f%%", 100 * r.cv_a), fmtd("%.1f%%", 100 * r.cv_b),
+                        std::to_string(r.pairs) + " of " + std::to_string(c.readout->pairs_registered),
+                        r.reason + (c.error.empty() ? "" : " (" + c.error + ")")});
+    }
+    page.bar_chart(bars);
+    page.table(t);
+    if (rv->gates) {
+      report::Table g;
+      g.caption = "Gates on the best configuration (reference: the default preset)";
+      g.header = {"gate", "constraint", "value", "op", "bound", "verdict", "fix"};
+      for (const auto& gr : rv->gates->gates)
+        for (const auto& c : gr.constraints) {
+          std::string v(gates::verdict_name(c.verdict));
+          g.rows.push_back({gr.gate, c.name, report::format_number(c.value), c.op,
+                            report::format_number(c.bound),
+                            c.verdict == gates::Verdict::kPass   ? report::Cell::pass(v)
+                            : c.verdict == gates::Verdict::kFail ? report::Cell::fail(v)
+                                                                 : report::Cell::warn(v),
+                            c.verdict == gates::Verdict::kPass ? "" : c.fix});
+        }
+      page.table(g);
+    }
+    if (!rv->gates_error.empty()) page.note("gates: " + rv->gates_error);
+  }
+  page.heading("Convergence");
+  report::LineChart conv;
+  conv.title = "Best objective so far (full-stage feasible trials)";
+  conv.x.label = "trial";
+  conv.y.label = "objective (higher is better)";
+  conv.step = true;
+  conv.markers = true;
+  report::Series best{"best so far", {}, {}, {}}, each{"trial objective", {}, {}, {}};
+  double b = NAN;
+  for (const auto& t : st.trials) {
+    if (t.obs.stage == "full" && t.obs.feasible && t.obs.objective &&
+        (!std::isfinite(b) || *t.obs.objective > b))
+      b = *t.obs.objective;
+    best.x.push_back(double(t.obs.index + 1));
+    best.y.push_back(b);
+  }
+  conv.series.push_back(best);
+  page.line_chart(conv);
+  page.heading("Pareto front: TTFT vs throughput");
+  report::ScatterChart sc;
+  sc.title = "Feasible full trials (front highlighted)";
+  sc.x.label = "TTFT p50 (ms), lower is better";
+  sc.y.label = "request throughput (req/s), higher is better";
+  sc.connect_highlighted = true;
+  report::Series pts{"trials", {}, {}, {}};
+  auto front = tune::pareto_front(st);
+  for (size_t i = 0; i < st.trials.size(); ++i) {
+    const auto& o = st.trials[i].obs;
+    if (o.stage != "full" || !o.feasible) continue;
+    auto* x = o.metrics.if_contains("ttft_p50_ms");
+    auto* y = o.metrics.if_contains("request_throughput");
+    if (!x || !y || !x->is_number() || !y->is_number()) continue;
+    pts.x.push_back(x->to_number<double>());
+    pts.y.push_back(y->to_number<double>());
+    pts.highlight.push_back(std::find(front.begin(), front.end(), i) != front.end());
+  }
+  sc.series.push_back(pts);
+  page.scatter_chart(sc);
+  page.heading("Trials");
+  report::Table tt;
+  tt.header = {"#",           "stage", "status", "objective", "TTFT p50 ms",
+               "TPOT p50 ms", "req/s", "s",      "config",    "why"};
+  for (const auto& t : st.trials) {
+    const auto& o = t.obs;
+    auto m = [&](const char* k) {
+      auto* v = o.metrics.if_contains(k);
+      return v && v->is_number() ? report::format_number(v->to_number<double>()) : std::string("n/a");
+    };
+    tt.rows.push_back({std::to_string(o.index + 1), o.stage,
+                       o.feasible ? report::Cell::pass(o.status) : report::Cell::fail(o.status),
+                       o.objective ? report::format_number(*o.objective) : "n/a", m("ttft_p50_ms"),
+                       m("tpot_p50_ms"), m("request_throughput"), fmtd("%.1f", t.elapsed_s),
+                       tune::config_summary(st.space, o.config), o.feasible ? t.rationale : o.failure});
+  }
+  page.table(tt);
+  if (auto bi = st.best()) {
+    page.heading("Best configuration");
+    page.paragraph(tune::engine_config_toml(st.space, st.trials[*bi].obs.config));
+    if (auto cmd = tune::serve_command(st.space, st.trials[*bi].obs.config); !cmd.empty())
+      page.paragraph(cmd);
+  }
+  (void)j;
+  return page.write(path);
+}
+
+int run_tune(TuneArgs& a) {
+  if (!a.print_space.empty()) {
+    auto t = tune::builtin_space_text(a.print_space);
+    if (!t.ok()) return fail(t.status());
+    std::fputs(t->c_str(), stdout);
+    return kExitOk;
+  }
+  auto lr = ledger::Ledger::open(a.ledger_path);
+  if (!lr.ok()) return fail(lr.status());
+  auto& ledger = **lr;
+  if (a.list) {
+    auto ss = ledger.list_studies();
+    if (!ss.ok()) return fail(ss.status());
+    std::printf("%-4s %-24s %-8s %-9s %-6s %-7s %-8s %s\n", "id", "created", "adapter", "strategy", "scn",
+                "trials", "best", "name");
+    for (const auto& s : *ss) {
+      auto st = tune::load_study(ledger, s.id);
+      std::string best = "-";
+      size_t n = 0;
+      if (st.ok()) {
+        n = st->trials.size();
+        if (auto b = st->best()) best = fmtd("%.4g", *st->trials[*b].obs.objective);
+      }
+      std::printf("%-4lld %-24s %-8s %-9s %-6s %-7zu %-8s %s\n", (long long)s.id, s.created_at.c_str(),
+                  s.adapter.c_str(), s.strategy.c_str(), (s.scenario + "/" + s.size_class).c_str(), n,
+                  best.c_str(), s.name.c_str());
+    }
+    return kExitOk;
+  }
+  tune::RunContext ctx;
+  ctx.plumb_binary = self_exe();
+  ctx.work_dir = a.work_dir;
+  if (!a.work_dir.empty()) std::filesystem::create_directories(a.work_dir);
+  if (!a.quiet) ctx.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  int64_t id = a.resume > 0 ? a.resume : a.report_only;
+  if (id == 0) {
+    if (!a.proposer.empty()) {
+      a.study.strategy_options.proposer_argv = {"/bin/sh", "-c", a.proposer};
+      if (a.study.strategy == "bayes" && a.study.strategy_options.proposer_argv.size())
+        a.study.strategy = "external";
+    }
+    a.study.strategy_options.proposer_timeout =
+        std::chrono::milliseconds(int64_t(a.proposer_timeout_s * 1000));
+    auto created = tune::create_study(ledger, a.study);
+    if (!created.ok()) return fail(created.status());
+    id = *created;
+    std::fprintf(
+        stderr,
+        "study %lld created in %s (resume after an interruption: plumb tune --resume %lld --ledger %s)\n",
+        (long long)id, a.ledger_path.c_str(), (long long)id, a.ledger_path.c_str());
+  }
+  if (a.report_only == 0) {
+    auto r = tune::run_study(ledger, id, ctx);
+    if (!r.ok()) {
+      std::cerr << "plumb tune: study " << id << " stopped: " << r.status().to_string()
+                << "\n  finished trials are kept; continue with: plumb tune --resume " << id << " --ledger "
+                << a.ledger_path << "\n";
+      return exit_for(r.status()) == kExitUsage ? kExitError : exit_for(r.status());
+    }
+    std::fprintf(stderr, "search finished: %lld trials (%lld this run), stopped by %s\n",
+                 (long long)r->trials_total, (long long)r->trials_run, r->stop_reason.c_str());
+  }
+  auto st = tune::load_study(ledger, id);
+  if (!st.ok()) return fail(st.status());
+  std::optional<tune::Revalidation> rv;
+  if (!a.no_revalidate && a.report_only == 0 && st->best()) {
+    tune::RevalidateOptions ro;
+    ro.pairs = a.pairs;
+    ro.against_naive = a.naive;
+    ro.gates = !a.no_gates;
+    auto r = tune::revalidate(ledger, id, ctx, ro);
+    if (!r.ok())
+      std::cerr << "plumb tune: re-validation failed: " << r.status().to_string() << "\n";
+    else
+      rv = std::move(*r);
+  }
+  std::fputs(tune::report_text(*st, rv ? &*rv : nullptr).c_str(), stdout);
+  if (!a.json_path.empty()) {
+    auto s =
+        write_file_atomic(a.json_path, json::dump_pretty(tune::report_json(*st, rv ? &*rv : nullptr)) + "\n");
+    if (!s.ok()) return fail(s);
+    std::fprintf(stderr, "wrote %s\n", a.json_path.c_str());
+  }
+  if (!a.html_path.empty()) {
+    auto s = write_html(a.html_path, *st, rv ? &*rv : nullptr);
+    if (!s.ok()) return fail(s);
+    std::fprintf(stderr, "wrote %s\n", a.html_path.c_str());
+  }
+  return st->best() ? kExitOk : kExitFailed;
+}
+
+void setup_tune(CLI::App& root) {
+  auto a = std::make_shared<TuneArgs>();
+  a->study.time_budget_s = 150;
+  auto* c = root.add_subcommand(
+      "tune",
+      "Search an engine's configurations on a protocol scenario, re-validate the best against the honest "
+      "baselines, report");
+  c->footer(
+      "With no arguments: tunes plumb's own engine (shipped model) on scenario D (small) with the Bayesian\n"
+      "strategy for about 150 s of trials, then re-validates the best configuration against the `default`\n"
+      "preset (5 pre-registered pairs, held-out eval seeds; --naive adds the `naive` preset) and runs both\n"
+      "gates: about 5 minutes on an idle 2-core machine, longer on a loaded one. Every trial is a fresh "
+      "launch, measured on the dev seed; crashes,\n"
+      "start-up failures, timeouts and invalid runs are recorded as infeasible. Studies live in the ledger:\n"
+      "an interrupted study continues with --resume ID, losing no finished trial.\n\n"
+      "Examples:\n"
+      "  plumb tune\n"
+      "  plumb tune --strategy grid --space my_space.toml --trials 48 --json tune.json --html tune.html\n"
+      "  plumb tune --strategy external --proposer 'python3 tools/proposers/example_proposer.py' --trials "
+      "10\n"
+      "  plumb tune --resume 3            plumb tune --list            plumb tune --print-space plumb\n"
+      "Search spaces, strategies and the proposer protocol: docs/tuning.md");
+  c->add_option("--space", a->study.space, "built-in space (plumb, vllm, sglang, llamacpp) or a TOML file")
+      ->capture_default_str();
+  c->add_option("--strategy", a->study.strategy, "grid | random | bayes (TPE) | halving | external")
+      ->capture_default_str();
+  c->add_option("--seed", a->study.strategy_seed, "strategy seed")->capture_default_str();
+  c->add_option("--scenario", a->study.scenario, "protocol scenario A|B|C|D")->capture_default_str();
+  c->add_option("--size", a->study.size, "size class small|gpu")->capture_default_str();
+  c->add_option("--dev-seed", a->study.dev_seed, "seed trials are measured on")->capture_default_str();
+  c->add_option("--eval-seed", a->study.eval_seed, "held-out seed of the winner's re-validation")
+      ->capture_default_str();
+  c->add_option("--trials", a->study.trials, "trial budget (-1 = none)")->capture_default_str();
+  c->add_option("--time-budget", a->study.time_budget_s, "seconds of trials (-1 = none)")
+      ->capture_default_str();
+  c->add_option("--tokenizer", a->study.tokenizer,
+                "model folder whose tokenizer.json sizes the prompts (default: the shipped plumb-tiny)");
+  c->add_option("--request-timeout", a->study.request_timeout_s, "per-request timeout in a trial (s)")
+      ->capture_default_str();
+  c->add_option("--name", a->study.name, "study label");
+  c->add_option("--startup", a->study.strategy_options.startup, "bayes: random trials before the model")
+      ->capture_default_str();
+  c->add_option("--screen-configs", a->study.strategy_options.screen_configs,
+                "halving: configurations per bracket")
+      ->capture_default_str();
+  c->add_option("--eta", a->study.strategy_options.eta, "halving: keep the best 1/eta")
+      ->capture_default_str();
+  c->add_option("--screen-fraction", a->study.screen_fraction,
+                "halving: screen workload size (fraction of requests)")
+      ->capture_default_str();
+  c->add_option(
+      "--proposer", a->proposer,
+      "external strategy: a shell command that reads the JSON context on stdin and prints a JSON proposal");
+  c->add_option("--proposer-timeout", a->proposer_timeout_s, "seconds per proposer call")
+      ->capture_default_str();
+  c->add_option("--resume", a->resume, "continue study ID (after a kill or to spend a new budget)");
+  c->add_option("--report", a->report_only,
+                "print (and --json/--html) the report of study ID without running");
+  c->add_flag("--list", a->list, "list the studies in the ledger");
+  c->add_option("--print-space", a->print_space, "print a built-in search space (TOML) and exit");
+  c->add_option("--pairs", a->pairs, "pairs of each re-validation comparison (>= 5)")->capture_default_str();
+  c->add_flag("--no-revalidate", a->no_revalidate, "skip the winner's re-validation");
+  c->add_flag(
+      "--naive", a->naive,
+      "also re-validate against the `naive` preset (slow: one naive run of D small takes over 10 minutes "
+      "on a loaded 2-core VM)");
+  c->add_flag("--no-gates", a->no_gates, "skip the quality and integrity gates");
+  c->add_option("--ledger", a->ledger_path, "results database (SQLite)")->capture_default_str();
+  c->add_option("--work-dir", a->work_dir, "engine logs and written configs (default: current directory)");
+  c->add_option("--json", a->json_path, "write the report as JSON (schema_version)");
+  c->add_option("--html", a->html_path, "write the report as one offline HTML page");
+  c->add_flag("--quiet", a->quiet, "no live progress on stderr");
+  c->callback([a] { set_exit_code(run_tune(*a)); });
+}
+
+PLUMB_COMMAND(45, setup_tune);
+
+}  // namespace
+}  // namespace plumb::cli

@@ -1,0 +1,152 @@
+// Tuning studies: the closed loop behind `plumb tune` — propose (strategy.h), measure (one trial =
+// compare/measure.h's measure(): a fresh launch, warmup, the scenario on the dev seed, validity),
+// keep (the ledger) — then re-validate the winner against honest baselines.
+//
+// A study is created once (create_study stores its options, space and budget in the ledger) and
+// run by run_study, which can be called again after any interruption (SIGKILL included): it
+// reloads the finished trials and continues. Each trial row is written when the trial finishes, in
+// one transaction with its run, and the database refuses a trial index other than the study's
+// trial count, so no finished trial is lost or repeated; the trial in flight at the kill is run
+// again (its engine, orphaned by the kill, keeps running until stopped: see docs/tuning.md).
+//
+// Trial outcomes: ok (valid run, objective), invalid (the run broke a PROTOCOL.md §3 rule),
+// startup_failed (the engine did not become ready), crashed (the engine exited during the run),
+// timeout (requests ran past the trial's request timeout, or start-up timed out), error (the
+// configuration could not be rendered for the adapter). All but ok are infeasible: kept, shown,
+// and fed to the strategy so it learns to avoid them.
+//
+// Budgets: trials (every trial counts, screens included) and seconds (the sum of finished trials'
+// wall time, so a resumed study keeps its budget; a trial is started only when the mean trial
+// time still fits, so the budget is kept up to the noise of one trial).
+//
+// Thread-safety: one thread per Ledger; run_study starts engine processes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare/compare.h"
+#include "core/json.h"
+#include "core/status.h"
+#include "gates/gate.h"
+#include "ledger/ledger.h"
+#include "tune/space.h"
+#include "tune/strategy.h"
+
+namespace plumb::tune {
+
+inline constexpr int kReportSchemaVersion = 1;
+
+struct StudyOptions {
+  std::string name;                  // label; "" = "<space> <strategy> <scenario>/<size>"
+  std::string space = "plumb";       // built-in space name or a TOML file
+  std::string strategy = "bayes";    // grid | random | bayes | halving | external
+  uint64_t strategy_seed = 1;        // seeds the strategy (not the workload)
+  std::string scenario = "D";        // A..D
+  std::string size = "small";        // small | gpu
+  uint64_t dev_seed = 21;            // trials measure on this seed (PROTOCOL.md §2 dev seed)
+  uint64_t eval_seed = 1337;         // the winner's re-validation seed (held out; != dev_seed)
+  int64_t trials = -1;               // trial budget; -1 = none
+  double time_budget_s = -1;         // wall-time budget in seconds; -1 = none (one of the two is required)
+  std::string tokenizer;             // prompt sizing (compare/measure.h); "" = the shipped model
+  int request_timeout_s = 120;       // per request in a trial; past it the trial is a timeout
+  double screen_fraction = 0.25;     // halving: the screen workload has this fraction of the requests
+  StrategyOptions strategy_options;  // bayes/halving/external knobs (name and seed are set from above)
+
+  json::object to_json() const;
+  static Result<StudyOptions> from_json(const json::object& o);
+};
+
+// Validates options (scenario, seeds, budgets, the space against its adapter: every searched and
+// fixed parameter must be one the adapter knows) and stores the study. Returns its id.
+Result<int64_t> create_study(ledger::Ledger& ledger, const StudyOptions& options);
+
+// What run_study needs besides the stored options.
+struct RunContext {
+  std::string plumb_binary;  // for the plumb adapter
+  std::string work_dir;      // engine logs, proposer cwd, written configs; "" = current dir
+  std::function<void(const std::string&)> progress;  // lines for the live view; null = silent
+};
+
+// A trial as the study holds it (ledger row decoded).
+struct Trial {
+  Observation obs;        // config, stage, feasibility, objective, metrics
+  std::string rationale;  // why it was proposed
+  double elapsed_s = 0;   // wall time
+  std::optional<int64_t> run_id;
+};
+
+struct StudyState {
+  ledger::StudyRow row;
+  StudyOptions options;
+  SearchSpace space;
+  std::vector<Trial> trials;  // finished, by index
+  // The best feasible full-stage trial (nullopt if none).
+  std::optional<size_t> best() const;
+  double seconds_used() const;  // sum of trial wall times
+};
+Result<StudyState> load_study(ledger::Ledger& ledger, int64_t study_id);
+
+struct StudyRunSummary {
+  int64_t trials_run = 0;    // by this call
+  int64_t trials_total = 0;  // finished in the study
+  std::string stop_reason;   // "trial budget", "time budget", "strategy exhausted", "proposer stopped"
+};
+// Runs trials until a budget is spent or the strategy has nothing left. Errors: ledger failures,
+// the external proposer's failures (the study stays resumable).
+Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t study_id, const RunContext& ctx);
+
+// ---- winner re-validation and the report --------------------------------------------------------
+
+struct RevalidateOptions {
+  int pairs = 5;              // per comparison (>= protocol::kMinPairs)
+  bool against_naive = true;  // also compare with the `naive` preset (plumb adapter only)
+  bool gates = true;          // quality + integrity gates, reference = the default preset
+  int quality_items = 60;     // multiple-choice items of the quality gate
+  std::string mc_dataset;     // "" = data/mc_heldout.jsonl found like `plumb gate`
+  double min_effect = 0.05;
+  double delta = 0.05;
+};
+
+struct ComparisonOutcome {
+  std::string baseline;  // "default" | "naive"
+  int64_t registration_id = 0;
+  std::optional<compare::ReadoutResult> readout;  // nullopt if it could not be computed
+  std::string error;                              // why not
+};
+
+struct Revalidation {
+  std::string best_config_path;     // engine config TOML (plumb compare / launch accept it)
+  std::string default_config_path;  // the baseline arms, as written
+  std::string naive_config_path;
+  std::string serve_command;  // the equivalent `plumb serve` command (plumb adapter)
+  std::vector<ComparisonOutcome> comparisons;
+  std::optional<gates::GateReport> gates;  // nullopt when not run
+  std::string gates_error;                 // why the gates could not run
+};
+
+// Writes the engine configs, registers and runs the paired comparisons (best over default, and over
+// naive) on seeds derived from the study's eval seed, reads them out, and runs both gates on the
+// best configuration with the default preset as the reference. FailedPrecondition if the study has
+// no feasible trial.
+Result<Revalidation> revalidate(ledger::Ledger& ledger, int64_t study_id, const RunContext& ctx,
+                                const RevalidateOptions& options);
+
+// The report: study, trials (with infeasible ones and why), convergence (best so far per trial),
+// the Pareto front of TTFT p50 (lower) vs request throughput (higher) over feasible full trials,
+// the best configuration, and the re-validation when given. schema_version kReportSchemaVersion.
+json::object report_json(const StudyState& state, const Revalidation* reval);
+// Console tables of the same.
+std::string report_text(const StudyState& state, const Revalidation* reval);
+// Indices (into state.trials) of the Pareto-optimal feasible full trials, by TTFT ascending.
+std::vector<size_t> pareto_front(const StudyState& state);
+// The best configuration as an engine config TOML (adapter + [params]: fixed ∪ config).
+std::string engine_config_toml(const SearchSpace& space, const Config& config);
+// `plumb serve` flags for a plumb-adapter configuration ("" for other adapters).
+std::string serve_command(const SearchSpace& space, const Config& config);
+
+}  // namespace plumb::tune

@@ -1,0 +1,234 @@
+// Search spaces: parsing, errors, conditions, grid enumeration order, sampling bounds, and the
+// shipped spaces against their adapters.
+#include "tune/space.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "launch/adapter.h"
+
+namespace plumb::tune {
+namespace {
+
+using launch::ParamValue;
+
+const char* kSpace = R"(
+name = "t"
+adapter = "plumb"
+[fixed]
+engine = "synthetic"
+[[param]]
+name = "max_num_seqs"
+type = "int"
+values = [1, 4]
+[[param]]
+name = "enable_chunked_prefill"
+type = "bool"
+[[param]]
+name = "prefill_chunk_size"
+type = "int"
+low = 32
+high = 512
+log = true
+grid = [64, 256]
+when = { enable_chunked_prefill = true }
+)";
+
+TEST(Space, ParsesAndEnumeratesTheGridInDeclarationOrder) {
+  auto sp = parse_space(kSpace);
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
+  EXPECT_EQ(sp->params.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(sp->fixed.at("engine")), "synthetic");
+  auto g = enumerate_grid(*sp);
+  ASSERT_TRUE(g.ok());
+  // max_num_seqs slowest; chunked prefill false contributes no prefill_chunk_size factor.
+  std::vector<std::string> keys;
+  for (const auto& c : *g) keys.push_back(config_key(c));
+  std::vector<std::string> want = {
+      R"({"enable_chunked_prefill":false,"max_num_seqs":1})",
+      R"({"enable_chunked_prefill":true,"max_num_seqs":1,"prefill_chunk_size":64})",
+      R"({"enable_chunked_prefill":true,"max_num_seqs":1,"prefill_chunk_size":256})",
+      R"({"enable_chunked_prefill":false,"max_num_seqs":4})",
+      R"({"enable_chunked_prefill":true,"max_num_seqs":4,"prefill_chunk_size":64})",
+      R"({"enable_chunked_prefill":true,"max_num_seqs":4,"prefill_chunk_size":256})",
+  };
+  EXPECT_EQ(keys, want);
+  for (const auto& c : *g) EXPECT_TRUE(validate_config(*sp, c).ok()) << config_key(c);
+  EXPECT_FALSE(is_finite(*sp));
+}
+
+TEST(Space, GridPointsOfARangeAreEvenlySpacedOrGeometric) {
+  ParamSpec p;
+  p.kind = ParamKind::kInt;
+  p.low = 1;
+  p.high = 64;
+  p.log = true;
+  p.grid_points = 4;
+  auto v = grid_values(p);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(std::get<int64_t>(v[0]), 1);
+  EXPECT_EQ(std::get<int64_t>(v[1]), 4);
+  EXPECT_EQ(std::get<int64_t>(v[2]), 16);
+  EXPECT_EQ(std::get<int64_t>(v[3]), 64);
+  p.log = false;
+  p.kind = ParamKind::kFloat;
+  p.low = 0;
+  p.high = 1;
+  p.grid_points = 3;
+  v = grid_values(p);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_DOUBLE_EQ(std::get<double>(v[1]), 0.5);
+  // Rounding duplicates collapse: 3 points over [1, 2] are 1, 2.
+  p.kind = ParamKind::kInt;
+  p.low = 1;
+  p.high = 2;
+  v = grid_values(p);
+  EXPECT_EQ(v.size(), 2u);
+}
+
+TEST(Space, ConditionsDecideWhichParametersAreActive) {
+  auto sp = parse_space(kSpace);
+  ASSERT_TRUE(sp.ok());
+  Config c{{"max_num_seqs", int64_t(4)}, {"enable_chunked_prefill", false}};
+  EXPECT_TRUE(validate_config(*sp, c).ok());
+  c["prefill_chunk_size"] = int64_t(64);
+  auto s = validate_config(*sp, c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("inactive"), std::string::npos) << s.message();
+  c["enable_chunked_prefill"] = true;
+  EXPECT_TRUE(validate_config(*sp, c).ok());
+  c.erase("prefill_chunk_size");
+  EXPECT_NE(validate_config(*sp, c).message().find("missing"), std::string::npos);
+  c["prefill_chunk_size"] = int64_t(1000);
+  EXPECT_NE(validate_config(*sp, c).message().find("outside its domain"), std::string::npos);
+  c["prefill_chunk_size"] = int64_t(100);
+  c["bogus"] = int64_t(1);
+  EXPECT_NE(validate_config(*sp, c).message().find("not a parameter"), std::string::npos);
+}
+
+TEST(Space, LogSamplingStaysInBoundsAndCoversBothDecades) {
+  auto sp = parse_space(R"(
+name = "s"
+adapter = "plumb"
+[[param]]
+name = "max_num_batched_tokens"
+type = "int"
+low = 10
+high = 1000
+log = true
+[[param]]
+name = "ttft_ms"
+type = "float"
+low = 0.001
+high = 10.0
+log = true
+)");
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
+  Rng rng(7);
+  int below100 = 0, fbelow = 0;
+  const int n = 4000;
+  for (int i = 0; i < n; ++i) {
+    Config c = sample_uniform(*sp, rng);
+    int64_t x = std::get<int64_t>(c.at("max_num_batched_tokens"));
+    double f = std::get<double>(c.at("ttft_ms"));
+    ASSERT_GE(x, 10);
+    ASSERT_LE(x, 1000);
+    ASSERT_GE(f, 0.001);
+    ASSERT_LE(f, 10.0);
+    below100 += x < 100 ? 1 : 0;
+    fbelow += f < 0.1 ? 1 : 0;  // 2 of 4 decades
+  }
+  // Log-uniform: about half below the geometric midpoint (a linear draw would give ~9% and ~1%).
+  EXPECT_NEAR(double(below100) / n, 0.5, 0.05);
+  EXPECT_NEAR(double(fbelow) / n, 0.5, 0.05);
+}
+
+TEST(Space, SeededSamplingIsReproducible) {
+  auto sp = parse_space(kSpace);
+  ASSERT_TRUE(sp.ok());
+  Rng a(42), b(42), c(43);
+  std::string sa, sb, sc;
+  for (int i = 0; i < 20; ++i) {
+    sa += config_key(sample_uniform(*sp, a));
+    sb += config_key(sample_uniform(*sp, b));
+    sc += config_key(sample_uniform(*sp, c));
+  }
+  EXPECT_EQ(sa, sb);
+  EXPECT_NE(sa, sc);
+}
+
+TEST(Space, BadSpacesAreRefusedWithTheFieldNamed) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"name='x'\nadapter='plumb'\n", "no [[param]]"},
+      {"adapter='plumb'\n[[param]]\nname='a'\ntype='bool'\n", "'name'"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='complex'\n", "unknown type"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='int'\nlow=5\nhigh=1\n", "low > high"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='int'\nlow=0\nhigh=4\nlog=true\n", "low > 0"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='int'\nlow=1\nhigh=4\ngrid=[8]\n", "outside"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='categorical'\n", "needs values"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='int'\nvalues=[1.5]\n", "integers"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='bool'\n[[param]]\nname='a'\ntype='bool'\n",
+       "twice"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='bool'\nwhen={b=true}\n", "declared before"},
+      {"name='x'\nadapter='plumb'\n[fixed]\na=1\n[[param]]\nname='a'\ntype='bool'\n", "both [fixed]"},
+      {"name='x'\nadapter='plumb'\n[[param]]\nname='a'\ntype='bool'\nlimit=3\n", "unknown field"},
+      {"name='x'\nadapter='plumb'\n[[param]\n", "invalid TOML"},
+  };
+  for (const auto& c : cases) {
+    auto sp = parse_space(c.text);
+    ASSERT_FALSE(sp.ok()) << c.text;
+    EXPECT_EQ(sp.status().code(), Code::kInvalidArgument) << c.text;
+    EXPECT_NE(sp.status().message().find(c.expect), std::string::npos) << sp.status().message();
+  }
+}
+
+TEST(Space, ConfigFromJsonConvertsAndValidates) {
+  auto sp = parse_space(kSpace);
+  ASSERT_TRUE(sp.ok());
+  auto o = json::parse_object(
+      R"({"max_num_seqs": 4.0, "enable_chunked_prefill": true, "prefill_chunk_size": 100})");
+  ASSERT_TRUE(o.ok());
+  auto c = config_from_json(*sp, *o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::get<int64_t>(c->at("max_num_seqs")), 4);
+  auto bad = json::parse_object(R"({"max_num_seqs": 3, "enable_chunked_prefill": false})");
+  EXPECT_FALSE(config_from_json(*sp, *bad).ok());
+}
+
+// Every shipped space parses and names only parameters its adapter maps (a flag, a default or a
+// placeholder); the plumb space's grid is finite.
+TEST(Space, ShippedSpacesMatchTheirAdapters) {
+  auto names = builtin_space_names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
+            (std::set<std::string>{"plumb", "vllm", "sglang", "llamacpp"}));
+  for (const auto& n : names) {
+    auto sp = builtin_space(n);
+    ASSERT_TRUE(sp.ok()) << n << ": " << sp.status().to_string();
+    EXPECT_EQ(sp->adapter, n);
+    auto ad = launch::builtin_adapter(sp->adapter);
+    ASSERT_TRUE(ad.ok());
+    std::set<std::string> known;
+    for (const auto& f : ad->flags) known.insert(f.param);
+    for (const auto& [k, v] : ad->defaults) known.insert(k);
+    for (const auto& p : sp->params) EXPECT_TRUE(known.count(p.name)) << n << ": " << p.name;
+    for (const auto& [k, v] : sp->fixed) EXPECT_TRUE(known.count(k)) << n << ": fixed " << k;
+    // Each configuration renders into a command line (with a model where the adapter needs one).
+    Rng rng(1);
+    Config c = sample_uniform(*sp, rng);
+    launch::Params params = sp->fixed;
+    for (const auto& [k, v] : c) params[k] = v;
+    if (n != "plumb") params["model"] = std::string("some/model");
+    auto spec = launch::render(*ad, params, 8000);
+    EXPECT_TRUE(spec.ok()) << n << ": " << spec.status().to_string();
+    auto g = enumerate_grid(*sp);
+    EXPECT_TRUE(g.ok()) << n;
+  }
+}
+
+}  // namespace
+}  // namespace plumb::tune
