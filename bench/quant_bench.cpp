@@ -11,6 +11,7 @@
 // measured read GB/s" (1.0 = at the memory roofline). Prints a markdown table, then one JSON line.
 //
 //   build/<dir>/bench/quant_bench [--rounds 5] [--steps 16] [--batches 1,8] [--threads N]
+//   build/<dir>/bench/quant_bench --rounds 7 --kernels-only THREADS   (see kernels_only below)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "bench_util.h"
 #include "engine/kernels/ceilings.h"
 #include "engine/kernels/quant.h"
+#include "engine/kernels/thread_pool.h"
 #include "engine/model.h"
 
 namespace plumb::engine {
@@ -83,6 +85,73 @@ double decode(Model& m, Session& s, int steps) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --kernels-only: one gate_proj-shaped matmul [4864, 896] (bf16 via Op::kMatmul's decode choice,
+// int8/int4 via Op::kMatmulQuant's), weights small enough to stay mostly in the last-level cache, so
+// the rate is the kernel's compute rate per weight rather than DRAM's: if int4 is slower per
+// weight than bf16 here, its DRAM-bound speedup is capped by compute on this CPU.
+int kernels_only(int threads, int rounds) {
+  const int64_t n = 4864, k = 896;
+  std::vector<float> f(size_t(n * k));
+  for (size_t i = 0; i < f.size(); ++i) f[i] = float(int64_t(i * 2654435761u % 2001) - 1000) * 2e-5f;
+  std::vector<uint16_t> bf(f.size());
+  for (size_t i = 0; i < f.size(); ++i) bf[i] = f32_to_bf16(f[i]);
+  struct Q {
+    std::string name;
+    WeightMatrix w;
+    std::vector<unsigned char> codes;
+    std::vector<float> scales, mins;
+  };
+  std::vector<Q> qs(3);
+  qs[0].name = "bf16";
+  qs[0].w = {bf.data(), DType::kBF16, n, k};
+  for (int i = 1; i < 3; ++i) {
+    Quantization q = *parse_quantization(i == 1 ? "int8" : "int4");
+    Q& t = qs[size_t(i)];
+    t.name = q.name();
+    const int64_t rb = quant_row_bytes(q.scheme, k), g = quant_groups_per_row(q.scheme, k, q.group_size);
+    t.codes.resize(size_t(n * rb));
+    t.scales.resize(size_t(n * g));
+    t.mins.resize(size_t(n * g));
+    for (int64_t r = 0; r < n; ++r) {
+      quantize_row(q.scheme, q.group_size, f.data() + r * k, k, t.codes.data() + r * rb,
+                   t.scales.data() + r * g, t.mins.data() + r * g);
+    }
+    t.w = {t.codes.data(),
+           DType::kF32,
+           n,
+           k,
+           q.scheme,
+           t.scales.data(),
+           q.scheme == QuantScheme::kInt4 ? t.mins.data() : nullptr,
+           q.scheme == QuantScheme::kInt4 ? 32 : 0};
+  }
+  ThreadPool pool(threads);
+  const auto& reg = KernelRegistry::instance();
+  auto mm = reinterpret_cast<MatmulFn>(reg.best(Op::kMatmul, Phase::kDecode)->fn);
+  auto mq = reinterpret_cast<MatmulFn>(reg.best(Op::kMatmulQuant, Phase::kDecode)->fn);
+  std::printf("| m | weights | ns per weight per row of x (median) | ratio to bf16 |\n|---|---|---|---|\n");
+  for (int64_t m : {1, 8}) {
+    std::vector<float> x(size_t(m * k), 0.01f), y(size_t(m * n));
+    std::vector<std::vector<double>> ns(3);
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < 3; ++i) {
+        MatmulFn fn = i == 0 ? mm : mq;
+        fn({&pool, Phase::kDecode}, x.data(), m, qs[i].w, nullptr, y.data());
+        const int reps = 20;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int j = 0; j < reps; ++j) fn({&pool, Phase::kDecode}, x.data(), m, qs[i].w, nullptr, y.data());
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ns[i].push_back(sec * 1e9 / reps / double(n * k * m));
+      }
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      std::printf("| %ld | %s | %.4f | %.2f |\n", long(m), qs[i].name.c_str(), median(ns[i]),
+                  median(ns[0]) / median(ns[i]));
+    }
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   int rounds = 5, steps = 16, threads = bench::bench_threads();
   std::vector<int> batches = {1, 8};
@@ -94,6 +163,8 @@ int run(int argc, char** argv) {
       steps = std::atoi(v.c_str());
     } else if (k == "--threads") {
       threads = std::atoi(v.c_str());
+    } else if (k == "--kernels-only") {
+      return kernels_only(std::atoi(v.c_str()) > 0 ? std::atoi(v.c_str()) : threads, rounds);
     } else if (k == "--batches") {
       batches.clear();
       for (size_t p = 0; p < v.size();) {

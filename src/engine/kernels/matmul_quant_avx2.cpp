@@ -10,6 +10,13 @@
 // computed once per call. Activations are never quantized: the only error against the
 // dequantized reference is float accumulation order.
 //
+// int4 costs more instructions per weight than bf16 (a 16-byte load, two masks, a shift, four
+// widenings and four int->float conversions per 32 weights and weight row, plus one scale FMA
+// per 32 products and x row): about 0.39 vs 0.26 uops per multiply-add at 4 x rows, so on
+// cache-resident weights it runs at ~0.6 of bf16's rate at batch 8, and its DRAM-bound gain shows
+// only at small batches (BENCHMARKS.md, "Weight quantization"). Dequantizing in registers instead
+// (w = q*scale + min by FMA, dropping the sum-of-x term) was tried and measured slower still.
+//
 // Prefill (m >= 32, "hybrid") is compute-bound instead: there each panel of weight rows is
 // dequantized to f32 once (over ctx.pool) and fed to oneDNN's sgemm, where every converted element
 // is reused m times, so the conversion costs a few percent (the same plan as matmul "onednn").
