@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 
 #include "core/file.h"
 #include "core/random.h"
@@ -369,25 +371,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median warm and cold per-call time of `call` (which runs the kernel once on prepared buffers).
-template <typename F>
-std::pair<double, double> time_calls(F&& call, int warm_reps, int cold_reps, std::vector<uint8_t>& flush) {
-  for (int i = 0; i < 3; ++i) call();
-  std::vector<double> warm, cold;
-  for (int i = 0; i < warm_reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    call();
-    warm.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
-  for (int i = 0; i < cold_reps; ++i) {
-    for (size_t j = 0; j < flush.size(); j += 64) flush[j]++;
-    auto t0 = std::chrono::steady_clock::now();
-    call();
-    cold.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return {median(warm), median(cold)};
-}
-
 void write_line(int fd, const std::string& s) {
   size_t off = 0;
   while (off < s.size()) {
@@ -513,15 +496,26 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   engine::ThreadPool pool(o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
   const engine::KernelContext ctx{&pool, t.phase};
   std::vector<uint8_t> flush(64u << 20, 1);
-  Arena plain(false);
-  auto timed = [&](const plumb_kernel_plugin* plug, void* fn) {
-    // Buffers prepared once; only the kernel is timed.
-    CapturedCall c = *big;
-    std::vector<float> scratch_x = c.x;
-    std::vector<float> y(out_elems(c));
-    plumb_exec ex = engine::plugin_exec(ctx);
-    engine::WeightMatrix wm{c.w.data(), c.w_dtype, c.n, c.k};
-    auto call = [&] {
+  // A call of the candidate (plug) or the baseline (fn) on its own copy of the inputs, prepared once.
+  struct Prepared {
+    CapturedCall c;
+    std::vector<float> scratch_x, y;
+    plumb_exec ex;
+    engine::WeightMatrix wm;
+  };
+  auto make_call = [&](const plumb_kernel_plugin* plug, void* fn) -> std::function<void()> {
+    auto st = std::make_shared<Prepared>();
+    st->c = *big;
+    st->scratch_x = st->c.x;
+    st->y.resize(out_elems(st->c));
+    st->ex = engine::plugin_exec(ctx);
+    st->wm = engine::WeightMatrix{st->c.w.data(), st->c.w_dtype, st->c.n, st->c.k};
+    return [st, plug, fn, &ctx] {
+      CapturedCall& c = st->c;
+      std::vector<float>& y = st->y;
+      std::vector<float>& scratch_x = st->scratch_x;
+      const plumb_exec& ex = st->ex;
+      const engine::WeightMatrix& wm = st->wm;
       switch (c.op) {
         case Op::kMatmul:
           if (plug) {
@@ -566,20 +560,42 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
           break;
       }
     };
-    return time_calls(call, o.warm_reps, o.cold_reps, flush);
   };
-  // Interleave candidate and baseline measurements twice so drift on a shared machine hits both.
-  std::vector<double> cw, cc, bw, bc;
-  for (int round = 0; round < 2; ++round) {
-    auto [w1, c1] = timed(p, nullptr);
-    auto [w2, c2] = timed(nullptr, base->fn);
-    cw.push_back(w1), cc.push_back(c1), bw.push_back(w2), bc.push_back(c2);
+  // Paired timing: candidate and baseline alternate call by call (AB, BA, ...), so the drift and
+  // the scheduling noise of a shared machine hit both; u is the median of the per-pair ratios.
+  std::function<void()> cand = make_call(p, nullptr), basel = make_call(nullptr, base->fn);
+  // A warm sample repeats the call `inner` times so that it lasts >= ~20 us (a 60 ns rmsnorm is
+  // below the clock's useful resolution); cold samples are single calls after a flush.
+  auto time_n = [](const std::function<void()>& f, int n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) f();
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
+  };
+  double est = 1e300;
+  for (int i = 0; i < 3; ++i) est = std::min({est, time_n(cand, 1), time_n(basel, 1)});
+  const int inner = int(std::clamp(20000.0 / std::max(est, 1.0), 1.0, 10000.0));
+  auto time_one = [&](const std::function<void()>& f) { return time_n(f, inner); };
+  std::vector<double> cw, bw, cc, bc, ratio;
+  for (int i = 0; i < o.warm_reps; ++i) {
+    double tc, tb;
+    if (i % 2 == 0) {
+      tc = time_one(cand), tb = time_one(basel);
+    } else {
+      tb = time_one(basel), tc = time_one(cand);
+    }
+    cw.push_back(tc), bw.push_back(tb), ratio.push_back(tc > 0 ? tb / tc : 0);
   }
-  r.warm_ns = std::min(cw[0], cw[1]);
-  r.cold_ns = std::min(cc[0], cc[1]);
-  r.base_warm_ns = std::min(bw[0], bw[1]);
-  r.base_cold_ns = std::min(bc[0], bc[1]);
-  r.utility = r.warm_ns > 0 ? r.base_warm_ns / r.warm_ns : 0;
+  for (int i = 0; i < o.cold_reps; ++i) {
+    for (size_t j = 0; j < flush.size(); j += 64) flush[j]++;
+    cc.push_back(time_n(cand, 1));
+    for (size_t j = 0; j < flush.size(); j += 64) flush[j]++;
+    bc.push_back(time_n(basel, 1));
+  }
+  r.warm_ns = median(cw);
+  r.cold_ns = median(cc);
+  r.base_warm_ns = median(bw);
+  r.base_cold_ns = median(bc);
+  r.utility = median(ratio);
   return r;
 }
 

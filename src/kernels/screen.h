@@ -10,11 +10,12 @@
 //       against the upper guard on even draws and its start flush against the lower guard on odd
 //       ones, so a read or write one element outside faults; the fault handler names the buffer
 //       and the distance ("unsafe: read/write 4 bytes past the end of x");
-//     - timing, warm (repeated calls, median) and cold (a 64 MiB cache flush before each call,
-//       median), of the candidate and of the task's baseline variant (the kernel the engine
-//       actually runs for that op and phase) on the largest captured case, on a thread pool of the
-//       engine's size;
-//  3. utility u(c, τ) = t_baseline / t_candidate (warm) if correct and safe, else 0.
+//     - timing, warm (repeated calls) and cold (a 64 MiB cache flush before each call), of the
+//       candidate and of the task's baseline variant (the kernel the engine actually runs for that
+//       op and phase) on the largest captured case, on a thread pool of the engine's size; warm
+//       calls are paired and alternate (AB, BA, ...) so a shared machine's noise hits both;
+//  3. utility u(c, τ) = median over warm pairs of t_baseline / t_candidate if correct and safe,
+//     else 0.
 // An ASan build (asan = true) compiles with -fsanitize=address and runs the child as
 // `plumb kernels screen-child` with libasan preloaded (exec, not only fork).
 // A pass writes the screening certificate next to the library (engine/kernels/plugin.h).

@@ -3,6 +3,7 @@
 // plus hangs, wrong answers, compile errors, timing, tasks and the search loop.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -110,7 +111,8 @@ TEST(Screen, TimingGivesUtilityAgainstTheBaseline) {
   EXPECT_GT(r.warm_ns, 0);
   EXPECT_GT(r.cold_ns, 0);
   EXPECT_GT(r.base_warm_ns, 0);
-  EXPECT_DOUBLE_EQ(r.utility, r.base_warm_ns / r.warm_ns);
+  EXPECT_GT(r.utility, 0);  // the median of paired per-call ratios (not checkable exactly)
+  EXPECT_TRUE(std::isfinite(r.utility));
 }
 
 TEST(Task, RoundTripAndDamage) {
