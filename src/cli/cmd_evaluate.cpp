@@ -1,0 +1,259 @@
+// `plumb evaluate`: score a submitted server (a start script) the way a benchmark would
+// (evaluate/evaluate.h): supervised relaunches, harness integrity, both gates against plumb's
+// default preset, the scenarios on the eval seeds, speedups over the registered baseline, geometric
+// mean. Console table; --json (schema_version) and --html (report/).
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/file.h"
+#include "core/json.h"
+#include "engine/model_config.h"
+#include "evaluate/evaluate.h"
+#include "report/html.h"
+
+namespace plumb::cli {
+namespace {
+
+struct EvaluateArgs {
+  std::string start_script;
+  std::string scenario = "D";
+  std::string size = "small";
+  std::string seeds;  // comma-separated; "" = the protocol's eval seeds
+  std::string work_dir;
+  std::string ledger_path;
+  std::string baseline_preset = "naive";
+  std::string dataset;
+  int quality_limit = 0;
+  int fidelity_prompts = 4;
+  int readiness_timeout_s = 300;
+  int request_timeout_s = 600;
+  std::string json_path;
+  std::string html_path;
+  bool quiet = false;
+};
+
+// The shipped multiple-choice set: data/mc_heldout.jsonl beside the models folder.
+std::string shipped_dataset() {
+  auto models = engine::find_models_dir();
+  if (!models.ok()) return "data/mc_heldout.jsonl";
+  return (std::filesystem::path(*models).parent_path() / "data" / "mc_heldout.jsonl").string();
+}
+
+std::string html_report(const evaluate::Evaluation& e) {
+  using report::Cell;
+  report::Page p("plumb evaluate: " + std::filesystem::path(e.start_script).filename().string());
+  p.provenance({{"start script", e.start_script},
+                {"script sha256", e.script_sha256},
+                {"plumb", e.plumb_version},
+                {"machine", e.machine},
+                {"size class", e.size},
+                {"started", e.started_at},
+                {"ended", e.ended_at},
+                {"work directory", e.work_dir}});
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "Score: %s (geometric mean over %zu scenario%s). Gates %s; harness %s.",
+                report::format_number(e.score, 4).c_str(), e.scenarios.size(),
+                e.scenarios.size() == 1 ? "" : "s", e.gates_passed ? "passed" : "FAILED",
+                e.harness_intact ? "intact" : "CHANGED");
+  p.paragraph(buf);
+  if (!e.gates_passed) p.note("A gate failed: every scenario scores 1.0 (as the baseline).");
+
+  p.heading("Scores");
+  report::BarChart bars;
+  bars.title = "Score per scenario (speedup over the baseline; 1.0 = no speedup)";
+  bars.y.label = "score";
+  bars.reference = 1.0;
+  for (const auto& s : e.scenarios) {
+    report::Bar b;
+    b.label = "scenario " + s.scenario;
+    b.value = s.score;
+    b.style = s.score_note.empty() ? Cell::Style::kPlain : Cell::Style::kWarn;
+    // The spread of the per-seed speedups (min..max), when every seed has one.
+    double lo = INFINITY, hi = -INFINITY;
+    for (const auto& r : s.seeds) lo = std::min(lo, r.speedup), hi = std::max(hi, r.speedup);
+    if (s.score_note.empty() && s.seeds.size() > 1 && std::isfinite(lo) && std::isfinite(hi))
+      b.lo = lo, b.hi = hi;
+    bars.bars.push_back(b);
+  }
+  bool spread = false;
+  for (const auto& b : bars.bars) spread = spread || std::isfinite(b.lo);
+  if (spread) bars.note = "Error bars: the smallest and largest per-seed speedup.";
+  p.bar_chart(bars);
+
+  report::Table t;
+  t.caption = "Runs (objective higher is better)";
+  t.header = {"scenario", "seed", "objective", "baseline", "speedup", "valid", "baseline source", "note"};
+  for (const auto& s : e.scenarios) {
+    if (s.seeds.empty())
+      t.rows.push_back({s.scenario, "-", "-", "-", "-", Cell::muted("not run"), "", s.score_note});
+    for (const auto& r : s.seeds)
+      t.rows.push_back({s.scenario, std::to_string(r.seed), report::format_number(r.objective, 5),
+                        report::format_number(r.baseline, 5), report::format_number(r.speedup, 4),
+                        r.valid ? Cell::pass("yes") : Cell::fail("no"), r.baseline_source, r.failure});
+  }
+  p.table(t);
+  report::Table st;
+  st.caption = "Scenario scores";
+  st.header = {"scenario", "objective", "speedup (geomean over seeds)", "score", "why 1.0"};
+  for (const auto& s : e.scenarios)
+    st.rows.push_back({s.scenario, s.objective_name, report::format_number(s.speedup, 4),
+                       report::format_number(s.score, 4), s.score_note});
+  p.table(st);
+
+  p.heading("Gates");
+  report::Table g;
+  g.caption = "Quality and integrity gates (reference: plumb serve --preset default, launched by plumb)";
+  g.header = {"gate", "constraint", "value", "bound", "verdict", "fix", "detail"};
+  for (const auto& gate : e.gates.gates)
+    for (const auto& c : gate.constraints) {
+      Cell v = c.verdict == gates::Verdict::kPass   ? Cell::pass("pass")
+               : c.verdict == gates::Verdict::kFail ? Cell::fail("fail")
+                                                    : Cell::warn("not evaluated");
+      g.rows.push_back({gate.gate, c.name, report::format_number(c.value, 5),
+                        c.op + " " + report::format_number(c.bound, 5), v,
+                        c.verdict == gates::Verdict::kPass ? "" : c.fix, c.detail});
+    }
+  p.table(g);
+
+  p.heading("Harness integrity");
+  report::Table h;
+  h.caption = "SHA-256 before the submission first ran and at the end";
+  h.header = {"file", "before", "after"};
+  for (size_t i = 0; i < e.harness_before.files.size(); ++i) {
+    const auto& [path, before] = e.harness_before.files[i];
+    std::string after = i < e.harness_after.files.size() ? e.harness_after.files[i].second : "";
+    h.rows.push_back({path, before, before == after ? Cell(after) : Cell::fail(after)});
+  }
+  h.rows.push_back({"protocol", e.harness_before.protocol_hash, e.harness_after.protocol_hash});
+  p.table(h);
+  return p.html();
+}
+
+int run_evaluate(const EvaluateArgs& a) {
+  auto fail = [](int code, const std::string& msg) {
+    std::cerr << "plumb evaluate: " << msg << "\n";
+    return code;
+  };
+  evaluate::Options o;
+  o.start_script = a.start_script;
+  if (a.scenario == "all") {
+    o.scenarios = {"A", "B", "C", "D"};
+  } else {
+    o.scenarios.clear();
+    std::stringstream in(a.scenario);
+    for (std::string s; std::getline(in, s, ',');) o.scenarios.push_back(s);
+  }
+  o.size = a.size;
+  if (!a.seeds.empty()) {
+    std::stringstream in(a.seeds);
+    for (std::string s; std::getline(in, s, ',');) {
+      try {
+        size_t used = 0;
+        unsigned long long v = std::stoull(s, &used);
+        if (used != s.size()) throw std::invalid_argument(s);
+        o.seeds.push_back(v);
+      } catch (const std::exception&) {
+        return fail(kExitUsage, "--seeds: '" + s + "' is not a non-negative integer (e.g. --seeds 1337,428)");
+      }
+    }
+  }
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return fail(kExitError, "cannot find the plumb binary (/proc/self/exe)");
+  o.plumb_binary = self.string();
+  o.work_dir =
+      a.work_dir.empty()
+          ? (std::filesystem::temp_directory_path() / ("plumb-evaluate-" + std::to_string(getpid()))).string()
+          : a.work_dir;
+  o.ledger_path = a.ledger_path;
+  o.baseline_preset = a.baseline_preset;
+  o.quality_dataset = a.dataset.empty() ? shipped_dataset() : a.dataset;
+  o.quality_limit = a.quality_limit;
+  o.fidelity_prompts = a.fidelity_prompts;
+  if (a.readiness_timeout_s <= 0 || a.request_timeout_s <= 0)
+    return fail(kExitUsage, "--readiness-timeout and --timeout must be > 0 seconds");
+  o.readiness_timeout = std::chrono::seconds(a.readiness_timeout_s);
+  o.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  if (!a.quiet)
+    o.progress = [](const std::string& line) { std::fprintf(stderr, "plumb evaluate: %s\n", line.c_str()); };
+  else
+    o.progress = [](const std::string&) {};
+
+  auto ev = evaluate::run(o);
+  if (!ev.ok()) {
+    const Status& s = ev.status();
+    return fail(s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound ? kExitUsage : kExitError,
+                s.to_string());
+  }
+  std::fputs(evaluate::console_table(*ev).c_str(), stdout);
+  if (!a.json_path.empty()) {
+    Status st = write_file_atomic(a.json_path, json::dump_pretty(evaluate::to_json(*ev)) + "\n");
+    if (!st.ok()) return fail(kExitError, "--json: " + st.to_string());
+  }
+  if (!a.html_path.empty()) {
+    Status st = write_file_atomic(a.html_path, html_report(*ev));
+    if (!st.ok()) return fail(kExitError, "--html: " + st.to_string());
+  }
+  if (!a.quiet)
+    std::fprintf(stderr, "plumb evaluate: logs and launch directories in %s\n", ev->work_dir.c_str());
+  return ev->gates_passed ? kExitOk : kExitFailed;
+}
+
+void setup_evaluate(CLI::App& root) {
+  auto args = std::make_shared<EvaluateArgs>();
+  auto* c = root.add_subcommand(
+      "evaluate",
+      "Score a submitted server the way a benchmark would. plumb runs START_SCRIPT as `START_SCRIPT <port>`\n"
+      "(PORT and HOST=127.0.0.1 also in its environment) in a fresh empty directory and its own process\n"
+      "group; the script must serve the OpenAI API on 127.0.0.1:<port> in the foreground and answer GET\n"
+      "/health. plumb verifies the process on the port is the one it launched, hashes its own binary and\n"
+      "datasets before and after, runs the quality and integrity gates against `plumb serve --preset\n"
+      "default`, then each scenario on the protocol's eval seeds (a fresh launch per run) and divides by\n"
+      "the registered baseline (valid runs of `plumb serve --preset naive` in --ledger, else measured\n"
+      "now). Score = geometric mean of the scenario speedups; a failed gate or an invalid run scores 1.0.\n"
+      "Exit code 0 when the gates pass, 1 when one fails.\n\n"
+      "Example:  plumb evaluate --start-script ./start_server.sh --scenario D --json score.json");
+  c->add_option("--start-script", args->start_script, "the submission's start script (executable)")
+      ->required();
+  c->add_option("--scenario", args->scenario, "A | B | C | D | all, or a comma list (A,D)")
+      ->capture_default_str();
+  c->add_option("--size", args->size, "scenario size class: small | gpu")->capture_default_str();
+  c->add_option("--seeds", args->seeds,
+                "comma-separated run seeds (default: the protocol's eval seeds 1337,428,777)");
+  c->add_option("--work-dir", args->work_dir,
+                "where launch directories and logs go (default: a new directory under the temp dir)");
+  c->add_option(
+      "--ledger", args->ledger_path,
+      "SQLite ledger: baselines are read from it (and measured ones stored), runs and scores recorded");
+  c->add_option("--baseline-preset", args->baseline_preset, "plumb serve preset of the baseline")
+      ->capture_default_str();
+  c->add_option("--dataset", args->dataset,
+                "quality gate multiple-choice JSONL (default: data/mc_heldout.jsonl)");
+  c->add_option("--quality-limit", args->quality_limit, "use the first N items of the dataset (0 = all)")
+      ->capture_default_str();
+  c->add_option("--fidelity-prompts", args->fidelity_prompts, "fresh prompts per fidelity check")
+      ->capture_default_str();
+  c->add_option("--readiness-timeout", args->readiness_timeout_s,
+                "seconds the server may take to become ready")
+      ->capture_default_str();
+  c->add_option("--timeout", args->request_timeout_s, "per-request timeout in seconds")
+      ->capture_default_str();
+  c->add_option("--json", args->json_path, "write the evaluation as JSON (schema_version)");
+  c->add_option("--html", args->html_path, "write a self-contained HTML report (opens offline)");
+  c->add_flag("--quiet", args->quiet, "no progress lines");
+  c->callback([args] { set_exit_code(run_evaluate(*args)); });
+}
+
+PLUMB_COMMAND(80, setup_evaluate);
+
+}  // namespace
+}  // namespace plumb::cli

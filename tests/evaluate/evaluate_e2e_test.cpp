@@ -1,0 +1,228 @@
+// `plumb evaluate` end to end with real start scripts, real `plumb serve` processes and real gates:
+//   - an honest submission (plumb serve, default settings) passes both gates and scores > 0, its
+//     score being exactly the measured speedup over the baseline, and the HTML/JSON outputs exist;
+//     a second evaluation with the same ledger takes the baseline from the ledger;
+//   - a cheating submission (tests/gates/cheaters/cheat_proxy.py in "canned" mode in front of a real
+//     plumb serve) fails a gate and scores exactly 1.0 without being measured;
+//   - a start script that exits at once, or is not executable, is a clear error.
+// To keep the test's length bounded on a loaded 2-core machine, the scenario is A (small) on one
+// seed, with a short quality set and the `default` preset as the baseline (the real default is
+// `naive`; the arithmetic is the same). No timing assertion: only consistency.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/file.h"
+#include "core/json.h"
+#include "core/subprocess.h"
+
+namespace plumb {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Out {
+  int code = -1;
+  std::string out, err;
+};
+
+class Evaluate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("plumb_evaluate_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::string script(const std::string& name, const std::string& body, bool executable = true) {
+    std::string p = (dir_ / name).string();
+    EXPECT_TRUE(write_file_atomic(p, "#!/bin/sh\n" + body).ok());
+    ::chmod(p.c_str(), executable ? 0755 : 0644);
+    return p;
+  }
+
+  Out evaluate(std::vector<std::string> args, const std::string& tag) {
+    SpawnOptions o;
+    o.argv = {PLUMB_BINARY, "evaluate"};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.stdout_path = (dir_ / (tag + ".out")).string();
+    o.stderr_path = (dir_ / (tag + ".err")).string();
+    auto p = Subprocess::spawn(o);
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return {};
+    ExitInfo e = p->wait();
+    auto out = read_file(o.stdout_path);
+    auto err = read_file(o.stderr_path);
+    return {e.exited ? e.exit_code : -1, out.ok() ? *out : "", err.ok() ? *err : ""};
+  }
+
+  // The quick settings every run here uses (see the header comment).
+  std::vector<std::string> quick(const std::string& start, const std::string& tag) {
+    return {"--start-script",
+            start,
+            "--scenario",
+            "A",
+            "--seeds",
+            "1337",
+            "--quality-limit",
+            "12",
+            "--fidelity-prompts",
+            "2",
+            "--baseline-preset",
+            "default",
+            "--work-dir",
+            (dir_ / (tag + "-work")).string(),
+            "--timeout",
+            "300"};
+  }
+
+  fs::path dir_;
+};
+
+const std::string kServe = std::string(PLUMB_BINARY) + " serve --host 127.0.0.1";
+
+TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
+  std::string start = script("start_server.sh", "exec " + kServe + " --port \"$1\"\n");
+  std::string j = (dir_ / "ev.json").string(), h = (dir_ / "ev.html").string();
+  std::string ledger = (dir_ / "ledger.db").string();
+  auto args = quick(start, "honest");
+  args.insert(args.end(), {"--json", j, "--html", h, "--ledger", ledger});
+  Out o = evaluate(args, "honest");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto v = json::parse_file(j);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  const auto& e = v->as_object();
+  EXPECT_EQ(e.at("schema_version").as_int64(), 1);
+  EXPECT_TRUE(e.at("gates_passed").as_bool()) << o.out;
+  EXPECT_TRUE(e.at("harness_intact").as_bool());
+  const auto& sc = e.at("scenarios").as_array();
+  ASSERT_EQ(sc.size(), 1u);
+  const auto& seeds = sc[0].at("seeds").as_array();
+  ASSERT_EQ(seeds.size(), 1u);
+  const auto& r = seeds[0].as_object();
+  EXPECT_EQ(r.at("seed").as_int64(), 1337);
+  EXPECT_EQ(r.at("baseline_source").as_string(), "measured: plumb serve --preset default");
+  double score = e.at("score").as_double();
+  EXPECT_GT(score, 0);
+  // Validity depends on the machine's load (send lag, steady window), so both outcomes are checked
+  // for consistency: a valid run scores its speedup, an invalid one exactly 1.0 with the reason.
+  bool baseline_valid = r.at("baseline_objective").is_double();
+  if (r.at("valid").as_bool() && baseline_valid) {
+    double obj = r.at("objective").as_double(), base = r.at("baseline_objective").as_double();
+    EXPECT_GT(obj, 0);
+    EXPECT_GT(base, 0);
+    EXPECT_DOUBLE_EQ(r.at("speedup").as_double(), obj / base);
+    EXPECT_DOUBLE_EQ(sc[0].at("score").as_double(), obj / base);  // one seed: the geomean is the speedup
+    EXPECT_DOUBLE_EQ(score, obj / base);
+    EXPECT_EQ(sc[0].at("score_note").as_string(), "");
+  } else {
+    std::printf("note: a run was invalid on this machine: %s / %s\n",
+                std::string(r.at("failure").as_string()).c_str(),
+                std::string(r.at("baseline_source").as_string()).c_str());
+    EXPECT_EQ(score, 1.0);
+    EXPECT_TRUE(r.at("speedup").is_null());
+    EXPECT_NE(std::string(sc[0].at("score_note").as_string()).find("scores 1.0"), std::string::npos);
+  }
+  // Both gates ran, with the harness check at the end.
+  std::string gates = json::dump(e.at("gates"));
+  EXPECT_NE(gates.find("\"gate\":\"quality\""), std::string::npos);
+  EXPECT_NE(gates.find("\"gate\":\"integrity\""), std::string::npos);
+  EXPECT_NE(gates.find("harness_unchanged_at_end"), std::string::npos);
+  auto html = read_file(h);
+  ASSERT_TRUE(html.ok());
+  EXPECT_NE(html->find("data-kind=\"bar\" data-points=\"1\""), std::string::npos);
+  EXPECT_EQ(html->find("<script"), std::string::npos);
+  EXPECT_NE(o.out.find("gates passed"), std::string::npos) << o.out;
+
+  // Again with the same ledger: the baseline is the one registered there, not re-measured.
+  std::string j2 = (dir_ / "ev2.json").string();
+  auto args2 = quick(start, "honest2");
+  args2.insert(args2.end(), {"--json", j2, "--ledger", ledger});
+  Out o2 = evaluate(args2, "honest2");
+  ASSERT_EQ(o2.code, 0) << o2.out << o2.err;
+  auto v2 = json::parse_file(j2);
+  ASSERT_TRUE(v2.ok());
+  const auto& r2 = v2->as_object().at("scenarios").as_array()[0].at("seeds").as_array()[0].as_object();
+  EXPECT_EQ(r2.at("request_set_hash").as_string(), r.at("request_set_hash").as_string());
+  if (baseline_valid) {
+    EXPECT_EQ(std::string(r2.at("baseline_source").as_string()).rfind("ledger (runs ", 0), 0u)
+        << r2.at("baseline_source").as_string();
+    EXPECT_DOUBLE_EQ(r2.at("baseline_objective").as_double(), r.at("baseline_objective").as_double());
+  } else {
+    // No valid baseline was registered: it is measured again.
+    EXPECT_EQ(std::string(r2.at("baseline_source").as_string()).rfind("measured:", 0), 0u);
+  }
+}
+
+TEST_F(Evaluate, CheatingSubmissionFailsAGateAndScoresExactlyOne) {
+  // A real plumb serve behind a proxy that answers every completion with the same canned text.
+  std::string proxy = std::string(PLUMB_SOURCE_DIR) + "/tests/gates/cheaters/cheat_proxy.py";
+  std::string start =
+      script("start_server.sh", kServe +
+                                    " --port 0 > upstream.log 2>&1 &\n"
+                                    "for i in $(seq 600); do grep -q 'listening on' upstream.log && break; "
+                                    "sleep 0.1; done\n"
+                                    "URL=$(sed -n 's/.*listening on \\(http[^ ]*\\).*/\\1/p' upstream.log)\n"
+                                    "exec python3 " +
+                                    proxy + " --upstream \"$URL\" --mode canned --port \"$1\"\n");
+  std::string j = (dir_ / "ev.json").string();
+  auto args = quick(start, "cheat");
+  args.insert(args.end(), {"--json", j});
+  Out o = evaluate(args, "cheat");
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  auto v = json::parse_file(j);
+  ASSERT_TRUE(v.ok()) << v.status().to_string() << o.err;
+  const auto& e = v->as_object();
+  EXPECT_FALSE(e.at("gates_passed").as_bool());
+  EXPECT_EQ(e.at("score").as_double(), 1.0);
+  const auto& sc = e.at("scenarios").as_array()[0].as_object();
+  EXPECT_EQ(sc.at("score").as_double(), 1.0);
+  EXPECT_TRUE(sc.at("seeds").as_array().empty());  // not measured
+  EXPECT_NE(std::string(sc.at("score_note").as_string()).find("a gate failed"), std::string::npos);
+  EXPECT_NE(o.out.find("FAILED"), std::string::npos) << o.out;
+}
+
+TEST_F(Evaluate, StartScriptThatExitsAtOnceIsAClearError) {
+  std::string start = script("start_server.sh", "echo 'cannot find my weights' >&2\nexit 3\n");
+  Out o = evaluate(quick(start, "exits"), "exits");
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_NE(o.err.find("the start script did not bring up a server"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("cannot find my weights"), std::string::npos) << o.err;  // its log tail
+}
+
+TEST_F(Evaluate, BadInputIsAUsageError) {
+  std::string not_exec = script("start_server.sh", "exit 0\n", /*executable=*/false);
+  Out o = evaluate(quick(not_exec, "noexec"), "noexec");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("chmod +x"), std::string::npos) << o.err;
+
+  o = evaluate(quick((dir_ / "missing.sh").string(), "missing"), "missing");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("missing.sh does not exist"), std::string::npos) << o.err;
+
+  std::string ok = script("ok.sh", "exit 0\n");
+  auto args = quick(ok, "badsc");
+  args[3] = "E";
+  o = evaluate(args, "badsc");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("unknown scenario 'E'"), std::string::npos) << o.err;
+
+  args = quick(ok, "badseed");
+  args[5] = "13x";
+  o = evaluate(args, "badseed");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("--seeds: '13x'"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace plumb
