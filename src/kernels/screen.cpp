@@ -729,7 +729,13 @@ ScreenResult screen_library(const Task& task, const std::string& so_path, const 
       return r;
     }
   }
-  if (WIFSIGNALED(status)) {
+  if (o.asan && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
+    // ASAN_OPTIONS=abort_on_error=1: a sanitizer report ends the child with SIGABRT.
+    r.verdict = "unsafe";
+    r.signature = "asan";
+    r.detail =
+        "AddressSanitizer reported a memory error (its report is on stderr); plumb itself is unaffected";
+  } else if (WIFSIGNALED(status)) {
     r.verdict = "crash";
     r.signature = std::string("signal:") + signal_name(WTERMSIG(status));
     r.detail = std::string("the candidate crashed the screening child with ") +

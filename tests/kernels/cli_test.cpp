@@ -87,6 +87,20 @@ TEST_F(KernelsCli, ProfileTasksScreenSearch) {
   ASSERT_TRUE(sj.ok());
   EXPECT_EQ(sj->as_object().at("candidates").as_array().size(), 2u);
 
+  // A heap overflow inside the candidate's own allocation: guard pages cannot see it, ASan can.
+  auto asan_lib = run_capture({"g++", "-print-file-name=libasan.so"});
+  if (asan_lib.ok() && asan_lib->out.find('/') != std::string::npos) {
+    ASSERT_TRUE(write_file_atomic(dir + "/heap_oob.cpp", rmsnorm_source("heap_oob", R"(
+      { float* tmp = new float[d - 1]; volatile float v = tmp[d - 1]; (void)v; delete[] tmp; })"))
+                    .ok());
+    auto plain = run({"kernels", "screen", "--task", norm, "--source", dir + "/heap_oob.cpp", "--no-timing"});
+    EXPECT_EQ(plain.exit.exit_code, 0) << plain.out;
+    auto asan = run({"kernels", "screen", "--task", norm, "--source", dir + "/heap_oob.cpp", "--asan",
+                     "--out", dir + "/asan"});
+    EXPECT_EQ(asan.exit.exit_code, 1) << asan.out;
+    EXPECT_NE(asan.out.find("unsafe (asan)"), std::string::npos) << asan.out;
+  }
+
   auto bad = run({"kernels", "profile", "--workload", "Z"});
   EXPECT_EQ(bad.exit.exit_code, 2);
 }
