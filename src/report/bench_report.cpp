@@ -9,6 +9,9 @@
 namespace plumb::report {
 namespace {
 
+// Per-request scatter and timeline figures draw at most this many requests.
+constexpr size_t kMaxPerRequestPoints = 4000;
+
 double ms(Nanos d) { return std::chrono::duration<double, std::milli>(d).count(); }
 double sec(Nanos d) { return std::chrono::duration<double>(d).count(); }
 
@@ -146,8 +149,22 @@ void profile_section(Page& p, const BenchProfile& bp) {
   hist.distributions = {{"", ttft}};
   p.distribution_chart(hist);
 
-  auto scatter = [&p](std::string title, std::string ylabel, std::vector<double> x, std::vector<double> y) {
+  // Per-request figures of very large runs draw every stride-th request so the page stays quick to
+  // open; the distributions above use every value.
+  const size_t stride = (run.requests.size() + kMaxPerRequestPoints - 1) / kMaxPerRequestPoints;
+  const std::string sampled =
+      stride > 1 ? "A large run: one point in " + std::to_string(stride) + " is drawn." : "";
+  auto every = [stride](const std::vector<double>& v) {
+    std::vector<double> out;
+    for (size_t i = 0; i < v.size(); i += std::max<size_t>(stride, 1)) out.push_back(v[i]);
+    return out;
+  };
+  auto scatter = [&p, &every, &sampled](std::string title, std::string ylabel, std::vector<double> x,
+                                        std::vector<double> y) {
     ScatterChart c;
+    c.note = sampled;
+    x = every(x);
+    y = every(y);
     c.title = std::move(title);
     c.x.label = "send time (s from the measured zero)";
     c.y.label = std::move(ylabel);
@@ -199,7 +216,9 @@ void profile_section(Page& p, const BenchProfile& bp) {
   tl.x.label = "time (s from the measured zero)";
   tl.y_label = "request (set order)";
   tl.note = "Each line runs from send to end; the tick marks the first token; red: failed.";
-  for (const auto& r : run.requests) {
+  if (!sampled.empty()) tl.note += " " + sampled;
+  for (size_t i = 0; i < run.requests.size(); i += std::max<size_t>(stride, 1)) {
+    const auto& r = run.requests[i];
     if (!r.sent || !r.end) continue;
     tl.spans.push_back(
         {.label = "request " + std::to_string(r.index) +

@@ -15,6 +15,10 @@ constexpr double kW = 720, kH = 340;
 constexpr double kLeft = 76, kRight = 16, kTop = 14, kBottom = 56;
 constexpr double kPlotW = kW - kLeft - kRight, kPlotH = kH - kTop - kBottom;
 
+// A CDF of more values than this is drawn through this many order statistics (the plot is ~630
+// units wide, so more steps would not show).
+constexpr size_t kMaxCdfSteps = 1000;
+
 // Colour-blind-friendly palette (Okabe-Ito), fixed order.
 constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
                                     "#CC79A7", "#56B4E9", "#F0E442", "#000000"};
@@ -335,11 +339,20 @@ Rendered render_distribution(const DistributionChart& c) {
       double n = double(v.size());
       s += "<polyline fill=\"none\" stroke=\"" + std::string(col) + "\" stroke-width=\"1.6\" points=\"";
       s += coord(f.px(v[0])) + "," + coord(f.py(0));
-      for (size_t k = 0; k < v.size(); ++k) {
-        // Collapse ties: one vertical step per distinct value.
-        if (k + 1 < v.size() && v[k + 1] == v[k]) continue;
-        s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
-        s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
+      if (v.size() <= kMaxCdfSteps) {
+        for (size_t k = 0; k < v.size(); ++k) {
+          // Collapse ties: one vertical step per distinct value.
+          if (k + 1 < v.size() && v[k + 1] == v[k]) continue;
+          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
+          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
+        }
+      } else {
+        // Evenly spaced order statistics, exact at their ranks; the last one is the maximum.
+        for (size_t j = 0; j < kMaxCdfSteps; ++j) {
+          size_t k = j * (v.size() - 1) / (kMaxCdfSteps - 1);
+          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
+          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
+        }
       }
       s += "\"><title>" + escape_html(c.distributions[i].name) + ": " + std::to_string(v.size()) +
            " values, median " + escape_html(format_number(v[(v.size() - 1) / 2], 6)) +

@@ -108,3 +108,20 @@ TEST(BenchReport, OneSectionPerProfile) {
 
 }  // namespace
 }  // namespace plumb::report
+
+namespace plumb::report {
+namespace {
+
+TEST(BenchReport, VeryLargeRunsDrawEveryNthRequestAndSaySo) {
+  metrics::RunRecord run;
+  for (size_t i = 0; i < 9000; ++i) run.requests.push_back(completed(i, int(i), int(i) + 2, int(i) + 9, 3));
+  run.duration = milliseconds(9010);
+  std::string h = render_bench_report(make({run}));
+  EXPECT_NE(h.find("data-kind=\"timeline\" data-points=\"3000\""), std::string::npos);
+  EXPECT_NE(h.find("data-kind=\"scatter\" data-points=\"3000\""), std::string::npos);
+  EXPECT_NE(h.find("data-kind=\"cdf\" data-points=\"18000\""), std::string::npos);  // TTFT: all values
+  EXPECT_NE(h.find("one point in 3 is drawn"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace plumb::report

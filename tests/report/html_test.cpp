@@ -229,3 +229,24 @@ TEST(Charts, TimelineDrawsSpansMarksAndFailures) {
 
 }  // namespace
 }  // namespace plumb::report
+
+namespace plumb::report {
+namespace {
+
+TEST(Charts, LargeCdfIsDrawnThroughBoundedOrderStatistics) {
+  std::vector<double> v;
+  for (int i = 0; i < 100000; ++i) v.push_back(double((i * 7919) % 100000));
+  Page p("t");
+  p.distribution_chart({.distributions = {{"big", v}}});
+  std::string h = p.html();
+  EXPECT_NE(h.find("data-points=\"100000\""), std::string::npos);
+  size_t a = h.find("<polyline"), b = h.find("\"><title>big", a);
+  ASSERT_NE(a, std::string::npos);
+  std::string poly = h.substr(a, b - a);
+  EXPECT_LE(count(poly, ","), 2 * 1000 + 1);
+  EXPECT_GE(count(poly, ","), 2 * 1000);
+  EXPECT_TRUE(poly.size() > 10 && poly.substr(poly.size() - 5) == ",14.0") << poly.substr(poly.size() - 20);
+}
+
+}  // namespace
+}  // namespace plumb::report
