@@ -202,6 +202,71 @@ TEST(QuantModel, LogitErrorOrdersByPrecision) {
   EXPECT_LT(err["int4"], err["int4-g64"]);
 }
 
+// Quantizing at load from each stored dtype (the fixtures: F32, F16 sharded, BF16): every element
+// of every linear dequantizes to within its bound of the stored value, and auto vs reference
+// matmul_quant agree through a forward pass (bound as above).
+TEST(QuantModel, QuantizesFromF32F16AndBf16Checkpoints) {
+  const std::string fixtures = std::string(PLUMB_SOURCE_DIR) + "/tests/fixtures/models/";
+  std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 11, 4};
+  for (const char* name : {"qwen2", "qwen2_f16_sharded", "llama3_bf16"}) {
+    ModelOptions o;
+    o.threads = 2;
+    o.dtype = WeightDType::kF32;  // float copies of the stored values, for comparison
+    auto base = Model::load(fixtures + name, o);
+    ASSERT_TRUE(base.ok()) << name << ": " << base.status().to_string();
+    for (const char* q : {"int8", "int4"}) {
+      o.dtype = WeightDType::kAsStored;
+      o.quantization = *parse_quantization(q);
+      o.kernels = {};
+      auto m = Model::load(fixtures + name, o);
+      ASSERT_TRUE(m.ok()) << name << " " << q << ": " << m.status().to_string();
+      for (size_t li = 0; li < (*m)->weights().layers.size(); ++li) {
+        for (int i = 0; i < 7; ++i) {
+          const WeightMatrix& qm = *linears((*m)->weights().layers[li], i);
+          const WeightMatrix& fm = *linears((*base)->weights().layers[li], i);
+          ASSERT_EQ(fm.dtype, DType::kF32);
+          const auto* f = static_cast<const float*>(fm.data);
+          for (int64_t e = 0; e < fm.rows * fm.cols; ++e) {
+            const int64_t r = e / fm.cols, c = e % fm.cols;
+            ASSERT_LE(std::fabs(dequant_weight(qm, r, c) - f[e]), quant_error_bound(qm, r, c))
+                << name << " " << q << " layer " << li << " matrix " << i << " (" << r << ", " << c << ")";
+          }
+        }
+      }
+      o.kernels.prefill[Op::kMatmulQuant] = "reference";
+      o.kernels.decode[Op::kMatmulQuant] = "reference";
+      auto slow = Model::load(fixtures + name, o);
+      ASSERT_TRUE(slow.ok());
+      Logits a = run(**m, ids), b = run(**slow, ids);
+      EXPECT_LE(max_abs_diff(a.prefill, b.prefill), 1e-4f * max_abs(b.prefill)) << name << " " << q;
+      EXPECT_LE(max_abs_diff(a.decode, b.decode), 1e-4f * max_abs(b.decode)) << name << " " << q;
+    }
+  }
+}
+
+// Widths that are not multiples of the int4 block or group (hidden 100 = 3 blocks + 4 columns,
+// intermediate 200) through the whole model, dummy weights: auto vs reference matmul_quant.
+TEST(QuantModel, OddWidthsThroughTheModel) {
+  ModelConfig c = small_config();
+  c.hidden_size = 100;
+  c.intermediate_size = 200;
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 37 % 1000);
+  for (const char* q : {"int8", "int4", "int4-g64"}) {
+    ModelOptions o;
+    o.threads = 3;
+    o.quantization = *parse_quantization(q);
+    auto fast = Model::dummy(c, o);
+    o.kernels.prefill[Op::kMatmulQuant] = "reference";
+    o.kernels.decode[Op::kMatmulQuant] = "reference";
+    auto slow = Model::dummy(c, o);
+    ASSERT_TRUE(fast.ok() && slow.ok()) << q;
+    Logits a = run(**fast, ids), b = run(**slow, ids);
+    EXPECT_LE(max_abs_diff(a.prefill, b.prefill), 1e-4f * max_abs(b.prefill)) << q;
+    EXPECT_LE(max_abs_diff(a.decode, b.decode), 1e-4f * max_abs(b.decode)) << q;
+  }
+}
+
 // A linear weight that is not finite cannot be quantized: the load names the tensor and the row,
 // and says how to proceed. Unquantized, the same checkpoint loads (the check is the quantizer's).
 TEST(QuantModel, NonFiniteWeightIsRefusedWithTheTensorNamed) {
