@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -23,6 +24,7 @@
 #include "core/subprocess.h"
 #include "gates/checks.h"
 #include "gates/record.h"
+#include "launch/adapter.h"
 
 namespace plumb::gates {
 namespace {
@@ -117,6 +119,19 @@ TEST(QuantGate, UnknownQuantizationIsAUsageError) {
   auto g = run_capture({PLUMB_BINARY, "generate", "--quantization", "fp8"});
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->exit.exit_code, 2) << g->out;
+}
+
+// The plumb launch adapter (src/launch/adapters/plumb.toml) maps the `quantization` parameter of
+// engine configs (plumb compare arms, tune trials) to --quantization.
+TEST(QuantGate, PlumbAdapterMapsQuantization) {
+  auto a = launch::builtin_adapter("plumb");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto spec = launch::render(*a, {{"quantization", std::string("int4")}}, 8123);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  auto it = std::find(spec->argv.begin(), spec->argv.end(), "--quantization");
+  ASSERT_NE(it, spec->argv.end());
+  ASSERT_NE(it + 1, spec->argv.end());
+  EXPECT_EQ(*(it + 1), "int4");
 }
 
 }  // namespace
