@@ -3,6 +3,7 @@
 // tune/ (study.h); this file parses flags, prints the live view and writes JSON/HTML.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -29,6 +30,8 @@ struct TuneArgs {
   double proposer_timeout_s = 60;
   int64_t resume = 0;
   int64_t report_only = 0;
+  int64_t replay = 0;
+  int replay_seeds = 5;
   bool list = false;
   std::string print_space;
   std::string work_dir;
@@ -191,6 +194,48 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
   return page.write(path);
 }
 
+// Replays strategies over a grid study's measured table: per seed, the best objective reached after
+// --trials proposals as a fraction of the grid's best, and the trials needed to reach 95% of it.
+int run_replay(ledger::Ledger& ledger, const TuneArgs& a) {
+  auto st = tune::load_study(ledger, a.replay);
+  if (!st.ok()) return fail(st.status());
+  if (st->row.strategy != "grid")
+    return fail(invalid_argument("--replay needs a study measured by --strategy grid (study " +
+                                 std::to_string(a.replay) + " used " + st->row.strategy + ")"));
+  int64_t n = a.study.trials > 0 ? a.study.trials : int64_t(st->trials.size());
+  std::printf(
+      "replay of grid study %lld (%zu measured points, one measurement each): %s, %lld trials, %d seeds\n",
+      (long long)a.replay, st->trials.size(), a.study.strategy.c_str(), (long long)n, a.replay_seeds);
+  std::printf("  %-6s %12s %14s %16s\n", "seed", "best", "of grid best", "trials to 95%");
+  std::vector<double> fr, t95;
+  double grid_best = 0;
+  for (int k = 1; k <= a.replay_seeds; ++k) {
+    tune::StrategyOptions so = a.study.strategy_options;
+    so.name = a.study.strategy;
+    so.seed = a.study.strategy_seed + uint64_t(k - 1);
+    auto r = tune::replay(*st, so, n);
+    if (!r.ok()) return fail(r.status());
+    grid_best = r->grid_best;
+    double b = r->best_so_far.empty() ? NAN : r->best_so_far.back();
+    fr.push_back(std::isfinite(b) ? b / r->grid_best : 0.0);
+    t95.push_back(r->trials_to_95 > 0 ? double(r->trials_to_95) : INFINITY);
+    std::printf("  %-6llu %12s %13.1f%% %16s\n", (unsigned long long)so.seed, fmtd("%.4g", b).c_str(),
+                100 * fr.back(), r->trials_to_95 > 0 ? std::to_string(r->trials_to_95).c_str() : "never");
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+  };
+  std::printf(
+      "  median: %.1f%% of the grid best (%s) after %lld trials (%.0f%% of the grid); median trials to 95%%: "
+      "%s\n",
+      100 * median(fr), fmtd("%.4g", grid_best).c_str(), (long long)n,
+      100.0 * double(n) / double(st->trials.size()),
+      std::isfinite(median(t95)) ? fmtd("%.1f", median(t95)).c_str() : "never");
+  return kExitOk;
+}
+
 int run_tune(TuneArgs& a) {
   if (!a.print_space.empty()) {
     auto t = tune::builtin_space_text(a.print_space);
@@ -220,6 +265,7 @@ int run_tune(TuneArgs& a) {
     }
     return kExitOk;
   }
+  if (a.replay > 0) return run_replay(ledger, a);
   tune::RunContext ctx;
   ctx.plumb_binary = self_exe();
   ctx.work_dir = a.work_dir;
@@ -321,6 +367,9 @@ void setup_tune(CLI::App& root) {
                 "model folder whose tokenizer.json sizes the prompts (default: the shipped plumb-tiny)");
   c->add_option("--request-timeout", a->study.request_timeout_s, "per-request timeout in a trial (s)")
       ->capture_default_str();
+  c->add_option("--trial-timeout", a->study.trial_timeout_s,
+                "seconds a trial may take before it is stopped as a timeout (0 = 3x the median trial)")
+      ->capture_default_str();
   c->add_option("--name", a->study.name, "study label");
   c->add_option("--startup", a->study.strategy_options.startup, "bayes: random trials before the model")
       ->capture_default_str();
@@ -341,6 +390,11 @@ void setup_tune(CLI::App& root) {
   c->add_option("--report", a->report_only,
                 "print (and --json/--html) the report of study ID without running");
   c->add_flag("--list", a->list, "list the studies in the ledger");
+  c->add_option(
+      "--replay", a->replay,
+      "replay --strategy over grid study ID's measured table (no engine; --trials per run, --seeds runs "
+      "from --seed)");
+  c->add_option("--seeds", a->replay_seeds, "--replay: strategy seeds")->capture_default_str();
   c->add_option("--print-space", a->print_space, "print a built-in search space (TOML) and exit");
   c->add_option("--pairs", a->pairs, "pairs of each re-validation comparison (>= 5)")->capture_default_str();
   c->add_flag("--no-revalidate", a->no_revalidate, "skip the winner's re-validation");

@@ -1,7 +1,12 @@
 #include "compare/measure.h"
 
+#include <signal.h>
+
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "core/clock.h"
 #include "core/file.h"
@@ -142,9 +147,42 @@ Result<Measurement> measure(const launch::EngineConfig& cfg_in, const protocol::
   lo.progress = opt.progress;
   Measurement out;
   out.row.started_at = utc_timestamp_now();
+  auto t_launch = std::chrono::steady_clock::now();
   PLUMB_ASSIGN_OR_RETURN(auto engine, launch::Engine::start(spec, lo));
   out.ready_after_s = engine->ready_after_s();
   out.log_path = engine->log_path();
+
+  // Watchdog for max_duration: kills the engine's group so every remaining request fails fast.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool fired = false;
+  std::thread watchdog;
+  if (opt.max_duration.count() > 0) {
+    pid_t pgid = engine->pid();
+    auto deadline = t_launch + opt.max_duration;
+    watchdog = std::thread([&, pgid, deadline] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_until(lock, deadline, [&] { return done; })) {
+        fired = true;
+        ::kill(-pgid, SIGKILL);
+      }
+    });
+  }
+  auto stop_watchdog = [&] {
+    if (!watchdog.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  };
+
+  struct Guard {
+    std::function<void()> f;
+    ~Guard() { f(); }
+  } guard{stop_watchdog};
 
   loadgen::OpenAiTargetOptions to;
   to.base_url = engine->base_url();
@@ -216,11 +254,17 @@ Result<Measurement> measure(const launch::EngineConfig& cfg_in, const protocol::
     out.per_profile.push_back(std::move(m));
   }
   double objective = objective_of(sc, out.per_profile);
+  stop_watchdog();
+  out.timed_out = fired;
   bool alive = engine->running();
   auto stopped = engine->stop();
-  if (!stopped.ok()) return stopped.status();
+  if (!stopped.ok() && !out.timed_out) return stopped.status();
   out.row.ended_at = utc_timestamp_now();
-  if (!alive) {
+  if (out.timed_out) {
+    valid = false;
+    out.failure = "ran past its time limit of " + std::to_string(opt.max_duration.count()) +
+                  " s: the engine was stopped (a configuration far slower than the others)";
+  } else if (!alive) {
     valid = false;
     out.failure = "the engine exited during the run (log: " + out.log_path + ")" +
                   (out.failure.empty() ? "" : "; " + out.failure);

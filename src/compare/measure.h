@@ -69,7 +69,11 @@ Result<Workload> make_workload(const protocol::Scenario& scenario, uint64_t seed
 struct MeasureOptions {
   std::string plumb_binary;  // the plumb adapter's plumb_binary when the config does not set it
   std::string work_dir;      // engine logs go here; "" = current directory
-  std::chrono::seconds request_timeout{600};         // per request; a request past it fails (total_timeout)
+  std::chrono::seconds request_timeout{600};  // per request; a request past it fails (total_timeout)
+  // Whole-measurement limit from the launch (0 = none): past it the engine's process group is
+  // killed, the remaining requests fail at once, and the Measurement is invalid with
+  // `timed_out` set (a tuner's bound on a configuration that is pathologically slow).
+  std::chrono::seconds max_duration{0};
   std::function<void(const std::string&)> progress;  // launch progress lines; null = log::info
 };
 
@@ -83,6 +87,7 @@ struct Measurement {
   bool valid = false;                         // PROTOCOL.md §3 held on every profile
   std::string failure;                        // "" when valid; else the first failed constraint with its fix
   double ready_after_s = 0;                   // engine start-up time (launch to healthy)
+  bool timed_out = false;                     // max_duration passed and the engine was killed
   std::string log_path;                       // the engine's log file (absolute)
 };
 

@@ -165,6 +165,26 @@ class TpeStrategy final : public Strategy {
     std::vector<const Observation*> full;
     for (const auto& x : h)
       if (x.stage == "full") full.push_back(&x);
+    if (full.empty() && h.empty()) {
+      // Start from the engine's defaults when the space states them: a known-reasonable point,
+      // and the search then never reports a best below the default on the dev seed.
+      Config d;
+      bool complete = true;
+      for (const auto& p : sp_.params) {
+        if (!is_active(p, d)) continue;
+        if (!p.default_value) {
+          complete = false;
+          break;
+        }
+        d[p.name] = *p.default_value;
+      }
+      if (complete && validate_config(sp_, d).ok()) {
+        Proposal p;
+        p.config = std::move(d);
+        p.rationale = "the space's default values (the engine's defaults) as the first start-up point";
+        return std::optional<Proposal>(std::move(p));
+      }
+    }
     if (int(full.size()) < o_.startup) {
       auto c = fresh_uniform(sp_, rng, seen);
       if (!c) return std::optional<Proposal>();

@@ -150,6 +150,7 @@ json::object StudyOptions::to_json() const {
                       {"time_budget_s", time_budget_s},
                       {"tokenizer", tokenizer},
                       {"request_timeout_s", request_timeout_s},
+                      {"trial_timeout_s", trial_timeout_s},
                       {"screen_fraction", screen_fraction},
                       {"startup", strategy_options.startup},
                       {"gamma", strategy_options.gamma},
@@ -183,6 +184,7 @@ Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
   if (auto v = num("trials")) s.trials = int64_t(*v);
   if (auto v = num("time_budget_s")) s.time_budget_s = *v;
   if (auto v = num("request_timeout_s")) s.request_timeout_s = int(*v);
+  if (auto v = num("trial_timeout_s")) s.trial_timeout_s = int(*v);
   if (auto v = num("screen_fraction")) s.screen_fraction = *v;
   if (auto v = num("startup")) s.strategy_options.startup = int(*v);
   if (auto v = num("gamma")) s.strategy_options.gamma = *v;
@@ -386,6 +388,20 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
     tr.config_json = config_key(p.config);
     tr.rationale = p.rationale.empty() ? "(none)" : p.rationale;
     tr.notes = p.notes;
+    // The trial's time limit.
+    double limit = o.trial_timeout_s;
+    if (limit <= 0) {
+      std::vector<double> times;
+      for (const auto& t : st.trials)
+        if (t.obs.stage == p.stage && t.run_id) times.push_back(t.elapsed_s);
+      if (!times.empty()) {
+        std::sort(times.begin(), times.end());
+        limit = std::max(60.0, 3 * times[times.size() / 2]);
+      } else if (o.time_budget_s > 0) {
+        limit = std::max(60.0, o.time_budget_s - used);
+      }
+    }
+    mo.max_duration = std::chrono::seconds(int64_t(std::ceil(limit)));
     tr.started_at = utc_timestamp_now();
     auto t0 = std::chrono::steady_clock::now();
     auto m = compare::measure(ec, tsc, *w, mo);
@@ -397,9 +413,7 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
       const Status& s = m.status();
       tr.status = s.code() == Code::kTimeout           ? "timeout"
                   : s.code() == Code::kInvalidArgument ? "error"
-                  : s.code() == Code::kFailedPrecondition || s.code() == Code::kUnavailable
-                      ? "startup_failed"
-                      : "startup_failed";
+                                                       : "startup_failed";
       tr.failure = s.message().empty() ? "engine did not start" : s.message();
       if (tr.failure.size() > 2000) tr.failure = tr.failure.substr(0, 2000) + "...";
       tr.feasible = false;
@@ -423,9 +437,10 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
         for (const auto& pm : m->per_profile)
           for (const auto& [k, v] : pm.failures)
             if (v > 0 && k.find("timeout") != std::string::npos) timed_out = true;
-        tr.status = m->failure.rfind("the engine exited", 0) == 0 ? "crashed"
-                    : timed_out                                   ? "timeout"
-                                                                  : "invalid";
+        tr.status = m->timed_out                                    ? "timeout"
+                    : m->failure.rfind("the engine exited", 0) == 0 ? "crashed"
+                    : timed_out                                     ? "timeout"
+                                                                    : "invalid";
         tr.failure = m->failure.empty() ? "invalid run" : m->failure;
         tr.feasible = false;
       }
@@ -446,6 +461,42 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
   }
   sum.trials_total = int64_t(st.trials.size());
   return sum;
+}
+
+// ---- replay --------------------------------------------------------------------------------------
+
+Result<ReplayResult> replay(const StudyState& g, StrategyOptions so, int64_t trials) {
+  std::map<std::string, const Observation*> table;
+  ReplayResult out;
+  out.grid_best = 0;
+  for (const auto& t : g.trials) {
+    if (t.obs.stage != "full") continue;
+    table[config_key(t.obs.config)] = &t.obs;
+    if (t.obs.feasible && t.obs.objective) out.grid_best = std::max(out.grid_best, *t.obs.objective);
+  }
+  out.grid_points = int64_t(table.size());
+  if (out.grid_best <= 0)
+    return failed_precondition("study " + std::to_string(g.row.id) + " has no feasible trial");
+  PLUMB_ASSIGN_OR_RETURN(auto strategy, make_strategy(g.space, so));
+  std::vector<Observation> hist;
+  double best = stats::kNaN;
+  for (int64_t i = 0; i < trials; ++i) {
+    PLUMB_ASSIGN_OR_RETURN(auto p, strategy->propose(hist, BudgetLeft{trials - i, -1}));
+    if (!p) break;
+    auto it = table.find(config_key(p->config));
+    if (it == table.end())
+      return not_found(
+          "replay: " + so.name + " proposed " + config_key(p->config) +
+          ", which the grid study did not measure (replay needs a finite space measured by grid)");
+    Observation o = *it->second;
+    o.index = i;
+    o.stage = "full";
+    hist.push_back(o);
+    if (o.feasible && o.objective && (!std::isfinite(best) || *o.objective > best)) best = *o.objective;
+    out.best_so_far.push_back(best);
+    if (out.trials_to_95 < 0 && std::isfinite(best) && best >= 0.95 * out.grid_best) out.trials_to_95 = i + 1;
+  }
+  return out;
 }
 
 // ---- re-validation -------------------------------------------------------------------------------

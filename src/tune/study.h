@@ -42,18 +42,23 @@ namespace plumb::tune {
 inline constexpr int kReportSchemaVersion = 1;
 
 struct StudyOptions {
-  std::string name;                  // label; "" = "<space> <strategy> <scenario>/<size>"
-  std::string space = "plumb";       // built-in space name or a TOML file
-  std::string strategy = "bayes";    // grid | random | bayes | halving | external
-  uint64_t strategy_seed = 1;        // seeds the strategy (not the workload)
-  std::string scenario = "D";        // A..D
-  std::string size = "small";        // small | gpu
-  uint64_t dev_seed = 21;            // trials measure on this seed (PROTOCOL.md §2 dev seed)
-  uint64_t eval_seed = 1337;         // the winner's re-validation seed (held out; != dev_seed)
-  int64_t trials = -1;               // trial budget; -1 = none
-  double time_budget_s = -1;         // wall-time budget in seconds; -1 = none (one of the two is required)
-  std::string tokenizer;             // prompt sizing (compare/measure.h); "" = the shipped model
-  int request_timeout_s = 120;       // per request in a trial; past it the trial is a timeout
+  std::string name;                // label; "" = "<space> <strategy> <scenario>/<size>"
+  std::string space = "plumb";     // built-in space name or a TOML file
+  std::string strategy = "bayes";  // grid | random | bayes | halving | external
+  uint64_t strategy_seed = 1;      // seeds the strategy (not the workload)
+  std::string scenario = "D";      // A..D
+  std::string size = "small";      // small | gpu
+  uint64_t dev_seed = 21;          // trials measure on this seed (PROTOCOL.md §2 dev seed)
+  uint64_t eval_seed = 1337;       // the winner's re-validation seed (held out; != dev_seed)
+  int64_t trials = -1;             // trial budget; -1 = none
+  double time_budget_s = -1;       // wall-time budget in seconds; -1 = none (one of the two is required)
+  std::string tokenizer;           // prompt sizing (compare/measure.h); "" = the shipped model
+  int request_timeout_s = 120;     // per request in a trial; past it the trial is a timeout
+  // Whole-trial limit in seconds; 0 = automatic: 3x the median of the finished trials' times (at
+  // least 60 s; before any trial, the remaining time budget or none). A trial past it is stopped and
+  // recorded as a timeout, so one pathologically slow configuration (e.g. reference kernels) cannot
+  // eat the budget.
+  int trial_timeout_s = 0;
   double screen_fraction = 0.25;     // halving: the screen workload has this fraction of the requests
   StrategyOptions strategy_options;  // bayes/halving/external knobs (name and seed are set from above)
 
@@ -99,6 +104,22 @@ struct StudyRunSummary {
 // Runs trials until a budget is spent or the strategy has nothing left. Errors: ledger failures,
 // the external proposer's failures (the study stays resumable).
 Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t study_id, const RunContext& ctx);
+
+// ---- replaying strategies over a measured grid ----------------------------------------------------
+
+// A strategy run against a finished grid study's measured table instead of the engine: each
+// proposal is answered with the stored trial of the same configuration (its feasibility and
+// objective). Measures strategy efficiency without re-measuring; the caveat is that each point was
+// measured once, so the replay inherits that one noisy measurement per point.
+struct ReplayResult {
+  std::vector<double> best_so_far;  // per replayed trial; NaN until a feasible one
+  double grid_best = 0;             // the grid's best feasible objective
+  int64_t grid_points = 0;          // feasible or not
+  int64_t trials_to_95 = -1;        // trials until best_so_far >= 0.95 grid_best; -1 never
+};
+// FailedPrecondition if the study has no feasible trial; NotFound if a proposal is not in the table
+// (the strategy left the grid: replay needs a finite space measured by grid).
+Result<ReplayResult> replay(const StudyState& grid_study, StrategyOptions options, int64_t trials);
 
 // ---- winner re-validation and the report --------------------------------------------------------
 

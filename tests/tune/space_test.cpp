@@ -227,6 +227,11 @@ TEST(Space, ShippedSpacesMatchTheirAdapters) {
     EXPECT_TRUE(spec.ok()) << n << ": " << spec.status().to_string();
     auto g = enumerate_grid(*sp);
     EXPECT_TRUE(g.ok()) << n;
+    // The stated defaults form a valid configuration (the bayes strategy's first point).
+    Config d;
+    for (const auto& p : sp->params)
+      if (is_active(p, d) && p.default_value) d[p.name] = *p.default_value;
+    EXPECT_TRUE(validate_config(*sp, d).ok()) << n << ": " << validate_config(*sp, d).message();
   }
 }
 

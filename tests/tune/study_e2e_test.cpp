@@ -235,5 +235,41 @@ TEST_F(StudyE2eTest, KilledMidTrialResumesWithNoTrialLostOrRepeated) {
   EXPECT_FALSE((*l)->insert_trial(dup, nullptr, {}, {}).ok());
 }
 
+TEST_F(StudyE2eTest, ATrialPastItsTimeLimitIsStoppedAndRecordedAsATimeout) {
+  // 5 s to the first token: a D-small run would take ~90 s; the trial limit is 15 s.
+  std::ofstream(dir_ + "/slow.toml") << R"(name = "slow"
+adapter = "plumb"
+[fixed]
+engine = "synthetic"
+itl_ms = 3.0
+threads = 1
+[[param]]
+name = "ttft_ms"
+type = "float"
+values = [5000.0]
+)";
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  StudyOptions o = options("grid", 1);
+  o.space = dir_ + "/slow.toml";
+  o.trial_timeout_s = 15;
+  auto id = create_study(**l, o);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  RunContext ctx;
+  ctx.plumb_binary = PLUMB_BINARY;
+  ctx.work_dir = dir_;
+  auto r = run_study(**l, *id, ctx);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto st = load_study(**l, *id);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->trials.size(), 1u);
+  const auto& t = st->trials[0];
+  EXPECT_EQ(t.obs.status, "timeout") << t.obs.failure;
+  EXPECT_FALSE(t.obs.feasible);
+  EXPECT_NE(t.obs.failure.find("time limit of 15 s"), std::string::npos) << t.obs.failure;
+  EXPECT_LT(t.elapsed_s, 60.0);       // stopped, not run to the end (~90 s)
+  EXPECT_TRUE(t.run_id.has_value());  // the partial run is recorded, invalid
+}
+
 }  // namespace
 }  // namespace plumb::tune
