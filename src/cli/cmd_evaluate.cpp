@@ -178,6 +178,14 @@ int run_evaluate(const EvaluateArgs& a) {
   o.baseline_preset = a.baseline_preset;
   o.quality_dataset = a.dataset.empty() ? shipped_dataset() : a.dataset;
   o.quality_limit = a.quality_limit;
+  // The shipped model is the reference's too: a submission that rewrote it would move the reference
+  // with it, so its files are part of the harness.
+  if (auto models = engine::find_models_dir(); models.ok()) {
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
+      auto path = std::filesystem::path(*models) / "plumb-tiny" / f;
+      if (std::filesystem::exists(path)) o.harness_files.push_back(path.string());
+    }
+  }
   o.fidelity_prompts = a.fidelity_prompts;
   if (a.readiness_timeout_s <= 0 || a.request_timeout_s <= 0)
     return fail(kExitUsage, "--readiness-timeout and --timeout must be > 0 seconds");

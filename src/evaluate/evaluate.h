@@ -7,10 +7,11 @@
 //     streaming with usage, logprobs for the fidelity check) answering GET /health with 200, and
 //     keep running in the foreground (a script that daemonizes is detected and refused).
 //   - The process answering the port must belong to the launched group (launch/ verifies it).
-//   - Harness integrity: SHA-256 of plumb's binary, the quality dataset and the protocol text are
-//     taken before the submission first starts and again at the very end; any change fails the
-//     integrity gate. (plumb cannot stop a script running as the same user from writing those files;
-//     it detects it.)
+//   - Harness integrity: SHA-256 of plumb's binary, the quality dataset, the start script, the
+//     protocol text and Options::harness_files (`plumb evaluate` adds the shipped model's files: the
+//     reference uses them too) are taken before the submission first starts and again at the very
+//     end; any change fails the integrity gate. (plumb cannot stop a script running as the same user from
+//     writing those files; it detects it.)
 //   - Gates (gates/): the quality gate (multiple-choice accuracy >= tau x the reference's, fidelity)
 //     and the integrity gate (PROTOCOL.md §9), both against a reference = plumb serve --preset
 //     default with the shipped model, launched by plumb.

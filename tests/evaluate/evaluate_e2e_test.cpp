@@ -138,6 +138,12 @@ TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
   EXPECT_NE(gates.find("\"gate\":\"quality\""), std::string::npos);
   EXPECT_NE(gates.find("\"gate\":\"integrity\""), std::string::npos);
   EXPECT_NE(gates.find("harness_unchanged_at_end"), std::string::npos);
+  // The harness covers plumb's binary, the quality set, the start script and the shipped model.
+  std::string harness = json::dump(e.at("harness_before"));
+  for (const char* f :
+       {"mc_heldout.jsonl", "start_server.sh", "plumb-tiny/model.safetensors", "plumb-tiny/tokenizer.json"})
+    EXPECT_NE(harness.find(f), std::string::npos) << f << " " << harness;
+  EXPECT_EQ(e.at("harness_before"), e.at("harness_after"));
   auto html = read_file(h);
   ASSERT_TRUE(html.ok());
   EXPECT_NE(html->find("data-kind=\"bar\" data-points=\"1\""), std::string::npos);
