@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "cli/command.h"
@@ -32,6 +33,7 @@ struct TuneArgs {
   int64_t report_only = 0;
   int64_t replay = 0;
   int replay_seeds = 5;
+  std::string replay_space;
   bool list = false;
   std::string print_space;
   std::string work_dir;
@@ -199,6 +201,23 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
 int run_replay(ledger::Ledger& ledger, const TuneArgs& a) {
   auto st = tune::load_study(ledger, a.replay);
   if (!st.ok()) return fail(st.status());
+  if (!a.replay_space.empty()) {
+    // A sub-space of the measured grid (e.g. the points a stopped grid study finished).
+    auto sp = tune::resolve_space(a.replay_space);
+    if (!sp.ok()) return fail(sp.status());
+    st->space = std::move(*sp);
+    std::vector<tune::Trial> kept;
+    auto g = tune::enumerate_grid(st->space);
+    if (!g.ok()) return fail(g.status());
+    std::set<std::string> want;
+    for (const auto& c : *g) want.insert(tune::config_key(c));
+    for (auto& t : st->trials)
+      if (want.count(tune::config_key(t.obs.config))) kept.push_back(std::move(t));
+    if (kept.size() != want.size())
+      return fail(invalid_argument("--replay-space: the grid study measured " + std::to_string(kept.size()) +
+                                   " of its " + std::to_string(want.size()) + " points"));
+    st->trials = std::move(kept);
+  }
   if (st->row.strategy != "grid")
     return fail(invalid_argument("--replay needs a study measured by --strategy grid (study " +
                                  std::to_string(a.replay) + " used " + st->row.strategy + ")"));
@@ -395,6 +414,8 @@ void setup_tune(CLI::App& root) {
       "replay --strategy over grid study ID's measured table (no engine; --trials per run, --seeds runs "
       "from --seed)");
   c->add_option("--seeds", a->replay_seeds, "--replay: strategy seeds")->capture_default_str();
+  c->add_option("--replay-space", a->replay_space,
+                "--replay: a sub-space of the grid (every point measured)");
   c->add_option("--print-space", a->print_space, "print a built-in search space (TOML) and exit");
   c->add_option("--pairs", a->pairs, "pairs of each re-validation comparison (>= 5)")->capture_default_str();
   c->add_flag("--no-revalidate", a->no_revalidate, "skip the winner's re-validation");
