@@ -8,6 +8,7 @@
 #include "compare/compare.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "core/sha256.h"
 #include "engine/kernels/plugin.h"
 #include "ledger/ledger.h"
 
@@ -141,11 +142,25 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
     out.scenario = !o.scenario.empty() ? o.scenario : phase == Phase::kDecode ? "B" : "A";
     const std::string stem = work + "/" + out.phase;
     const engine::KernelSelection cand = patched_selection(base, patches);
-    PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".base-kernels.json", base.to_json() + "\n"));
-    PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".candidate-kernels.json", cand.to_json() + "\n"));
-    PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, stem + ".base-kernels.json", o.threads));
-    PLUMB_RETURN_IF_ERROR(
-        write_arm(stem + ".arm-b.toml", model, stem + ".candidate-kernels.json", o.threads));
+    // Content-addressed file names: the arm configs the ledger stores name the kernel files by the
+    // SHA-256 of the selection and of every plugin library, so a stored registration identifies the
+    // exact patch it measured.
+    auto content_id = [](const engine::KernelSelection& sel) -> Result<std::string> {
+      std::string text = sel.to_json();
+      for (const auto& so : sel.plugins) {
+        PLUMB_ASSIGN_OR_RETURN(std::string h, sha256_file(so));
+        text += "\n" + h;
+      }
+      return sha256_hex(text).substr(0, 16);
+    };
+    PLUMB_ASSIGN_OR_RETURN(std::string base_id, content_id(base));
+    PLUMB_ASSIGN_OR_RETURN(std::string cand_id, content_id(cand));
+    const std::string base_file = stem + ".kernels-" + base_id + ".json";
+    const std::string cand_file = stem + ".kernels-" + cand_id + ".json";
+    PLUMB_RETURN_IF_ERROR(write_file_atomic(base_file, base.to_json() + "\n"));
+    PLUMB_RETURN_IF_ERROR(write_file_atomic(cand_file, cand.to_json() + "\n"));
+    PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, base_file, o.threads));
+    PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-b.toml", model, cand_file, o.threads));
     compare::RegisterOptions ro;
     ro.config_a = stem + ".arm-a.toml";
     ro.config_b = stem + ".arm-b.toml";
