@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,8 @@ TEST(BenchCli, WithoutTargetStartsAndStopsItsOwnPlumbServe) {
   auto log = read_file(std::string(l.at("log").as_string()));
   ASSERT_TRUE(log.ok()) << log.status().to_string();
   EXPECT_NE(log->find("listening on"), std::string::npos);
+  // The kept log's directory is plumb bench's own ($TMPDIR/plumb-bench-serve-<pid>): tidy up.
+  std::filesystem::remove_all(std::filesystem::path(std::string(l.at("log").as_string())).parent_path());
 }
 
 TEST(BenchCli, OwnServerThatFailsToStartIsAClearError) {
@@ -142,6 +146,10 @@ TEST(BenchCli, OwnServerThatFailsToStartIsAClearError) {
   EXPECT_EQ(o.code, 3) << o.err;
   EXPECT_NE(o.err.find("starting plumb serve (no --target given)"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("--no-such-flag"), std::string::npos) << o.err;  // the log tail names it
+  // The error names the kept log; its directory is plumb bench's own: tidy up.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(o.err, m, std::regex("(/[^ ]*/plumb-bench-serve-[0-9]+)/"))) << o.err;
+  std::filesystem::remove_all(m[1].str());
 }
 
 }  // namespace
