@@ -28,7 +28,8 @@ struct OpenAiTargetOptions {
   std::string api_key{};                              // sent as "Authorization: Bearer <key>" when not empty
   std::chrono::milliseconds connect_timeout{10'000};  // TCP connect
   std::chrono::milliseconds first_byte_timeout{600'000};  // from sending to the first response byte
-  std::chrono::milliseconds idle_timeout{60'000};         // longest silence inside a response
+  std::chrono::milliseconds idle_timeout{60'000};         // longest silence once the body has started
+                                                          // (before it, first_byte_timeout applies)
   // Local re-count of output tokens: when set, each content chunk counts count_tokens(its text)
   // tokens; when empty, each chunk with non-empty content counts 1 (servers that stream one token
   // per event). Either way the server's usage is reported beside it.

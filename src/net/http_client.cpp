@@ -152,6 +152,7 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   std::string head;  // serialized request head
   bool write_done = false;
   bool streaming = false;  // body goes to on_body
+  bool body_seen = false;  // a body byte arrived (from then on the idle limit applies)
 
   static SteadyTime now() { return steady_clock::now(); }
 
@@ -277,6 +278,10 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 
   void on_body(std::string_view piece) {
     if (phase == Phase::kDone) return;
+    if (!body_seen && !piece.empty()) {
+      body_seen = true;
+      arm_timer();  // the idle deadline replaces the (later) first-byte one
+    }
     result.body_bytes += piece.size();
     if (streaming) {
       cbs.on_body(piece, read_time);
@@ -323,7 +328,11 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
     const RequestTimeouts& to = req.timeouts;
     if (phase == Phase::kConnect) consider(to.connect, phase_start, FailureKind::kConnectTimeout);
     if (phase == Phase::kFirstByte) consider(to.first_byte, phase_start, FailureKind::kFirstByteTimeout);
-    if (phase == Phase::kRecv) consider(to.idle, last_read, FailureKind::kIdleTimeout);
+    // A streaming server may send its head at once and then queue the request: until the first
+    // body byte the wait is still the first-byte wait, not a stall.
+    if (phase == Phase::kRecv && !body_seen)
+      consider(to.first_byte, phase_start, FailureKind::kFirstByteTimeout);
+    if (phase == Phase::kRecv && body_seen) consider(to.idle, last_read, FailureKind::kIdleTimeout);
     consider(to.total, result.times.start, FailureKind::kTotalTimeout);
     return best;
   }

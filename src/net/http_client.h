@@ -53,10 +53,12 @@ std::string_view failure_name(FailureKind kind);
 
 // Per-request limits. Zero means no limit.
 struct RequestTimeouts {
-  std::chrono::milliseconds connect{10'000};     // TCP connect (only when a new connection is needed)
-  std::chrono::milliseconds first_byte{60'000};  // from the start of sending to the first response byte
-  std::chrono::milliseconds idle{60'000};        // between two reads of the response after the first byte
-  std::chrono::milliseconds total{0};            // from submit() to the end of the response
+  std::chrono::milliseconds connect{10'000};  // TCP connect (only when a new connection is needed)
+  // From the start of sending to the first response byte, and on to the first body byte: a
+  // streaming server that sends its head at once and then queues the request is still "waiting".
+  std::chrono::milliseconds first_byte{60'000};
+  std::chrono::milliseconds idle{60'000};  // between two reads once the body has started
+  std::chrono::milliseconds total{0};      // from submit() to the end of the response
 };
 
 struct ClientRequest {

@@ -135,6 +135,37 @@ TEST(HttpClient, StallPastIdleTimeout) {
   EXPECT_EQ(o.streamed, "data: a\n\n");
 }
 
+// A server that sends the SSE head at once and the first event only after a queue wait longer
+// than the idle limit: the wait is bounded by first_byte, not idle.
+TEST(HttpClient, SilenceAfterTheHeadIsTheFirstByteWait) {
+  RawServer srv([](int fd) {
+    testing::read_request(fd);
+    testing::send_all(fd, kStreamHead);
+    std::this_thread::sleep_for(300ms);  // queued
+    testing::send_all(fd, "9\r\ndata: a\n\n\r\n0\r\n\r\n");
+    testing::recv_until(fd, {}, 1000ms);
+    ::close(fd);
+  });
+  RequestTimeouts t;
+  t.idle = 100ms;
+  t.first_byte = 5000ms;
+  Outcome o = run_one(srv.port(), t);
+  EXPECT_EQ(o.result.failure, FailureKind::kNone) << o.result.error;
+  EXPECT_EQ(o.streamed, "data: a\n\n");
+
+  // And past first_byte it fails as a first-byte timeout.
+  RawServer silent([](int fd) {
+    testing::read_request(fd);
+    testing::send_all(fd, kStreamHead);
+    testing::recv_until(fd, {}, 3000ms);
+    ::close(fd);
+  });
+  t.first_byte = 200ms;
+  o = run_one(silent.port(), t);
+  EXPECT_EQ(o.result.failure, FailureKind::kFirstByteTimeout) << o.result.error;
+  EXPECT_EQ(o.result.head.status, 200);
+}
+
 TEST(HttpClient, NoResponsePastFirstByteTimeout) {
   RawServer srv([](int fd) {
     testing::read_request(fd);
