@@ -44,6 +44,8 @@ struct TuneArgs {
   std::string json_path;
   std::string html_path;
   bool quiet = false;
+  CLI::Option* trials_opt = nullptr;
+  CLI::Option* budget_opt = nullptr;
 };
 
 std::string self_exe() {
@@ -291,6 +293,11 @@ int run_tune(TuneArgs& a) {
   if (!a.work_dir.empty()) std::filesystem::create_directories(a.work_dir);
   if (!a.quiet) ctx.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   int64_t id = a.resume > 0 ? a.resume : a.report_only;
+  if (a.resume > 0) {
+    // A resume may spend a new budget: --trials / --time-budget given now replace the stored ones.
+    if (a.trials_opt && a.trials_opt->count() > 0) ctx.trials_override = a.study.trials;
+    if (a.budget_opt && a.budget_opt->count() > 0) ctx.time_budget_override = a.study.time_budget_s;
+  }
   if (id == 0) {
     if (!a.proposer.empty()) {
       a.study.strategy_options.proposer_argv = {"/bin/sh", "-c", a.proposer};
@@ -344,7 +351,10 @@ int run_tune(TuneArgs& a) {
     if (!s.ok()) return fail(s);
     std::fprintf(stderr, "wrote %s\n", a.html_path.c_str());
   }
-  return st->best() ? kExitOk : kExitFailed;
+  // Exit 1 when there is no winner, or when the winner fails a gate (it then scores as the baseline).
+  if (!st->best()) return kExitFailed;
+  if (rv && rv->gates && !rv->gates->passed()) return kExitFailed;
+  return kExitOk;
 }
 
 void setup_tune(CLI::App& root) {
@@ -379,9 +389,12 @@ void setup_tune(CLI::App& root) {
   c->add_option("--dev-seed", a->study.dev_seed, "seed trials are measured on")->capture_default_str();
   c->add_option("--eval-seed", a->study.eval_seed, "held-out seed of the winner's re-validation")
       ->capture_default_str();
-  c->add_option("--trials", a->study.trials, "trial budget (-1 = none)")->capture_default_str();
-  c->add_option("--time-budget", a->study.time_budget_s, "seconds of trials (-1 = none)")
-      ->capture_default_str();
+  a->trials_opt =
+      c->add_option("--trials", a->study.trials, "trial budget (-1 = none); with --resume: a new total")
+          ->capture_default_str();
+  a->budget_opt = c->add_option("--time-budget", a->study.time_budget_s,
+                                "seconds of trials (-1 = none); with --resume: a new total")
+                      ->capture_default_str();
   c->add_option("--tokenizer", a->study.tokenizer,
                 "model folder whose tokenizer.json sizes the prompts (default: the shipped plumb-tiny)");
   c->add_option("--request-timeout", a->study.request_timeout_s, "per-request timeout in a trial (s)")

@@ -299,6 +299,8 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
     if (ctx.progress) ctx.progress(m);
   };
   PLUMB_ASSIGN_OR_RETURN(StudyState st, load_study(ledger, id));
+  if (ctx.trials_override) st.options.trials = *ctx.trials_override;
+  if (ctx.time_budget_override) st.options.time_budget_s = *ctx.time_budget_override;
   const StudyOptions& o = st.options;
   PLUMB_ASSIGN_OR_RETURN(auto sc, full_scenario(o));
   protocol::Scenario screen = screen_scenario(sc, o.screen_fraction);
@@ -912,6 +914,13 @@ std::string report_text(const StudyState& st, const Revalidation* rv) {
     if (auto cmd = serve_command(st.space, st.trials[*b].obs.config); !cmd.empty()) s += "    " + cmd + "\n";
   } else {
     s += "\n  no feasible trial: no best configuration\n";
+    bool all_lag = !st.trials.empty();
+    for (const auto& t : st.trials) all_lag = all_lag && t.obs.failure.find("send_lag") != std::string::npos;
+    if (all_lag)
+      s += "  every trial failed the send-lag rule: the load generator could not keep its schedule on this\n"
+           "  machine (another process is using the CPU). Free the CPU and continue with plumb tune "
+           "--resume " +
+           std::to_string(st.row.id) + " --time-budget <more seconds>\n";
   }
   if (rv) {
     s += "\n  re-validation on held-out seeds (eval seed " + std::to_string(st.row.eval_seed) +
@@ -950,6 +959,10 @@ std::string report_text(const StudyState& st, const Revalidation* rv) {
           if (c.verdict == gates::Verdict::kFail) s += "      failed: " + c.name + ": " + c.fix + "\n";
       }
     }
+    if (rv->gates && !rv->gates->passed())
+      s += "    the best configuration FAILS a gate: by the protocol it scores as its baseline (speedup "
+           "1.0),\n"
+           "    whatever its measured speed\n";
     if (!rv->gates_error.empty()) s += "    gates: " + rv->gates_error + "\n";
     s += "    best config: " + rv->best_config_path + " (plumb compare register --b " + rv->best_config_path +
          ")\n";

@@ -75,6 +75,10 @@ struct RunContext {
   std::string plumb_binary;  // for the plumb adapter
   std::string work_dir;      // engine logs, proposer cwd, written configs; "" = current dir
   std::function<void(const std::string&)> progress;  // lines for the live view; null = silent
+  // A new budget for this call (e.g. a resume that should run longer); nullopt = the stored one.
+  // The study row is append-only, so the override is not stored; trial rows still count.
+  std::optional<int64_t> trials_override;
+  std::optional<double> time_budget_override;
 };
 
 // A trial as the study holds it (ledger row decoded).
