@@ -1,5 +1,6 @@
 #include "compare/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -61,6 +62,7 @@ std::string stored_arm_json(const launch::EngineConfig& c) {
 
 std::vector<int64_t> pair_seeds(uint64_t base, int pairs) {
   std::vector<int64_t> out;
+  out.reserve(size_t(std::max(pairs, 0)));
   for (int i = 0; i < pairs; ++i)
     out.push_back(int64_t(derive_seed(base, "compare/pair/" + std::to_string(i)) & 0x7fffffffu));
   return out;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "core/random.h"
 #include "engine/kernels/thread_pool.h"
@@ -176,9 +177,9 @@ Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
                                                 std::shared_ptr<const ModelTensors> tensors,
                                                 WeightDType dtype, ThreadPool* pool, Quantization quant) {
   ModelWeights w;
-  w.tensors_ = tensors;
+  const ModelTensors& t = *tensors;  // kept alive by w.tensors_
+  w.tensors_ = std::move(tensors);
   w.quant_ = quant;
-  const ModelTensors& t = *tensors;
   const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
                 kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
 

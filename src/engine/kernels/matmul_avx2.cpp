@@ -4,6 +4,8 @@
 // converted to f32 in registers once per group of up to kRowsX rows of x, and FMA'd against all of
 // them; output features are split over the pool. A tile of kRowsX x-rows by kRowsW weight rows keeps
 // kRowsX*kRowsW accumulators of 8 partial sums each (12 + 3 weight registers + 1 spare = 16 ymm).
+#include <cpuid.h>
+
 #include <algorithm>
 
 #include "engine/kernels/avx2_util.h"
@@ -14,7 +16,10 @@ namespace plumb::engine::avx2 {
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C through CPUID (leaf 1, ECX bit 29): not every compiler knows "f16c" as a feature name.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 namespace {
@@ -29,6 +34,7 @@ constexpr int kRowsX = PLUMB_MATMUL_RX;  // x rows per tile (at most)
 #define PLUMB_MM_RW1 4
 #endif
 constexpr int rows_w_for(int rx) {
+  // NOLINTNEXTLINE(bugprone-branch-clone): PLUMB_MM_RW1 is a tuning knob that may differ from 4.
   return rx >= 7 ? 1 : rx >= 5 ? 2 : rx >= 3 ? 3 : rx == 2 ? 4 : PLUMB_MM_RW1;
 }
 constexpr int kRowsW = 3;  // alignment of the feature split over threads

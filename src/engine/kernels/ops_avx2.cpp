@@ -200,7 +200,7 @@ void attention(const KernelContext& ctx, const float* q, const KvLayerView& kv,
   thread_local std::vector<int32_t> item_seq;  // [rows]: owning sequence of each q row, -1 if none
   item_seq.assign(size_t(rows), -1);
   for (size_t i = 0; i < seqs.size(); ++i) {
-    for (int32_t j = 0; j < seqs[i].n_q; ++j) item_seq[size_t(seqs[i].q_row + j)] = int32_t(i);
+    for (int32_t j = 0; j < seqs[i].n_q; ++j) item_seq[size_t(seqs[i].q_row) + size_t(j)] = int32_t(i);
   }
   AttentionJob job{q, &kv, seqs.data(), item_seq.data(), n_heads, scale, out};
   auto part = [&](int64_t b, int64_t e) { attention_items(job, b, e); };
