@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -131,8 +132,13 @@ Result<std::optional<int64_t>> opt_int(const object& o, std::string_view key) {
   if (v.is_int64()) return std::optional<int64_t>(v.as_int64());
   if (v.is_uint64() && v.as_uint64() <= uint64_t(INT64_MAX))
     return std::optional<int64_t>(int64_t(v.as_uint64()));
-  if (v.is_double() && v.as_double() == double(int64_t(v.as_double())))
-    return std::optional<int64_t>(int64_t(v.as_double()));
+  // A double holding an integer (e.g. 64.0). The range check comes first: converting 1e300 or NaN
+  // to int64_t is undefined behaviour. 2^63 itself is out of range; -2^63 is in.
+  if (v.is_double()) {
+    const double d = v.as_double();
+    if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::trunc(d))
+      return std::optional<int64_t>(int64_t(d));
+  }
   return invalid_argument("field '" + std::string(key) + "' must be an integer");
 }
 

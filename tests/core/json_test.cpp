@@ -34,5 +34,19 @@ TEST(Json, TypedGetters) {
   EXPECT_NE(bad.status().message().find("'bad'"), std::string::npos);
 }
 
+TEST(Json, IntegerGetterAcceptsIntegralDoublesAndRefusesTheRest) {
+  auto o = json::parse_object(
+      R"({"whole": 64.0, "neg": -2.0, "frac": 1.5, "huge": 1e300, "edge": 9223372036854775808.0,
+          "low": -9223372036854775808.0})");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(*json::opt_int(*o, "whole").value(), 64);
+  EXPECT_EQ(*json::opt_int(*o, "neg").value(), -2);
+  EXPECT_EQ(*json::opt_int(*o, "low").value(), INT64_MIN);
+  // Out of int64's range: refused (converting them would be undefined behaviour), not wrapped.
+  EXPECT_FALSE(json::opt_int(*o, "frac").ok());
+  EXPECT_FALSE(json::opt_int(*o, "huge").ok());
+  EXPECT_FALSE(json::opt_int(*o, "edge").ok());
+}
+
 }  // namespace
 }  // namespace plumb
