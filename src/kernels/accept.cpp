@@ -14,7 +14,6 @@
 
 namespace plumb::kernels {
 
-using engine::Op;
 using engine::Phase;
 
 Result<Patch> best_patch(const std::string& dir, double min_utility) {

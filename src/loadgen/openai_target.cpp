@@ -292,7 +292,7 @@ Result<std::unique_ptr<OpenAiTarget>> OpenAiTarget::create(OpenAiTargetOptions o
   return std::unique_ptr<OpenAiTarget>(new OpenAiTarget(std::move(impl)));
 }
 
-OpenAiTarget::~OpenAiTarget() {
+OpenAiTarget::~OpenAiTarget() {  // NOLINT(bugprone-exception-escape): see the header
   cancel_all();
   std::promise<void> gone;
   asio::post(impl_->io, [this, &gone] {

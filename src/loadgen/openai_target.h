@@ -50,7 +50,8 @@ class OpenAiTarget final : public Target {
   // Resolves the host (blocking). Errors: bad URL (kInvalidArgument), https (kUnimplemented),
   // unresolvable host (kUnavailable).
   static Result<std::unique_ptr<OpenAiTarget>> create(OpenAiTargetOptions options);
-  ~OpenAiTarget() override;
+  // Only a failed thread join or allocation can throw here; terminating then is right.
+  ~OpenAiTarget() override;  // NOLINT(bugprone-exception-escape)
 
   // A request of the wrong shape for the API (e.g. messages on completions) fails at once as
   // kClient without touching the network.

@@ -402,7 +402,7 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(asio::io_context& io, std
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
 
-HttpClient::~HttpClient() {
+HttpClient::~HttpClient() {  // NOLINT(bugprone-exception-escape): see the header
   // Finishing removes entries from the map; take them out first.
   auto active = std::move(impl_->active);
   impl_->active.clear();

@@ -135,7 +135,8 @@ class HttpClient {
                                                     HttpClientOptions options = {});
   // Fails every request still in flight with kCancelled (their on_done runs inside the
   // destructor) and closes all connections.
-  ~HttpClient();
+  // Only an allocation or a socket close failure can throw here; terminating then is right.
+  ~HttpClient();  // NOLINT(bugprone-exception-escape)
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 

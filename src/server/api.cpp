@@ -289,7 +289,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   s.stop_token_ids = ctx.eos_ids;
   s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
   if (Status st = s.validate(); !st.ok()) {
-    std::string msg = st.message();
+    const std::string& msg = st.message();
     std::string param = msg.find("temperature") != std::string::npos ? "temperature"
                         : msg.find("top_p") != std::string::npos     ? "top_p"
                                                                      : "";

@@ -258,7 +258,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
           all = s.prompt_entries;
         }
         for (auto& e : s.logprobs) all.push_back(e);
-        choice["text"] = std::move(text);
+        choice["text"] = text;
         choice["logprobs"] = logprobs_json(s, all, 0);
       }
       choice["finish_reason"] = reason;
@@ -279,7 +279,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
 
   // --- handlers ---
 
-  void completion(const net::Request& req, std::shared_ptr<net::ResponseWriter> w, bool chat) {
+  void completion(const net::Request& req, const std::shared_ptr<net::ResponseWriter>& w, bool chat) {
     if (draining.load()) {
       ApiError e;
       e.status = 503;
@@ -377,7 +377,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     }
   }
 
-  void models(std::shared_ptr<net::ResponseWriter> w) {
+  void models(const std::shared_ptr<net::ResponseWriter>& w) {
     json::object m;
     m["id"] = options.served_model_name;
     m["object"] = "model";
@@ -395,7 +395,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     w->send(200, "application/json", json::dump(o));
   }
 
-  void health(std::shared_ptr<net::ResponseWriter> w) {
+  void health(const std::shared_ptr<net::ResponseWriter>& w) {
     scheduler::BackendStats st = backend.stats();
     json::object o;
     bool d = draining.load();
@@ -410,7 +410,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     w->send(d ? 503 : 200, "application/json", json::dump(o));
   }
 
-  void tokenize(const net::Request& req, std::shared_ptr<net::ResponseWriter> w) {
+  void tokenize(const net::Request& req, const std::shared_ptr<net::ResponseWriter>& w) {
     auto parsed = json::parse_object(req.body);
     if (!parsed.ok())
       return send_error(*w, bad_request("the body is not valid JSON: " + parsed.status().message()));
@@ -477,7 +477,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     w->send(200, "application/json", json::dump(out));
   }
 
-  void detokenize(const net::Request& req, std::shared_ptr<net::ResponseWriter> w) {
+  void detokenize(const net::Request& req, const std::shared_ptr<net::ResponseWriter>& w) {
     auto parsed = json::parse_object(req.body);
     if (!parsed.ok())
       return send_error(*w, bad_request("the body is not valid JSON: " + parsed.status().message()));
@@ -500,7 +500,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     w->send(200, "application/json", json::dump(out));
   }
 
-  void metrics_page(std::shared_ptr<net::ResponseWriter> w) {
+  void metrics_page(const std::shared_ptr<net::ResponseWriter>& w) {
     w->send(200, "text/plain; version=0.0.4", metrics.render(options.served_model_name, backend.stats()));
   }
 
@@ -551,7 +551,7 @@ OpenAiServer::OpenAiServer(ServerOptions options, scheduler::InferenceBackend& b
       {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
       {"/tokenize", "POST"}, {"/detokenize", "POST"},     {"/health", "GET"},
       {"/metrics", "GET"}};
-  h.set_fallback([](const net::Request& r, std::shared_ptr<net::ResponseWriter> w) {
+  h.set_fallback([](const net::Request& r, const std::shared_ptr<net::ResponseWriter>& w) {
     ApiError e;
     if (auto it = kAllowed.find(r.path); it != kAllowed.end()) {
       e.status = 405;

@@ -81,6 +81,7 @@ Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const s
   int exec_err[2];
   if (pipe2(exec_err, O_CLOEXEC) != 0) return io_error(std::string("pipe: ") + std::strerror(errno));
   std::vector<char*> cargv;
+  cargv.reserve(argv.size() + 1);
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
   pid_t pid = fork();

@@ -470,7 +470,7 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
 
 // ---- replay --------------------------------------------------------------------------------------
 
-Result<ReplayResult> replay(const StudyState& g, StrategyOptions so, int64_t trials) {
+Result<ReplayResult> replay(const StudyState& g, const StrategyOptions& so, int64_t trials) {
   std::map<std::string, const Observation*> table;
   ReplayResult out;
   out.grid_best = 0;
@@ -553,7 +553,7 @@ std::string serve_command(const SearchSpace& sp, const Config& c) {
 namespace {
 
 std::string find_mc_dataset(const std::string& plumb_binary) {
-  const std::string rel = "data/mc_heldout.jsonl";
+  std::string rel = "data/mc_heldout.jsonl";
   if (std::filesystem::exists(rel)) return rel;
   std::filesystem::path dir = std::filesystem::path(plumb_binary).parent_path();
   for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())

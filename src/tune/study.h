@@ -123,7 +123,7 @@ struct ReplayResult {
 };
 // FailedPrecondition if the study has no feasible trial; NotFound if a proposal is not in the table
 // (the strategy left the grid: replay needs a finite space measured by grid).
-Result<ReplayResult> replay(const StudyState& grid_study, StrategyOptions options, int64_t trials);
+Result<ReplayResult> replay(const StudyState& grid_study, const StrategyOptions& options, int64_t trials);
 
 // ---- winner re-validation and the report --------------------------------------------------------
 
