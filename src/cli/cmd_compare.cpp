@@ -25,16 +25,6 @@ struct CompareArgs {
   bool no_store = false;
 };
 
-int exit_for(const Status& s) {
-  switch (s.code()) {
-    case Code::kInvalidArgument:
-    case Code::kNotFound:
-      return kExitUsage;
-    default:
-      return kExitError;
-  }
-}
-
 Result<std::unique_ptr<ledger::Ledger>> open_ledger(const CompareArgs& a) {
   return ledger::Ledger::open(a.ledger_path);
 }

@@ -41,16 +41,6 @@ struct KernelsArgs {
   kernels::AcceptOptions accept;
 };
 
-int exit_for(const Status& s) {
-  switch (s.code()) {
-    case Code::kInvalidArgument:
-    case Code::kNotFound:
-      return kExitUsage;
-    default:
-      return kExitError;
-  }
-}
-
 int fail(const char* what, const Status& s) {
   std::cerr << "plumb kernels " << what << ": " << s.to_string() << "\n";
   return exit_for(s);

@@ -54,16 +54,6 @@ std::string self_exe() {
   return ec ? std::string() : p.string();
 }
 
-int exit_for(const Status& s) {
-  switch (s.code()) {
-    case Code::kInvalidArgument:
-    case Code::kNotFound:
-      return kExitUsage;
-    default:
-      return kExitError;
-  }
-}
-
 int fail(const Status& s) {
   std::cerr << "plumb tune: " << s.to_string() << "\n";
   return exit_for(s);

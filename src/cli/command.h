@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/status.h"
+
 namespace plumb::cli {
 
 using CommandSetup = void (*)(CLI::App& root);
@@ -22,6 +24,12 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // the job ran and its verdict is negative (gate failed, run invalid)
 inline constexpr int kExitUsage = 2;   // bad flags or input
 inline constexpr int kExitError = 3;   // could not do the job (I/O, server unreachable, ...)
+
+// The exit code for a failed Status: bad input (InvalidArgument, NotFound) is a usage error,
+// anything else means the job could not be done.
+inline int exit_for(const Status& s) {
+  return s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound ? kExitUsage : kExitError;
+}
 
 }  // namespace plumb::cli
 

@@ -21,16 +21,6 @@ Result<protocol::Scenario> scenario_of(const std::string& id, const std::string&
   return protocol::find_scenario(id, sc);
 }
 
-json::value param_to_json(const launch::ParamValue& v) {
-  if (auto* b = std::get_if<bool>(&v)) return *b;
-  if (auto* i = std::get_if<int64_t>(&v)) return *i;
-  if (auto* d = std::get_if<double>(&v)) return *d;
-  if (auto* s = std::get_if<std::string>(&v)) return json::value(*s);
-  json::array a;
-  for (const auto& s : std::get<std::vector<std::string>>(v)) a.emplace_back(s);
-  return a;
-}
-
 Result<launch::ParamValue> param_from_json(const json::value& v, const std::string& key) {
   if (v.is_bool()) return launch::ParamValue{v.as_bool()};
   if (v.is_int64()) return launch::ParamValue{int64_t(v.as_int64())};
@@ -52,7 +42,7 @@ Result<launch::ParamValue> param_from_json(const json::value& v, const std::stri
 std::string stored_arm_json(const launch::EngineConfig& c) {
   bool builtin = launch::builtin_adapter(c.adapter).ok();
   json::object params;
-  for (const auto& [k, v] : c.params) params[k] = param_to_json(v);
+  for (const auto& [k, v] : c.params) params[k] = launch::param_to_json(v);
   std::string adapter = builtin ? c.adapter : c.resolved.name;
   json::object o{{"adapter", adapter}, {"params", params}};
   return json::canonical(o);
@@ -113,7 +103,7 @@ Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOption
     launch::EngineConfig ec = std::move(c).value();
     if (!launch::builtin_adapter(ec.adapter).ok()) {
       json::object params;
-      for (const auto& [k, v] : ec.params) params[k] = param_to_json(v);
+      for (const auto& [k, v] : ec.params) params[k] = launch::param_to_json(v);
       arms[i] = json::canonical(json::object{{"adapter", ec.adapter}, {"params", params}});
     } else {
       arms[i] = stored_arm_json(ec);

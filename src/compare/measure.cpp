@@ -27,16 +27,6 @@ namespace {
 
 int64_t ns(const std::optional<Nanos>& t) { return t ? int64_t(t->count()) : -1; }
 
-json::value param_to_json(const launch::ParamValue& v) {
-  if (auto* b = std::get_if<bool>(&v)) return *b;
-  if (auto* i = std::get_if<int64_t>(&v)) return *i;
-  if (auto* d = std::get_if<double>(&v)) return *d;
-  if (auto* s = std::get_if<std::string>(&v)) return json::value(*s);
-  json::array a;
-  for (const auto& s : std::get<std::vector<std::string>>(v)) a.emplace_back(s);
-  return a;
-}
-
 std::string fmt_constraint(const metrics::Constraint& c) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "%s = %.4g (must be %s %.4g)", c.name.c_str(), c.value, c.relation.c_str(),
@@ -279,7 +269,7 @@ Result<Measurement> measure(const launch::EngineConfig& cfg_in, const protocol::
   for (const auto& x : spec.argv) argv.emplace_back(x);
   json::object eff_cfg{{"adapter", cfg.resolved.name}, {"argv", argv}};
   json::object params;
-  for (const auto& [k, v] : cfg.params) params[k] = param_to_json(v);
+  for (const auto& [k, v] : cfg.params) params[k] = launch::param_to_json(v);
   eff_cfg["params"] = params;
   out.row.target_engine = cfg.resolved.name;
   out.row.engine_config = json::canonical(eff_cfg);

@@ -295,7 +295,19 @@ std::string exe_dir() {
 std::vector<std::string> models_dir_candidates() {
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("PLUMB_MODELS_DIR"); env && *env) dirs.emplace_back(env);
-  if (auto e = exe_dir(); !e.empty()) dirs.push_back(e + "/../../models");
+  // The repository's models/ above the executable: build/<preset>/plumb is two levels down, test
+  // binaries (build/<preset>/tests/<module>/x) four; the first folder up the chain that holds a
+  // models/configs wins, so an unrelated "models" folder is not taken.
+  if (auto e = exe_dir(); !e.empty()) {
+    std::string up = e;
+    for (int level = 0; level < 6; ++level, up += "/..") {
+      std::error_code ec;
+      if (std::filesystem::is_directory(up + "/models/configs", ec)) {
+        dirs.push_back(up + "/models");
+        break;
+      }
+    }
+  }
   dirs.emplace_back("models");
   return dirs;
 }

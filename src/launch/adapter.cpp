@@ -184,6 +184,8 @@ json::value param_json(const ParamValue& v) {
 
 }  // namespace
 
+json::value param_to_json(const ParamValue& v) { return param_json(v); }
+
 std::string format_value(const ParamValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
@@ -424,7 +426,7 @@ Result<EngineConfig> load_engine_config(const std::string& path) {
 
 std::string engine_config_json(const EngineConfig& c) {
   json::object params;
-  for (const auto& [k, v] : c.params) params[k] = param_json(v);
+  for (const auto& [k, v] : c.params) params[k] = param_to_json(v);
   json::object o{{"adapter", c.resolved.name}, {"params", params}};
   return json::canonical(o);
 }

@@ -32,6 +32,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/json.h"
 #include "core/status.h"
 
 namespace plumb::launch {
@@ -39,6 +40,9 @@ namespace plumb::launch {
 // A parameter value as given in a configuration file (TOML scalar or array of strings).
 using ParamValue = std::variant<bool, int64_t, double, std::string, std::vector<std::string>>;
 using Params = std::map<std::string, ParamValue>;
+
+// A value as JSON: bool, integer, number, string, or an array of strings.
+json::value param_to_json(const ParamValue& v);
 
 // The text a value takes on a command line: ints in decimal, floats in the shortest form that
 // round-trips ("0.9", "1e-05"), bools "true"/"false", arrays joined by spaces.

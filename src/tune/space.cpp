@@ -425,19 +425,9 @@ Config sample_uniform(const SearchSpace& sp, Rng& rng) {
   return c;
 }
 
-json::value param_to_json(const ParamValue& v) {
-  if (auto* b = std::get_if<bool>(&v)) return *b;
-  if (auto* i = std::get_if<int64_t>(&v)) return *i;
-  if (auto* d = std::get_if<double>(&v)) return *d;
-  if (auto* s = std::get_if<std::string>(&v)) return json::value(*s);
-  json::array a;
-  for (const auto& s : std::get<std::vector<std::string>>(v)) a.emplace_back(s);
-  return a;
-}
-
 json::object config_to_json(const Config& c) {
   json::object o;
-  for (const auto& [k, v] : c) o[k] = param_to_json(v);
+  for (const auto& [k, v] : c) o[k] = launch::param_to_json(v);
   return o;
 }
 
@@ -478,19 +468,19 @@ json::object space_to_json(const SearchSpace& sp) {
     json::object o{{"name", p.name}, {"type", std::string(kind_name(p.kind))}};
     if (!p.values.empty() && p.kind != ParamKind::kBool) {
       json::array vs;
-      for (const auto& v : p.values) vs.push_back(param_to_json(v));
+      for (const auto& v : p.values) vs.push_back(launch::param_to_json(v));
       o["values"] = vs;
     } else if (p.is_range()) {
       o["low"] = p.kind == ParamKind::kInt ? json::value(int64_t(p.low)) : json::value(p.low);
       o["high"] = p.kind == ParamKind::kInt ? json::value(int64_t(p.high)) : json::value(p.high);
       o["log"] = p.log;
     }
-    if (p.default_value) o["default"] = param_to_json(*p.default_value);
+    if (p.default_value) o["default"] = launch::param_to_json(*p.default_value);
     if (!p.when.empty()) {
       json::object w;
       for (const auto& c : p.when) {
         json::array vs;
-        for (const auto& v : c.values) vs.push_back(param_to_json(v));
+        for (const auto& v : c.values) vs.push_back(launch::param_to_json(v));
         w[c.param] = vs;
       }
       o["when"] = w;
