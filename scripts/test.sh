@@ -21,13 +21,14 @@ stage "tests ($preset)"
 ctest --preset "$preset" "$@" || failed+=("tests")
 
 if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then
-  # Issue 3: the server's fault tests under ASan+UBSan. Only serve and generate are compiled into
-  # this plumb (PLUMB_CLI_COMMANDS): all that these tests run.
+  # Issue 3: the server's fault tests (corpus, 1,000 clients, vanishing clients, KV exhaustion,
+  # full queue) under ASan+UBSan. Only serve and generate are compiled into this plumb
+  # (PLUMB_CLI_COMMANDS): all that these tests run.
   stage "ASan+UBSan build (engine and server path)"
   if cmake --preset asan -DPLUMB_CLI_COMMANDS="serve;generate" >/dev/null &&
-    cmake --build --preset asan --target plumb server_api_test server_fault_test; then
+    cmake --build --preset asan --target plumb server_api_test server_fault_test serve_test; then
     stage "ASan+UBSan server tests"
-    ctest --preset asan -R '^(Api|Faults)\.' --no-tests=error || failed+=("asan tests")
+    ctest --preset asan -R '^(Api|Faults|ServeLimits)\.' --no-tests=error || failed+=("asan tests")
   else
     failed+=("asan build")
   fi
