@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "compare/measure.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/random.h"
@@ -178,26 +179,11 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   if (!a.scenario.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(a.size));
     PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(a.scenario, size));
-    workload::SyntheticSpec spec{.seed = a.seed,
-                                 .num_requests = size_t(sc.requests),
-                                 .input_len = sc.input_len,
-                                 .output_len = sc.output_len,
-                                 .temperature = sc.temperature};
-    PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
-    PLUMB_ASSIGN_OR_RETURN(plan.set, workload::make_request_set(std::move(reqs)));
-    PLUMB_ASSIGN_OR_RETURN(plan.warmup, synthetic_warmup(spec, sc.warmup_requests, counter));
-    for (size_t i = 0; i < sc.profiles.size(); ++i) {
-      const auto& p = sc.profiles[i];
-      workload::ArrivalSpec s;
-      s.kind = p.kind == protocol::LoadKind::kBurst     ? workload::ArrivalKind::kBurst
-               : p.kind == protocol::LoadKind::kPoisson ? workload::ArrivalKind::kPoisson
-                                                        : workload::ArrivalKind::kConstant;
-      s.rate = p.rate_rps;
-      s.max_concurrency = p.concurrency;
-      s.seed = a.seed;
-      s.seed_dimension = sc.profiles.size() > 1 ? "arrival/" + std::to_string(i) : "arrival";
-      plan.profiles.push_back(s);
-    }
+    // The same draw as compare/tune/evaluate measurements: one definition of a scenario's workload.
+    PLUMB_ASSIGN_OR_RETURN(auto w, compare::make_workload(sc, a.seed, counter));
+    plan.set = std::move(w.set);
+    plan.warmup = std::move(w.warmup);
+    plan.profiles = std::move(w.profiles);
     plan.bounds.min_completed = sc.min_completed;
     plan.bounds.min_steady_s = sc.min_steady_s;
     plan.scenario = sc;
