@@ -385,9 +385,6 @@ void Session::dispatch() {
   req.remote = remote_;
   head_request_ = req.method == "HEAD";
 
-  // Watch the socket while the handler works, so a vanished client is noticed at once.
-  bg_read();
-
   auto writer = std::make_shared<Writer>(shared_from_this(), id);
   const Handler* handler = nullptr;
   std::string allow;
@@ -399,6 +396,14 @@ void Session::dispatch() {
     }
   }
   if (!handler && impl_->fallback) handler = &impl_->fallback;
+  // Watch the socket while the handler works, so a vanished client is noticed at once. The
+  // watch starts after the handler ran: a reply it gave at once is then queued on the strand
+  // ahead of the read's completion, and a client that half-closed after its request (EOF
+  // already waiting) still gets that reply.
+  struct WatchAfter {
+    Session* s;
+    ~WatchAfter() { s->bg_read(); }
+  } watch{this};
   if (!handler) {
     if (!allow.empty()) {
       writer->send(405, "application/json",
@@ -455,6 +460,12 @@ void Session::on_bg_read(const error_code& ec, std::size_t n) {
       want_next_read_ = false;
       do_read();
     }
+    return;
+  }
+  if (ec == asio::error::eof && (resp_ == Resp::kWhole || resp_ == Resp::kEnded)) {
+    // The client half-closed after its request and the whole response is queued: finish
+    // writing it, then close.
+    close_after_ = true;
     return;
   }
   if (ec) {
