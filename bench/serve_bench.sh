@@ -14,7 +14,8 @@
 #             at ~100 concurrent streams (constant arrivals at 400 req/s)
 #   pacing    synthetic server: achieved arrival rate vs target and send lag, up to 1,000 req/s
 #   capacity  synthetic server: 2,000 concurrent streams, events/s, send lag, client CPU per event
-# Needs python3 (reads the JSON and CSV outputs). REPS defaults to 3.
+# Needs python3 (reads the JSON and CSV outputs). REPS defaults to 3. SERVER_CPUS and CLIENT_CPUS
+# (taskset CPU lists, e.g. SERVER_CPUS=0 CLIENT_CPUS=1) pin the server and the client apart.
 set -euo pipefail
 PLUMB=${1:?usage: bench/serve_bench.sh PLUMB_BINARY EXPERIMENT [REPS]}
 EXP=${2:?experiment: batching | prefix | accuracy | pacing | capacity}
@@ -22,6 +23,8 @@ REPS=${3:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL_ARGS=${MODEL_ARGS:---model $ROOT/models/plumb-tiny}
 TOKENIZER=${TOKENIZER:-$ROOT/models/plumb-tiny}
+SRV_PIN=(${SERVER_CPUS:+taskset -c $SERVER_CPUS})
+CLI_PIN=(${CLIENT_CPUS:+taskset -c $CLIENT_CPUS})
 WORK=$(mktemp -d /tmp/plumb_serve_bench.XXXXXX)
 SERVER_PID=""
 cleanup() { [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; rm -rf "$WORK"; }
@@ -32,7 +35,7 @@ SERVE_N=0
 start_server() {
   SERVE_N=$((SERVE_N + 1))
   local log="$WORK/serve.$SERVE_N.log"  # a fresh file: never read an earlier server's port
-  "$PLUMB" --log-level warn serve --port 0 "$@" >"$log" 2>&1 &
+  "${SRV_PIN[@]}" "$PLUMB" --log-level warn serve --port 0 "$@" >"$log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 600); do
     PORT=$(grep -o 'listening on http://[^:]*:[0-9]*' "$log" 2>/dev/null | grep -o '[0-9]*$' || true)
@@ -52,7 +55,7 @@ stop_server() {
 bench() {
   local out=$1
   shift
-  "$PLUMB" bench --target "http://127.0.0.1:$PORT" --api completions --quiet --json "$out" "$@" \
+  "${CLI_PIN[@]}" "$PLUMB" bench --target "http://127.0.0.1:$PORT" --api completions --quiet --json "$out" "$@" \
     >"$out.txt" 2>&1 || true
   [ -s "$out" ] || { cat "$out.txt"; exit 1; }
 }
@@ -60,7 +63,7 @@ bench() {
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 median() { python3 -c "import statistics,sys; print(round(statistics.median(float(x) for x in sys.argv[1:]), 4))" "$@"; }
 
-echo "# $EXP, $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $EXP, $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), server CPUs ${SERVER_CPUS:-any}, client CPUs ${CLIENT_CPUS:-any}"
 case $EXP in
 batching)
   declare -A tps
@@ -132,7 +135,7 @@ EOF
 capacity)
   start_server --engine synthetic --ttft-ms 20 --itl-ms 20
   for streams in 500 1000 2000; do
-    /usr/bin/time -f "%U %S" -o "$WORK/time" \
+    "${CLI_PIN[@]}" /usr/bin/time -f "%U %S" -o "$WORK/time" \
       "$PLUMB" bench --target "http://127.0.0.1:$PORT" --api completions --quiet --json "$WORK/c.json" \
       --input-len 8 --output-len 200 --fixed-lengths --num-prompts $streams --max-concurrency $streams \
       --warmup 1 >"$WORK/c.txt" 2>&1 || true
