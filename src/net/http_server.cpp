@@ -400,9 +400,16 @@ void Session::dispatch() {
   // watch starts after the handler ran: a reply it gave at once is then queued on the strand
   // ahead of the read's completion, and a client that half-closed after its request (EOF
   // already waiting) still gets that reply.
+  // bg_read only allocates (a buffer, a completion handler); if that throws, the connection is
+  // simply not watched and a vanished client is noticed at its next write instead.
   struct WatchAfter {
     Session* s;
-    ~WatchAfter() { s->bg_read(); }
+    ~WatchAfter() {
+      try {
+        s->bg_read();
+      } catch (...) {  // see above
+      }
+    }
   } watch{this};
   if (!handler) {
     if (!allow.empty()) {
