@@ -130,6 +130,7 @@ KernelRegistry& KernelRegistry::instance() {
     auto* reg = new KernelRegistry();
     detail::register_reference_kernels(*reg);
     detail::register_avx2_kernels(*reg);
+    detail::register_avx512_kernels(*reg);
     detail::register_onednn_kernels(*reg);
     detail::register_quant_kernels(*reg);
     detail::register_sample_kernels(*reg);

@@ -18,6 +18,11 @@ namespace plumb::engine::avx2 {
 void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
             float* y);
 }  // namespace plumb::engine::avx2
+namespace plumb::engine::avx512 {
+bool cpu_has_avx512();
+void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
+            float* y);
+}  // namespace plumb::engine::avx512
 
 namespace plumb::engine::onednn {
 namespace {
@@ -72,14 +77,16 @@ void matmul(const KernelContext&, const float* x, int64_t m, const WeightMatrix&
 }
 
 // matmul "hybrid": oneDNN only where it pays. Below kHybridMinRows rows the product is bound by
-// reading the weights, which the avx2 tiles do in one pass; oneDNN would first convert every bf16
+// reading the weights, which the avx512 or avx2 tiles do in one pass; oneDNN would first convert every bf16
 // weight to f32 (single-threaded) and wake its OpenMP team, which on a 2-core machine competes
 // with our own pool. Short prefills (chat turns, chunked-prefill tails) hit this case constantly.
 constexpr int64_t kHybridMinRows = 32;
 
 void matmul_hybrid(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w,
                    const float* bias, float* y) {
+  static const bool kAvx512 = avx512::cpu_has_avx512();
   if (m < kHybridMinRows) {
+    if (kAvx512) return avx512::matmul(ctx, x, m, w, bias, y);
     avx2::matmul(ctx, x, m, w, bias, y);
   } else {
     matmul(ctx, x, m, w, bias, y);
@@ -97,12 +104,13 @@ void register_onednn_kernels(KernelRegistry& r) {
                       nullptr,
                       reinterpret_cast<void*>(&onednn::matmul),
                       {2, 0}});
-  r.add(Op::kMatmul, {"hybrid",
-                      "avx2 tiles below 32 rows (weight-bandwidth bound), oneDNN sgemm from 32 rows; "
-                      "the default for prefill",
-                      &avx2::cpu_has_avx2,
-                      reinterpret_cast<void*>(&onednn::matmul_hybrid),
-                      {3, 0}});
+  r.add(Op::kMatmul,
+        {"hybrid",
+         "avx512 (else avx2) tiles below 32 rows (weight-bandwidth bound), oneDNN sgemm from 32 rows; "
+         "the default for prefill",
+         &avx2::cpu_has_avx2,
+         reinterpret_cast<void*>(&onednn::matmul_hybrid),
+         {3, 0}});
 }
 
 }  // namespace plumb::engine::detail

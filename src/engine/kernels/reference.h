@@ -32,5 +32,6 @@ namespace plumb::engine::detail {
 // explicitly (not through static initializers) keeps the linker from dropping variant files.
 void register_reference_kernels(KernelRegistry& r);
 void register_avx2_kernels(KernelRegistry& r);
+void register_avx512_kernels(KernelRegistry& r);
 void register_onednn_kernels(KernelRegistry& r);
 }  // namespace plumb::engine::detail

@@ -31,7 +31,9 @@ TEST(Variants, AutoPicksFastVariantsPerPhase) {
   ASSERT_GE(reg.list(Op::kMatmul).size(), 2u);  // reference + onednn at least, everywhere
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
     EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, "hybrid");
-    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, "avx2");
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl");
+    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, avx512 ? "avx512" : "avx2");
     for (Op op : {Op::kRmsNorm, Op::kRope, Op::kSwiglu, Op::kAttention}) {
       EXPECT_EQ(reg.best(op, Phase::kDecode)->name, "avx2") << op_name(op);
     }

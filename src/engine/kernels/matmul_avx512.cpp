@@ -1,0 +1,192 @@
+// matmul "avx512": y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias) for f32/f16/bf16 weights, the AVX-512
+// sibling of "avx2" (matmul_avx2.cpp explains the scheme): decode is bound by reading the weights,
+// so each weight element is loaded and widened to f32 in a register once per group of up to
+// kRowsX rows of x and FMA'd against all of them. 16 lanes per instruction halve the
+// instructions per weight byte that limit "avx2" on CPUs whose read bandwidth is high (on a
+// 2-vCPU AMD EPYC Zen 5 VM, BENCHMARKS.md: "avx2" read weights at under half the measured
+// bandwidth). A tile of rx x-rows by rw weight rows keeps rx*rw accumulators + rw weight
+// registers + one x register within the 32 zmm registers.
+// GCC 12's AVX-512 headers build "undefined" vectors as `__m512 __Y = __Y;`, which -Wuninitialized
+// reports at every inlined use (a header idiom, not a bug here); the pragma comes before any include.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/kernels/reference.h"
+#include "engine/kernels/thread_pool.h"
+
+#define PLUMB_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define PLUMB_AVX512_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"), always_inline)) inline
+
+namespace plumb::engine::avx512 {
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  // libgcc's feature bits include the OS check (XCR0 enables the zmm state).
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+
+namespace {
+
+#ifndef PLUMB_MM512_RX
+#define PLUMB_MM512_RX 8
+#endif
+constexpr int kRowsX = PLUMB_MM512_RX;  // x rows per tile (at most)
+#ifndef PLUMB_MM512_RW1
+#define PLUMB_MM512_RW1 4
+#endif
+// Weight rows per tile for rx x-rows: rx*rw + rw + 1 <= 32 registers, and at least 3 FMA chains.
+constexpr int rows_w_for(int rx) {
+  return rx >= 7 ? 3 : rx >= 6 ? 4 : rx >= 5 ? 5 : rx >= 4 ? 6 : rx >= 2 ? 6 : PLUMB_MM512_RW1;
+}
+constexpr int kRowsW = 6;  // alignment of the feature split over threads
+
+// Software prefetch distance along a weight row (see matmul_avx2.cpp for why it matters).
+#ifndef PLUMB_MM512_PF_BYTES  // overridable only for tuning experiments
+#define PLUMB_MM512_PF_BYTES 4096
+#endif
+constexpr int64_t kPrefetchBytes = PLUMB_MM512_PF_BYTES;
+// Weight rows per block: every x-row group passes over a block while it is in L2.
+constexpr int64_t kBlockBytes = 96 * 1024;
+
+// Sum of the 16 lanes.
+PLUMB_AVX512_INLINE float hsum16(__m512 v) {
+  __m512 h = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m256 q = _mm512_castps512_ps256(h);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <DType D>
+PLUMB_AVX512_INLINE __m512 load_w16(const void* base, int64_t index) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + index);
+  } else if constexpr (D == DType::kBF16) {
+    __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + index));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + index));
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+// y[i, j] for i in [0, RX) of the x rows at x, j in [0, RW) of the weight rows starting at row j0.
+template <DType D, int RX, int RW>
+PLUMB_AVX512 void tile(const float* x, int64_t k, const void* w, int64_t j0, const float* bias, float* y,
+                       int64_t ldy) {
+  __m512 acc[RX][RW];
+#pragma GCC unroll 32
+  for (int i = 0; i < RX; ++i) {
+#pragma GCC unroll 32
+    for (int j = 0; j < RW; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const int64_t k16 = k & ~int64_t(15);
+  const char* wbytes = static_cast<const char*>(w);
+  const int64_t esz = int64_t(dtype_size(D));
+  for (int64_t p = 0; p < k16; p += 16) {
+    if ((p & 31) == 0) {  // once per 64-byte line of bf16/f16 (every other line for f32)
+#pragma GCC unroll 32
+      for (int j = 0; j < RW; ++j)
+        _mm_prefetch(wbytes + ((j0 + j) * k + p) * esz + kPrefetchBytes, _MM_HINT_T0);
+    }
+    __m512 wv[RW];
+#pragma GCC unroll 32
+    for (int j = 0; j < RW; ++j) wv[j] = load_w16<D>(w, (j0 + j) * k + p);
+#pragma GCC unroll 32
+    for (int i = 0; i < RX; ++i) {
+      __m512 xv = _mm512_loadu_ps(x + i * k + p);
+#pragma GCC unroll 32
+      for (int j = 0; j < RW; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RX; ++i) {
+    for (int j = 0; j < RW; ++j) {
+      float s = hsum16(acc[i][j]);
+      for (int64_t p = k16; p < k; ++p) s += x[i * k + p] * ref::load_weight(w, D, (j0 + j) * k + p);
+      if (bias) s += bias[j0 + j];
+      y[i * ldy + j0 + j] = s;
+    }
+  }
+}
+
+template <DType D, int RX>
+PLUMB_AVX512 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                         const float* bias, float* y, int64_t ldy) {
+  constexpr int RW = rows_w_for(RX);
+  int64_t j = n_begin;
+  for (; j + RW <= n_end; j += RW) tile<D, RX, RW>(x, k, w, j, bias, y, ldy);
+  for (; j < n_end; ++j) tile<D, RX, 1>(x, k, w, j, bias, y, ldy);
+}
+
+// The last (fewer than kRowsX) rows of x: dispatch the runtime count to a compile-time tile height.
+template <DType D, int RX>
+void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                 const float* bias, float* y, int64_t ldy) {
+  if constexpr (RX > 0) {
+    if (rows == RX) return rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
+    rows_x_tail<D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy);
+  }
+}
+
+// Output features [n_begin, n_end) for every row of x, weight rows in L2-sized blocks outermost.
+template <DType D>
+void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+              const float* bias, float* y, int64_t n) {
+  const int64_t block =
+      std::max<int64_t>(kRowsW, (kBlockBytes / (k * int64_t(dtype_size(D)))) / kRowsW * kRowsW);
+  for (int64_t jb = n_begin; jb < n_end; jb += block) {
+    const int64_t je = std::min(n_end, jb + block);
+    int64_t i = 0;
+    for (; i + kRowsX <= m; i += kRowsX) rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n);
+    rows_x_tail<D, kRowsX - 1>(m - i, x + i * k, k, w, jb, je, bias, y + i * n, n);
+  }
+}
+
+template <DType D>
+void run(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
+         float* y) {
+  auto part = [&](int64_t b, int64_t e) { features<D>(x, m, w.cols, w.data, b, e, bias, y, w.rows); };
+  if (ctx.pool) {
+    ctx.pool->parallel_for(w.rows, part, kRowsW);
+  } else {
+    part(0, w.rows);
+  }
+}
+
+}  // namespace
+
+void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
+            float* y) {
+  switch (w.dtype) {
+    case DType::kF32:
+      return run<DType::kF32>(ctx, x, m, w, bias, y);
+    case DType::kF16:
+      return run<DType::kF16>(ctx, x, m, w, bias, y);
+    case DType::kBF16:
+      return run<DType::kBF16>(ctx, x, m, w, bias, y);
+  }
+}
+
+}  // namespace plumb::engine::avx512
+
+namespace plumb::engine::detail {
+
+void register_avx512_kernels(KernelRegistry& r) {
+  r.add(Op::kMatmul, {"avx512",
+                      "AVX-512 dot-product tiles (16 lanes), weights widened in registers; best for decode "
+                      "(small m) where the CPU has AVX-512",
+                      &avx512::cpu_has_avx512,
+                      reinterpret_cast<void*>(&avx512::matmul),
+                      {1, 3}});
+}
+
+}  // namespace plumb::engine::detail
