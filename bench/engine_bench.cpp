@@ -57,7 +57,9 @@ void BM_DecodeMatmulModel(benchmark::State& state) {
   const int64_t batch = state.range(0);
   const DecoderShapes s = qwen25_05b();
   const DummyMatmulWeights& w = model_weights();
-  MatmulFn fn = reinterpret_cast<MatmulFn>(KernelRegistry::instance().best(Op::kMatmul, Phase::kDecode)->fn);
+  const auto* best = KernelRegistry::instance().best(Op::kMatmul, Phase::kDecode);
+  state.SetLabel(best->name);  // which variant auto picks on this CPU (avx512 or avx2)
+  MatmulFn fn = reinterpret_cast<MatmulFn>(best->fn);
   KernelContext ctx{&pool(), Phase::kDecode};
   std::vector<float> x(size_t(batch * s.intermediate), 0.01f);  // [batch, max k]
   std::vector<float> y(size_t(batch * s.vocab));                // [batch, max n]
@@ -166,6 +168,13 @@ BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, avx2, "avx2")
     ->Arg(512)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MatmulShape, avx512, "avx512")
+    ->Args({4864, 896, 1})
+    ->Args({4864, 896, 16})
+    ->Args({151936, 896, 1})
+    ->Args({151936, 896, 16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatmulShape, avx2, "avx2")
     ->Args({896, 896, 1})
     ->Args({4864, 896, 1})

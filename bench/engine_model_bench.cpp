@@ -11,7 +11,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -19,6 +21,7 @@
 
 #include "bench_util.h"
 #include "engine/kernels/ceilings.h"
+#include "engine/kernels/observer.h"
 #include "engine/model.h"
 
 namespace plumb::engine {
@@ -35,6 +38,33 @@ struct Shared {
   int64_t kv_bytes_reserved = 0;
 };
 Shared* g = nullptr;
+
+// PLUMB_BENCH_PROFILE=1: time every kernel call per phase and module (the observer of `plumb kernels
+// profile`) and print, after the benchmarks, where each phase's time goes. Off by default: the
+// observer adds two clock reads per call.
+class ModuleTimes : public KernelObserver {
+ public:
+  void before(const KernelCall&) override {}
+  void after(const KernelCall& c, int64_t ns) override {
+    auto& t = totals_[{c.phase == Phase::kDecode ? "decode" : "prefill", c.module}];
+    t.first += ns;
+    ++t.second;
+  }
+  void print() const {
+    std::map<std::string, int64_t> forward;
+    for (const auto& [key, t] : totals_) {
+      if (key.second == "forward") forward[key.first] = t.first;
+    }
+    for (const auto& [key, t] : totals_) {
+      const double share = forward[key.first] > 0 ? double(t.first) / double(forward[key.first]) : 0.0;
+      std::printf("  %-8s %-14s %10.1f ms %8lld calls %6.1f%% of forward\n", key.first.c_str(),
+                  key.second.c_str(), double(t.first) / 1e6, static_cast<long long>(t.second), 100.0 * share);
+    }
+  }
+
+ private:
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> totals_;
+};
 
 // Decode: `batch` sequences, each prefilled with kCtxStart tokens, then one token per step.
 void BM_Decode(benchmark::State& state) {
@@ -171,8 +201,17 @@ int main(int argc, char** argv) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("prefill", BM_Prefill)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+  ModuleTimes times;
+  const char* prof = std::getenv("PLUMB_BENCH_PROFILE");
+  const bool profile = prof != nullptr && std::string(prof) == "1";
+  if (profile) set_kernel_observer(&times);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (profile) {
+    set_kernel_observer(nullptr);
+    std::printf("time per phase and module (PLUMB_BENCH_PROFILE=1; setup prefills included):\n");
+    times.print();
+  }
   const double rss = peak_rss_bytes();
   const double weights = double(shared.model->weights().bytes());
   std::printf("peak RSS %.0f MB; weights %.0f MB + KV cache %.0f MB = %.0f MB; ratio %.3f\n", rss / 1e6,
