@@ -185,7 +185,7 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
     plan.warmup = std::move(w.warmup);
     plan.profiles = std::move(w.profiles);
     plan.bounds.min_completed = sc.min_completed;
-    plan.bounds.min_steady_s = sc.min_steady_s;
+    plan.bounds.min_steady_requests = sc.min_steady_requests;
     plan.scenario = sc;
     return plan;
   }

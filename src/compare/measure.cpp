@@ -194,7 +194,7 @@ Result<Measurement> measure(const launch::EngineConfig& cfg_in, const protocol::
     metrics::Metrics m = metrics::compute(run);
     metrics::ValidityBounds bounds;
     bounds.min_completed = sc.min_completed;
-    bounds.min_steady_s = sc.min_steady_s;
+    bounds.min_steady_requests = sc.min_steady_requests;
     bounds.target_verified = engine->verify_port_owner().ok();
     auto cs = metrics::check_validity(m, bounds);
     valid = valid && metrics::all_pass(cs);

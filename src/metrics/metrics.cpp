@@ -200,12 +200,12 @@ std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b
   protocol::Scenario s;
   s.profiles.resize(1);
   s.min_completed = int(std::clamp<int64_t>(b.min_completed, 0, INT32_MAX));
-  s.min_steady_s = b.min_steady_s;
+  s.min_steady_requests = int(std::clamp<int64_t>(b.min_steady_requests, 0, INT32_MAX));
   auto facts_value = [](double x) { return std::isnan(x) ? -1.0 : x; };  // -1: not measured (fails)
   protocol::RunFacts f;
   f.completed = m.completed;
   f.failed = m.failed;
-  f.steady_s = m.steady.empty ? 0.0 : m.steady.duration_s;
+  f.steady_requests = m.steady.empty ? 0 : m.steady.completed;
   f.send_lag_p99_ms = facts_value(m.send_lag_ms.p99);  // send lag = sent - eligible (docs/metrics.md)
   f.min_output_fraction = facts_value(m.min_output_fraction);
   // A completed request without usage leaves the server's total unknown: not measured.
@@ -226,8 +226,8 @@ std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b
     c.fix = pc.fix;
     if (c.name == "completed_requests") {
       c.unit = "requests";
-    } else if (c.name == "steady_duration_s") {
-      c.unit = "s";
+    } else if (c.name == "steady_requests") {
+      c.unit = "requests";
     } else if (c.name == "send_lag_p99_ms") {
       c.unit = "ms";
     } else if (c.name == "token_count_disagreement" && m.usage_missing > 0) {

@@ -109,12 +109,12 @@ struct Constraint {
 // agreement) are the protocol's (protocol::validity_bounds()) and cannot be changed here.
 struct ValidityBounds {
   int64_t min_completed = 1;              // completed measured requests (a scenario: per profile)
-  double min_steady_s = 0.0;              // steady window duration
+  int64_t min_steady_requests = 0;        // completed requests counted in the steady window
   int64_t min_warmup = 1;                 // warmup requests run before the measured phase
   std::optional<bool> target_verified{};  // launched target identity checked; nullopt: not launched by plumb
 };
 // The constraints of PROTOCOL.md §3 in protocol::check_validity's order and names
-// (completed_requests, steady_duration_s, error_rate, send_lag_p99_ms, min_output_fraction,
+// (completed_requests, steady_requests, error_rate, send_lag_p99_ms, min_output_fraction,
 // token_count_disagreement, warmup_excluded, target_verified), decided by protocol::check_validity
 // from this run's measured facts. target_verified is n/a when `target_verified` is unset.
 std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& bounds = {});

@@ -1,6 +1,7 @@
 // The frozen measurement protocol (PROTOCOL.md §1–5), compiled into the binary.
 //
-// Every constant here is part of protocol v1. canonical_json() serializes all of them and
+// Every constant here is part of protocol v2 (v1 had a steady-window duration floor; v2 counts
+// requests in the window instead, docs/protocol.md). canonical_json() serializes all of them and
 // protocol_hash() is the SHA-256 of that text; tests/protocol pins the hash, so changing any value
 // without bumping kVersion fails the build's tests. Results carry (version, hash) in provenance.
 //
@@ -18,7 +19,7 @@
 
 namespace plumb::protocol {
 
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;
 
 // ---------------------------------------------------------------------------------------------
 // §1 Scenarios
@@ -59,7 +60,9 @@ struct Scenario {
   double temperature = 0.0;           // sampling temperature of every request
   Objective objective = Objective::kInvMedianTtft;  // primary objective
   int min_completed = 0;                            // validity: completed requests per profile at least this
-  double min_steady_s = 0.0;  // validity: steady-state window per profile at least this (s)
+  // validity: completed requests counted in each profile's steady-state window at least this (a
+  // count, not a duration: a duration floor would reject a server for being fast; protocol v2).
+  int min_steady_requests = 0;
 };
 
 // Lengths are drawn from [kLengthLowFraction·L, L]; every request streams with ignore_eos.
@@ -107,7 +110,7 @@ const ValidityBounds& validity_bounds();
 struct RunFacts {
   int64_t completed = -1;             // completed requests (warmup excluded); -1 = not measured
   int64_t failed = -1;                // failed requests, all categories
-  double steady_s = -1.0;             // shortest steady-state window over the profiles (s)
+  int64_t steady_requests = -1;       // fewest requests counted in a profile's steady window
   double send_lag_p99_ms = -1.0;      // p99 of send lag = sent - eligible, every sent request (ms)
   double min_output_fraction = -1.0;  // min over completed requests of output/requested
   int64_t server_output_tokens = -1;  // sum of usage.completion_tokens

@@ -69,7 +69,7 @@ protocol::Scenario screen_scenario(const protocol::Scenario& sc, double fraction
   // A short run's steady window (completions overlapping sends) shrinks faster than its length, so
   // a screen has no steady-window minimum; every other validity rule holds. A screen only filters:
   // survivors are measured on the full workload, where every rule applies.
-  s.min_steady_s = 0;
+  s.min_steady_requests = 0;
   return s;
 }
 

@@ -34,7 +34,7 @@ class CompareE2eTest : public ::testing::Test {
                .string();
     std::filesystem::create_directories(dir_);
     // Scenario D small: 64 requests of ~115-128 output tokens, 4 at a time; with 4 ms between tokens
-    // a request lasts ~0.5 s and a run ~8.5 s, so the steady window passes the 5 s minimum. The slow
+    // a request lasts ~0.5 s and a run ~8.5 s. The slow
     // arm's TTFT and inter-token delay are both 10% longer, so 1/TTFT, 1/TPOT and req/s all drop by
     // 1/1.1 and so does their geometric mean (the objective).
     write_arm("fast.toml", 20.0, 4.0);

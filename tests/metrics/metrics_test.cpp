@@ -180,10 +180,11 @@ TEST(Metrics, ScenarioObjectives) {
 
 TEST(Validity, EveryConstraintWithValueBoundAndVerdict) {
   Metrics m = compute(example());
-  auto cs = check_validity(m, {.min_completed = 4, .min_steady_s = 0.05});
+  ASSERT_GE(m.steady.completed, 1);
+  auto cs = check_validity(m, {.min_completed = 4, .min_steady_requests = m.steady.completed});
   ASSERT_EQ(cs.size(), 8u);
   std::vector<std::pair<std::string, Verdict>> want{
-      {"completed_requests", Verdict::kPass},  {"steady_duration_s", Verdict::kPass},
+      {"completed_requests", Verdict::kPass},  {"steady_requests", Verdict::kPass},
       {"error_rate", Verdict::kFail},          {"send_lag_p99_ms", Verdict::kPass},
       {"min_output_fraction", Verdict::kFail}, {"token_count_disagreement", Verdict::kFail},
       {"warmup_excluded", Verdict::kFail},     {"target_verified", Verdict::kNotApplicable}};
@@ -199,7 +200,9 @@ TEST(Validity, EveryConstraintWithValueBoundAndVerdict) {
   EXPECT_NE(cs[5].fix.find("1 completed requests reported no usage"), std::string::npos);
   EXPECT_FALSE(all_pass(cs));
   EXPECT_EQ(check_validity(m, {.min_completed = 5})[0].verdict, Verdict::kFail);
-  EXPECT_EQ(check_validity(m, {.min_steady_s = 0.07})[1].verdict, Verdict::kFail);
+  EXPECT_EQ(check_validity(m, {.min_steady_requests = m.steady.completed + 1})[1].verdict, Verdict::kFail);
+  EXPECT_DOUBLE_EQ(cs[1].value, double(m.steady.completed));
+  EXPECT_EQ(cs[1].unit, "requests");
   EXPECT_EQ(check_validity(m, {.target_verified = false})[7].verdict, Verdict::kFail);
 }
 
@@ -224,11 +227,11 @@ TEST(Validity, ACleanRunPasses) {
 // One definition: the names, order, relations and bounds are protocol::check_validity's.
 TEST(Validity, NamesAndBoundsAreTheProtocols) {
   Metrics m = compute(example());
-  auto cs = check_validity(m, {.min_completed = 4, .min_steady_s = 0.05, .target_verified = true});
+  auto cs = check_validity(m, {.min_completed = 4, .min_steady_requests = 2, .target_verified = true});
   protocol::Scenario s;
   s.profiles.resize(1);
   s.min_completed = 4;
-  s.min_steady_s = 0.05;
+  s.min_steady_requests = 2;
   auto pv = protocol::check_validity(s, protocol::RunFacts{});
   ASSERT_EQ(cs.size(), pv.constraints.size());
   for (size_t i = 0; i < cs.size(); ++i) {

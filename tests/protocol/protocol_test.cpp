@@ -14,11 +14,11 @@ namespace {
 
 // The pinned protocol hash. If this fails you changed a protocol constant: that is a new protocol
 // version. Bump kVersion, update docs/protocol.md, and only then update this value.
-constexpr const char* kPinnedHashV1 = "cc566f857f153ba36184bc2bf8fb543bfb54d8f584e23c00442e3b01256baf77";
+constexpr const char* kPinnedHashV2 = "25131f521a45f14ab672452557714ffadb746f5510bdc6c9fb5b9f5524c72782";
 
 TEST(Protocol, HashIsPinned) {
-  EXPECT_EQ(kVersion, 1);
-  EXPECT_EQ(protocol_hash(), kPinnedHashV1) << canonical_json();
+  EXPECT_EQ(kVersion, 2);
+  EXPECT_EQ(protocol_hash(), kPinnedHashV2) << canonical_json();
 }
 
 TEST(Protocol, CanonicalJsonIsCanonical) {
@@ -129,7 +129,7 @@ RunFacts good_facts() {
   RunFacts f;
   f.completed = 32;
   f.failed = 0;
-  f.steady_s = 12.0;
+  f.steady_requests = 30;
   f.send_lag_p99_ms = 0.4;
   f.min_output_fraction = 1.0;
   f.server_output_tokens = 2000;
@@ -144,6 +144,27 @@ const Constraint& find(const Validity& v, const std::string& name) {
   static Constraint none;
   ADD_FAILURE() << "no constraint " << name;
   return none;
+}
+
+// v2: the steady window's floor is a count of requests, so a fast server is never invalid for being
+// fast (v1's 5 s floor rejected the best configurations of D small on an idle machine).
+TEST(Validity, SteadyWindowFloorCountsRequestsNotSeconds) {
+  for (const auto& sc : scenarios()) {
+    EXPECT_EQ(sc.min_steady_requests, sc.requests / 4) << sc.id;
+    EXPECT_GE(sc.min_steady_requests, 4) << sc.id;
+  }
+  auto d = *find_scenario("D", SizeClass::kSmall);  // 64 requests: at least 16 in the window
+  RunFacts f = good_facts();
+  f.completed = 64;
+  f.steady_requests = 16;
+  EXPECT_TRUE(find(check_validity(d, f), "steady_requests").pass);
+  f.steady_requests = 15;
+  Validity few = check_validity(d, f);
+  EXPECT_FALSE(few.valid);
+  EXPECT_FALSE(find(few, "steady_requests").pass);
+  EXPECT_NE(find(few, "steady_requests").fix.find("steady window"), std::string::npos);
+  f.steady_requests = -1;  // not measured
+  EXPECT_FALSE(find(check_validity(d, f), "steady_requests").pass);
 }
 
 TEST(Validity, EachBoundAtItsEdge) {
@@ -176,7 +197,7 @@ TEST(Validity, EachBoundAtItsEdge) {
   // GPU A: 128 requests; 127 completed + 1 failed is an error rate of 0.78%: valid.
   auto ga = *find_scenario("A", SizeClass::kGpu);
   f = good_facts();
-  f.steady_s = 30;
+  f.steady_requests = 120;
   f.completed = 127;
   f.failed = 1;
   EXPECT_TRUE(check_validity(ga, f).valid);

@@ -33,7 +33,7 @@ class StudyE2eTest : public ::testing::Test {
             .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    // ttft 20/40/60 ms, 3 ms between tokens: a D-small run lasts ~6.5 s (steady window >= 5 s).
+    // ttft 20/40/60 ms, 3 ms between tokens: a D-small run lasts ~6.5 s.
     std::ofstream(dir_ + "/space.toml") << R"(name = "synthetic"
 adapter = "plumb"
 [fixed]
