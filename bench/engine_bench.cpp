@@ -164,6 +164,10 @@ BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, onednn, "onednn")
     ->Arg(512)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, onednn_bf16, "onednn_bf16")  // AVX512_BF16 only (else skipped)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, avx2, "avx2")
     ->Arg(512)
     ->UseRealTime()

@@ -6,7 +6,8 @@
 //                                    bf16 matmul peak / flops per token);
 //   prefill 512:     tokens/s vs oneDNN alone running the same matmul shapes (m = 512; lm_head m = 1);
 //   peak RSS vs weights + KV cache.
-// Threads: $PLUMB_BENCH_THREADS, else all cores. Run:
+// Threads: $PLUMB_BENCH_THREADS, else all cores; kernels: $PLUMB_BENCH_KERNELS (selection JSON), else
+// auto. Run:
 //   build/<dir>/bench/engine_model_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
@@ -184,6 +185,17 @@ int main(int argc, char** argv) {
   reset_peak_rss();
   ModelOptions o;
   o.threads = threads;
+  // PLUMB_BENCH_KERNELS: a kernel selection as JSON text, e.g. '{"matmul": {"prefill": "onednn_bf16"}}'
+  // (default: auto everywhere).
+  if (const char* sel = std::getenv("PLUMB_BENCH_KERNELS"); sel != nullptr && *sel != '\0') {
+    auto ks = KernelSelection::parse_json(sel);
+    if (!ks.ok()) {
+      std::fprintf(stderr, "PLUMB_BENCH_KERNELS: %s\n", ks.status().to_string().c_str());
+      return 1;
+    }
+    o.kernels = *ks;
+    std::printf("kernels %s\n", o.kernels.to_json().c_str());
+  }
   auto m = Model::dummy(*cfg, o);  // bf16
   if (!m.ok()) {
     std::fprintf(stderr, "%s\n", m.status().to_string().c_str());

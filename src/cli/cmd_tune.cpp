@@ -330,6 +330,7 @@ int run_tune(TuneArgs& a) {
       rv = std::move(*r);
   }
   std::fputs(tune::report_text(*st, rv ? &*rv : nullptr).c_str(), stdout);
+  std::fflush(stdout);  // the report before the "wrote FILE" lines on stderr, also when both are one file
   if (!a.json_path.empty()) {
     auto s =
         write_file_atomic(a.json_path, json::dump_pretty(tune::report_json(*st, rv ? &*rv : nullptr)) + "\n");

@@ -34,4 +34,5 @@ void register_reference_kernels(KernelRegistry& r);
 void register_avx2_kernels(KernelRegistry& r);
 void register_avx512_kernels(KernelRegistry& r);
 void register_onednn_kernels(KernelRegistry& r);
+void register_onednn_bf16_kernels(KernelRegistry& r);
 }  // namespace plumb::engine::detail
