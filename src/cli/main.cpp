@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "core/subprocess.h"
 #include "plumb_build_info.h"
 
 namespace plumb::cli {
@@ -32,6 +33,7 @@ namespace {
 int run_main(int argc, char** argv) {
   using namespace plumb::cli;
   std::signal(SIGPIPE, SIG_IGN);
+  plumb::stop_child_groups_on_fatal_signals();  // Ctrl-C must not orphan launched servers
   CLI::App app{
       "plumb: measure, compare, gate and tune LLM inference servers, with numbers that can be trusted.\n"
       "Every job also runs out of the box on plumb's own reference engine and shipped model.\n"

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -20,6 +22,33 @@ std::string ExitInfo::to_string() const {
 }
 
 namespace {
+// Process groups owned by live Subprocess objects, read by the signal handler below (lock-free
+// atomics only: async-signal-safe). 0 = free slot. More groups than slots are simply not tracked.
+constexpr size_t kMaxTrackedGroups = 256;
+std::array<std::atomic<pid_t>, kMaxTrackedGroups> g_groups{};
+
+void track_group(pid_t pgid) {
+  for (auto& slot : g_groups) {
+    pid_t expected = 0;
+    if (slot.compare_exchange_strong(expected, pgid)) return;
+  }
+}
+void untrack_group(pid_t pgid) {
+  for (auto& slot : g_groups) {
+    pid_t expected = pgid;
+    if (slot.compare_exchange_strong(expected, 0)) return;
+  }
+}
+
+extern "C" void stop_groups_then_die(int sig) {
+  for (auto& slot : g_groups) {
+    const pid_t pgid = slot.load();
+    if (pgid > 0) ::kill(-pgid, SIGTERM);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 ExitInfo decode(int status) {
   ExitInfo e;
   if (WIFEXITED(status)) {
@@ -34,6 +63,7 @@ ExitInfo decode(int status) {
 
 Subprocess::~Subprocess() {
   if (pid_ > 0 && !exit_) stop(std::chrono::milliseconds(2000));
+  if (pid_ > 0 && group_) untrack_group(pid_);  // exited earlier: its group id may be reused
 }
 
 Subprocess::Subprocess(Subprocess&& o) noexcept
@@ -42,6 +72,7 @@ Subprocess::Subprocess(Subprocess&& o) noexcept
 Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {
   if (this != &o) {
     if (pid_ > 0 && !exit_) stop(std::chrono::milliseconds(2000));
+    if (pid_ > 0 && group_) untrack_group(pid_);
     pid_ = std::exchange(o.pid_, -1);
     group_ = o.group_;
     exit_ = o.exit_;
@@ -132,6 +163,7 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
   Subprocess p;
   p.pid_ = pid;
   p.group_ = opts.new_process_group;
+  if (p.group_) track_group(pid);
   return p;
 }
 
@@ -170,8 +202,23 @@ ExitInfo Subprocess::wait() {
   return *exit_;
 }
 
+void Subprocess::release() {
+  if (pid_ > 0 && group_) untrack_group(pid_);
+  pid_ = -1;
+}
+
+void stop_child_groups_on_fatal_signals() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  struct sigaction sa {};
+  sa.sa_handler = &stop_groups_then_die;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
 ExitInfo Subprocess::stop(std::chrono::milliseconds grace) {
   if (pid_ <= 0) return ExitInfo{};
+  if (group_) untrack_group(pid_);  // signalled below; the handler need not do it again
   if (exit_) {
     if (group_) ::kill(-pid_, SIGKILL);  // leftovers of the group
     return *exit_;

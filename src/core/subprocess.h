@@ -48,13 +48,22 @@ class Subprocess {
   // SIGTERM to the group, wait up to `grace`, then SIGKILL to the group. Returns how it ended.
   ExitInfo stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
   // Detach: the destructor will not stop it.
-  void release() { pid_ = -1; }
+  void release();
 
  private:
   pid_t pid_ = -1;
   bool group_ = true;
   std::optional<ExitInfo> exit_;
 };
+
+// Children started in their own process group do not see the terminal's Ctrl-C, so a plumb command
+// killed by SIGINT/SIGTERM/SIGHUP would leave the servers it launched running (holding a port and,
+// mid-request, a core). After this call such a signal first sends SIGTERM to every process group a
+// live Subprocess owns, then takes its default action (the process still dies by that signal, so
+// exit statuses and `plumb tune --resume` are unchanged). SIGKILL cannot be caught: a group
+// launched by a SIGKILLed plumb outlives it. Idempotent; plumb's main() calls it for every command
+// (`plumb serve` takes SIGTERM/SIGINT itself with sigwait and is unaffected).
+void stop_child_groups_on_fatal_signals();
 
 // Runs a command to completion, capturing stdout (stderr inherited). For small helper calls.
 struct RunOutput {

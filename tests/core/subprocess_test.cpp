@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -30,6 +32,55 @@ TEST(Subprocess, MissingProgramIsAClearError) {
   auto r = Subprocess::spawn({.argv = {"/nonexistent/program"}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("cannot start"), std::string::npos);
+}
+
+// A plumb process killed by SIGTERM (or Ctrl-C's SIGINT) must not orphan the process groups it
+// launched: the child below installs the cleanup, launches a group (sh + its sleeping child),
+// then is killed by the signal; the launched group must end too, and the child must still die by
+// that signal (exit status unchanged).
+TEST(Subprocess, AFatalSignalStopsTheGroupsItLaunched) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const std::string log = std::string(::testing::TempDir()) + "/plumb_sig_" + std::to_string(::getpid()) +
+                            "_" + std::to_string(sig);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(fds[0]);
+      stop_child_groups_on_fatal_signals();
+      auto p = Subprocess::spawn({.argv = {"sh", "-c", "sleep 30 & echo $! ; wait"}, .stdout_path = log});
+      if (!p.ok()) ::_exit(90);
+      for (int i = 0; i < 500; ++i) {
+        auto text = read_file(log);
+        if (text.ok() && text->find('\n') != std::string::npos) {
+          const pid_t grandchild = std::stoi(*text);
+          const pid_t pids[2] = {p->pid(), grandchild};
+          if (::write(fds[1], pids, sizeof pids) != ssize_t(sizeof pids)) ::_exit(91);
+          ::raise(sig);
+          ::_exit(92);  // not reached: the signal's default action ends the process
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ::_exit(93);
+    }
+    ::close(fds[1]);
+    pid_t pids[2] = {0, 0};
+    ASSERT_EQ(::read(fds[0], pids, sizeof pids), ssize_t(sizeof pids))
+        << "the child did not launch its group";
+    ::close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << status;
+    EXPECT_EQ(WTERMSIG(status), sig);
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; ++i) {
+      gone = !process_alive(pids[0]) && !process_alive(pids[1]);
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(gone) << "launched group " << pids[0] << " (sleep " << pids[1] << ") outlived signal " << sig;
+    if (!gone) ::kill(-pids[0], SIGKILL);
+  }
 }
 
 TEST(Subprocess, StopKillsTheWholeGroup) {
