@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "cli/command.h"
@@ -43,6 +44,7 @@ struct ServeArgs {
   double ttft_ms = 50.0;
   double itl_ms = 10.0;
   double jitter_ms = 0.0;
+  double launch_jitter = 0.0;  // per process: every delay scaled by one factor from [1-x, 1+x]
   std::string distribution = "constant";
   int tokens_per_chunk = 1;
   bool honour_eos = false;
@@ -107,8 +109,19 @@ int run(const ServeArgs& a) {
     scheduler::SyntheticConfig sc;
     auto kind = scheduler::parse_delay_kind(a.distribution);
     if (!kind.ok()) return fail(kExitUsage, kind.status());
-    sc.ttft = {*kind, a.ttft_ms, a.jitter_ms};
-    sc.itl = {*kind, a.itl_ms, a.jitter_ms};
+    if (a.launch_jitter < 0 || a.launch_jitter >= 1)
+      return fail(kExitUsage, invalid_argument("--launch-jitter must be in [0, 1)"));
+    double scale = 1.0;
+    if (a.launch_jitter > 0) {
+      // Deliberately not seeded: each launch is a different "run" of the same configuration, the
+      // run-to-run noise a real server shows (a fault to inject, for the protocol's CV cap).
+      std::random_device rd;
+      scale = std::uniform_real_distribution<double>(1.0 - a.launch_jitter, 1.0 + a.launch_jitter)(rd);
+      log::info("synthetic: --launch-jitter {}: this process's delays are scaled by {:.4f}", a.launch_jitter,
+                scale);
+    }
+    sc.ttft = {*kind, a.ttft_ms * scale, a.jitter_ms * scale};
+    sc.itl = {*kind, a.itl_ms * scale, a.jitter_ms * scale};
     sc.tokens_per_chunk = a.tokens_per_chunk;
     sc.seed = a.seed;
     sc.max_context = cfg->max_context();
@@ -246,6 +259,10 @@ void setup(CLI::App& root) {
   cmd->add_option("--ttft-ms", a->ttft_ms, "synthetic: time to first token (centre)")->capture_default_str();
   cmd->add_option("--itl-ms", a->itl_ms, "synthetic: time between chunks (centre)")->capture_default_str();
   cmd->add_option("--jitter-ms", a->jitter_ms, "synthetic: spread of both delays (see --distribution)")
+      ->capture_default_str();
+  cmd->add_option("--launch-jitter", a->launch_jitter,
+                  "synthetic: scale every delay of this process by one unseeded factor drawn from [1-x, 1+x] "
+                  "(run-to-run noise: each launch of the same configuration is a little faster or slower)")
       ->capture_default_str();
   cmd->add_option("--distribution", a->distribution,
                   "synthetic: constant | uniform (centre +- jitter) | normal (sd jitter) | lognormal (median "

@@ -1,13 +1,16 @@
 // `compare run` end to end: two real `plumb serve --engine synthetic` arms launched through the
 // plumb adapter, measured on scenario D (small) and read out. The issue-5 demonstration: an arm
-// whose delays are all 10% longer reads `worse` with the true ratio inside the CI, and an arm
-// against itself reads `equivalent`. Each comparison is 10 runs of ~10 s (5 pairs).
+// whose delays are all 10% longer reads `worse` with the true ratio inside the CI, an arm against
+// itself reads `equivalent`, two arms at a shared wall read `equivalent`, and an arm with injected
+// run-to-run jitter reads `noisy` (and the ledger refuses a verdict on it). Each comparison is 10
+// runs of 4-10 s (5 pairs).
 //
 // Prompts are sized in the shipped plumb-tiny tokenizer's tokens (compare/measure.h), so D small's
 // 256-token prompts + 128 output tokens fit plumb serve's 512-token context (the synthetic engine
 // enforces it too). Before that fix, word-sized prompts (~3 tokens per word) were refused with
 // HTTP 400 and every run was invalid.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -47,9 +50,10 @@ class CompareE2eTest : public ::testing::Test {
     ledger_.reset();
     if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
   }
-  void write_arm(const std::string& name, double ttft_ms, double itl_ms) {
+  void write_arm(const std::string& name, double ttft_ms, double itl_ms, const std::string& extra = "") {
     std::ofstream(dir_ + "/" + name) << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = "
-                                     << ttft_ms << "\nitl_ms = " << itl_ms << "\nthreads = 1\n";
+                                     << ttft_ms << "\nitl_ms = " << itl_ms << "\nthreads = 1\n"
+                                     << extra;
   }
   ReadoutResult compare(const std::string& a, const std::string& b) {
     RegisterOptions o;
@@ -135,6 +139,49 @@ TEST_F(CompareE2eTest, ArmAgainstItselfReadsEquivalent) {
     GTEST_SKIP() << invalid_ << " runs invalid (send lag: machine too loaded); verdict not checked\n"
                  << format_readout(r);
   EXPECT_EQ(r.row.verdict, "equivalent") << format_readout(r);
+}
+
+// The null the protocol exists to report: two configurations that differ (2 vs 4 HTTP IO threads)
+// behind the same wall (the synthetic engine's schedule, 10 ms TTFT and 2 ms between tokens, binds
+// both) read `equivalent`. Faster arms than above: a run is ~4.5 s.
+TEST_F(CompareE2eTest, TwoArmsAtASharedWallReadEquivalent) {
+  write_arm("wall2.toml", 10.0, 2.0, "io_threads = 2\n");
+  write_arm("wall4.toml", 10.0, 2.0, "io_threads = 4\n");
+  ReadoutResult r = compare("wall2.toml", "wall4.toml");
+  if (invalid_ > 0)
+    GTEST_SKIP() << invalid_ << " runs invalid (send lag: machine too loaded); verdict not checked\n"
+                 << format_readout(r);
+  EXPECT_EQ(r.row.verdict, "equivalent") << format_readout(r);
+}
+
+// Run-to-run jitter: every launch of the B arm scales all its delays by one unseeded factor from
+// [0.5, 1.5] (`plumb serve --launch-jitter 0.5`), so its cross-run CV is ~30%, far above the 5% cap:
+// the readout is `noisy`, and the ledger itself refuses a verdict built on those runs (written
+// straight through SQL, bypassing plumb's own readout code). The simulation test
+// (tests/protocol/readout_sim_test.cpp) shows the same at 10% jitter over seeded trials; here the
+// spread is wide enough that five launches land within the cap with probability < 0.3%.
+TEST_F(CompareE2eTest, JitteryArmReadsNoisyAndTheLedgerRefusesAVerdict) {
+  write_arm("steady.toml", 10.0, 2.0);
+  write_arm("jittery.toml", 10.0, 2.0, "launch_jitter = 0.5\n");
+  ReadoutResult r = compare("steady.toml", "jittery.toml");
+  if (invalid_ > 0)
+    GTEST_SKIP() << invalid_ << " runs invalid (send lag: machine too loaded); verdict not checked\n"
+                 << format_readout(r);
+  EXPECT_EQ(r.row.verdict, "noisy") << format_readout(r);
+  EXPECT_GT(r.readout.cv_b, 0.05) << format_readout(r);
+  // A writer that claims `better` anyway, with made-up CVs under the cap, is refused: the trigger
+  // recomputes the CV from the stored runs.
+  const std::string sql =
+      "INSERT INTO readouts (registration_id, registration_hash, created_at, verdict, ratio, "
+      "ci_lo, ci_hi, cv_a, cv_b, cv_cap, pairs, more_pairs_needed, reason) VALUES (" +
+      std::to_string(r.registration.id) + ", '" + r.registration.registration_hash +
+      "', '2099-01-01T00:00:00.000Z', 'better', 1.2, 1.1, 1.3, 0.01, 0.01, 0.05, 5, 0, 'forged')";
+  char* err = nullptr;
+  const int rc = sqlite3_exec(ledger_->handle(), sql.c_str(), nullptr, nullptr, &err);
+  EXPECT_NE(rc, SQLITE_OK);
+  ASSERT_NE(err, nullptr);
+  EXPECT_NE(std::string(err).find("NOISY"), std::string::npos) << err;
+  sqlite3_free(err);
 }
 
 }  // namespace
