@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "compare/compare.h"
 #include "core/json.h"
@@ -96,6 +97,7 @@ class CompareE2eTest : public ::testing::Test {
     }
     auto r = readout_comparison(*ledger_, *id);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) std::cout << format_readout(*r) << "\n";  // the figures, in ctest's log
     return r.ok() ? *r : ReadoutResult{};
   }
 
