@@ -18,6 +18,8 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "engine/kernels/kernels.h"
+#include "engine/safetensors.h"
 #include "gates/checks.h"
 #include "gates/record.h"
 #include "ledger/ledger.h"
@@ -250,6 +252,69 @@ TEST_F(GatesIntegration, SubstitutedModelFailsFidelityAndQuality) {
   EXPECT_EQ(m["fidelity_top1_agreement"].verdict, Verdict::kFail);
   EXPECT_EQ(m["fidelity_mean_kl"].verdict, Verdict::kFail);
   EXPECT_EQ(m["fidelity_token_match"].verdict, Verdict::kPass);  // same tokenizer
+  EXPECT_FALSE(g->passed());
+}
+
+// "Quantization far past the bound": a copy of plumb-tiny whose linear weights are rounded to 2 bits
+// (4 levels per output row, evenly between the row's min and max): a server that shrank its model
+// far beyond int8/int4 and serves it as the same model. The fidelity gate catches it.
+TEST_F(GatesIntegration, QuantizationFarPastTheBoundFailsFidelity) {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(PLUMB_SOURCE_DIR) / "models" / "plumb-tiny";
+  const fs::path dir = tmp_path("plumb-tiny-2bit");
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    fs::copy_file(src / f, dir / f, fs::copy_options::overwrite_existing);
+  auto file = engine::SafetensorsFile::open((src / "model.safetensors").string());
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  std::vector<engine::TensorToWrite> out;
+  int quantized = 0;
+  for (const auto& info : file->tensors()) {
+    auto v = file->get(info.name);
+    ASSERT_TRUE(v.ok());
+    engine::TensorToWrite t{info.name, v->dtype, v->shape,
+                            std::string(reinterpret_cast<const char*>(v->data), v->nbytes)};
+    const bool linear = info.name.find("_proj.weight") != std::string::npos && v->shape.size() == 2 &&
+                        v->dtype == engine::TensorDType::kBF16;
+    if (linear) {
+      const int64_t rows = v->shape[0], cols = v->shape[1];
+      auto* w = reinterpret_cast<uint16_t*>(t.bytes.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t c = 0; c < cols; ++c) {
+          const float x = engine::bf16_to_f32(w[r * cols + c]);
+          lo = std::min(lo, x);
+          hi = std::max(hi, x);
+        }
+        const float step = (hi - lo) / 3.0f;
+        for (int64_t c = 0; c < cols && step > 0; ++c) {
+          const float x = engine::bf16_to_f32(w[r * cols + c]);
+          w[r * cols + c] = engine::f32_to_bf16(lo + step * std::round((x - lo) / step));
+        }
+      }
+      ++quantized;
+    }
+    out.push_back(std::move(t));
+  }
+  ASSERT_GE(quantized, 7 * 8) << "plumb-tiny has 7 projections in each of its 8 layers";
+  ASSERT_TRUE(
+      write_file_atomic((dir / "model.safetensors").string(), engine::serialize_safetensors(out)).ok());
+  auto d = start({serve_binary(), "serve", "--port", "0", "--threads", "1", "--model", dir.string()},
+                 tmp_path("2bit.log"), false);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  OpenAiClient t({(*d)->url, ""}), r({reference_->url, ""});
+  auto items = load_mc_jsonl(std::string(PLUMB_SOURCE_DIR) + "/data/mc_heldout.jsonl");
+  ASSERT_TRUE(items.ok());
+  QualityOptions q;
+  q.items.assign(items->begin(), items->begin() + 12);
+  q.fidelity_prompts = 2;
+  q.fidelity_words = 16;
+  auto g = run_quality(t, &r, q);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  std::printf("%s", table(*g).c_str());
+  auto m = by_name(*g);
+  EXPECT_EQ(m["fidelity_mean_kl"].verdict, Verdict::kFail) << "mean KL " << m["fidelity_mean_kl"].value;
+  EXPECT_EQ(m["fidelity_token_match"].verdict, Verdict::kPass);  // same tokenizer: not a substitution
   EXPECT_FALSE(g->passed());
 }
 
