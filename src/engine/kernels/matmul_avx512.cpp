@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/kernels/matmul_tiled.h"
 #include "engine/kernels/reference.h"
 #include "engine/kernels/thread_pool.h"
 
@@ -127,53 +128,23 @@ PLUMB_AVX512 void rows_x(const float* x, int64_t k, const void* w, int64_t n_beg
   for (; j < n_end; ++j) tile<D, RX, 1>(x, k, w, j, bias, y, ldy);
 }
 
-// The last (fewer than kRowsX) rows of x: dispatch the runtime count to a compile-time tile height.
-template <DType D, int RX>
-void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                 const float* bias, float* y, int64_t ldy) {
-  if constexpr (RX > 0) {
-    if (rows == RX) return rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
-    rows_x_tail<D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy);
+// The ISA's part of the tiled driver (matmul_tiled.h).
+struct Isa {
+  static constexpr int kRowsX = ::plumb::engine::avx512::kRowsX;
+  static constexpr int kRowsW = ::plumb::engine::avx512::kRowsW;
+  static constexpr int64_t kBlockBytes = ::plumb::engine::avx512::kBlockBytes;
+  template <DType D, int RX>
+  static void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                     const float* bias, float* y, int64_t ldy) {
+    ::plumb::engine::avx512::rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
   }
-}
-
-// Output features [n_begin, n_end) for every row of x, weight rows in L2-sized blocks outermost.
-template <DType D>
-void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-              const float* bias, float* y, int64_t n) {
-  const int64_t block =
-      std::max<int64_t>(kRowsW, (kBlockBytes / (k * int64_t(dtype_size(D)))) / kRowsW * kRowsW);
-  for (int64_t jb = n_begin; jb < n_end; jb += block) {
-    const int64_t je = std::min(n_end, jb + block);
-    int64_t i = 0;
-    for (; i + kRowsX <= m; i += kRowsX) rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n);
-    rows_x_tail<D, kRowsX - 1>(m - i, x + i * k, k, w, jb, je, bias, y + i * n, n);
-  }
-}
-
-template <DType D>
-void run(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
-         float* y) {
-  auto part = [&](int64_t b, int64_t e) { features<D>(x, m, w.cols, w.data, b, e, bias, y, w.rows); };
-  if (ctx.pool) {
-    ctx.pool->parallel_for(w.rows, part, kRowsW);
-  } else {
-    part(0, w.rows);
-  }
-}
+};
 
 }  // namespace
 
 void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
             float* y) {
-  switch (w.dtype) {
-    case DType::kF32:
-      return run<DType::kF32>(ctx, x, m, w, bias, y);
-    case DType::kF16:
-      return run<DType::kF16>(ctx, x, m, w, bias, y);
-    case DType::kBF16:
-      return run<DType::kBF16>(ctx, x, m, w, bias, y);
-  }
+  tiled::matmul<Isa>(ctx, x, m, w, bias, y);
 }
 
 }  // namespace plumb::engine::avx512
