@@ -224,9 +224,7 @@ std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b
     c.bound = pc.bound;
     c.verdict = pc.pass ? Verdict::kPass : Verdict::kFail;
     c.fix = pc.fix;
-    if (c.name == "completed_requests") {
-      c.unit = "requests";
-    } else if (c.name == "steady_requests") {
+    if (c.name == "completed_requests" || c.name == "steady_requests") {
       c.unit = "requests";
     } else if (c.name == "send_lag_p99_ms") {
       c.unit = "ms";
