@@ -1,6 +1,7 @@
 // matmul "onednn": the prefill path (large m) through oneDNN's sgemm.
 //
-// This CPU has no AVX512_BF16, so oneDNN cannot multiply bf16 directly at speed; we use f32 sgemm.
+// f32 sgemm works on every CPU (AVX512_BF16 CPUs also have the opt-in "onednn_bf16" variant,
+// matmul_onednn_bf16.cpp, which multiplies the stored bf16 weights directly).
 // Rather than caching an f32 copy of every bf16/f16 weight (it would double the resident weights,
 // and a cache keyed by data pointer goes stale when a mapping is replaced), we convert a panel of
 // kPanelBytes of weight rows at a time into a per-thread buffer and run sgemm on that panel. With
@@ -99,7 +100,7 @@ namespace plumb::engine::detail {
 
 void register_onednn_kernels(KernelRegistry& r) {
   r.add(Op::kMatmul, {"onednn",
-                      "oneDNN f32 sgemm (bf16/f16 weights converted per 2 MiB panel; no AVX512_BF16 here); "
+                      "oneDNN f32 sgemm (bf16/f16 weights converted per 2 MiB panel); "
                       "best for prefill (large m)",
                       nullptr,
                       reinterpret_cast<void*>(&onednn::matmul),
