@@ -144,6 +144,17 @@ class GatesIntegration : public ::testing::Test {
 
   static std::string table(const GateResult& g) { return render_table(GateReport{{g}}); }
 
+  // The quality sample of these tests: the first 12 held-out questions, 2 fidelity prompts of 16 words.
+  static QualityOptions small_quality() {
+    QualityOptions q;
+    auto items = load_mc_jsonl(std::string(PLUMB_SOURCE_DIR) + "/data/mc_heldout.jsonl");
+    EXPECT_TRUE(items.ok()) << items.status().to_string();
+    if (items.ok() && items->size() >= 12) q.items.assign(items->begin(), items->begin() + 12);
+    q.fidelity_prompts = 2;
+    q.fidelity_words = 16;
+    return q;
+  }
+
   static inline Child* reference_ = nullptr;
   static inline Child* target_ = nullptr;
   static inline std::string skip_reason_;
@@ -239,12 +250,8 @@ TEST_F(GatesIntegration, SubstitutedModelFailsFidelityAndQuality) {
   auto d = serve("dummy", {"--load-format", "dummy"});
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   OpenAiClient t({(*d)->url, ""}), r({reference_->url, ""});
-  auto items = load_mc_jsonl(std::string(PLUMB_SOURCE_DIR) + "/data/mc_heldout.jsonl");
-  ASSERT_TRUE(items.ok());
-  QualityOptions q;
-  q.items.assign(items->begin(), items->begin() + 12);
-  q.fidelity_prompts = 2;
-  q.fidelity_words = 16;
+  QualityOptions q = small_quality();
+  ASSERT_EQ(q.items.size(), 12u);
   auto g = run_quality(t, &r, q);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   std::printf("%s", table(*g).c_str());
@@ -303,12 +310,8 @@ TEST_F(GatesIntegration, QuantizationFarPastTheBoundFailsFidelity) {
                  tmp_path("2bit.log"), false);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   OpenAiClient t({(*d)->url, ""}), r({reference_->url, ""});
-  auto items = load_mc_jsonl(std::string(PLUMB_SOURCE_DIR) + "/data/mc_heldout.jsonl");
-  ASSERT_TRUE(items.ok());
-  QualityOptions q;
-  q.items.assign(items->begin(), items->begin() + 12);
-  q.fidelity_prompts = 2;
-  q.fidelity_words = 16;
+  QualityOptions q = small_quality();
+  ASSERT_EQ(q.items.size(), 12u);
   auto g = run_quality(t, &r, q);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   std::printf("%s", table(*g).c_str());
@@ -320,12 +323,8 @@ TEST_F(GatesIntegration, QuantizationFarPastTheBoundFailsFidelity) {
 
 TEST_F(GatesIntegration, QualityGatePassesBf16AgainstF32AndRecordsInLedger) {
   OpenAiClient t({target_->url, ""}), r({reference_->url, ""});
-  auto items = load_mc_jsonl(std::string(PLUMB_SOURCE_DIR) + "/data/mc_heldout.jsonl");
-  ASSERT_TRUE(items.ok());
-  QualityOptions q;
-  q.items.assign(items->begin(), items->begin() + 12);
-  q.fidelity_prompts = 2;
-  q.fidelity_words = 16;
+  QualityOptions q = small_quality();
+  ASSERT_EQ(q.items.size(), 12u);
   McResult tm, rm;
   auto g = run_quality(t, &r, q, &tm, &rm);
   ASSERT_TRUE(g.ok()) << g.status().to_string();

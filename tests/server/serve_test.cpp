@@ -488,6 +488,19 @@ TEST(ServeSynthetic, StreamFollowsTheConfiguredSchedule) {
   EXPECT_FALSE(stream_text(data).empty());
 }
 
+// --launch-jitter outside [0, 1) is a usage error naming the flag, before anything is served.
+TEST(ServeSynthetic, LaunchJitterOutOfRangeIsAUsageError) {
+  for (const char* bad : {"1", "1.5", "-0.1"}) {
+    auto r = run_capture({"sh", "-c",
+                          std::string("'") + PLUMB_BINARY + "' serve --port 0 --model '" + tiny_model() +
+                              "' --engine synthetic --launch-jitter " + bad + " 2>&1"});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(r->exit.exited);
+    EXPECT_EQ(r->exit.exit_code, 2) << bad << ": " << r->out;
+    EXPECT_NE(r->out.find("--launch-jitter must be in [0, 1)"), std::string::npos) << bad << ": " << r->out;
+  }
+}
+
 TEST(ServeSynthetic, SigtermDrainsRunningStreamsThenExitsZero) {
   ServeProcess s;
   std::string err;

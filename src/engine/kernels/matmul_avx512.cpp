@@ -2,10 +2,11 @@
 // sibling of "avx2" (matmul_avx2.cpp explains the scheme): decode is bound by reading the weights,
 // so each weight element is loaded and widened to f32 in a register once per group of up to
 // kRowsX rows of x and FMA'd against all of them. 16 lanes per instruction halve the
-// instructions per weight byte that limit "avx2" on CPUs whose read bandwidth is high (on a
-// 2-vCPU AMD EPYC Zen 5 VM, BENCHMARKS.md: "avx2" read weights at under half the measured
-// bandwidth). A tile of rx x-rows by rw weight rows keeps rx*rw accumulators + rw weight
-// registers + one x register within the 32 zmm registers.
+// instructions per weight byte, which matters where the read bandwidth is high (2-vCPU AMD EPYC
+// Zen 5 VM, whole-model batch-1 decode of Qwen2.5-0.5B, BENCHMARKS.md "Whole model": "avx2"
+// 0.66-0.78 of the bandwidth roofline, "avx512" 0.78-0.80, same runs). A tile of rx x-rows by rw
+// weight rows keeps rx*rw accumulators + rw weight registers + one x register within the 32 zmm
+// registers.
 // GCC 12's AVX-512 headers build "undefined" vectors as `__m512 __Y = __Y;`, which -Wuninitialized
 // reports at every inlined use (a header idiom, not a bug here); the pragma comes before any include.
 #pragma GCC diagnostic ignored "-Wuninitialized"

@@ -85,21 +85,22 @@ void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMat
             float* y) {
   if (w.dtype != DType::kBF16 || m <= 0) return onednn::matmul(ctx, x, m, w, bias, y);  // f32/f16 weights
   const int64_t n = w.rows, k = w.cols;
-  State& s = state();
-  const Plan* p = nullptr;
   try {
-    p = &plan_for(s, n, k);
-  } catch (const dnnl::error&) {  // this oneDNN build has no bf16 matmul for the shape: f32 panels
+    State& s = state();  // the engine and stream are created on a thread's first call
+    const Plan& p = plan_for(s, n, k);
+    if (s.xb.size() < size_t(m * k)) s.xb.resize(size_t(m * k));
+    round_to_bf16(x, m * k, s.xb.data());
+    using dt = dnnl::memory::data_type;
+    dnnl::memory src({{m, k}, dt::bf16, {k, 1}}, s.eng, s.xb.data());
+    dnnl::memory wts(p.weights, s.eng, const_cast<void*>(w.data));  // read only
+    dnnl::memory dst({{m, n}, dt::f32, {n, 1}}, s.eng, y);
+    p.prim.execute(s.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}});
+    s.strm.wait();
+  } catch (const dnnl::error&) {
+    // This oneDNN build cannot create or run a bf16 matmul for the shape: the f32 panel path
+    // computes y whole (and adds the bias) instead; nothing above has been added to y yet.
     return onednn::matmul(ctx, x, m, w, bias, y);
   }
-  if (s.xb.size() < size_t(m * k)) s.xb.resize(size_t(m * k));
-  round_to_bf16(x, m * k, s.xb.data());
-  using dt = dnnl::memory::data_type;
-  dnnl::memory src({{m, k}, dt::bf16, {k, 1}}, s.eng, s.xb.data());
-  dnnl::memory wts(p->weights, s.eng, const_cast<void*>(w.data));  // read only
-  dnnl::memory dst({{m, n}, dt::f32, {n, 1}}, s.eng, y);
-  p->prim.execute(s.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}});
-  s.strm.wait();
   if (bias) {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
