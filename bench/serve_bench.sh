@@ -13,12 +13,18 @@
 #   accuracy  synthetic server (ttft 50 ms, itl 10 ms): measured TTFT / ITL vs the configured truth
 #             at ~100 concurrent streams (constant arrivals at 400 req/s)
 #   pacing    synthetic server: achieved arrival rate vs target and send lag, up to 1,000 req/s
-#   capacity  synthetic server: 2,000 concurrent streams, events/s, send lag, client CPU per event
+#   capacity  synthetic server: N concurrent streams all sent at t = 0 (a burst), events/s, send
+#             lag, client CPU per event
+#   capacity-ramp  synthetic server: streams arrive at a constant rate so that N are in flight in
+#             the steady state (200 tokens at 20 ms = 4 s each, rate N/4 per second for 8 s);
+#             events/s counted inside the window where all N are in flight, send lag, client CPU
+#             per event. STREAMS lists the N (default 1000 2000 3000).
+# SERVER_ARGS adds flags to plumb serve in the capacity experiments (e.g. --io-threads 4).
 # Needs python3 (reads the JSON and CSV outputs). REPS defaults to 3. SERVER_CPUS and CLIENT_CPUS
 # (taskset CPU lists, e.g. SERVER_CPUS=0 CLIENT_CPUS=1) pin the server and the client apart.
 set -euo pipefail
 PLUMB=${1:?usage: bench/serve_bench.sh PLUMB_BINARY EXPERIMENT [REPS]}
-EXP=${2:?experiment: batching | prefix | accuracy | pacing | capacity}
+EXP=${2:?experiment: batching | prefix | accuracy | pacing | capacity | capacity-ramp}
 REPS=${3:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL_ARGS=${MODEL_ARGS:---model $ROOT/models/plumb-tiny}
@@ -133,7 +139,7 @@ EOF
   stop_server
   ;;
 capacity)
-  start_server --engine synthetic --ttft-ms 20 --itl-ms 20
+  start_server --engine synthetic --ttft-ms 20 --itl-ms 20 ${SERVER_ARGS:-}
   for streams in 500 1000 2000; do
     "${CLI_PIN[@]}" /usr/bin/time -f "%U %S" -o "$WORK/time" \
       "$PLUMB" bench --target "http://127.0.0.1:$PORT" --api completions --quiet --json "$WORK/c.json" \
@@ -141,6 +147,42 @@ capacity)
       --warmup 1 >"$WORK/c.txt" 2>&1 || true
     cpu=$(tail -1 "$WORK/time" | awk '{print $1 + $2}')
     field "$WORK/c.json" "'%d concurrent streams: peak in flight %d, %d events in %.2f s = %.0f events/s; send lag p99 %.3f ms; ITL p50 %.2f p99 %.2f ms (truth 20); client CPU %.2f s = %.2f us/event; %d failed' % ($streams, d['counts']['max_in_flight'], d['latency_ms']['itl']['count'] + d['counts']['completed'], d['whole_run']['duration_s'], (d['latency_ms']['itl']['count'] + d['counts']['completed']) / d['whole_run']['duration_s'], d['latency_ms']['send_lag']['p99'], d['latency_ms']['itl']['p50'], d['latency_ms']['itl']['p99'], $cpu, $cpu * 1e6 / (d['latency_ms']['itl']['count'] + d['counts']['completed']), d['counts']['failed'])"
+  done
+  stop_server
+  ;;
+capacity-ramp)
+  start_server --engine synthetic --ttft-ms 20 --itl-ms 20 ${SERVER_ARGS:-}
+  for streams in ${STREAMS:-1000 2000 3000}; do
+    rate=$((streams / 4))
+    n=$((rate * 8))
+    "${CLI_PIN[@]}" /usr/bin/time -f "%U %S" -o "$WORK/time" \
+      "$PLUMB" bench --target "http://127.0.0.1:$PORT" --api completions --quiet --json "$WORK/c.json" \
+      --csv "$WORK/c.csv" --input-len 8 --output-len 200 --fixed-lengths --num-prompts $n \
+      --arrival constant --request-rate $rate --warmup 1 >"$WORK/c.txt" 2>&1 || true
+    [ -s "$WORK/c.json" ] || { cat "$WORK/c.txt"; exit 1; }
+    python3 - "$WORK/c.csv" "$WORK/c.json" "$WORK/time" $streams <<'EOF'
+import csv, json, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r['status'] == 'ok']
+d = json.load(open(sys.argv[2]))
+cpu = sum(float(x) for x in open(sys.argv[3]).read().split()[-2:])
+streams = int(sys.argv[4])
+# Full concurrency: from the end of the first stream's life (4 s) to the last arrival (8 s), 0.5 s
+# trimmed at each side. A stream's events are spread evenly over [first token, end] (the synthetic
+# truth is one event every 20 ms), so the events inside the window are each stream's chunk count
+# times the part of its life inside the window.
+t0, t1 = 4500.0, 7500.0
+ev = 0.0
+for r in rows:
+    a, b, n = float(r['first_token_ms']), float(r['end_ms']), int(r['chunks'])
+    if b > a:
+        ev += n * max(0.0, min(b, t1) - max(a, t0)) / (b - a)
+total = d['latency_ms']['itl']['count'] + d['counts']['completed']
+print(f"{streams} streams (rate {streams // 4}/s): peak in flight {d['counts']['max_in_flight']}; "
+      f"{ev / ((t1 - t0) / 1000):.0f} events/s at full concurrency; send lag p50 "
+      f"{d['latency_ms']['send_lag']['p50']:.3f} p99 {d['latency_ms']['send_lag']['p99']:.3f} ms; "
+      f"ITL p50 {d['latency_ms']['itl']['p50']:.2f} p99 {d['latency_ms']['itl']['p99']:.2f} ms (truth 20); "
+      f"client CPU {cpu:.2f} s = {cpu * 1e6 / total:.2f} us/event; {d['counts']['failed']} failed")
+EOF
   done
   stop_server
   ;;
