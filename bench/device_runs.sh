@@ -3,7 +3,7 @@
 # .dev/bundle.tar.xz from bench/device_bundle.sh carried along: client capacity (server on CPUs 0-5,
 # client on CPU 8) and the end-to-end false-positive rate of the compare rule (20 self-comparisons,
 # five at a time, each on two CPUs of its own). Usage: bench/device_runs.sh [all|cap|fp]; the
-# readouts land in $OUT/fp.tgz.
+# readouts land in $OUT/fp.tgz ($OUT unset: the repository root).
 set -u
 # The readout commands print "verdict ..."; a comparison that could not register prints nothing.
 R=$(pwd)
@@ -30,5 +30,5 @@ for g in 0 1 2 3; do
   for k in 1 2 3 4 5; do s=$((g * 5 + k)); one $s "$((2*k)),$((2*k+1))" & done
   wait; echo "group $g done $(date +%T)"
 done
-tar czf $OUT/fp.tgz run-*.txt readout-*.txt
+tar czf "${OUT:-$R}/fp.tgz" run-*.txt readout-*.txt  # $OUT: the device tool's folder
 fi

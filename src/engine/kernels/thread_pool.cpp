@@ -15,7 +15,7 @@ inline void cpu_relax() {
 }
 
 // 2k pause iterations: ~48 us on the project VM's AMD Zen 5 (24 ns per pause, measured 2026-12-03;
-// Intel cores since Skylake take ~140 cycles per pause, i.e. longer). Long enough to catch
+// Intel documents ~140 cycles per pause since Skylake, i.e. longer; not measured here). Long enough to catch
 // back-to-back kernel calls of one forward pass and the gap between decode steps, short enough not
 // to hold a core between requests.
 constexpr int kSpinIterations = 2000;

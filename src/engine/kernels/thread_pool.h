@@ -9,9 +9,9 @@
 //  - No allocation per call: fn is passed by reference through a type-erased pointer, never copied.
 //  - Calls from several threads are serialized (one parallel_for runs at a time). A nested call
 //    from inside fn (on any pool thread) runs inline on that thread, so nesting cannot deadlock.
-//  - Idle workers spin briefly (2,000 pauses: ~50 us on AMD Zen 5, about twice that on Intel cores
-//    since Skylake) and then block on a condition variable, so a pool does not burn a core between
-//    requests.
+//  - Idle workers spin briefly (2,000 pauses: ~50 us on AMD Zen 5, longer on Intel cores since
+//    Skylake at Intel's ~140 cycles per pause) and then block on a condition variable, so a pool
+//    does not burn a core between requests.
 //  - fn must not throw (kernels do not): an exception escaping fn terminates the program.
 #pragma once
 
