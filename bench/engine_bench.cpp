@@ -173,6 +173,9 @@ BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, avx2, "avx2")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MatmulShape, avx512, "avx512")
+    ->Args({1024, 1024, 16})  // the compute ceiling's shapes (ceilings.h)
+    ->Args({1024, 1024, 64})
+    ->Args({2048, 2048, 16})  // Llama-3.2-1B's q/o_proj
     ->Args({4864, 896, 1})
     ->Args({4864, 896, 16})
     ->Args({151936, 896, 1})

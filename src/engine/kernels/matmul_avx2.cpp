@@ -69,9 +69,12 @@ inline float load_w1(const void* base, int64_t index) {
 }
 
 // y[i, j] for i in [0, RX) of the x rows at x, j in [0, RW) of the weight rows starting at row j0.
-template <DType D, int RX, int RW>
+// Next: the rows next_rows below these are the next block's (matmul_tiled.h); they are prefetched
+// into L2 instead of these rows' next bytes. A template parameter, so that the one-pass (m <= kRowsX)
+// code is exactly the streaming loop.
+template <DType D, int RX, int RW, bool Next>
 PLUMB_AVX2 void tile(const float* x, int64_t k, const void* w, int64_t j0, const float* bias, float* y,
-                     int64_t ldy) {
+                     int64_t ldy, [[maybe_unused]] int64_t next_rows) {
   __m256 acc[RX][RW];
 #pragma GCC unroll 16
   for (int i = 0; i < RX; ++i) {
@@ -83,9 +86,14 @@ PLUMB_AVX2 void tile(const float* x, int64_t k, const void* w, int64_t j0, const
   const int64_t esz = int64_t(dtype_size(D));
   for (int64_t p = 0; p < k8; p += 8) {
     if ((p & 31) == 0) {  // once per 64-byte line of bf16/f16 (twice for f32: harmless)
+      if constexpr (Next) {
 #pragma GCC unroll 16
-      for (int j = 0; j < RW; ++j)
-        _mm_prefetch(wbytes + ((j0 + j) * k + p) * esz + kPrefetchBytes, _MM_HINT_T0);
+        for (int j = 0; j < RW; ++j) _mm_prefetch(wbytes + ((j0 + j + next_rows) * k + p) * esz, _MM_HINT_T1);
+      } else {
+#pragma GCC unroll 16
+        for (int j = 0; j < RW; ++j)
+          _mm_prefetch(wbytes + ((j0 + j) * k + p) * esz + kPrefetchBytes, _MM_HINT_T0);
+      }
     }
     __m256 wv[RW];
 #pragma GCC unroll 16
@@ -109,11 +117,16 @@ PLUMB_AVX2 void tile(const float* x, int64_t k, const void* w, int64_t j0, const
 
 template <DType D, int RX>
 PLUMB_AVX2 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                       const float* bias, float* y, int64_t ldy) {
+                       const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   constexpr int RW = rows_w_for(RX);
   int64_t j = n_begin;
-  for (; j + RW <= n_end; j += RW) tile<D, RX, RW>(x, k, w, j, bias, y, ldy);
-  for (; j < n_end; ++j) tile<D, RX, 1>(x, k, w, j, bias, y, ldy);
+  if (next_rows > 0) {
+    for (; j + RW <= n_end; j += RW) tile<D, RX, RW, true>(x, k, w, j, bias, y, ldy, next_rows);
+    for (; j < n_end; ++j) tile<D, RX, 1, true>(x, k, w, j, bias, y, ldy, next_rows);
+  } else {
+    for (; j + RW <= n_end; j += RW) tile<D, RX, RW, false>(x, k, w, j, bias, y, ldy, 0);
+    for (; j < n_end; ++j) tile<D, RX, 1, false>(x, k, w, j, bias, y, ldy, 0);
+  }
 }
 
 // The ISA's part of the tiled driver (matmul_tiled.h).
@@ -123,8 +136,8 @@ struct Isa {
   static constexpr int64_t kBlockBytes = ::plumb::engine::avx2::kBlockBytes;
   template <DType D, int RX>
   static void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                     const float* bias, float* y, int64_t ldy) {
-    ::plumb::engine::avx2::rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
+                     const float* bias, float* y, int64_t ldy, int64_t next_rows) {
+    ::plumb::engine::avx2::rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
   }
 };
 

@@ -82,9 +82,12 @@ PLUMB_AVX512_INLINE __m512 load_w16(const void* base, int64_t index) {
 }
 
 // y[i, j] for i in [0, RX) of the x rows at x, j in [0, RW) of the weight rows starting at row j0.
-template <DType D, int RX, int RW>
+// Next: the rows next_rows below these are the next block's (matmul_tiled.h); they are prefetched
+// into L2 instead of these rows' next bytes. A template parameter, so that the one-pass (m <= kRowsX)
+// code is exactly the streaming loop.
+template <DType D, int RX, int RW, bool Next>
 PLUMB_AVX512 void tile(const float* x, int64_t k, const void* w, int64_t j0, const float* bias, float* y,
-                       int64_t ldy) {
+                       int64_t ldy, [[maybe_unused]] int64_t next_rows) {
   __m512 acc[RX][RW];
 #pragma GCC unroll 32
   for (int i = 0; i < RX; ++i) {
@@ -96,9 +99,14 @@ PLUMB_AVX512 void tile(const float* x, int64_t k, const void* w, int64_t j0, con
   const int64_t esz = int64_t(dtype_size(D));
   for (int64_t p = 0; p < k16; p += 16) {
     if ((p & 31) == 0) {  // once per 64-byte line of bf16/f16 (every other line for f32)
+      if constexpr (Next) {
 #pragma GCC unroll 32
-      for (int j = 0; j < RW; ++j)
-        _mm_prefetch(wbytes + ((j0 + j) * k + p) * esz + kPrefetchBytes, _MM_HINT_T0);
+        for (int j = 0; j < RW; ++j) _mm_prefetch(wbytes + ((j0 + j + next_rows) * k + p) * esz, _MM_HINT_T1);
+      } else {
+#pragma GCC unroll 32
+        for (int j = 0; j < RW; ++j)
+          _mm_prefetch(wbytes + ((j0 + j) * k + p) * esz + kPrefetchBytes, _MM_HINT_T0);
+      }
     }
     __m512 wv[RW];
 #pragma GCC unroll 32
@@ -106,6 +114,10 @@ PLUMB_AVX512 void tile(const float* x, int64_t k, const void* w, int64_t j0, con
 #pragma GCC unroll 32
     for (int i = 0; i < RX; ++i) {
       __m512 xv = _mm512_loadu_ps(x + i * k + p);
+      // Keep xv in a register. Left to itself GCC 12 folds the load into each of the RW FMAs, and
+      // RX*RW loads per step make the 8x3 tile load-bound at about half the FMA rate
+      // (BENCHMARKS.md "Engine kernels": m = 16 matmuls ~2x faster with this line).
+      if constexpr (RX > 1 && RW > 1) __asm__("" : "+v"(xv));
 #pragma GCC unroll 32
       for (int j = 0; j < RW; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
     }
@@ -122,11 +134,16 @@ PLUMB_AVX512 void tile(const float* x, int64_t k, const void* w, int64_t j0, con
 
 template <DType D, int RX>
 PLUMB_AVX512 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                         const float* bias, float* y, int64_t ldy) {
+                         const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   constexpr int RW = rows_w_for(RX);
   int64_t j = n_begin;
-  for (; j + RW <= n_end; j += RW) tile<D, RX, RW>(x, k, w, j, bias, y, ldy);
-  for (; j < n_end; ++j) tile<D, RX, 1>(x, k, w, j, bias, y, ldy);
+  if (next_rows > 0) {
+    for (; j + RW <= n_end; j += RW) tile<D, RX, RW, true>(x, k, w, j, bias, y, ldy, next_rows);
+    for (; j < n_end; ++j) tile<D, RX, 1, true>(x, k, w, j, bias, y, ldy, next_rows);
+  } else {
+    for (; j + RW <= n_end; j += RW) tile<D, RX, RW, false>(x, k, w, j, bias, y, ldy, 0);
+    for (; j < n_end; ++j) tile<D, RX, 1, false>(x, k, w, j, bias, y, ldy, 0);
+  }
 }
 
 // The ISA's part of the tiled driver (matmul_tiled.h).
@@ -136,8 +153,8 @@ struct Isa {
   static constexpr int64_t kBlockBytes = ::plumb::engine::avx512::kBlockBytes;
   template <DType D, int RX>
   static void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                     const float* bias, float* y, int64_t ldy) {
-    ::plumb::engine::avx512::rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
+                     const float* bias, float* y, int64_t ldy, int64_t next_rows) {
+    ::plumb::engine::avx512::rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
   }
 };
 

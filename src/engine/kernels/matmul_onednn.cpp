@@ -77,16 +77,18 @@ void matmul(const KernelContext&, const float* x, int64_t m, const WeightMatrix&
   }
 }
 
-// matmul "hybrid": oneDNN only where it pays. Below kHybridMinRows rows the product is bound by
-// reading the weights, which the avx512 or avx2 tiles do in one pass; oneDNN would first convert every bf16
-// weight to f32 (single-threaded) and wake its OpenMP team, which on a 2-core machine competes
-// with our own pool. Short prefills (chat turns, chunked-prefill tails) hit this case constantly.
-constexpr int64_t kHybridMinRows = 32;
+// matmul "hybrid": oneDNN only where it pays. Below the threshold the avx512 or avx2 tiles win:
+// they read the weights as stored, while oneDNN first converts every bf16 weight to f32
+// (single-threaded) and wakes its OpenMP team, which on a 2-core machine competes with our own
+// pool. Short prefills (chat turns, chunked-prefill tails) hit this case constantly. The `avx512`
+// tiles stay ahead of oneDNN up to ~128 rows (4864 x 896 bf16, 2 threads, Zen 5: 2.3-3.0x at
+// m = 32, 1.6-2.0x at 64, about even at 128; BENCHMARKS.md "Engine kernels"); `avx2` up to ~32.
+constexpr int64_t kHybridMinRowsAvx2 = 32, kHybridMinRowsAvx512 = 128;
 
 void matmul_hybrid(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w,
                    const float* bias, float* y) {
   static const bool kAvx512 = avx512::cpu_has_avx512();
-  if (m < kHybridMinRows) {
+  if (m < (kAvx512 ? kHybridMinRowsAvx512 : kHybridMinRowsAvx2)) {
     if (kAvx512) return avx512::matmul(ctx, x, m, w, bias, y);
     avx2::matmul(ctx, x, m, w, bias, y);
   } else {

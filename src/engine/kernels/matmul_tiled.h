@@ -8,7 +8,9 @@
 //   static constexpr int kRowsW;            alignment of the feature split over threads
 //   static constexpr int64_t kBlockBytes;   weight bytes per block (stays in L2 across x tiles)
 //   template <DType D, int RX> static void rows_x(const float* x, int64_t k, const void* w,
-//       int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy);
+//       int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy, int64_t next_rows);
+//       next_rows > 0: prefetch the rows next_rows further on (the next block) into L2 instead of
+//       streaming these rows' own next bytes.
 #pragma once
 
 #include <algorithm>
@@ -22,10 +24,10 @@ namespace plumb::engine::tiled {
 // The last (fewer than kRowsX) rows of x: the runtime count to a compile-time tile height.
 template <class Isa, DType D, int RX>
 void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                 const float* bias, float* y, int64_t ldy) {
+                 const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   if constexpr (RX > 0) {
-    if (rows == RX) return Isa::template rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy);
-    rows_x_tail<Isa, D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy);
+    if (rows == RX) return Isa::template rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
+    rows_x_tail<Isa, D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
   }
 }
 
@@ -36,12 +38,19 @@ void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_beg
   constexpr int kRowsX = Isa::kRowsX, kRowsW = Isa::kRowsW;
   const int64_t block =
       std::max<int64_t>(kRowsW, (Isa::kBlockBytes / (k * int64_t(dtype_size(D)))) / kRowsW * kRowsW);
+  const int64_t tail = m % kRowsX, passes = m / kRowsX + (tail > 0 ? 1 : 0);
   for (int64_t jb = n_begin; jb < n_end; jb += block) {
     const int64_t je = std::min(n_end, jb + block);
-    int64_t i = 0;
-    for (; i + kRowsX <= m; i += kRowsX)
-      Isa::template rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n);
-    rows_x_tail<Isa, D, kRowsX - 1>(m - i, x + i * k, k, w, jb, je, bias, y + i * n, n);
+    // With several x tiles, only the first pass over a block reads it from DRAM (at twice the
+    // average rate with two passes, more than the cores' share of bandwidth at m = 16); the last
+    // pass, on weights already in L2, prefetches the next block instead, so DRAM reads overlap
+    // compute. With one pass (m <= kRowsX) every pass streams its own rows ahead.
+    const int64_t next = passes > 1 && je < n_end ? je - jb : 0;
+    int64_t i = 0, pass = 0;
+    for (; i + kRowsX <= m; i += kRowsX, ++pass)
+      Isa::template rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n,
+                                      pass == passes - 1 ? next : 0);
+    rows_x_tail<Isa, D, kRowsX - 1>(m - i, x + i * k, k, w, jb, je, bias, y + i * n, n, next);
   }
 }
 
