@@ -12,6 +12,7 @@
 //       onednn_alone_GFLOPs  dnnl_sgemm on f32 copies of the same shapes (no conversion, no bias)
 //       ratio_vs_onednn_alone  our rate / that rate
 //   BM_MatmulShape/<n>/<k>/<m>      one projection, for diagnosis.
+//   BM_DecodeAttention/<variant>/<batch>/<context>   one layer's decode attention, for diagnosis.
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -159,6 +160,34 @@ void BM_MatmulShape(benchmark::State& state, const char* variant) {
       benchmark::Counter(2.0 * double(n * k) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Decode attention of one Qwen2.5-0.5B layer (14 heads over 2 KV heads, head_dim 64) for `batch`
+// sequences of `context` positions each, paged in blocks of 16 (block tables interleaved across
+// sequences, as a running server's are).
+void BM_DecodeAttention(benchmark::State& state, const char* variant) {
+  const int32_t batch = int32_t(state.range(0)), context = int32_t(state.range(1));
+  const int32_t n_heads = 14, n_kv = 2, hd = 64, bs = 16;
+  auto v = KernelRegistry::instance().find(Op::kAttention, variant);
+  if (!v.ok()) return state.SkipWithError("variant not available");
+  auto fn = reinterpret_cast<engine::AttentionFn>((*v)->fn);
+  const int32_t blocks_per_seq = (context + bs - 1) / bs;
+  const size_t kv_floats = size_t(batch) * size_t(blocks_per_seq) * bs * n_kv * hd;
+  std::vector<float> k(kv_floats), vv(kv_floats), q(size_t(batch) * n_heads * hd), out(q.size());
+  for (size_t i = 0; i < kv_floats; ++i) k[i] = float(i % 17) * 0.01f, vv[i] = float(i % 13) * 0.02f;
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float(i % 11) * 0.03f;
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
+  std::vector<engine::AttentionSeq> seqs;
+  for (int32_t s = 0; s < batch; ++s) {
+    for (int32_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(b * batch + s);
+    seqs.push_back({s, 1, context - 1, tables[size_t(s)].data()});
+  }
+  const engine::KvLayerView kv{k.data(), vv.data(), bs, n_kv, hd};
+  const KernelContext ctx{&pool(), Phase::kDecode};
+  for (auto _ : state) fn(ctx, q.data(), kv, seqs, n_heads, 0.125f, out.data());
+  // q·k and p·v: 2 multiply-adds per (head, position, dimension).
+  state.counters["GFLOPs"] = benchmark::Counter(4.0 * batch * n_heads * double(context) * hd / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_DecodeMatmulModel)->Arg(1)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, onednn, "onednn")
     ->Arg(512)
@@ -188,6 +217,17 @@ BENCHMARK_CAPTURE(BM_MatmulShape, avx2, "avx2")
     ->Args({896, 4864, 1})
     ->Args({4864, 896, 16})
     ->Args({896, 4864, 16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_CAPTURE(BM_DecodeAttention, avx2, "avx2")
+    ->Args({1, 128})
+    ->Args({16, 85})
+    ->Args({16, 320})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeAttention, reference, "reference")
+    ->Args({16, 85})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

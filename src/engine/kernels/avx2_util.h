@@ -22,6 +22,13 @@ PLUMB_AVX2_INLINE float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+PLUMB_AVX2_INLINE float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 PLUMB_AVX2_INLINE __m256 load_bf16x8(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));

@@ -147,48 +147,110 @@ struct AttentionJob {
   float* out;
 };
 
+// The 8 sums of acc[0..7], in order: [sum(acc[0]), ..., sum(acc[7])].
+PLUMB_AVX2_INLINE __m256 hsum8x8(const __m256* acc) {
+  const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
+  // Per 128-bit lane: u0 = acc[0..3] summed over elements 0-3 (low lane) and 4-7 (high lane).
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
 // Items are (sequence token, head) pairs: item = row * n_heads + h over the batch's q rows.
+// With head_dim a multiple of 8 the scores go 8 positions at a time (8 independent FMA chains, one
+// transpose-sum) and the output accumulates in registers, 64 dimensions per pass over the context;
+// one dot product per position with its own horizontal sum (the general path) is latency-bound.
 PLUMB_AVX2 void attention_items(const AttentionJob& job, int64_t b, int64_t e) {
   const KvLayerView& kv = *job.kv;
   const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, bs = kv.block_size;
   const int64_t group = job.n_heads / n_kv;
+  const bool wide = hd % 8 == 0;
   thread_local std::vector<float> scores;  // [context]; grows, never shrinks
+  thread_local std::vector<int64_t> slot;  // [context]: cache slot of each position of slot_row
+  int64_t slot_row = -1;
   for (int64_t item = b; item < e; ++item) {
     const int64_t row = item / job.n_heads, h = item % job.n_heads;
     const int32_t si = job.item_seq[row];
     if (si < 0) continue;  // a row no sequence owns
     const AttentionSeq& s = job.seqs[si];
     const int64_t context = int64_t(s.start_pos) + (row - s.q_row) + 1;
-    if (scores.size() < size_t(context)) scores.resize(size_t(context));
+    if (scores.size() < size_t(context)) scores.resize(size_t(context)), slot.resize(size_t(context));
+    if (row != slot_row) {  // every head of a row reads the same positions: resolve them once
+      for (int64_t p = 0, blk = 0, off = 0; p < context; ++p) {
+        slot[size_t(p)] = int64_t(s.block_table[blk]) * bs + off;
+        if (++off == bs) off = 0, ++blk;
+      }
+      slot_row = row;
+    }
     const int64_t kvh = h / group;
     const float* qv = job.q + (row * job.n_heads + h) * hd;
+    auto k_at = [&](int64_t p) { return kv.k + (slot[size_t(p)] * n_kv + kvh) * hd; };
+    auto v_at = [&](int64_t p) { return kv.v + (slot[size_t(p)] * n_kv + kvh) * hd; };
     float mx = -INFINITY;
-    for (int64_t p = 0; p < context; ++p) {
-      const int64_t slot = int64_t(s.block_table[p / bs]) * bs + p % bs;
-      float sc = dot(qv, kv.k + (slot * n_kv + kvh) * hd, hd) * job.scale;
+    int64_t p = 0;
+    if (wide) {
+      const __m256 vscale = _mm256_set1_ps(job.scale);
+      __m256 vmx = _mm256_set1_ps(-INFINITY);
+      for (; p + 8 <= context; p += 8) {
+        const float* kp[8];
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) kp[j] = k_at(p + j), acc[j] = _mm256_setzero_ps();
+        for (int64_t c = 0; c < hd; c += 8) {
+          const __m256 qc = _mm256_loadu_ps(qv + c);
+#pragma GCC unroll 8
+          for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kp[j] + c), acc[j]);
+        }
+        const __m256 sc = _mm256_mul_ps(hsum8x8(acc), vscale);
+        _mm256_storeu_ps(&scores[size_t(p)], sc);
+        vmx = _mm256_max_ps(vmx, sc);
+      }
+      mx = std::max(mx, hmax(vmx));
+    }
+    for (; p < context; ++p) {
+      float sc = dot(qv, k_at(p), hd) * job.scale;
       scores[size_t(p)] = sc;
       mx = std::max(mx, sc);
     }
     // exp(score - max), vectorized over the context.
     float denom = 0.0f;
     {
-      int64_t p = 0;
+      int64_t i = 0;
       __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-      for (; p + 8 <= context; p += 8) {
-        __m256 ev = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&scores[size_t(p)]), vm));
-        _mm256_storeu_ps(&scores[size_t(p)], ev);
+      for (; i + 8 <= context; i += 8) {
+        __m256 ev = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&scores[size_t(i)]), vm));
+        _mm256_storeu_ps(&scores[size_t(i)], ev);
         vs = _mm256_add_ps(vs, ev);
       }
       denom = hsum(vs);
-      for (; p < context; ++p) denom += (scores[size_t(p)] = std::exp(scores[size_t(p)] - mx));
-    }
-    float* o = job.out + (row * job.n_heads + h) * hd;
-    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    for (int64_t p = 0; p < context; ++p) {
-      const int64_t slot = int64_t(s.block_table[p / bs]) * bs + p % bs;
-      axpy(scores[size_t(p)], kv.v + (slot * n_kv + kvh) * hd, o, hd);
+      for (; i < context; ++i) denom += (scores[size_t(i)] = std::exp(scores[size_t(i)] - mx));
     }
     const float inv = 1.0f / denom;
+    float* o = job.out + (row * job.n_heads + h) * hd;
+    int64_t c0 = 0;
+    if (wide) {
+      const __m256 vinv = _mm256_set1_ps(inv);
+      for (; c0 < hd; c0 += 64) {  // up to 8 registers of output per pass over the context
+        const int nv = int(std::min<int64_t>(8, (hd - c0) / 8));
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+        for (int64_t pp = 0; pp < context; ++pp) {
+          const __m256 w = _mm256_set1_ps(scores[size_t(pp)]);
+          const float* vp = v_at(pp) + c0;
+          if (nv == 8) {
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
+          } else {
+            for (int i = 0; i < nv; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
+          }
+        }
+        for (int i = 0; i < nv; ++i) _mm256_storeu_ps(o + c0 + 8 * i, _mm256_mul_ps(acc[i], vinv));
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+    for (int64_t pp = 0; pp < context; ++pp) axpy(scores[size_t(pp)], v_at(pp), o, hd);
     for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
   }
 }

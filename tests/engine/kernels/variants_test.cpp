@@ -210,7 +210,8 @@ TEST(Variants, AttentionMatchesReferenceOverLayouts) {
     int32_t n_heads, n_kv, hd, bs;
   };
   for (const KernelVariant* v : fast_variants(Op::kAttention)) {
-    for (Layout L : {Layout{14, 2, 64, 16}, Layout{4, 4, 7, 3}, Layout{8, 1, 33, 5}, Layout{2, 1, 128, 1}}) {
+    for (Layout L : {Layout{14, 2, 64, 16}, Layout{4, 4, 7, 3}, Layout{8, 1, 33, 5}, Layout{2, 1, 128, 1},
+                     Layout{6, 2, 80, 4}}) {
       TestCache cache(40, L.bs, L.n_kv, L.hd, uint64_t(L.hd));
       // Scattered block tables (reversed and interleaved physical ids).
       std::vector<std::vector<int32_t>> tables(3);
@@ -222,7 +223,7 @@ TEST(Variants, AttentionMatchesReferenceOverLayouts) {
       const int32_t cap = 13 * L.bs;  // positions a table covers
       // A prefill, a decode and a chunked continuation in one batch, rows out of order.
       std::vector<AttentionSeq> seqs = {{1, std::min(cap, 11), 0, tables[0].data()},
-                                        {0, 1, std::min(cap - 1, 12), tables[1].data()},
+                                        {0, 1, std::min(cap - 1, 40), tables[1].data()},
                                         {1 + std::min(cap, 11), 3, std::min(cap - 3, 5), tables[2].data()}};
       int64_t rows = 1 + std::min(cap, 11) + 3;
       auto q = random_floats(size_t(rows * L.n_heads * L.hd), 9);
