@@ -132,18 +132,13 @@ PLUMB_AVX512 void tile(const float* x, int64_t k, const void* w, int64_t j0, con
   }
 }
 
-template <DType D, int RX>
+template <DType D, int RX, bool Next>
 PLUMB_AVX512 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
                          const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   constexpr int RW = rows_w_for(RX);
   int64_t j = n_begin;
-  if (next_rows > 0) {
-    for (; j + RW <= n_end; j += RW) tile<D, RX, RW, true>(x, k, w, j, bias, y, ldy, next_rows);
-    for (; j < n_end; ++j) tile<D, RX, 1, true>(x, k, w, j, bias, y, ldy, next_rows);
-  } else {
-    for (; j + RW <= n_end; j += RW) tile<D, RX, RW, false>(x, k, w, j, bias, y, ldy, 0);
-    for (; j < n_end; ++j) tile<D, RX, 1, false>(x, k, w, j, bias, y, ldy, 0);
-  }
+  for (; j + RW <= n_end; j += RW) tile<D, RX, RW, Next>(x, k, w, j, bias, y, ldy, next_rows);
+  for (; j < n_end; ++j) tile<D, RX, 1, Next>(x, k, w, j, bias, y, ldy, next_rows);
 }
 
 // The ISA's part of the tiled driver (matmul_tiled.h).
@@ -151,10 +146,10 @@ struct Isa {
   static constexpr int kRowsX = ::plumb::engine::avx512::kRowsX;
   static constexpr int kRowsW = ::plumb::engine::avx512::kRowsW;
   static constexpr int64_t kBlockBytes = ::plumb::engine::avx512::kBlockBytes;
-  template <DType D, int RX>
+  template <DType D, int RX, bool Next>
   static void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
                      const float* bias, float* y, int64_t ldy, int64_t next_rows) {
-    ::plumb::engine::avx512::rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
+    ::plumb::engine::avx512::rows_x<D, RX, Next>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
   }
 };
 

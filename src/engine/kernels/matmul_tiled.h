@@ -7,10 +7,11 @@
 //   static constexpr int kRowsX;            x rows per tile (at most)
 //   static constexpr int kRowsW;            alignment of the feature split over threads
 //   static constexpr int64_t kBlockBytes;   weight bytes per block (stays in L2 across x tiles)
-//   template <DType D, int RX> static void rows_x(const float* x, int64_t k, const void* w,
-//       int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy, int64_t next_rows);
-//       next_rows > 0: prefetch the rows next_rows further on (the next block) into L2 instead of
-//       streaming these rows' own next bytes.
+//   template <DType D, int RX, bool Next> static void rows_x(const float* x, int64_t k,
+//       const void* w, int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
+//       int64_t next_rows);
+//       Next (then next_rows > 0): prefetch the rows next_rows further on (the next block) into L2
+//       instead of streaming these rows' own next bytes.
 #pragma once
 
 #include <algorithm>
@@ -21,12 +22,21 @@
 
 namespace plumb::engine::tiled {
 
+// next_rows (> 0: prefetch the next block; see features) to the ISA's compile-time choice.
+template <class Isa, DType D, int RX>
+void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end, const float* bias,
+            float* y, int64_t ldy, int64_t next_rows) {
+  if (next_rows > 0)
+    return Isa::template rows_x<D, RX, true>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
+  Isa::template rows_x<D, RX, false>(x, k, w, n_begin, n_end, bias, y, ldy, 0);
+}
+
 // The last (fewer than kRowsX) rows of x: the runtime count to a compile-time tile height.
 template <class Isa, DType D, int RX>
 void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
                  const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   if constexpr (RX > 0) {
-    if (rows == RX) return Isa::template rows_x<D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
+    if (rows == RX) return rows_x<Isa, D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
     rows_x_tail<Isa, D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
   }
 }
@@ -48,8 +58,7 @@ void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_beg
     const int64_t next = passes > 1 && je < n_end ? je - jb : 0;
     int64_t i = 0, pass = 0;
     for (; i + kRowsX <= m; i += kRowsX, ++pass)
-      Isa::template rows_x<D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n,
-                                      pass == passes - 1 ? next : 0);
+      rows_x<Isa, D, kRowsX>(x + i * k, k, w, jb, je, bias, y + i * n, n, pass == passes - 1 ? next : 0);
     rows_x_tail<Isa, D, kRowsX - 1>(m - i, x + i * k, k, w, jb, je, bias, y + i * n, n, next);
   }
 }
