@@ -205,6 +205,9 @@ BENCHMARK_CAPTURE(BM_MatmulShape, avx512, "avx512")
     ->Args({1024, 1024, 16})  // the compute ceiling's shapes (ceilings.h)
     ->Args({1024, 1024, 64})
     ->Args({2048, 2048, 16})  // Llama-3.2-1B's q/o_proj
+    ->Args({4864, 896, 32})   // hybrid's threshold (matmul_onednn.cpp), against the onednn rows below
+    ->Args({4864, 896, 64})
+    ->Args({4864, 896, 128})
     ->Args({4864, 896, 1})
     ->Args({4864, 896, 16})
     ->Args({151936, 896, 1})
@@ -217,6 +220,13 @@ BENCHMARK_CAPTURE(BM_MatmulShape, avx2, "avx2")
     ->Args({896, 4864, 1})
     ->Args({4864, 896, 16})
     ->Args({896, 4864, 16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_CAPTURE(BM_MatmulShape, onednn, "onednn")  // bf16 weights converted on every call
+    ->Args({4864, 896, 32})
+    ->Args({4864, 896, 64})
+    ->Args({4864, 896, 128})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -81,7 +81,7 @@ void matmul(const KernelContext&, const float* x, int64_t m, const WeightMatrix&
 // they read the weights as stored, while oneDNN first converts every bf16 weight to f32
 // (single-threaded) and wakes its OpenMP team, which on a 2-core machine competes with our own
 // pool. Short prefills (chat turns, chunked-prefill tails) hit this case constantly. The `avx512`
-// tiles stay ahead of oneDNN up to ~128 rows (4864 x 896 bf16, 2 threads, Zen 5: 2.6-2.7x at
+// tiles stay ahead of oneDNN up to ~128 rows (4864 x 896 bf16, 2 threads, Zen 5: 2.3-2.7x at
 // m = 32, 1.5-2.2x at 64, 1.0-1.4x at 128; BENCHMARKS.md "Engine kernels"); `avx2` up to ~32.
 constexpr int64_t kHybridMinRowsAvx2 = 32, kHybridMinRowsAvx512 = 128;
 

@@ -48,7 +48,7 @@ void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_beg
   constexpr int kRowsX = Isa::kRowsX, kRowsW = Isa::kRowsW;
   const int64_t block =
       std::max<int64_t>(kRowsW, (Isa::kBlockBytes / (k * int64_t(dtype_size(D)))) / kRowsW * kRowsW);
-  const int64_t tail = m % kRowsX, passes = m / kRowsX + (tail > 0 ? 1 : 0);
+  const int64_t passes = (m + kRowsX - 1) / kRowsX;  // x tiles per block
   for (int64_t jb = n_begin; jb < n_end; jb += block) {
     const int64_t je = std::min(n_end, jb + block);
     // With several x tiles, only the first pass over a block reads it from DRAM (at twice the
