@@ -128,6 +128,19 @@ std::unique_ptr<Model> load(const std::string& name, WeightDType dt, const Kerne
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
+// The bound a model's logits are held to against the reference's f32 logits (absolute). Linear
+// layers in the bf16-activation class (auto's avx512_bf16 on bf16 weights where the CPU has
+// AVX512_BF16: x rounded to bf16 before each matmul) get the bf16 standard of
+// PrefillBf16WithinTheReferencesOwnBf16Error, 0.75x the reference's own bf16-inference error; every
+// other configuration keeps x in f32 and gets 1e-4 of the largest logit.
+float f32_bound(const Model& m, const Reference& ref) {
+  const auto& ks = m.kernel_sets();
+  bool bf16_class = false;
+  for (const auto& set : ks) bf16_class |= set.names.at(Op::kMatmul) == "avx512_bf16";
+  bf16_class &= m.weights().linear_dtype() == DType::kBF16;
+  return bf16_class ? 0.75f * max_abs_diff(ref.logits_bf16, ref.logits_f32) : 1e-4f * max_abs(ref.logits_f32);
+}
+
 class Golden : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -159,8 +172,8 @@ TEST_F(Golden, PrefillF32MatchesTransformers) {
         EXPECT_EQ(m->weights().linear_dtype(), DType::kF32);
       }
       auto ours = prefill_all(*m, ref.ids);
-      float rel = max_abs_diff(ours, ref.logits_f32) / max_abs(ref.logits_f32);
-      EXPECT_LE(rel, 1e-4f) << "max|diff|/max|ref| = " << rel;
+      const float diff = max_abs_diff(ours, ref.logits_f32);
+      EXPECT_LE(diff, f32_bound(*m, ref)) << "max|diff|/max|ref| = " << diff / max_abs(ref.logits_f32);
     }
   }
 }
@@ -194,15 +207,15 @@ TEST_F(Golden, IncrementalDecodeMatchesEveryRow) {
     ForwardOutput out;
     SequenceInput pre{std::span(ref.ids).first(size_t(k)), 0, h.tables[0].blocks, false};
     ASSERT_TRUE(m->forward(std::span(&pre, 1), *h.cache, &out).ok());
-    const float scale = max_abs(ref.logits_f32);
+    const float bound = f32_bound(*m, ref);
     auto ref_row = [&](int t) {
       return std::span(ref.logits_f32).subspan(size_t(t) * ref.vocab, size_t(ref.vocab));
     };
-    EXPECT_LE(max_abs_diff(out.last(0), ref_row(k - 1)) / scale, 1e-4f);
+    EXPECT_LE(max_abs_diff(out.last(0), ref_row(k - 1)), bound);
     for (int t = k; t < T; ++t) {
       SequenceInput dec{std::span(ref.ids).subspan(size_t(t), 1), t, h.tables[0].blocks, false};
       ASSERT_TRUE(m->forward(std::span(&dec, 1), *h.cache, &out).ok());
-      EXPECT_LE(max_abs_diff(out.last(0), ref_row(t)) / scale, 1e-4f) << "decode step at position " << t;
+      EXPECT_LE(max_abs_diff(out.last(0), ref_row(t)), bound) << "decode step at position " << t;
     }
   }
 }

@@ -126,6 +126,7 @@ PLUMB_AVX2 void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin
 
 // The ISA's part of the tiled driver (matmul_tiled.h).
 struct Isa {
+  using X = float;
   static constexpr int kRowsX = ::plumb::engine::avx2::kRowsX;
   static constexpr int kRowsW = ::plumb::engine::avx2::kRowsW;
   static constexpr int64_t kBlockBytes = ::plumb::engine::avx2::kBlockBytes;

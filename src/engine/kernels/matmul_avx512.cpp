@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "engine/kernels/matmul_tiled.h"
 #include "engine/kernels/reference.h"
@@ -23,6 +24,12 @@
 #define PLUMB_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 #define PLUMB_AVX512_INLINE \
   __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"), always_inline)) inline
+#define PLUMB_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c")))
+
+namespace plumb::engine::onednn {
+void matmul_hybrid(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w,
+                   const float* bias, float* y);
+}  // namespace plumb::engine::onednn
 
 namespace plumb::engine::avx512 {
 
@@ -31,6 +38,17 @@ bool cpu_has_avx512() {
   // libgcc's feature bits include the OS check (XCR0 enables the zmm state).
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+
+bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+PLUMB_AVX512_BF16 void round_to_bf16(const float* x, int64_t count, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32) {  // two 16-float halves into 32 bf16, nearest even
+    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(out + i, (__m512i)b);
+  }
+  for (; i < count; ++i) out[i] = f32_to_bf16(x[i]);
 }
 
 namespace {
@@ -143,6 +161,7 @@ PLUMB_AVX512 void rows_x(const float* x, int64_t k, const void* w, int64_t n_beg
 
 // The ISA's part of the tiled driver (matmul_tiled.h).
 struct Isa {
+  using X = float;
   static constexpr int kRowsX = ::plumb::engine::avx512::kRowsX;
   static constexpr int kRowsW = ::plumb::engine::avx512::kRowsW;
   static constexpr int64_t kBlockBytes = ::plumb::engine::avx512::kBlockBytes;
@@ -153,7 +172,98 @@ struct Isa {
   }
 };
 
+// ---- "avx512_bf16": the same tiles with VDPBF16PS (AVX512_BF16) ----------------------------------
+// For bf16 weights the activations are rounded to bf16 once per call and each instruction multiplies
+// 32 bf16 pairs of x and W and adds them pairwise into 16 f32 accumulators: twice the multiply-adds
+// of an f32 FMA per instruction, and the weights are used as loaded (no widening). Products of two
+// bf16 values are exact in f32; the rounding of x (relative 2^-9 per element) is the only new error:
+// |y - y_ref| <= 2^-8 * sum_p |x_p w_p| (tests/engine/kernels/variants_test.cpp), the numeric class
+// of PyTorch's bf16 inference and of oneDNN's bf16 matmul. Each row's result depends on its own x
+// row only (the same instructions in the same order for any tile height), so a sequence's logits do
+// not depend on which rows share its batch.
+
+// y[i, j] for i in [0, RX) of the bf16 x rows at x, j in [0, RW) of the weight rows from j0 (as tile).
+template <int RX, int RW, bool Next>
+PLUMB_AVX512_BF16 void tile_dot(const uint16_t* x, int64_t k, const void* w, int64_t j0, const float* bias,
+                                float* y, int64_t ldy, [[maybe_unused]] int64_t next_rows) {
+  __m512 acc[RX][RW];
+#pragma GCC unroll 32
+  for (int i = 0; i < RX; ++i) {
+#pragma GCC unroll 32
+    for (int j = 0; j < RW; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const auto* wr = static_cast<const uint16_t*>(w);
+  const int64_t k32 = k & ~int64_t(31);
+  for (int64_t p = 0; p < k32; p += 32) {  // one 64-byte line of each weight row per step
+    if constexpr (Next) {
+#pragma GCC unroll 32
+      for (int j = 0; j < RW; ++j) _mm_prefetch(wr + (j0 + j + next_rows) * k + p, _MM_HINT_T1);
+    } else {
+#pragma GCC unroll 32
+      for (int j = 0; j < RW; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(wr + (j0 + j) * k + p) + kPrefetchBytes, _MM_HINT_T0);
+    }
+    __m512i wv[RW];
+#pragma GCC unroll 32
+    for (int j = 0; j < RW; ++j) wv[j] = _mm512_loadu_si512(wr + (j0 + j) * k + p);
+#pragma GCC unroll 32
+    for (int i = 0; i < RX; ++i) {
+      __m512i xv = _mm512_loadu_si512(x + i * k + p);
+      if constexpr (RX > 1 && RW > 1) __asm__("" : "+v"(xv));  // keep x in a register (see tile)
+#pragma GCC unroll 32
+      for (int j = 0; j < RW; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv, (__m512bh)wv[j]);
+    }
+  }
+  for (int i = 0; i < RX; ++i) {
+    for (int j = 0; j < RW; ++j) {
+      float s = hsum16(acc[i][j]);
+      for (int64_t p = k32; p < k; ++p) s += bf16_to_f32(x[i * k + p]) * bf16_to_f32(wr[(j0 + j) * k + p]);
+      if (bias) s += bias[j0 + j];
+      y[i * ldy + j0 + j] = s;
+    }
+  }
+}
+
+template <DType D, int RX, bool Next>
+PLUMB_AVX512_BF16 void rows_x_dot(const uint16_t* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                                  const float* bias, float* y, int64_t ldy, int64_t next_rows) {
+  static_assert(D == DType::kBF16, "the bf16 dot tiles read bf16 weights only");
+  constexpr int RW = rows_w_for(RX);
+  int64_t j = n_begin;
+  for (; j + RW <= n_end; j += RW) tile_dot<RX, RW, Next>(x, k, w, j, bias, y, ldy, next_rows);
+  for (; j < n_end; ++j) tile_dot<RX, 1, Next>(x, k, w, j, bias, y, ldy, next_rows);
+}
+
+// The tiled driver's view of the bf16 dot tiles: x is bf16, block and split as for "avx512".
+struct IsaDot {
+  using X = uint16_t;
+  static constexpr int kRowsX = ::plumb::engine::avx512::kRowsX;
+  static constexpr int kRowsW = ::plumb::engine::avx512::kRowsW;
+  static constexpr int64_t kBlockBytes = ::plumb::engine::avx512::kBlockBytes;
+  template <DType D, int RX, bool Next>
+  static void rows_x(const uint16_t* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+                     const float* bias, float* y, int64_t ldy, int64_t next_rows) {
+    rows_x_dot<D, RX, Next>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
+  }
+};
+
 }  // namespace
+
+// bf16 weights: x rounded to bf16 into the calling thread's buffer, then the dot tiles, for every m
+// and both phases, so that a row's result never depends on the phase or the batch it was computed
+// in. f32 and f16 weights keep x in f32 and the f32 class's bound: "avx512" for decode, "hybrid"
+// (oneDNN from 128 rows) for prefill, as auto picks without AVX512_BF16.
+void matmul_bf16(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w,
+                 const float* bias, float* y) {
+  if (w.dtype != DType::kBF16 || m <= 0) {
+    if (ctx.phase == Phase::kPrefill) return onednn::matmul_hybrid(ctx, x, m, w, bias, y);
+    return tiled::matmul<Isa>(ctx, x, m, w, bias, y);
+  }
+  thread_local std::vector<uint16_t> xb;  // grows to the largest [m, k] seen, then reused
+  if (xb.size() < size_t(m * w.cols)) xb.resize(size_t(m * w.cols));
+  round_to_bf16(x, m * w.cols, xb.data());
+  tiled::run<IsaDot, DType::kBF16>(ctx, xb.data(), m, w, bias, y);
+}
 
 void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
             float* y) {
@@ -171,6 +281,14 @@ void register_avx512_kernels(KernelRegistry& r) {
                       &avx512::cpu_has_avx512,
                       reinterpret_cast<void*>(&avx512::matmul),
                       {1, 3}});
+  r.add(Op::kMatmul,
+        {"avx512_bf16",
+         "AVX512_BF16 dot tiles for bf16 weights, every m: activations rounded to bf16, "
+         "f32 accumulation, twice avx512's multiply-adds per instruction (f32/f16 weights: "
+         "avx512, hybrid for prefill); auto's choice in both phases where the CPU has AVX512_BF16",
+         &avx512::cpu_has_avx512_bf16,
+         reinterpret_cast<void*>(&avx512::matmul_bf16),
+         {4, 4}});
 }
 
 }  // namespace plumb::engine::detail

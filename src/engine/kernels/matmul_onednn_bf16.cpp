@@ -12,8 +12,6 @@
 // One primitive per (n, k) with the row count m as a runtime dimension, created on first use and
 // kept per thread (a model has a handful of distinct shapes). oneDNN threads with its own OpenMP
 // runtime (OMP_NUM_THREADS), not ctx.pool, as the f32 "onednn" variant does.
-#include <immintrin.h>
-
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -27,26 +25,14 @@ void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMat
             float* y);
 }  // namespace plumb::engine::onednn
 
+namespace plumb::engine::avx512 {
+bool cpu_has_avx512_bf16();
+void round_to_bf16(const float* x, int64_t count, uint16_t* out);  // nearest even
+}  // namespace plumb::engine::avx512
+
 namespace plumb::engine::onednn_bf16 {
 
-bool cpu_has_avx512_bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512bf16");
-}
-
 namespace {
-
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_to_bf16(const float* x,
-                                                                                   int64_t count,
-                                                                                   uint16_t* out) {
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) {
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<const __m256i&>(b));
-  }
-  for (; i < count; ++i) out[i] = f32_to_bf16(x[i]);
-}
 
 struct Plan {
   dnnl::matmul prim;
@@ -89,7 +75,7 @@ void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMat
     State& s = state();  // the engine and stream are created on a thread's first call
     const Plan& p = plan_for(s, n, k);
     if (s.xb.size() < size_t(m * k)) s.xb.resize(size_t(m * k));
-    round_to_bf16(x, m * k, s.xb.data());
+    avx512::round_to_bf16(x, m * k, s.xb.data());
     using dt = dnnl::memory::data_type;
     dnnl::memory src({{m, k}, dt::bf16, {k, 1}}, s.eng, s.xb.data());
     dnnl::memory wts(p.weights, s.eng, const_cast<void*>(w.data));  // read only
@@ -116,7 +102,7 @@ void register_onednn_bf16_kernels(KernelRegistry& r) {
   r.add(Op::kMatmul, {"onednn_bf16",
                       "oneDNN bf16 matmul (AVX512_BF16): bf16 weights as stored, activations rounded to "
                       "bf16, f32 accumulation; opt-in (not auto: a coarser numeric class), prefill",
-                      &onednn_bf16::cpu_has_avx512_bf16,
+                      &avx512::cpu_has_avx512_bf16,
                       reinterpret_cast<void*>(&onednn_bf16::matmul),
                       {-1, -1}});  // below reference: auto never picks it
 }

@@ -4,10 +4,12 @@
 //
 // Isa supplies the ISA-specific parts; only rows_x carries the target attribute (it is called, never
 // inlined, from here, so this header compiles for baseline x86-64):
+//   using X;                                the element type of x as rows_x reads it (float, or
+//                                           uint16_t for bf16 activations)
 //   static constexpr int kRowsX;            x rows per tile (at most)
 //   static constexpr int kRowsW;            alignment of the feature split over threads
 //   static constexpr int64_t kBlockBytes;   weight bytes per block (stays in L2 across x tiles)
-//   template <DType D, int RX, bool Next> static void rows_x(const float* x, int64_t k,
+//   template <DType D, int RX, bool Next> static void rows_x(const X* x, int64_t k,
 //       const void* w, int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
 //       int64_t next_rows);
 //       Next (then next_rows > 0): prefetch the rows next_rows further on (the next block) into L2
@@ -24,8 +26,8 @@ namespace plumb::engine::tiled {
 
 // next_rows (> 0: prefetch the next block; see features) to the ISA's compile-time choice.
 template <class Isa, DType D, int RX>
-void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end, const float* bias,
-            float* y, int64_t ldy, int64_t next_rows) {
+void rows_x(const typename Isa::X* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+            const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   if (next_rows > 0)
     return Isa::template rows_x<D, RX, true>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
   Isa::template rows_x<D, RX, false>(x, k, w, n_begin, n_end, bias, y, ldy, 0);
@@ -33,8 +35,8 @@ void rows_x(const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n
 
 // The last (fewer than kRowsX) rows of x: the runtime count to a compile-time tile height.
 template <class Isa, DType D, int RX>
-void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
-                 const float* bias, float* y, int64_t ldy, int64_t next_rows) {
+void rows_x_tail(int64_t rows, const typename Isa::X* x, int64_t k, const void* w, int64_t n_begin,
+                 int64_t n_end, const float* bias, float* y, int64_t ldy, int64_t next_rows) {
   if constexpr (RX > 0) {
     if (rows == RX) return rows_x<Isa, D, RX>(x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
     rows_x_tail<Isa, D, RX - 1>(rows, x, k, w, n_begin, n_end, bias, y, ldy, next_rows);
@@ -43,7 +45,7 @@ void rows_x_tail(int64_t rows, const float* x, int64_t k, const void* w, int64_t
 
 // Output features [n_begin, n_end) for every row of x.
 template <class Isa, DType D>
-void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
+void features(const typename Isa::X* x, int64_t m, int64_t k, const void* w, int64_t n_begin, int64_t n_end,
               const float* bias, float* y, int64_t n) {
   constexpr int kRowsX = Isa::kRowsX, kRowsW = Isa::kRowsW;
   const int64_t block =
@@ -64,8 +66,8 @@ void features(const float* x, int64_t m, int64_t k, const void* w, int64_t n_beg
 }
 
 template <class Isa, DType D>
-void run(const KernelContext& ctx, const float* x, int64_t m, const WeightMatrix& w, const float* bias,
-         float* y) {
+void run(const KernelContext& ctx, const typename Isa::X* x, int64_t m, const WeightMatrix& w,
+         const float* bias, float* y) {
   auto part = [&](int64_t b, int64_t e) { features<Isa, D>(x, m, w.cols, w.data, b, e, bias, y, w.rows); };
   if (ctx.pool) {
     ctx.pool->parallel_for(w.rows, part, Isa::kRowsW);
