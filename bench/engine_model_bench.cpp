@@ -1,17 +1,21 @@
 // Whole-model speed of the reference engine on Qwen2.5-0.5B (models/configs/qwen2.5-0.5b) with
-// dummy bf16 weights, each figure next to its ceiling measured in the same run (at start; batch 16's
-// compute peak also right before and after its timed loop, the highest reading used):
+// dummy bf16 weights, each figure next to its ceiling measured in the same run (decode: probed every
+// ~0.5 s of the timed loop, each segment's ratio against the probes beside it, the median reported
+// as ratio_median; see BM_Decode):
 //   decode batch 1:  tokens/s vs the memory roofline  read_bandwidth / bytes read per token
 //                    (all linear weights incl. the tied lm_head + the KV cache of the context);
 //   decode batch 16: tokens/s vs min(16 * read_bandwidth / bytes per step,
 //                                    bf16 matmul peak / flops per token);
-//   prefill 512:     tokens/s vs oneDNN alone running the same matmul shapes (m = 512; lm_head m = 1);
+//   prefill 512:     tokens/s vs oneDNN alone running the same matmul shapes (m = 512; lm_head m = 1),
+//                    the faster of its f32 sgemm and, on AVX512_BF16 CPUs, its bf16 matmul;
 //   peak RSS vs weights + KV cache.
 // Threads: $PLUMB_BENCH_THREADS, else all cores; kernels: $PLUMB_BENCH_KERNELS (selection JSON), else
 // auto. Run:
 //   build/<dir>/bench/engine_model_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -68,6 +72,30 @@ class ModuleTimes : public KernelObserver {
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> totals_;
 };
 
+// Peak resident set (VmHWM) of this process in bytes; reset_peak_rss() restarts it (Linux >= 4.0).
+double peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
+  }
+  return 0;
+}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// A short read-bandwidth probe (256 MiB, 8x this VM's L3; best of 3 passes) whose buffer is not
+// counted in the engine's peak RSS: the peak so far is banked before it and the counter restarted
+// after it.
+double g_rss_banked = 0;
+double bandwidth_probe(int threads) {
+  g_rss_banked = std::max(g_rss_banked, peak_rss_bytes());
+  const double bw = measure_read_bandwidth_gbs(threads, int64_t(256) << 20, 3);
+  reset_peak_rss();
+  return bw;
+}
+
+constexpr double kSegmentSeconds = 0.5;  // timed decode between two ceiling probes
+
 // Decode: `batch` sequences, each prefilled with kCtxStart tokens, then one token per step.
 void BM_Decode(benchmark::State& state) {
   Model& m = *g->model;
@@ -94,44 +122,81 @@ void BM_Decode(benchmark::State& state) {
   std::vector<SequenceInput> step(static_cast<size_t>(batch));
   int32_t pos = kCtxStart;
   int64_t ctx_sum = 0, steps = 0;
-  // The compute peak again, right before and right after the timed loop (the VM's speed moves in
-  // phases of seconds): the roof takes the highest of the three readings, so a slow phase during a
-  // measurement can only lower the ratio, never raise it. (Bandwidth is not re-measured: its 1 GiB
-  // buffer would count in the peak RSS reported below; the peak's buffers are ~7 MB.)
-  MachineCeilings ceil = g->ceil;
-  auto remeasure = [&] {
-    if (batch > 1)
-      ceil.peak_gflops_bf16 =
-          std::max(ceil.peak_gflops_bf16, measure_peak_gflops(DType::kBF16, g->ceil.threads));
+  // The VM's speed and bandwidth move in phases of seconds (one batch-1 run read 1.24 of a bandwidth
+  // measured only at the start), so the timed loop is cut into segments of ~kSegmentSeconds with
+  // the ceilings probed between them, the timer paused: a 256 MiB bandwidth read (its buffer kept
+  // out of the peak RSS by bandwidth_probe) and, for batch > 1, the compute peak. Each segment's
+  // ratio is its tokens/s over the roof from the higher of the probes on either side, so a slow
+  // probe can only lower a ratio, never raise it; the figure is the median over segments.
+  const double weight_bytes = double(m.weights().bytes());  // linears + embedding/lm_head (tied: once)
+  const double kv_bytes_per_token = double(m.kv_config(1, 1).bytes());
+  const double params = weight_bytes / double(dtype_size(m.weights().linear_dtype()));
+  auto roofs = [&](double bw_gbs, double peak_gflops, double ctx) {
+    const double bytes_per_step = weight_bytes + batch * ctx * kv_bytes_per_token;
+    const double flops_per_token =
+        2.0 * params +  // every weight once per token (a multiply-add)
+        4.0 * ctx * double(c.num_attention_heads * c.head_dim) * double(c.num_hidden_layers);
+    return std::pair{batch * bw_gbs * 1e9 / bytes_per_step, peak_gflops * 1e9 / flops_per_token};
   };
-  remeasure();
+  struct Probe {
+    double bw = 0, peak = 0;
+  };
+  auto probe = [&] {
+    Probe p{bandwidth_probe(g->ceil.threads), 0.0};
+    if (batch > 1) p.peak = measure_peak_gflops(DType::kBF16, g->ceil.threads);
+    return p;
+  };
+  Probe before = probe(), best = before;
+  best.bw = std::max(best.bw, g->ceil.read_bandwidth_gbs);
+  best.peak = std::max(best.peak, g->ceil.peak_gflops_bf16);
+  std::vector<double> ratios;
+  auto t_seg = std::chrono::steady_clock::now();
+  int64_t seg_steps = 0, seg_ctx = 0;
+  auto close_segment = [&] {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_seg).count();
+    const Probe after = probe();
+    const auto [bw_roof, flop_roof] = roofs(std::max(before.bw, after.bw), std::max(before.peak, after.peak),
+                                            double(seg_ctx) / double(seg_steps));
+    const double roof = batch == 1 ? bw_roof : std::min(bw_roof, flop_roof);
+    ratios.push_back(double(batch) * double(seg_steps) / secs / roof);
+    best.bw = std::max(best.bw, after.bw);
+    best.peak = std::max(best.peak, after.peak);
+    before = after;
+    seg_steps = seg_ctx = 0;
+  };
   for (auto _ : state) {
     for (int s = 0; s < batch; ++s)
       step[size_t(s)] = {std::span(&tok[size_t(s)], 1), pos, tables[size_t(s)], false};
     if (!m.forward(step, *cache, &out).ok()) return state.SkipWithError("decode failed");
     ctx_sum += pos + 1;
+    seg_ctx += pos + 1;
     ++steps;
+    ++seg_steps;
     pos = pos + 1 >= kCtxEnd ? kCtxStart : pos + 1;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t_seg).count() >= kSegmentSeconds) {
+      state.PauseTiming();
+      close_segment();
+      state.ResumeTiming();
+      t_seg = std::chrono::steady_clock::now();
+    }
   }
-  remeasure();  // the timer stopped with the loop
+  if (seg_steps > 0) close_segment();  // the timer stopped with the loop
+  std::sort(ratios.begin(), ratios.end());
   const double mean_ctx = double(ctx_sum) / double(std::max<int64_t>(steps, 1));
-  const double weight_bytes = double(m.weights().bytes());  // linears + embedding/lm_head (tied: once)
-  const double kv_bytes_per_seq = mean_ctx * double(m.kv_config(1, 1).bytes());
-  const double bytes_per_step = weight_bytes + batch * kv_bytes_per_seq;
-  const double params = weight_bytes / double(dtype_size(m.weights().linear_dtype()));
-  const double flops_per_token =
-      2.0 * params +  // every weight once per token (a multiply-add)
-      4.0 * mean_ctx * double(c.num_attention_heads * c.head_dim) * double(c.num_hidden_layers);
-  const double bw_roof = batch * ceil.read_bandwidth_gbs * 1e9 / bytes_per_step;
-  const double flop_roof = ceil.peak_gflops_bf16 * 1e9 / flops_per_token;
+  // Whole-loop roofs from the highest probe of the run (context for the segment ratios).
+  const auto [bw_roof, flop_roof] = roofs(best.bw, best.peak, mean_ctx);
   const double roof = batch == 1 ? bw_roof : std::min(bw_roof, flop_roof);
   state.counters["tok_per_s"] =
       benchmark::Counter(double(batch) * double(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["roofline_tok_per_s"] = roof;
   state.counters["bw_roof_tok_per_s"] = bw_roof;
   state.counters["flop_roof_tok_per_s"] = flop_roof;
-  state.counters["read_GBps"] = ceil.read_bandwidth_gbs;
-  state.counters["peak_bf16_GFLOPs"] = ceil.peak_gflops_bf16;
+  state.counters["read_GBps"] = best.bw;
+  state.counters["peak_bf16_GFLOPs"] = best.peak;
+  state.counters["segments"] = double(ratios.size());
+  state.counters["ratio_median"] = ratios.empty() ? 0.0 : ratios[ratios.size() / 2];
+  state.counters["ratio_min"] = ratios.empty() ? 0.0 : ratios.front();
+  state.counters["ratio_max"] = ratios.empty() ? 0.0 : ratios.back();
   state.counters["mean_ctx"] = mean_ctx;
 }
 
@@ -158,19 +223,6 @@ void BM_Prefill(benchmark::State& state) {
 }  // namespace
 }  // namespace plumb::engine
 
-namespace {
-// Peak resident set (VmHWM) of this process in bytes; reset_peak_rss() restarts it (Linux >= 4.0).
-double peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
-  }
-  return 0;
-}
-void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace plumb::engine;
   benchmark::Initialize(&argc, argv);
@@ -187,7 +239,10 @@ int main(int argc, char** argv) {
   // one row that wants logits.
   const auto shapes = plumb::bench::layer_matmuls(plumb::bench::qwen25_05b());
   for (const auto& s : shapes) {
-    const double gf = measure_onednn_gemm_gflops(512, s.n, s.k, threads);
+    // The faster of oneDNN's f32 sgemm and (AVX512_BF16 CPUs) its bf16 matmul: the engine's own
+    // prefill rounds x to bf16 there (avx512_bf16), so oneDNN's bf16 rate is the fair peer.
+    const double gf = std::max(measure_onednn_gemm_gflops(512, s.n, s.k, threads),
+                               measure_onednn_bf16_gflops(512, s.n, s.k, threads));
     shared.onednn_prefill_seconds +=
         double(cfg->num_hidden_layers) * 2.0 * 512 * double(s.n) * double(s.k) / (gf * 1e9);
   }
@@ -237,7 +292,7 @@ int main(int argc, char** argv) {
     std::printf("time per phase and module (PLUMB_BENCH_PROFILE=1; setup prefills included):\n");
     times.print();
   }
-  const double rss = peak_rss_bytes();
+  const double rss = std::max(g_rss_banked, peak_rss_bytes());
   const double weights = double(shared.model->weights().bytes());
   std::printf("peak RSS %.0f MB; weights %.0f MB + KV cache %.0f MB = %.0f MB; ratio %.3f\n", rss / 1e6,
               weights / 1e6, double(shared.kv_bytes_reserved) / 1e6,

@@ -158,6 +158,30 @@ double measure_onednn_gemm_gflops(int64_t m, int64_t n, int64_t k, int threads) 
   return best;
 }
 
+double measure_onednn_bf16_gflops(int64_t m, int64_t n, int64_t k, int threads) {
+  auto v = KernelRegistry::instance().find(Op::kMatmul, "onednn_bf16");
+  if (!v.ok()) return 0.0;  // no AVX512_BF16 here
+  auto fn = reinterpret_cast<MatmulFn>((*v)->fn);
+  OmpThreads omp(threads);
+  Rng rng(13);
+  std::vector<float> x(size_t(m * k)), y(size_t(m * n));
+  std::vector<uint16_t> w(size_t(n * k));
+  for (auto& f : x) f = float(rng.uniform() - 0.5);
+  for (auto& b : w) b = f32_to_bf16(float(rng.uniform() - 0.5));
+  const WeightMatrix wm{w.data(), DType::kBF16, n, k};
+  auto gemm = [&] { fn({nullptr, Phase::kPrefill}, x.data(), m, wm, nullptr, y.data()); };
+  gemm();  // creates the primitive
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const int reps = std::max(1, int(2e9 / flops));
+  double best = 0.0;
+  for (int pass = 0; pass < 5; ++pass) {
+    double t0 = now_s();
+    for (int r = 0; r < reps; ++r) gemm();
+    best = std::max(best, flops * reps / (now_s() - t0) / 1e9);
+  }
+  return best;
+}
+
 double measure_fma_gflops(int threads) {
   if (!avx2::cpu_has_avx2()) return 0.0;
   ThreadPool pool(threads);

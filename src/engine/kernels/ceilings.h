@@ -6,15 +6,18 @@
 //    buffer far larger than the last-level cache (default 1 GiB, written first so every page is
 //    real), summing it with AVX2 (SSE2 on older CPUs); bytes read / seconds, best of `passes`.
 //  - peak GFLOP/s of our matmul (`measure_peak_gflops`): the best rate of the fastest registered
-//    decode matmul (registry best(kMatmul, kDecode), "avx2" on AVX2 machines) on compute-bound,
+//    decode matmul (registry best(kMatmul, kDecode): "avx512_bf16" where the CPU has AVX512_BF16,
+//    whose bf16 dot instructions do twice an f32 FMA's work, else "avx512" or "avx2") on compute-bound,
 //    cache-resident shapes: weights [1024, 1024] in `weights` dtype (2 MiB bf16, inside L3),
 //    m = 16 and m = 64 rows; 2*m*n*k flops / seconds, best of several passes. This is the rate our
 //    own kernel can sustain when memory is not the limit, i.e. the compute roof for batch decode.
 //  - oneDNN GEMM GFLOP/s (`measure_onednn_gemm_gflops`): dnnl_sgemm (f32, row-major, B transposed as
 //    our weights are) on random matrices of the given shape, with oneDNN's OpenMP thread count set
 //    to `threads` for the measurement and restored after; best of several passes.
-//  - FMA GFLOP/s: a register-only loop of independent 8-wide FMAs on every thread; the arithmetic
-//    upper bound no kernel exceeds (context for the two above).
+//  - oneDNN bf16 GFLOP/s (`measure_onednn_bf16_gflops`): the "onednn_bf16" variant (oneDNN's bf16
+//    matmul, x rounded to bf16 in the call) on the same kind of shapes; 0 without AVX512_BF16.
+//  - FMA GFLOP/s: a register-only loop of independent 8-wide f32 FMAs on every thread; the upper bound
+//    of f32 arithmetic (bf16 dot instructions exceed it; context for the figures above).
 // Each function takes seconds, allocates its buffers, and is not meant to run concurrently with
 // other heavy work (the result would be the share it got). Thread-safe but pointless to overlap.
 #pragma once
@@ -33,6 +36,9 @@ double measure_peak_gflops(DType weights, int threads);
 
 // oneDNN f32 sgemm rate on y[m, n] = x[m, k] · W[n, k]ᵀ.
 double measure_onednn_gemm_gflops(int64_t m, int64_t n, int64_t k, int threads);
+
+// oneDNN bf16 matmul rate on the same product, bf16 weights (0 where the CPU lacks AVX512_BF16).
+double measure_onednn_bf16_gflops(int64_t m, int64_t n, int64_t k, int threads);
 
 // Register-only FMA throughput over `threads` threads (0 when the CPU lacks AVX2/FMA).
 double measure_fma_gflops(int threads);
