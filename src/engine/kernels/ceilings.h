@@ -6,7 +6,7 @@
 //    buffer far larger than the last-level cache (default 1 GiB, written first so every page is
 //    real), summing it with AVX2 (SSE2 on older CPUs); bytes read / seconds, best of `passes`.
 //  - peak GFLOP/s of our matmul (`measure_peak_gflops`): the best rate of the fastest registered
-//    decode matmul (registry best(kMatmul, kDecode): "avx512_bf16" where the CPU has AVX512_BF16,
+//    decode matmul (registry best(kMatmul, kDecode): "avx512_bf16" on AMD CPUs with AVX512_BF16,
 //    whose bf16 dot instructions do twice an f32 FMA's work, else "avx512" or "avx2") on compute-bound,
 //    cache-resident shapes: weights [1024, 1024] in `weights` dtype (2 MiB bf16, inside L3),
 //    m = 16 and m = 64 rows; 2*m*n*k flops / seconds, best of several passes. This is the rate our

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -41,6 +42,17 @@ bool cpu_has_avx512() {
 }
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+// Whether auto should pick "avx512_bf16": where VDPBF16PS does twice an f32 FMA's multiply-adds per
+// cycle. On AMD Zen 4/5 it does (measured here: 1.6-1.75x on compute-bound shapes, BENCHMARKS.md
+// "Engine kernels"); on the device host's Intel Xeon it was no faster than `avx512` (its peak
+// 154-218 against 171-215 GFLOP/s) and lost prefill to oneDNN's AVX-512 sgemm (167 against 330
+// tokens/s at 512), so auto keeps `avx512`/`hybrid` on Intel. A fixed rule, not a timing race, so
+// auto's numeric class is stable per CPU.
+bool prefer_bf16_dot() {
+  __builtin_cpu_init();
+  return cpu_has_avx512_bf16() && __builtin_cpu_is("amd");
+}
 
 PLUMB_AVX512_BF16 void round_to_bf16(const float* x, int64_t count, uint16_t* out) {
   int64_t i = 0;
@@ -285,10 +297,9 @@ void register_avx512_kernels(KernelRegistry& r) {
         {"avx512_bf16",
          "AVX512_BF16 dot tiles for bf16 weights, every m: activations rounded to bf16, "
          "f32 accumulation, twice avx512's multiply-adds per instruction (f32/f16 weights: "
-         "avx512, hybrid for prefill); auto's choice in both phases where the CPU has AVX512_BF16",
-         &avx512::cpu_has_avx512_bf16,
-         reinterpret_cast<void*>(&avx512::matmul_bf16),
-         {4, 4}});
+         "avx512, hybrid for prefill); auto's choice in both phases on AMD CPUs with AVX512_BF16",
+         &avx512::cpu_has_avx512_bf16, reinterpret_cast<void*>(&avx512::matmul_bf16),
+         avx512::prefer_bf16_dot() ? std::array<int, 2>{4, 4} : std::array<int, 2>{-1, -1}});
 }
 
 }  // namespace plumb::engine::detail

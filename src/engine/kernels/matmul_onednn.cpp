@@ -107,13 +107,12 @@ void register_onednn_kernels(KernelRegistry& r) {
                       nullptr,
                       reinterpret_cast<void*>(&onednn::matmul),
                       {2, 0}});
-  r.add(Op::kMatmul,
-        {"hybrid",
-         "avx512 (else avx2) tiles below 32 rows (weight-bandwidth bound), oneDNN sgemm from 32 rows; "
-         "the default for prefill",
-         &avx2::cpu_has_avx2,
-         reinterpret_cast<void*>(&onednn::matmul_hybrid),
-         {3, 0}});
+  r.add(Op::kMatmul, {"hybrid",
+                      "avx512 tiles below 128 rows (avx2 below 32 without AVX-512), oneDNN sgemm above; "
+                      "the default for prefill where avx512_bf16 is not",
+                      &avx2::cpu_has_avx2,
+                      reinterpret_cast<void*>(&onednn::matmul_hybrid),
+                      {3, 0}});
 }
 
 }  // namespace plumb::engine::detail

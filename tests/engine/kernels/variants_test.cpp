@@ -34,7 +34,8 @@ TEST(Variants, AutoPicksFastVariantsPerPhase) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl");
-    const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    // avx512_bf16 is auto's only where VDPBF16PS runs at the FMA rate (AMD; matmul_avx512.cpp).
+    const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
     EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, bf16 ? "avx512_bf16" : "hybrid");
     EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, bf16 ? "avx512_bf16" : avx512 ? "avx512" : "avx2");
     for (Op op : {Op::kRmsNorm, Op::kRope, Op::kSwiglu, Op::kAttention}) {
