@@ -139,16 +139,13 @@ double measure_peak_gflops(DType weights, int threads) {
   return best;
 }
 
-double measure_onednn_gemm_gflops(int64_t m, int64_t n, int64_t k, int threads) {
-  OmpThreads omp(threads);
-  Rng rng(11);
-  std::vector<float> x(size_t(m * k)), w(size_t(n * k)), y(size_t(m * n));
-  for (auto& f : x) f = float(rng.uniform() - 0.5);
-  for (auto& f : w) f = float(rng.uniform() - 0.5);
-  auto gemm = [&] { dnnl_sgemm('N', 'T', m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n); };
+// GFLOP/s of gemm() (an [m, k] x [k, n] product): one untimed call (first-use setup), then the best
+// of 5 timed passes of ~2 GFLOP each.
+template <class Gemm>
+double best_gemm_gflops(int64_t m, int64_t n, int64_t k, Gemm&& gemm) {
   gemm();
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  const int reps = std::max(1, int(2e9 / flops));  // ~2 GFLOP per timed pass
+  const int reps = std::max(1, int(2e9 / flops));
   double best = 0.0;
   for (int pass = 0; pass < 5; ++pass) {
     double t0 = now_s();
@@ -156,6 +153,16 @@ double measure_onednn_gemm_gflops(int64_t m, int64_t n, int64_t k, int threads) 
     best = std::max(best, flops * reps / (now_s() - t0) / 1e9);
   }
   return best;
+}
+
+double measure_onednn_gemm_gflops(int64_t m, int64_t n, int64_t k, int threads) {
+  OmpThreads omp(threads);
+  Rng rng(11);
+  std::vector<float> x(size_t(m * k)), w(size_t(n * k)), y(size_t(m * n));
+  for (auto& f : x) f = float(rng.uniform() - 0.5);
+  for (auto& f : w) f = float(rng.uniform() - 0.5);
+  return best_gemm_gflops(
+      m, n, k, [&] { dnnl_sgemm('N', 'T', m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n); });
 }
 
 double measure_onednn_bf16_gflops(int64_t m, int64_t n, int64_t k, int threads) {
@@ -169,17 +176,9 @@ double measure_onednn_bf16_gflops(int64_t m, int64_t n, int64_t k, int threads) 
   for (auto& f : x) f = float(rng.uniform() - 0.5);
   for (auto& b : w) b = f32_to_bf16(float(rng.uniform() - 0.5));
   const WeightMatrix wm{w.data(), DType::kBF16, n, k};
-  auto gemm = [&] { fn({nullptr, Phase::kPrefill}, x.data(), m, wm, nullptr, y.data()); };
-  gemm();  // creates the primitive
-  const double flops = 2.0 * double(m) * double(n) * double(k);
-  const int reps = std::max(1, int(2e9 / flops));
-  double best = 0.0;
-  for (int pass = 0; pass < 5; ++pass) {
-    double t0 = now_s();
-    for (int r = 0; r < reps; ++r) gemm();
-    best = std::max(best, flops * reps / (now_s() - t0) / 1e9);
-  }
-  return best;
+  return best_gemm_gflops(m, n, k, [&] {
+    fn({nullptr, Phase::kPrefill}, x.data(), m, wm, nullptr, y.data());
+  });
 }
 
 double measure_fma_gflops(int threads) {
