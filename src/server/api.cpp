@@ -4,6 +4,8 @@
 #include <boost/json.hpp>
 #include <cmath>
 
+#include "net/sse.h"
+
 namespace plumb::server {
 
 std::string ApiError::body() const {
@@ -456,6 +458,52 @@ json::value completion_logprobs_json(const std::vector<LogprobEntry>& entries, i
   o["top_logprobs"] = std::move(top_logprobs);
   o["text_offset"] = std::move(offsets);
   return o;
+}
+
+json::object piece_chunk(const ChunkHeader& h, std::string_view text, json::value logprobs) {
+  json::object o;
+  o["id"] = h.id;
+  o["object"] = h.chat ? "chat.completion.chunk" : "text_completion";
+  o["created"] = h.created;
+  o["model"] = h.model;
+  json::object choice;
+  choice["index"] = 0;
+  if (h.chat) {
+    json::object delta;
+    delta["content"] = text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = nullptr;
+  json::array choices;
+  choices.push_back(std::move(choice));
+  o["choices"] = std::move(choices);
+  return o;
+}
+
+PieceFrame::PieceFrame(const ChunkHeader& h) {
+  // Serialize the chunk around a placeholder text and cut there. The text is the last string before
+  // the fixed tail (logprobs, finish_reason), so the last occurrence is the text's even if a header
+  // field contained the same bytes.
+  constexpr std::string_view kPlaceholder = "\x01plumb-piece\x01";
+  const std::string whole = net::sse_format_data(json::dump(piece_chunk(h, kPlaceholder, nullptr)));
+  const std::string mark =
+      boost::json::serialize(boost::json::string_view(kPlaceholder.data(), kPlaceholder.size()));
+  const size_t at = whole.rfind(mark);
+  prefix_ = whole.substr(0, at);
+  suffix_ = whole.substr(at + mark.size());
+}
+
+std::string PieceFrame::event(std::string_view text) const {
+  const std::string quoted = boost::json::serialize(boost::json::string_view(text.data(), text.size()));
+  std::string out;
+  out.reserve(prefix_.size() + quoted.size() + suffix_.size());
+  out += prefix_;
+  out += quoted;
+  out += suffix_;
+  return out;
 }
 
 json::object timings_json(const scheduler::RequestTimings& t, int64_t completion_tokens) {

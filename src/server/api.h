@@ -114,4 +114,29 @@ json::value completion_logprobs_json(const std::vector<LogprobEntry>& entries, i
 // {"queue_ms", "prefill_ms", "decode_ms", "prompt_tokens", "completion_tokens", ...}.
 json::object timings_json(const scheduler::RequestTimings& t, int64_t completion_tokens);
 
+// The fields every streamed chunk of one response shares: id, object, created, model.
+struct ChunkHeader {
+  std::string id;
+  bool chat = false;
+  int64_t created = 0;
+  std::string model;
+};
+
+// A streamed chunk carrying `text` (chat: "delta": {"content": text}; completions: "text"), with
+// `logprobs` and "finish_reason": null.
+json::object piece_chunk(const ChunkHeader& h, std::string_view text, json::value logprobs);
+
+// The SSE event of a piece without logprobs, sse_format_data(json::dump(piece_chunk(h, text,
+// nullptr))) byte for byte, from the JSON around the text serialized once per response: each
+// piece then costs one escape and one copy instead of building and serializing the object (the
+// synthetic server's event rate is bound by its per-event CPU, BENCHMARKS.md "Serving").
+class PieceFrame {
+ public:
+  explicit PieceFrame(const ChunkHeader& h);
+  std::string event(std::string_view text) const;
+
+ private:
+  std::string prefix_, suffix_;  // "data: {...,\"text\":" and ",...}\n\n"
+};
+
 }  // namespace plumb::server

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -38,7 +39,8 @@ struct Stream {
   std::vector<LogprobEntry> logprobs;  // non-stream: every entry
   int64_t text_bytes_sent = 0;         // completions: for logprob text offsets
   std::vector<LogprobEntry> prompt_entries;
-  bool echo_sent = false;  // stream + echo: the prompt chunk went out
+  bool echo_sent = false;           // stream + echo: the prompt chunk went out
+  std::optional<PieceFrame> frame;  // stream without logprobs: the pieces' JSON around the text
 };
 
 std::string_view finish_reason_text(FinishReason r, bool stopped_by_string) {
@@ -87,6 +89,10 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
 
   // --- JSON bodies ---
 
+  ChunkHeader chunk_header(const Stream& s) const {
+    return {s.id, s.req.chat, s.created, options.served_model_name};
+  }
+
   json::object chunk_base(const Stream& s) const {
     json::object o;
     o["id"] = s.id;
@@ -111,25 +117,17 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     return s.req.chat ? chat_logprobs_json(entries) : completion_logprobs_json(entries, offset0);
   }
 
-  // One streamed text piece (no finish reason).
+  // One streamed text piece (no finish reason). Without logprobs (every event of a plain stream)
+  // the chunk's JSON around the text is built once per response (PieceFrame).
   std::string sse_piece(Stream& s, const std::string& text, const std::vector<LogprobEntry>& entries) {
-    json::object o = chunk_base(s);
-    json::object choice;
-    choice["index"] = 0;
-    if (s.req.chat) {
-      json::object delta;
-      delta["content"] = text;
-      choice["delta"] = std::move(delta);
-    } else {
-      choice["text"] = text;
-    }
-    choice["logprobs"] = logprobs_json(s, entries, s.text_bytes_sent);
-    choice["finish_reason"] = nullptr;
-    json::array choices;
-    choices.push_back(std::move(choice));
-    o["choices"] = std::move(choices);
+    const int64_t offset0 = s.text_bytes_sent;
     s.text_bytes_sent += int64_t(text.size());
-    return net::sse_format_data(json::dump(o));
+    if (!s.req.want_logprobs) {
+      if (!s.frame) s.frame.emplace(chunk_header(s));
+      return s.frame->event(text);
+    }
+    return net::sse_format_data(
+        json::dump(piece_chunk(chunk_header(s), text, logprobs_json(s, entries, offset0))));
   }
 
   // --- the sink ---

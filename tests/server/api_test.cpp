@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "net/sse.h"
+
 namespace plumb::server {
 namespace {
 
@@ -119,6 +121,44 @@ TEST_F(Api, TextAssemblerCutsAtStopStringsAcrossTokens) {
   all += b.finish();
   EXPECT_EQ(all, full);
   EXPECT_EQ(b.tokens(), int64_t(ids.size()));
+}
+
+}  // namespace
+}  // namespace plumb::server
+
+namespace plumb::server {
+namespace {
+
+// The per-response frame gives exactly the bytes of building and serializing each chunk, for texts
+// that need every kind of escaping and header fields that look like the frame's own placeholder.
+TEST(PieceFrame, EventsAreByteIdenticalToTheSerializedChunk) {
+  const std::vector<std::string> texts = {"",
+                                          "hello",
+                                          " a \"quoted\" back\\slash /",
+                                          "new\nline\r\ttab\b\f",
+                                          std::string("ctl \x01\x1f\x7f nul ") + std::string(1, '\0') + "!",
+                                          "h\xc3\xa9llo \xf0\x9f\x8c\x8d \xe4\xb8\xad\xe6\x96\x87",
+                                          "\xff\xfe not utf-8",
+                                          "\x01plumb-piece\x01"};
+  for (bool chat : {false, true}) {
+    for (const char* model : {"plumb-tiny", "m \"x\" \x01plumb-piece\x01"}) {
+      const ChunkHeader h{"cmpl-42", chat, 1764720000, model};
+      const PieceFrame frame(h);
+      for (const auto& t : texts) {
+        EXPECT_EQ(frame.event(t), net::sse_format_data(json::dump(piece_chunk(h, t, nullptr))))
+            << "chat " << chat << " model " << model << " text " << t;
+      }
+    }
+  }
+  // And it is a well-formed event whose JSON reads back the text.
+  const ChunkHeader h{"chatcmpl-1", true, 1, "m"};
+  const std::string ev = PieceFrame(h).event("x\"y");
+  ASSERT_EQ(ev.rfind("data: ", 0), 0u);
+  ASSERT_EQ(ev.substr(ev.size() - 2), "\n\n");
+  auto v = json::parse(ev.substr(6, ev.size() - 8));
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(json::dump(v->as_object().at("choices").as_array()[0].as_object().at("delta")),
+            "{\"content\":\"x\\\"y\"}");
 }
 
 }  // namespace
