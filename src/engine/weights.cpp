@@ -20,11 +20,18 @@ Result<WeightDType> parse_weight_dtype(const std::string& s) {
   return invalid_argument("unknown weight dtype '" + s + "' (use as-stored, f32 or bf16)");
 }
 
-ModelWeights::Buffer::~Buffer() { std::free(p); }
+ModelWeights::Buffer::~Buffer() {
+  if (!huge.data()) std::free(p);
+}
 
 void* ModelWeights::own(size_t bytes) {
+  constexpr size_t kHugeMin = size_t(4) << 20;  // smaller buffers stay in the malloc heap
   auto b = std::make_unique<Buffer>();
-  b->p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (bytes >= kHugeMin) {
+    b->huge = HugeBuffer(bytes);
+    b->p = b->huge.data();
+  }
+  if (!b->p) b->p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   void* p = b->p;
   owned_.push_back(std::move(b));
   return p;

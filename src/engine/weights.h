@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/kernels/huge_pages.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
 #include "engine/model_config.h"
@@ -91,10 +92,12 @@ class ModelWeights {
 
  private:
   struct Buffer {
-    void* p = nullptr;
+    void* p = nullptr;  // malloc'd unless `huge` holds it
+    HugeBuffer huge;
     ~Buffer();
   };
-  // Owns 64-byte-aligned memory for converted or generated weights.
+  // Owns 64-byte-aligned memory for converted or generated weights. Buffers of 4 MiB and more are
+  // HugeBuffers (engine/kernels/huge_pages.h): a decode step streams every weight.
   void* own(size_t bytes);
   // Quantizes `src` (a float WeightMatrix) into owned buffers; InvalidArgument naming `name` and
   // the row if a value is not finite.

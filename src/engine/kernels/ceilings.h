@@ -4,7 +4,8 @@
 // counts as 2 flops; "best of N" = the fastest of N timed passes, on the monotonic clock):
 //  - read bandwidth: `threads` threads (a ThreadPool) each stream-read a disjoint slice of one
 //    buffer far larger than the last-level cache (default 1 GiB, written first so every page is
-//    real), summing it with AVX2 (SSE2 on older CPUs); bytes read / seconds, best of `passes`.
+//    real; on huge pages where the kernel gives them, as the weights are: huge_pages.h), summing it
+//    with AVX2 (SSE2 on older CPUs); bytes read / seconds, best of `passes`.
 //  - peak GFLOP/s of our matmul (`measure_peak_gflops`): the best rate of the fastest registered
 //    decode matmul (registry best(kMatmul, kDecode): "avx512_bf16" on AMD CPUs with AVX512_BF16,
 //    whose bf16 dot instructions do twice an f32 FMA's work, else "avx512" or "avx2") on compute-bound,
