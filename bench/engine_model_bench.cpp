@@ -97,6 +97,15 @@ double bandwidth_probe(int threads) {
 
 constexpr double kSegmentSeconds = 0.5;  // timed decode between two ceiling probes
 
+// The per-segment (decode) or per-iteration (prefill) ratios to their ceilings: count, median, range.
+void set_ratio_counters(benchmark::State& state, std::vector<double> ratios) {
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["segments"] = double(ratios.size());
+  state.counters["ratio_median"] = ratios.empty() ? 0.0 : ratios[ratios.size() / 2];
+  state.counters["ratio_min"] = ratios.empty() ? 0.0 : ratios.front();
+  state.counters["ratio_max"] = ratios.empty() ? 0.0 : ratios.back();
+}
+
 // oneDNN alone on the prefill-512 shapes: every layer's seven projections, plus lm_head for the one
 // row that wants logits; per shape the faster of its f32 sgemm and (AVX512_BF16 CPUs) its bf16
 // matmul (the engine's own prefill rounds x to bf16 there, so oneDNN's bf16 rate is the fair peer).
@@ -196,7 +205,6 @@ void BM_Decode(benchmark::State& state) {
     }
   }
   if (seg_steps > 0) close_segment();  // the timer stopped with the loop
-  std::sort(ratios.begin(), ratios.end());
   const double mean_ctx = double(ctx_sum) / double(std::max<int64_t>(steps, 1));
   // Whole-loop roofs from the highest probe of the run (context for the segment ratios).
   const auto [bw_roof, flop_roof] = roofs(best.bw, best.peak, mean_ctx);
@@ -208,10 +216,7 @@ void BM_Decode(benchmark::State& state) {
   state.counters["flop_roof_tok_per_s"] = flop_roof;
   state.counters["read_GBps"] = best.bw;
   state.counters["peak_bf16_GFLOPs"] = best.peak;
-  state.counters["segments"] = double(ratios.size());
-  state.counters["ratio_median"] = ratios.empty() ? 0.0 : ratios[ratios.size() / 2];
-  state.counters["ratio_min"] = ratios.empty() ? 0.0 : ratios.front();
-  state.counters["ratio_max"] = ratios.empty() ? 0.0 : ratios.back();
+  set_ratio_counters(state, std::move(ratios));
   state.counters["mean_ctx"] = mean_ctx;
 }
 
@@ -249,13 +254,10 @@ void BM_Prefill(benchmark::State& state) {
     before = after;
     state.ResumeTiming();
   }
-  std::sort(ratios.begin(), ratios.end());
   state.counters["tok_per_s"] =
       benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["onednn_alone_tok_per_s"] = double(n) / fastest;
-  state.counters["ratio_median"] = ratios.empty() ? 0.0 : ratios[ratios.size() / 2];
-  state.counters["ratio_min"] = ratios.empty() ? 0.0 : ratios.front();
-  state.counters["ratio_max"] = ratios.empty() ? 0.0 : ratios.back();
+  set_ratio_counters(state, std::move(ratios));
 }
 
 }  // namespace
