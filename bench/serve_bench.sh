@@ -14,7 +14,7 @@
 #             at ~100 concurrent streams (constant arrivals at 400 req/s)
 #   pacing    synthetic server: achieved arrival rate vs target and send lag, up to 1,000 req/s
 #   capacity  synthetic server: N concurrent streams all sent at t = 0 (a burst), events/s, send
-#             lag, client CPU per event
+#             lag, client and server CPU per event (STREAMS lists the N, default 500 1000 2000)
 #   capacity-ramp  synthetic server: streams arrive at a constant rate so that N are in flight in
 #             the steady state (200 tokens at 20 ms = 4 s each, rate N/4 per second for 8 s);
 #             events/s counted inside the window where all N are in flight, send lag, client CPU
@@ -66,6 +66,8 @@ bench() {
   [ -s "$out" ] || { cat "$out.txt"; exit 1; }
 }
 # field FILE.json PYTHON-EXPR: evaluates the expression with d = the JSON.
+# The running server's CPU seconds so far (utime + stime of /proc/PID/stat).
+server_cpu_s() { awk -v tck="$(getconf CLK_TCK)" '{print ($14 + $15) / tck}' "/proc/$SERVER_PID/stat"; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 median() { python3 -c "import statistics,sys; print(round(statistics.median(float(x) for x in sys.argv[1:]), 4))" "$@"; }
 
@@ -140,13 +142,15 @@ EOF
   ;;
 capacity)
   start_server --engine synthetic --ttft-ms 20 --itl-ms 20 ${SERVER_ARGS:-}
-  for streams in 500 1000 2000; do
+  for streams in ${STREAMS:-500 1000 2000}; do
+    srv0=$(server_cpu_s)
     "${CLI_PIN[@]}" /usr/bin/time -f "%U %S" -o "$WORK/time" \
       "$PLUMB" bench --target "http://127.0.0.1:$PORT" --api completions --quiet --json "$WORK/c.json" \
       --input-len 8 --output-len 200 --fixed-lengths --num-prompts $streams --max-concurrency $streams \
       --warmup 1 >"$WORK/c.txt" 2>&1 || true
+    srv=$(python3 -c "print($(server_cpu_s) - $srv0)")
     cpu=$(tail -1 "$WORK/time" | awk '{print $1 + $2}')
-    field "$WORK/c.json" "'%d concurrent streams: peak in flight %d, %d events in %.2f s = %.0f events/s; send lag p99 %.3f ms; ITL p50 %.2f p99 %.2f ms (truth 20); client CPU %.2f s = %.2f us/event; %d failed' % ($streams, d['counts']['max_in_flight'], d['latency_ms']['itl']['count'] + d['counts']['completed'], d['whole_run']['duration_s'], (d['latency_ms']['itl']['count'] + d['counts']['completed']) / d['whole_run']['duration_s'], d['latency_ms']['send_lag']['p99'], d['latency_ms']['itl']['p50'], d['latency_ms']['itl']['p99'], $cpu, $cpu * 1e6 / (d['latency_ms']['itl']['count'] + d['counts']['completed']), d['counts']['failed'])"
+    field "$WORK/c.json" "'%d concurrent streams: peak in flight %d, %d events in %.2f s = %.0f events/s; send lag p99 %.3f ms; ITL p50 %.2f p99 %.2f ms (truth 20); client CPU %.2f s = %.2f us/event; server CPU %.2f s = %.2f us/event; %d failed' % ($streams, d['counts']['max_in_flight'], d['latency_ms']['itl']['count'] + d['counts']['completed'], d['whole_run']['duration_s'], (d['latency_ms']['itl']['count'] + d['counts']['completed']) / d['whole_run']['duration_s'], d['latency_ms']['send_lag']['p99'], d['latency_ms']['itl']['p50'], d['latency_ms']['itl']['p99'], $cpu, $cpu * 1e6 / (d['latency_ms']['itl']['count'] + d['counts']['completed']), $srv, $srv * 1e6 / (d['latency_ms']['itl']['count'] + d['counts']['completed']), d['counts']['failed'])"
   done
   stop_server
   ;;

@@ -460,12 +460,17 @@ json::value completion_logprobs_json(const std::vector<LogprobEntry>& entries, i
   return o;
 }
 
-json::object piece_chunk(const ChunkHeader& h, std::string_view text, json::value logprobs) {
+json::object chunk_base(const ChunkHeader& h) {
   json::object o;
   o["id"] = h.id;
   o["object"] = h.chat ? "chat.completion.chunk" : "text_completion";
   o["created"] = h.created;
   o["model"] = h.model;
+  return o;
+}
+
+json::object piece_chunk(const ChunkHeader& h, std::string_view text, json::value logprobs) {
+  json::object o = chunk_base(h);
   json::object choice;
   choice["index"] = 0;
   if (h.chat) {

@@ -122,6 +122,9 @@ struct ChunkHeader {
   std::string model;
 };
 
+// {"id", "object", "created", "model"}: the start of every streamed chunk of the response.
+json::object chunk_base(const ChunkHeader& h);
+
 // A streamed chunk carrying `text` (chat: "delta": {"content": text}; completions: "text"), with
 // `logprobs` and "finish_reason": null.
 json::object piece_chunk(const ChunkHeader& h, std::string_view text, json::value logprobs);

@@ -93,14 +93,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     return {s.id, s.req.chat, s.created, options.served_model_name};
   }
 
-  json::object chunk_base(const Stream& s) const {
-    json::object o;
-    o["id"] = s.id;
-    o["object"] = s.req.chat ? "chat.completion.chunk" : "text_completion";
-    o["created"] = s.created;
-    o["model"] = options.served_model_name;
-    return o;
-  }
+  json::object chunk_base(const Stream& s) const { return server::chunk_base(chunk_header(s)); }
 
   json::object usage_json(const Stream& s, int64_t completion_tokens) const {
     json::object u;
