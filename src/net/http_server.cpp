@@ -1,5 +1,8 @@
 #include "net/http_server.h"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -12,6 +15,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <cerrno>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -139,6 +143,17 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_for(uint64_t id) const { return closed_.load() || current_id_.load() != id; }
   std::size_t queued() const { return queued_.load(); }
 
+  // --- called by a Writer on the thread that produces the stream (see Direct writes below) ---
+  // Writes one chunk of stream `id` on the calling thread when the connection is idle; false when
+  // it must go through the strand (w_write) instead. Never blocks.
+  bool try_direct_write(uint64_t id, std::string_view chunk);
+  // A byte-writing post (w_write, w_end) is on its way to the strand: no direct write may pass it.
+  void note_posted_write() {
+    std::lock_guard lock(wmu_);
+    posted_writes_++;
+    direct_ = false;
+  }
+
  private:
   enum class State { kReadingHead, kReadingBody, kHandling, kClosing, kClosed };
   enum class Resp { kNone, kWhole, kStreaming, kEnded, kDone };
@@ -182,6 +197,26 @@ class Session : public std::enable_shared_from_this<Session> {
   bool chunked_ = false;
   std::function<void()> on_close_;
 
+  // Direct writes. A streamed chunk is written by the thread that produces it (the engine's),
+  // straight to the socket with a non-blocking sendmsg, whenever the connection is idle: the
+  // head is out, nothing is queued or being written by the strand, and no byte-writing post is
+  // on its way (posted_writes_ == 0). That saves the post to the strand, a wake-up of an IO
+  // thread and the allocations of the asynchronous write for every event. Whatever a direct
+  // write cannot finish at once (the socket buffer is full), and every write while the
+  // connection is not idle, goes through the strand's queue as before, in order. wmu_ orders
+  // direct writes against the strand's own writes and against close (the descriptor is never
+  // written after it was closed).
+  std::mutex wmu_;
+  bool direct_ = false;         // guarded by wmu_; set by the strand when idle and streaming
+  uint64_t direct_id_ = 0;      // guarded by wmu_; the request the direct path is open for
+  uint64_t posted_writes_ = 0;  // guarded by wmu_; byte-writing posts not yet run
+  void close_direct() {
+    std::lock_guard lock(wmu_);
+    direct_ = false;
+  }
+  void maybe_open_direct();
+  void w_raw(uint64_t id, std::string bytes);
+
   // Output.
   std::vector<std::string> outbox_;
   std::vector<std::string> inflight_;
@@ -219,11 +254,14 @@ class Writer final : public ResponseWriter {
   bool write(std::string chunk) override {
     if (phase_.load() != kStreaming || is_closed()) return false;
     if (chunk.empty()) return true;
+    if (s_->try_direct_write(id_, chunk)) return true;
+    s_->note_posted_write();
     post([id = id_, c = std::move(chunk)](Session& s) mutable { s.w_write(id, std::move(c)); });
     return true;
   }
   bool end() override {
     if (!advance(kStreaming, kEnded)) return false;
+    s_->note_posted_write();
     post([id = id_](Session& s) { s.w_end(id); });
     return true;
   }
@@ -520,7 +558,72 @@ void Session::w_start(uint64_t id, int status, const std::string& content_type, 
   queue(make_head(status, content_type, headers));
 }
 
+bool Session::try_direct_write(uint64_t id, std::string_view chunk) {
+  std::lock_guard lock(wmu_);
+  if (!direct_ || direct_id_ != id || closed_.load()) return false;
+  char hdr[24];
+  int len = std::snprintf(hdr, sizeof hdr, "%zx\r\n", chunk.size());
+  static constexpr char kCrlf[] = "\r\n";
+  iovec iov[3] = {{hdr, static_cast<std::size_t>(len)},
+                  {const_cast<char*>(chunk.data()), chunk.size()},
+                  {const_cast<char*>(kCrlf), 2}};
+  const std::size_t total = iov[0].iov_len + iov[1].iov_len + 2;
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 3;
+  ssize_t n = ::sendmsg(stream_.socket().native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(total)) return true;
+  direct_ = false;
+  if (n < 0) {
+    // Nothing was written. A full buffer, or an error the strand's own write will meet and
+    // handle (close, counting the disconnect): either way the chunk goes through the strand.
+    return false;
+  }
+  // Part of it went out: the rest must be next on the wire, ahead of anything later.
+  std::string rest;
+  rest.reserve(total - static_cast<std::size_t>(n));
+  std::size_t skip = static_cast<std::size_t>(n);
+  for (const iovec& v : iov) {
+    if (skip >= v.iov_len) {
+      skip -= v.iov_len;
+      continue;
+    }
+    rest.append(static_cast<const char*>(v.iov_base) + skip, v.iov_len - skip);
+    skip = 0;
+  }
+  posted_writes_++;
+  if (!impl_->io_done.load()) {
+    asio::post(executor(), [self = shared_from_this(), id, r = std::move(rest)]() mutable {
+      self->w_raw(id, std::move(r));
+    });
+  }
+  return true;
+}
+
+void Session::maybe_open_direct() {
+  if (!socket_open_ || writing_ || !outbox_.empty() || resp_ != Resp::kStreaming || !chunked_ ||
+      head_request_)
+    return;
+  std::lock_guard lock(wmu_);
+  if (posted_writes_ != 0) return;
+  direct_ = true;
+  direct_id_ = current_id_.load();
+}
+
+void Session::w_raw(uint64_t id, std::string bytes) {
+  {
+    std::lock_guard lock(wmu_);
+    posted_writes_--;
+  }
+  if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming) return;
+  queue(std::move(bytes));
+}
+
 void Session::w_write(uint64_t id, std::string chunk) {
+  {
+    std::lock_guard lock(wmu_);
+    posted_writes_--;
+  }
   if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming || head_request_) return;
   if (chunked_) {
     char hdr[24];
@@ -541,6 +644,10 @@ void Session::w_write(uint64_t id, std::string chunk) {
 }
 
 void Session::w_end(uint64_t id) {
+  {
+    std::lock_guard lock(wmu_);
+    posted_writes_--;
+  }
   if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming) return;
   resp_ = Resp::kEnded;
   if (chunked_ && !head_request_) {
@@ -576,6 +683,7 @@ void Session::w_on_close(uint64_t id, std::function<void()> cb) {
 }
 
 void Session::queue(std::string bytes) {
+  close_direct();  // the strand writes now: a direct write in progress finishes first
   queued_.fetch_add(bytes.size());
   outbox_.push_back(std::move(bytes));
   if (!writing_) do_write();
@@ -609,7 +717,8 @@ void Session::on_write(const error_code& ec, std::size_t) {
     return close_socket();
   }
   if (!outbox_.empty()) return do_write();
-  if (resp_ == Resp::kWhole || resp_ == Resp::kEnded) response_done();
+  if (resp_ == Resp::kWhole || resp_ == Resp::kEnded) return response_done();
+  maybe_open_direct();
 }
 
 void Session::response_done() {
@@ -644,7 +753,11 @@ void Session::close_socket() {
   if (!socket_open_) return;
   socket_open_ = false;
   state_ = State::kClosed;
-  closed_.store(true);
+  {
+    std::lock_guard lock(wmu_);  // no direct write is in progress, and none starts, from here
+    direct_ = false;
+    closed_.store(true);
+  }
   error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.socket().close(ignored);
