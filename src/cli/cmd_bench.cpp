@@ -70,6 +70,7 @@ struct BenchArgs {
   int warmup = 1;
   std::string slo;
   double timeout_s = 600.0;
+  bool no_realtime_pacing = false;
   int null_tokens_per_chunk = 1;
   std::string json_path;
   std::string csv_path;
@@ -149,6 +150,7 @@ json::object settings_json(const BenchArgs& a) {
   s["warmup"] = a.warmup;
   s["slo"] = a.slo;
   s["timeout_s"] = a.timeout_s;
+  s["realtime_pacing"] = !a.no_realtime_pacing;
   if (!a.launched.empty()) s["launched_server"] = a.launched;
   return s;
 }
@@ -398,6 +400,7 @@ int run_bench(BenchArgs a) {
   loadgen::DriverOptions opts;
   opts.request_timeout = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(a.timeout_s));
   opts.warmup = plan->warmup;
+  opts.realtime_pacing = !a.no_realtime_pacing;
   opts.warmup_concurrency = 1;
   if (!a.quiet && isatty(2)) opts.on_progress = print_progress;
 
@@ -557,6 +560,9 @@ void setup_bench(CLI::App& root) {
   c->add_option("--warmup", args->warmup, "warmup requests before the measured phase")->capture_default_str();
   c->add_option("--slo", args->slo, "goodput SLOs in ms, e.g. ttft=500,tpot=50,e2e=10000");
   c->add_option("--timeout", args->timeout_s, "per-request timeout in seconds")->capture_default_str();
+  c->add_flag("--no-realtime-pacing", args->no_realtime_pacing,
+              "keep the sending thread at normal priority (by default it asks for the lowest real-time "
+              "priority, where permitted, so a busy IO thread on its core cannot delay a send)");
   c->add_option("--null-tokens-per-chunk", args->null_tokens_per_chunk, "null target: tokens per chunk")
       ->capture_default_str();
   c->add_option("--json", args->json_path, "write the results as JSON (schema_version, docs/metrics.md)");

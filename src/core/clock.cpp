@@ -1,13 +1,23 @@
 #include "core/clock.h"
 
+#include <sys/prctl.h>
+
 #include <ctime>
 #include <thread>
 
 namespace plumb {
 
+void use_precise_timers() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);  // best effort: the default slack only costs accuracy
+}
+
 void SteadyClock::sleep_until(SteadyTime t) {
   using namespace std::chrono;
-  constexpr auto kSpin = microseconds(100);
+  constexpr auto kSpin = microseconds(30);
+  use_precise_timers();
   auto n = steady_clock::now();
   if (t - n > kSpin) std::this_thread::sleep_until(t - kSpin);
   while (steady_clock::now() < t) {

@@ -1,5 +1,9 @@
 #include "loadgen/driver.h"
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -17,7 +21,7 @@ constexpr SteadyTime kNever = SteadyTime::max();
 struct Phase;
 
 // The sink of one request. Every field of rec is guarded by Phase::mu, except that the driver
-// thread writes scheduled/eligible/sent before send() and is their only reader.
+// thread writes scheduled/eligible/sent (and reserves chunks) before send() and is their only reader.
 struct Slot final : StreamSink {
   Phase* phase = nullptr;
   RequestRecord rec;
@@ -135,6 +139,7 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
     l.lock();
   };
 
+  use_precise_timers();  // condition-variable wake-ups near a send time are then on time
   std::unique_lock<std::mutex> l(ph.mu);
   for (;;) {
     SteadyTime now = clock.now();
@@ -183,6 +188,9 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
       const workload::Request& req = (*ps.requests)[next];
       ++next;
       l.unlock();
+      // Room for its chunks now, on this thread: the IO thread then never grows the vector (an
+      // allocation, page faults) while it holds ph.mu, which this thread needs for every send.
+      s.rec.chunks.reserve(size_t(std::clamp<int64_t>(int64_t(req.max_tokens) + 2, 2, 4096)));
       s.sent_at = clock.now();
       s.rec.sent = s.sent_at - ph.zero;
       target.send(req, &s);
@@ -222,7 +230,7 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
         sim->sleep_until(wake);
       }
       l.lock();
-    } else if (wake_is_send && wake - now <= std::chrono::microseconds(300)) {
+    } else if (wake_is_send && wake - now <= std::chrono::microseconds(100)) {
       // Close to a send: spin on the clock for an accurate send time rather than trust the
       // condition variable's wake-up latency.
       l.unlock();
@@ -231,7 +239,7 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
     } else if (wake == kNever) {
       ph.cv.wait(l);
     } else {
-      ph.cv.wait_until(l, wake_is_send ? wake - std::chrono::microseconds(200) : wake);
+      ph.cv.wait_until(l, wake_is_send ? wake - std::chrono::microseconds(60) : wake);
     }
   }
   if (opts.on_progress) progress(l);
@@ -239,6 +247,28 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
   target.cancel_all();
   return Status::Ok();
 }
+
+// Real-time priority for the calling thread while it lives (DriverOptions::realtime_pacing).
+class RealtimeScope {
+ public:
+  explicit RealtimeScope(bool want) {
+    if (!want || pthread_getschedparam(pthread_self(), &old_policy_, &old_) != 0) return;
+    sched_param p{};
+    p.sched_priority = sched_get_priority_min(SCHED_FIFO);
+    active_ = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) == 0;  // EPERM: stay normal
+  }
+  ~RealtimeScope() {
+    if (active_) pthread_setschedparam(pthread_self(), old_policy_, &old_);
+  }
+  RealtimeScope(const RealtimeScope&) = delete;
+  RealtimeScope& operator=(const RealtimeScope&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  int old_policy_ = SCHED_OTHER;
+  sched_param old_{};
+  bool active_ = false;
+};
 
 }  // namespace
 
@@ -269,6 +299,10 @@ Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workl
   run.load.max_concurrency = schedule.max_concurrency;
   run.load.ramp_up_s = schedule.spec.ramp_up_s;
   run.load.seed = schedule.spec.seed;
+
+  // Virtual time needs no priority.
+  RealtimeScope realtime(opts.realtime_pacing && sim == nullptr);
+  run.realtime_pacing = realtime.active();
 
   Phase warm;
   if (!opts.warmup.empty()) {

@@ -39,6 +39,12 @@ struct DriverOptions {
   int warmup_concurrency = 1;                              // in-flight cap during warmup, >= 1
   std::function<void(const ProgressInfo&)> on_progress{};  // called on the driver thread; may be empty
   Nanos progress_interval = std::chrono::seconds(1);       // between on_progress calls, > 0
+  // The driver runs on the calling thread. With realtime_pacing it asks, for the duration of the
+  // run, for the lowest real-time priority (SCHED_FIFO 1), so that a busy IO thread sharing its
+  // core never holds a send back by a scheduler time slice (up to milliseconds); the thread only
+  // ever runs to send and sleeps again. Without the permission (CAP_SYS_NICE or RLIMIT_RTPRIO) it
+  // stays a normal thread; RunRecord::realtime_pacing says which. The old policy is restored.
+  bool realtime_pacing = true;
 };
 
 // Runs the warmup phase, then the measured phase: request i of `set` is sent at

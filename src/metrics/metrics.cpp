@@ -93,6 +93,7 @@ Metrics compute(const RunRecord& run, const Slo& slo) {
   m.warmup = int64_t(run.warmup.size());
   m.slo = slo;
   m.max_in_flight = run.max_in_flight;
+  m.realtime_pacing = run.realtime_pacing;
   for (Failure f : kAllFailures) m.failures[std::string(failure_name(f))] = 0;
 
   std::vector<double> ttft, ttft_s, tpot, itl, tpc, e2e, e2e_s, lag, wait;
@@ -301,6 +302,7 @@ json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Con
   counts["warmup"] = m.warmup;
   counts["error_rate"] = num(m.error_rate);
   counts["max_in_flight"] = m.max_in_flight;
+  counts["realtime_pacing"] = m.realtime_pacing;
   o["counts"] = std::move(counts);
   json::object failures;
   for (const auto& [k, v] : m.failures) failures[k] = v;

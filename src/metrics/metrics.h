@@ -19,7 +19,7 @@
 namespace plumb::metrics {
 
 // Version of the JSON written by to_json; bumped on any change of field names or types.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;  // 2: counts.realtime_pacing
 
 // Service-level objectives for goodput; an unset bound is not checked. Milliseconds.
 struct Slo {
@@ -78,7 +78,8 @@ struct Metrics {
   int64_t slo_met = 0;                // completed requests meeting every SLO
   double slo_fraction = stats::kNaN;  // slo_met / requests (failed requests never meet it)
 
-  int max_in_flight = 0;  // the driver's observed peak concurrency
+  int max_in_flight = 0;         // the driver's observed peak concurrency
+  bool realtime_pacing = false;  // the driver's thread ran at real-time priority (RunRecord)
 
   // Per-run ingredients of the scenario objectives (PROTOCOL.md §1).
   double inv_median_ttft = stats::kNaN;  // 1 / median TTFT, 1/s (scenario A)

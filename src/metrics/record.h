@@ -93,6 +93,7 @@ struct RunRecord {
   LoadInfo load;                        // the offered load
   Nanos duration{0};                    // measured phase: schedule zero to the last request's end
   int max_in_flight = 0;                // the largest number of requests in flight at once (measured)
+  bool realtime_pacing = false;         // the driver's thread ran at real-time priority (DriverOptions)
 };
 
 }  // namespace plumb::metrics

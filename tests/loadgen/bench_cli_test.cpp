@@ -51,7 +51,7 @@ TEST(BenchCli, NullTargetWritesJsonCsvAndAReplayableRequestSet) {
   auto v = json::parse_file(j);
   ASSERT_TRUE(v.ok());
   const auto& obj = v->as_object();
-  EXPECT_EQ(obj.at("schema_version").as_int64(), 1);
+  EXPECT_EQ(obj.at("schema_version").as_int64(), 2);
   EXPECT_EQ(obj.at("validity").at("valid").as_bool(), o.code == 0);
   EXPECT_EQ(obj.at("counts").at("requests").as_int64(), 20);
   EXPECT_EQ(obj.at("counts").at("completed").as_int64(), 20);

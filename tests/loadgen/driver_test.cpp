@@ -1,6 +1,7 @@
 #include "loadgen/driver.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include "loadgen/null_target.h"
 #include "loadgen/scripted_target.h"
@@ -255,6 +256,37 @@ TEST(Driver, RealTimeRunCompletesWithThreadedTimers) {
   EXPECT_EQ(ok, 19u);
   EXPECT_EQ(run->requests[3].failure, metrics::Failure::kReset);
   EXPECT_LE(run->max_in_flight, 8);
+}
+
+// Real-time pacing is asked for only for the run: whether granted (root) or not (no permission),
+// the calling thread's scheduling policy afterwards is what it was, and the record says what the
+// run had. Off, it is never asked for.
+TEST(Driver, RealtimePacingIsScopedToTheRunAndRecorded) {
+  const int before = sched_getscheduler(0);
+  sched_param old{};
+  ASSERT_EQ(sched_getparam(0, &old), 0);
+  sched_param rt{};
+  rt.sched_priority = sched_get_priority_min(SCHED_FIFO);
+  const bool permitted = sched_setscheduler(0, SCHED_FIFO, &rt) == 0;  // is it ours to ask here?
+  if (permitted) {
+    ASSERT_EQ(sched_setscheduler(0, before, &old), 0);
+  }
+  for (bool want : {true, false}) {
+    ThreadTimers timers;
+    ScriptedTarget target(
+        timers, [](size_t, const workload::Request&) { return simple(milliseconds(1), milliseconds(1)); });
+    DriverOptions o;
+    o.realtime_pacing = want;
+    auto run = run_load(make_set(4), sched({.kind = ArrivalKind::kConstant, .rate = 1000.0}, 4), target, o);
+    ASSERT_TRUE(run.ok());
+    EXPECT_EQ(sched_getscheduler(0), before);
+    if (!want) {
+      EXPECT_FALSE(run->realtime_pacing);
+    }
+    if (want) {
+      EXPECT_EQ(run->realtime_pacing, permitted);
+    }
+  }
 }
 
 TEST(Driver, BadInputIsRejected) {

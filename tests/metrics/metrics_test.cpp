@@ -313,7 +313,8 @@ TEST(Outputs, JsonSchemaIsPinned) {
       "/load/arrival: string",          "/load/rate: number",         "/load/burstiness: number",
       "/load/max_concurrency: integer", "/load/ramp_up_s: number",    "/load/seed: integer",
       "/counts/requests: integer",      "/counts/completed: integer", "/counts/failed: integer",
-      "/counts/warmup: integer",        "/counts/error_rate: number", "/counts/max_in_flight: integer"};
+      "/counts/warmup: integer",        "/counts/error_rate: number", "/counts/max_in_flight: integer",
+      "/counts/realtime_pacing: bool"};
   for (const char* f : {"cancelled", "client", "connect", "http_4xx", "http_5xx", "incomplete", "malformed",
                         "reset", "timeout"})
     want.push_back(std::string("/failures/") + f + ": integer");
@@ -349,7 +350,7 @@ TEST(Outputs, JsonSchemaIsPinned) {
        "/validity/constraints[]/verdict: string", "/validity/constraints[]/fix: string"});
   EXPECT_EQ(got, want);
   EXPECT_EQ(o.at("schema_version").as_int64(), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 1);
+  EXPECT_EQ(kSchemaVersion, 2);  // a deliberate bump: 2 added counts.realtime_pacing
 }
 
 TEST(Outputs, JsonWritesNaNAsNull) {
