@@ -15,7 +15,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <cerrno>
 #include <condition_variable>
 #include <exception>
 #include <map>
