@@ -45,6 +45,11 @@ std::string sanitize(std::string_view s) {
   return r;
 }
 
+// The size line of one chunk of a chunked body ("1a2\r\n") into buf; returns its length.
+std::size_t chunk_size_line(std::size_t size, char (&buf)[24]) {
+  return static_cast<std::size_t>(std::snprintf(buf, sizeof buf, "%zx\r\n", size));
+}
+
 std::string endpoint_string(const tcp::socket& s) {
   error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -212,6 +217,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void close_direct() {
     std::lock_guard lock(wmu_);
     direct_ = false;
+  }
+  void posted_write_ran() {  // first thing in every strand function a byte-writing post runs
+    std::lock_guard lock(wmu_);
+    posted_writes_--;
   }
   void maybe_open_direct();
   void w_raw(uint64_t id, std::string bytes);
@@ -561,9 +570,8 @@ bool Session::try_direct_write(uint64_t id, std::string_view chunk) {
   std::lock_guard lock(wmu_);
   if (!direct_ || direct_id_ != id || closed_.load()) return false;
   char hdr[24];
-  int len = std::snprintf(hdr, sizeof hdr, "%zx\r\n", chunk.size());
   static constexpr char kCrlf[] = "\r\n";
-  iovec iov[3] = {{hdr, static_cast<std::size_t>(len)},
+  iovec iov[3] = {{hdr, chunk_size_line(chunk.size(), hdr)},
                   {const_cast<char*>(chunk.data()), chunk.size()},
                   {const_cast<char*>(kCrlf), 2}};
   const std::size_t total = iov[0].iov_len + iov[1].iov_len + 2;
@@ -610,26 +618,20 @@ void Session::maybe_open_direct() {
 }
 
 void Session::w_raw(uint64_t id, std::string bytes) {
-  {
-    std::lock_guard lock(wmu_);
-    posted_writes_--;
-  }
+  posted_write_ran();
   if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming) return;
   queue(std::move(bytes));
 }
 
 void Session::w_write(uint64_t id, std::string chunk) {
-  {
-    std::lock_guard lock(wmu_);
-    posted_writes_--;
-  }
+  posted_write_ran();
   if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming || head_request_) return;
   if (chunked_) {
     char hdr[24];
-    int len = std::snprintf(hdr, sizeof hdr, "%zx\r\n", chunk.size());
+    std::size_t len = chunk_size_line(chunk.size(), hdr);
     std::string framed;
-    framed.reserve(chunk.size() + static_cast<std::size_t>(len) + 2);
-    framed.append(hdr, static_cast<std::size_t>(len));
+    framed.reserve(chunk.size() + len + 2);
+    framed.append(hdr, len);
     framed += chunk;
     framed += "\r\n";
     queue(std::move(framed));
@@ -643,10 +645,7 @@ void Session::w_write(uint64_t id, std::string chunk) {
 }
 
 void Session::w_end(uint64_t id) {
-  {
-    std::lock_guard lock(wmu_);
-    posted_writes_--;
-  }
+  posted_write_ran();
   if (id != current_id_.load() || !socket_open_ || resp_ != Resp::kStreaming) return;
   resp_ = Resp::kEnded;
   if (chunked_ && !head_request_) {
