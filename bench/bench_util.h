@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kernels/kernels.h"
+#include "engine/kernels/packed.h"
 
 namespace plumb::bench {
 
@@ -65,7 +66,10 @@ struct DummyMatmulWeights {
   int64_t total_params = 0;
 };
 
-inline DummyMatmulWeights make_dummy_weights(const DecoderShapes& s, engine::DType dtype, int64_t layers) {
+// packed16: bf16 matrices in engine::WeightLayout::kPacked16 (engine/kernels/packed.h), the layout
+// the model gives a matmul variant with reads_packed16; the same values.
+inline DummyMatmulWeights make_dummy_weights(const DecoderShapes& s, engine::DType dtype, int64_t layers,
+                                             bool packed16 = false) {
   DummyMatmulWeights d;
   auto shapes = layer_matmuls(s);
   for (const auto& m : shapes) d.total_params += layers * m.n * m.k;
@@ -100,6 +104,18 @@ inline DummyMatmulWeights make_dummy_weights(const DecoderShapes& s, engine::DTy
     }
   }
   d.lm_head = {at(off), dtype, s.vocab, s.hidden};
+  if (packed16) {
+    auto pack = [&](engine::WeightMatrix& w) {
+      if (!engine::can_pack16(w)) return;
+      auto* p = const_cast<uint16_t*>(static_cast<const uint16_t*>(w.data));
+      engine::pack16(p, w.rows, w.cols, p, nullptr);
+      w.layout = engine::WeightLayout::kPacked16;
+    };
+    for (auto& l : d.layers) {
+      for (auto& w : l) pack(w);
+    }
+    pack(d.lm_head);
+  }
   d.bias.assign(size_t(std::max(s.intermediate, s.vocab)), 0.01f);
   return d;
 }

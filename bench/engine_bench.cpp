@@ -40,14 +40,21 @@ ThreadPool& pool() {
   return p;
 }
 
-const DummyMatmulWeights& model_weights() {
-  static const DummyMatmulWeights w = make_dummy_weights(qwen25_05b(), DType::kBF16, qwen25_05b().layers);
-  return w;
+// The model's bf16 matrices in the layout `v` reads, as the model gives them to it (packed 16
+// features wide for variants with reads_packed16).
+const DummyMatmulWeights& model_weights(const engine::KernelVariant* v) {
+  const DecoderShapes s = qwen25_05b();
+  if (v->reads_packed16) {
+    static const DummyMatmulWeights packed = make_dummy_weights(s, DType::kBF16, s.layers, true);
+    return packed;
+  }
+  static const DummyMatmulWeights row_major = make_dummy_weights(s, DType::kBF16, s.layers);
+  return row_major;
 }
 
-MatmulFn matmul_variant(const std::string& name) {
+const engine::KernelVariant* matmul_variant(const std::string& name) {
   auto v = KernelRegistry::instance().find(Op::kMatmul, name);
-  return v.ok() ? reinterpret_cast<MatmulFn>((*v)->fn) : nullptr;
+  return v.ok() ? *v : nullptr;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -57,8 +64,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void BM_DecodeMatmulModel(benchmark::State& state) {
   const int64_t batch = state.range(0);
   const DecoderShapes s = qwen25_05b();
-  const DummyMatmulWeights& w = model_weights();
   const auto* best = KernelRegistry::instance().best(Op::kMatmul, Phase::kDecode);
+  const DummyMatmulWeights& w = model_weights(best);
   state.SetLabel(best->name);  // which variant auto picks on this CPU (avx512 or avx2)
   MatmulFn fn = reinterpret_cast<MatmulFn>(best->fn);
   KernelContext ctx{&pool(), Phase::kDecode};
@@ -95,18 +102,20 @@ void BM_DecodeMatmulModel(benchmark::State& state) {
 void BM_PrefillMatmulLayer(benchmark::State& state, const char* variant) {
   const int64_t m = state.range(0);
   const DecoderShapes s = qwen25_05b();
-  const DummyMatmulWeights& w = model_weights();
-  MatmulFn fn = matmul_variant(variant);
-  if (!fn) {
+  const engine::KernelVariant* v = matmul_variant(variant);
+  if (!v) {
     state.SkipWithError("variant not available");
     return;
   }
+  const DummyMatmulWeights& w = model_weights(v);
+  auto fn = reinterpret_cast<MatmulFn>(v->fn);
   KernelContext ctx{&pool(), Phase::kPrefill};
   const auto& layer = w.layers[0];
   std::vector<float> x(size_t(m * s.intermediate), 0.01f), y(size_t(m * s.intermediate));
   double flops = 0;
   for (const auto& mat : layer) flops += 2.0 * double(m) * double(mat.rows) * double(mat.cols);
   // oneDNN alone: the same shapes with f32 weights (converted once, outside the timing), no bias.
+  // (Values in the packed order where the weights are packed: the same work for the timing.)
   std::vector<std::vector<float>> w32;
   for (const auto& mat : layer) {
     w32.emplace_back(size_t(mat.rows * mat.cols));
@@ -144,14 +153,16 @@ void BM_PrefillMatmulLayer(benchmark::State& state, const char* variant) {
 
 void BM_MatmulShape(benchmark::State& state, const char* variant) {
   const int64_t n = state.range(0), k = state.range(1), m = state.range(2);
-  MatmulFn fn = matmul_variant(variant);
-  if (!fn) {
+  const engine::KernelVariant* v = matmul_variant(variant);
+  if (!v) {
     state.SkipWithError("variant not available");
     return;
   }
-  std::vector<uint16_t> w(size_t(n * k), engine::f32_to_bf16(0.01f));
+  auto fn = reinterpret_cast<MatmulFn>(v->fn);
+  std::vector<uint16_t> w(size_t(n * k), engine::f32_to_bf16(0.01f));  // every element alike: no packing
   std::vector<float> x(size_t(m * k), 0.5f), y(size_t(m * n));
   engine::WeightMatrix wm{w.data(), DType::kBF16, n, k};
+  if (v->reads_packed16 && engine::can_pack16(wm)) wm.layout = engine::WeightLayout::kPacked16;
   KernelContext ctx{&pool(), m > 16 ? Phase::kPrefill : Phase::kDecode};
   for (auto _ : state) fn(ctx, x.data(), m, wm, nullptr, y.data());
   state.counters["GFLOPs"] =
@@ -219,11 +230,31 @@ BENCHMARK_CAPTURE(BM_MatmulShape, avx512, "avx512")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatmulShape, avx512_bf16, "avx512_bf16")  // AVX512_BF16 only (else skipped)
+    ->Args({128, 896, 16})
+    ->Args({896, 896, 16})
     ->Args({1024, 1024, 16})
     ->Args({1024, 1024, 64})
     ->Args({4864, 896, 1})
     ->Args({4864, 896, 16})
     ->Args({896, 4864, 16})
+    ->Args({151936, 896, 1})
+    ->Args({151936, 896, 16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PrefillMatmulLayer, amx_bf16, "amx_bf16")  // AMX-BF16 only (else skipped)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MatmulShape, amx_bf16, "amx_bf16")  // AMX-BF16 only (else skipped)
+    ->Args({1024, 1024, 16})
+    ->Args({1024, 1024, 64})
+    ->Args({4864, 896, 1})
+    ->Args({4864, 896, 16})
+    ->Args({896, 4864, 16})
+    ->Args({4864, 896, 512})
+    ->Args({896, 4864, 512})
+    ->Args({128, 896, 16})  // k/v_proj: per-call overhead
+    ->Args({896, 896, 16})
     ->Args({151936, 896, 1})
     ->Args({151936, 896, 16})
     ->UseRealTime()

@@ -7,6 +7,7 @@
 
 #include "core/file.h"
 #include "engine/kernels/observer.h"
+#include "engine/kernels/packed.h"
 #include "engine/sampling.h"
 
 namespace plumb::engine {
@@ -46,6 +47,8 @@ Result<std::unique_ptr<Model>> Model::dummy(const ModelConfig& config, const Mod
 
 Status Model::set_kernels(const KernelSelection& sel) {
   PLUMB_ASSIGN_OR_RETURN(kernels_, resolve_kernels(sel));
+  // Every matmul gets the weight layout it reads (packed where both phases' variant reads it).
+  weights_.set_layout(kernels_[0].packed16 ? WeightLayout::kPacked16 : WeightLayout::kRowMajor, pool_.get());
   set_default_sample_kernel(kernels_[size_t(Phase::kDecode)].sample);  // samplers of this process follow it
   return Status::Ok();
 }
@@ -196,8 +199,12 @@ Status Model::forward_impl(std::span<const SequenceInput> batch, KvCache& cache,
   const Phase ph = ctx.phase;
   // Linear layers with quantized weights go to Op::kMatmulQuant (engine/kernels/quant.h).
   const Op lin_op = weights_.quantization().scheme != QuantScheme::kNone ? Op::kMatmulQuant : Op::kMatmul;
-  PLUMB_OBSERVED_CALL(obs, (KernelCall{Op::kEmbedding, ph, "embedding", -1, T, d, 0, nullptr}),
-                      ks.embedding(ctx, ws_.ids.data(), T, weights_.embed.data, weights_.embed.dtype, d, x));
+  // A packed (tied) table, engine/kernels/packed.h: the registered lookups read row-major tables.
+  const bool packed_embed = weights_.embed.layout != WeightLayout::kRowMajor;
+  PLUMB_OBSERVED_CALL(
+      obs, (KernelCall{Op::kEmbedding, ph, "embedding", -1, T, d, 0, nullptr}),
+      packed_embed ? embedding_bf16_any_layout(ws_.ids.data(), T, weights_.embed, x)
+                   : ks.embedding(ctx, ws_.ids.data(), T, weights_.embed.data, weights_.embed.dtype, d, x));
 
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const LayerWeights& L = weights_.layers[size_t(li)];

@@ -1,5 +1,8 @@
 #include "engine/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <boost/math/special_functions/erf.hpp>
 #include <cmath>
@@ -9,6 +12,7 @@
 #include <utility>
 
 #include "core/random.h"
+#include "engine/kernels/packed.h"
 #include "engine/kernels/thread_pool.h"
 
 namespace plumb::engine {
@@ -19,6 +23,17 @@ Result<WeightDType> parse_weight_dtype(const std::string& s) {
   if (s == "bf16" || s == "bfloat16") return WeightDType::kBF16;
   return invalid_argument("unknown weight dtype '" + s + "' (use as-stored, f32 or bf16)");
 }
+
+namespace {
+// Drops this process's resident pages wholly inside [p, p + bytes) of a read-only file mapping (they
+// read back from the file if touched again). Best effort: an error leaves them resident.
+void release_pages(const void* p, size_t bytes) {
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+}  // namespace
 
 ModelWeights::Buffer::~Buffer() {
   if (!huge.data()) std::free(p);
@@ -35,6 +50,45 @@ void* ModelWeights::own(size_t bytes) {
   void* p = b->p;
   owned_.push_back(std::move(b));
   return p;
+}
+
+bool ModelWeights::owns(const void* p) const {
+  for (const auto& b : owned_) {
+    if (b->p == p) return true;
+  }
+  return false;
+}
+
+void ModelWeights::set_layout(WeightLayout layout, ThreadPool* pool) {
+  auto convert = [&](WeightMatrix& m) {
+    if (m.layout == layout || !can_pack16(m)) return;
+    const size_t bytes = size_t(m.rows * m.cols) * 2;
+    const auto* src = static_cast<const uint16_t*>(m.data);
+    // Owned: in place. A view into the map (only ever row-major): into a new owned buffer.
+    const bool in_place = owns(m.data);
+    auto* dst = in_place ? const_cast<uint16_t*>(src) : static_cast<uint16_t*>(own(bytes));
+    if (layout == WeightLayout::kPacked16) {
+      pack16(src, m.rows, m.cols, dst, pool);
+    } else {
+      unpack16(src, m.rows, m.cols, dst, pool);
+    }
+    if (!in_place) release_pages(src, bytes);
+    m.data = dst;
+    m.layout = layout;
+  };
+  const bool tied = lm_head.data == embed.data;
+  convert(embed);
+  if (tied) {
+    lm_head = embed;
+  } else {
+    convert(lm_head);
+  }
+  for (auto& l : layers) {
+    for (WeightMatrix* w :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+      convert(*w);
+    }
+  }
 }
 
 namespace {

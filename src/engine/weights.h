@@ -24,7 +24,10 @@
 //   model.layers.N.mlp.{gate,up}_proj.weight [ff, d], mlp.down_proj.weight [d, ff]
 // Tensors the architecture does not use (e.g. rotary_emb.inv_freq of old checkpoints) are ignored.
 //
-// Immutable after construction; safe to read from many threads. Move-only.
+// bf16 matrices may be held in WeightLayout::kPacked16 (set_layout) when the selected matmul reads
+// that layout; a tied lm_head then shares the packed embedding table.
+//
+// Immutable after construction except through set_layout; safe to read from many threads. Move-only.
 #pragma once
 
 #include <cstdint>
@@ -88,6 +91,11 @@ class ModelWeights {
   // Bytes of the quantized (or float) linear layers alone, and the quantization they carry.
   int64_t linear_bytes() const;
   const Quantization& quantization() const { return quant_; }
+  // Puts every bf16 matrix that can take it (engine/kernels/packed.h: can_pack16) in `layout`, the
+  // one the selected matmul reads (Model::set_kernels). Owned buffers convert in place; a view into
+  // the memory map is packed into an owned buffer and its pages released from this process
+  // (MADV_DONTNEED), so resident memory does not double. Values never change.
+  void set_layout(WeightLayout layout, ThreadPool* pool);
   DType linear_dtype() const { return layers.empty() ? embed.dtype : layers[0].q_proj.dtype; }
 
  private:
@@ -99,6 +107,7 @@ class ModelWeights {
   // Owns 64-byte-aligned memory for converted or generated weights. Buffers of 4 MiB and more are
   // HugeBuffers (engine/kernels/huge_pages.h): a decode step streams every weight.
   void* own(size_t bytes);
+  bool owns(const void* p) const;  // p is the start of one of owned_
   // Quantizes `src` (a float WeightMatrix) into owned buffers; InvalidArgument naming `name` and
   // the row if a value is not finite.
   Result<WeightMatrix> quantize(const WeightMatrix& src, const std::string& name, ThreadPool* pool);

@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "core/random.h"
 #include "engine/kernels/observer.h"
+#include "engine/kernels/packed.h"
 #include "engine/model.h"
 #include "engine/scheduler/llm_engine.h"
 #include "engine/tokenizer/chat_template.h"
@@ -62,6 +63,10 @@ class Recorder final : public engine::KernelObserver {
         const size_t wb = size_t(a->w->rows * a->w->cols) * engine::dtype_size(a->w->dtype);
         const auto* wp = static_cast<const uint8_t*>(a->w->data);
         cc.w.assign(wp, wp + wb);
+        if (a->w->layout == engine::WeightLayout::kPacked16) {  // tasks carry row-major weights
+          auto* w16 = reinterpret_cast<uint16_t*>(cc.w.data());
+          engine::unpack16(w16, a->w->rows, a->w->cols, w16, nullptr);
+        }
         if (a->bias) cc.bias.assign(a->bias, a->bias + c.n);
         break;
       }

@@ -129,14 +129,17 @@ std::unique_ptr<Model> load(const std::string& name, WeightDType dt, const Kerne
 }
 
 // The bound a model's logits are held to against the reference's f32 logits (absolute). Linear
-// layers in the bf16-activation class (auto's avx512_bf16 on bf16 weights where the CPU has
-// AVX512_BF16: x rounded to bf16 before each matmul) get the bf16 standard of
+// layers in the bf16-activation class (KernelVariant::bf16_activations: auto's avx512_bf16 or amx_bf16
+// on bf16 weights where the CPU has them: x rounded to bf16 before each matmul) get the bf16 standard of
 // PrefillBf16WithinTheReferencesOwnBf16Error, 0.75x the reference's own bf16-inference error; every
 // other configuration keeps x in f32 and gets 1e-4 of the largest logit.
 float f32_bound(const Model& m, const Reference& ref) {
   const auto& ks = m.kernel_sets();
   bool bf16_class = false;
-  for (const auto& set : ks) bf16_class |= set.names.at(Op::kMatmul) == "avx512_bf16";
+  for (const auto& set : ks) {
+    auto v = KernelRegistry::instance().find(Op::kMatmul, set.names.at(Op::kMatmul));
+    bf16_class |= v.ok() && (*v)->bf16_activations;
+  }
   bf16_class &= m.weights().linear_dtype() == DType::kBF16;
   return bf16_class ? 0.75f * max_abs_diff(ref.logits_bf16, ref.logits_f32) : 1e-4f * max_abs(ref.logits_f32);
 }

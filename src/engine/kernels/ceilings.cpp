@@ -14,6 +14,7 @@
 #include "core/random.h"
 #include "engine/kernels/avx2_util.h"
 #include "engine/kernels/huge_pages.h"
+#include "engine/kernels/packed.h"
 #include "engine/kernels/thread_pool.h"
 
 namespace plumb::engine {
@@ -132,6 +133,10 @@ double measure_peak_gflops(DType weights, int threads) {
   }
   WeightMatrix w{weights == DType::kF32 ? static_cast<const void*>(w32.data()) : w16.data(), weights, n, k};
   ThreadPool pool(threads);
+  if (v->reads_packed16 && can_pack16(w)) {  // the layout the model gives this variant
+    pack16(w16.data(), n, k, w16.data(), &pool);
+    w.layout = WeightLayout::kPacked16;
+  }
   KernelContext ctx{&pool, Phase::kDecode};
   double best = 0.0;
   for (int64_t m : {16, 64}) {

@@ -7,9 +7,11 @@
 //    real; on huge pages where the kernel gives them, as the weights are: huge_pages.h), summing it
 //    with AVX2 (SSE2 on older CPUs); bytes read / seconds, best of `passes`.
 //  - peak GFLOP/s of our matmul (`measure_peak_gflops`): the best rate of the fastest registered
-//    decode matmul (registry best(kMatmul, kDecode): "avx512_bf16" on AMD CPUs with AVX512_BF16,
-//    whose bf16 dot instructions do twice an f32 FMA's work, else "avx512" or "avx2") on compute-bound,
-//    cache-resident shapes: weights [1024, 1024] in `weights` dtype (2 MiB bf16, inside L3),
+//    decode matmul (registry best(kMatmul, kDecode): "amx_bf16" on CPUs with AMX-BF16, whose tile
+//    instructions do ~16x an f32 FMA's work; "avx512_bf16" on AMD CPUs with AVX512_BF16, whose bf16
+//    dot instructions do twice an f32 FMA's work; else "avx512" or "avx2") on compute-bound,
+//    cache-resident shapes: weights [1024, 1024] in `weights` dtype (2 MiB bf16, inside L3; packed
+//    16 features wide, engine/kernels/packed.h, where the variant reads that layout, as in the model),
 //    m = 16 and m = 64 rows; 2*m*n*k flops / seconds, best of several passes. This is the rate our
 //    own kernel can sustain when memory is not the limit, i.e. the compute roof for batch decode.
 //  - oneDNN GEMM GFLOP/s (`measure_onednn_gemm_gflops`): dnnl_sgemm (f32, row-major, B transposed as

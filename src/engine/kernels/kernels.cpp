@@ -131,6 +131,7 @@ KernelRegistry& KernelRegistry::instance() {
     detail::register_reference_kernels(*reg);
     detail::register_avx2_kernels(*reg);
     detail::register_avx512_kernels(*reg);
+    detail::register_amx_kernels(*reg);
     detail::register_onednn_kernels(*reg);
     detail::register_onednn_bf16_kernels(*reg);
     detail::register_quant_kernels(*reg);
@@ -265,6 +266,7 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
   for (const auto& path : sel.plugins) PLUMB_RETURN_IF_ERROR(load_screened_plugin(path).status());
   const KernelRegistry& reg = KernelRegistry::instance();
   std::array<KernelSet, 2> sets;
+  bool packed16 = true;  // both phases' matmul reads kPacked16
   for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
     const auto& chosen = phase == Phase::kPrefill ? sel.prefill : sel.decode;
     KernelSet& set = sets[size_t(phase)];
@@ -288,6 +290,7 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
       switch (op) {
         case Op::kMatmul:
           set.matmul = reinterpret_cast<MatmulFn>(v->fn);
+          packed16 = packed16 && v->reads_packed16;
           break;
         case Op::kRmsNorm:
           set.rmsnorm = reinterpret_cast<RmsNormFn>(v->fn);
@@ -315,6 +318,7 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
       }
     }
   }
+  for (KernelSet& set : sets) set.packed16 = packed16;
   return sets;
 }
 

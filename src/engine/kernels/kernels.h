@@ -45,7 +45,16 @@ struct KernelContext {
 enum class QuantScheme : uint8_t { kNone, kInt8, kInt4 };
 const char* quant_scheme_name(QuantScheme q);  // "none", "int8", "int4"
 
-// A weight matrix W[rows, cols] (out_features x in_features), row-major, stored dtype.
+// How a bf16 weight matrix's elements are laid out in memory (engine/kernels/packed.h).
+//  kRowMajor: W[r, c] at r * cols + c, the file's layout.
+//  kPacked16: bf16 only, rows % 16 == 0, cols even; 16 output features side by side, two input
+//             features per feature: W[r, c] at ((r / 16 * cols / 2 + c / 2) * 16 + r % 16) * 2 + c % 2.
+//             Every 16-row group is one contiguous run (the same bytes as in kRowMajor), read front
+//             to back by the kernels that take it: only variants with KernelVariant::reads_packed16.
+enum class WeightLayout : uint8_t { kRowMajor, kPacked16 };
+
+// A weight matrix W[rows, cols] (out_features x in_features), row-major (unless `layout` says
+// kPacked16), stored dtype.
 struct WeightMatrix {
   const void* data = nullptr;
   DType dtype = DType::kF32;
@@ -56,9 +65,10 @@ struct WeightMatrix {
   // variants read it: int8 W[r, c] ~ scales[r] * q; int4 W[r, c] ~ scales[r, g] * q + mins[r, g],
   // g = c / group_size.
   QuantScheme quant = QuantScheme::kNone;
-  const float* scales = nullptr;  // int8: [rows]; int4: [rows, groups]
-  const float* mins = nullptr;    // int4: [rows, groups]; null otherwise
-  int32_t group_size = 0;         // int4: 32 or 64; 0 otherwise
+  const float* scales = nullptr;                  // int8: [rows]; int4: [rows, groups]
+  const float* mins = nullptr;                    // int4: [rows, groups]; null otherwise
+  int32_t group_size = 0;                         // int4: 32 or 64; 0 otherwise
+  WeightLayout layout = WeightLayout::kRowMajor;  // kPacked16: see WeightLayout (quant == kNone only)
 };
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ + bias[n] (bias may be null). k == w.cols, n == w.rows.
@@ -152,6 +162,12 @@ struct KernelVariant {
   // Preference of "auto" per phase (index by Phase): the supported variant with the highest rank
   // wins, ties go to the later-registered one. The reference variants rank 0.
   std::array<int, 2> rank = {0, 0};
+  // Op::kMatmul only: the variant reads bf16 weights in WeightLayout::kPacked16 as well as row-major,
+  // and is faster with them. The model packs its bf16 matrices when both phases' matmul has this.
+  bool reads_packed16 = false;
+  // Op::kMatmul only: with bf16 weights the variant rounds x to bf16 before multiplying (the
+  // bf16-activation numeric class: |y - y_ref| <= 2^-8 · Σ|x·w|, not the f32 class's 1e-5).
+  bool bf16_activations = false;
 };
 
 // The registry of built-in variants. Thread-safe for reads after static initialization.
@@ -200,6 +216,9 @@ struct KernelSet {
   SampleFn sample = nullptr;
   MatmulFn matmul_quant = nullptr;  // for WeightMatrix::quant != kNone
   std::map<Op, std::string> names;  // the variant actually used, for provenance
+  // Whether the bf16 weights should be WeightLayout::kPacked16: set (in both sets alike) when both
+  // phases' matmul variant reads_packed16; every matmul then gets the layout it reads.
+  bool packed16 = false;
 };
 
 // Resolves a selection into two KernelSets (index by Phase). Errors name the op and variant.

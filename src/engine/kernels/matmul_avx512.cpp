@@ -259,6 +259,94 @@ struct IsaDot {
   }
 };
 
+// ---- "avx512_bf16" on WeightLayout::kPacked16 weights (engine/kernels/packed.h) -----------------
+// One 64-byte load holds W[16 features, 2 inputs]; each of up to 16 x rows multiplies it against its
+// own pair of inputs broadcast from memory (VDPBF16PS with an embedded {1to16} broadcast: a plain
+// load, no shuffle), into one accumulator per row that holds 16 outputs. No horizontal sums, and a
+// block's weights are one sequential stream, front to back: on the project VM, Qwen2.5-0.5B's
+// matrices at m = 16 ran 1.35-1.6x the dot tiles' rate streaming from DRAM, and 1.2x on
+// cache-resident weights (BENCHMARKS.md "Engine kernels"). Each output lane accumulates its pairs in
+// input order with the same instruction whatever the tile height, so a row's result depends on its
+// own x row only: batch- and phase-invariant, as the dot tiles are (a different summation order
+// from theirs, within the same bound).
+
+constexpr int kPackedRowsX = 16;                  // x rows per tile (at most)
+constexpr int64_t kPackedPrefetchBytes = 8192;    // how far ahead of the stream to prefetch into L2
+constexpr int64_t kPackedGroupBytes = 512 << 10;  // weight blocks kept in L2 while x tiles pass
+
+// y[i, 0..16) for i in [0, MR) of the bf16 x rows at x, against the 16-feature block at wb (16 * k
+// elements); bias and y point at the block's first feature. Prefetch: stream the block from DRAM
+// (the first x tile over it); later tiles find it in L2.
+template <int MR, bool Prefetch>
+PLUMB_AVX512_BF16 void tile_packed(const uint16_t* x, int64_t k, const uint16_t* wb, const float* bias,
+                                   float* y, int64_t ldy) {
+  __m512 acc[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t pairs = k / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    if constexpr (Prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(wb + q * 32) + kPackedPrefetchBytes, _MM_HINT_T1);
+    }
+    const __m512i wv = _mm512_loadu_si512(wb + q * 32);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      // The broadcast as the instruction's memory operand: GCC 12 would emit a separate
+      // VPBROADCASTD, which competes with VDPBF16PS for the vector pipes.
+      const auto* xp = reinterpret_cast<const int32_t*>(x + i * k + 2 * q);
+      __asm__("vdpbf16ps %1%{1to16%}, %2, %0" : "+v"(acc[i]) : "m"(*xp), "v"(wv));
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    __m512 v = acc[i];
+    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias));
+    _mm512_storeu_ps(y + i * ldy, v);
+  }
+}
+
+// The runtime row count (1..kPackedRowsX) to a compile-time tile height.
+template <int MR>
+void tile_packed_rows(int64_t rows, bool prefetch, const uint16_t* x, int64_t k, const uint16_t* wb,
+                      const float* bias, float* y, int64_t ldy) {
+  if constexpr (MR > 0) {
+    if (rows == MR) {
+      if (prefetch) return tile_packed<MR, true>(x, k, wb, bias, y, ldy);
+      return tile_packed<MR, false>(x, k, wb, bias, y, ldy);
+    }
+    tile_packed_rows<MR - 1>(rows, prefetch, x, k, wb, bias, y, ldy);
+  }
+}
+
+// Feature blocks [b0, b1) (16 features each) for every row of x: blocks in L2-sized groups, x tiles
+// of up to 16 rows over each group.
+void blocks_packed(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t b0, int64_t b1,
+                   const float* bias, float* y, int64_t n) {
+  const int64_t block = 16 * k;  // elements per block
+  const int64_t group = std::max<int64_t>(1, kPackedGroupBytes / (block * 2));
+  for (int64_t gb = b0; gb < b1; gb += group) {
+    const int64_t ge = std::min(b1, gb + group);
+    for (int64_t i = 0; i < m; i += kPackedRowsX) {
+      const int64_t rows = std::min<int64_t>(kPackedRowsX, m - i);
+      for (int64_t b = gb; b < ge; ++b) {
+        tile_packed_rows<kPackedRowsX>(rows, i == 0, x + i * k, k, w + b * block,
+                                       bias ? bias + b * 16 : nullptr, y + i * n + b * 16, n);
+      }
+    }
+  }
+}
+
+void matmul_packed(const KernelContext& ctx, const uint16_t* x, int64_t m, const WeightMatrix& w,
+                   const float* bias, float* y) {
+  const auto* wp = static_cast<const uint16_t*>(w.data);
+  auto part = [&](int64_t b, int64_t e) { blocks_packed(x, m, w.cols, wp, b, e, bias, y, w.rows); };
+  if (ctx.pool) {
+    ctx.pool->parallel_for(w.rows / 16, part);
+  } else {
+    part(0, w.rows / 16);
+  }
+}
+
 }  // namespace
 
 // bf16 weights: x rounded to bf16 into the calling thread's buffer, then the dot tiles, for every m
@@ -274,6 +362,7 @@ void matmul_bf16(const KernelContext& ctx, const float* x, int64_t m, const Weig
   thread_local std::vector<uint16_t> xb;  // grows to the largest [m, k] seen, then reused
   if (xb.size() < size_t(m * w.cols)) xb.resize(size_t(m * w.cols));
   round_to_bf16(x, m * w.cols, xb.data());
+  if (w.layout == WeightLayout::kPacked16) return matmul_packed(ctx, xb.data(), m, w, bias, y);
   tiled::run<IsaDot, DType::kBF16>(ctx, xb.data(), m, w, bias, y);
 }
 
@@ -295,11 +384,13 @@ void register_avx512_kernels(KernelRegistry& r) {
                       {1, 3}});
   r.add(Op::kMatmul,
         {"avx512_bf16",
-         "AVX512_BF16 dot tiles for bf16 weights, every m: activations rounded to bf16, "
-         "f32 accumulation, twice avx512's multiply-adds per instruction (f32/f16 weights: "
-         "avx512, hybrid for prefill); auto's choice in both phases on AMD CPUs with AVX512_BF16",
+         "AVX512_BF16 for bf16 weights, every m: activations rounded to bf16, f32 accumulation, "
+         "twice avx512's multiply-adds per instruction; weights packed 16 features wide (row-major "
+         "weights: dot tiles; f32/f16 weights: avx512, hybrid for prefill); auto's choice in both "
+         "phases on AMD CPUs with AVX512_BF16",
          &avx512::cpu_has_avx512_bf16, reinterpret_cast<void*>(&avx512::matmul_bf16),
-         avx512::prefer_bf16_dot() ? std::array<int, 2>{4, 4} : std::array<int, 2>{-1, -1}});
+         avx512::prefer_bf16_dot() ? std::array<int, 2>{4, 4} : std::array<int, 2>{-1, -1},
+         /*reads_packed16=*/true, /*bf16_activations=*/true});
 }
 
 }  // namespace plumb::engine::detail

@@ -104,7 +104,9 @@ void register_onednn_bf16_kernels(KernelRegistry& r) {
                       "bf16, f32 accumulation; opt-in (not auto: a coarser numeric class), prefill",
                       &avx512::cpu_has_avx512_bf16,
                       reinterpret_cast<void*>(&onednn_bf16::matmul),
-                      {-1, -1}});  // below reference: auto never picks it
+                      {-1, -1},  // below reference: auto never picks it
+                      /*reads_packed16=*/false,
+                      /*bf16_activations=*/true});
 }
 
 }  // namespace plumb::engine::detail

@@ -21,7 +21,7 @@ using testing::TestCache;
 std::vector<const KernelVariant*> fast_variants(Op op) {
   std::vector<const KernelVariant*> out;
   for (const KernelVariant* v : KernelRegistry::instance().list(op)) {
-    // onednn_bf16 rounds activations to bf16: a coarser numeric class with its own test below.
+    // onednn_bf16 (opt-in only) has its own test below.
     if (v->name == "reference" || v->name == "onednn_bf16") continue;
     if (!v->supported || v->supported()) out.push_back(v);
   }
@@ -34,10 +34,13 @@ TEST(Variants, AutoPicksFastVariantsPerPhase) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl");
-    // avx512_bf16 is auto's only where VDPBF16PS runs at the FMA rate (AMD; matmul_avx512.cpp).
+    // amx_bf16 wherever AMX-BF16 is usable (the kernel granted the tile state); else avx512_bf16
+    // where VDPBF16PS runs at the FMA rate (AMD; matmul_avx512.cpp).
+    const bool amx = reg.find(Op::kMatmul, "amx_bf16").ok();
     const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
-    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, bf16 ? "avx512_bf16" : "hybrid");
-    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, bf16 ? "avx512_bf16" : avx512 ? "avx512" : "avx2");
+    const char* both = amx ? "amx_bf16" : bf16 ? "avx512_bf16" : nullptr;
+    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, both ? both : "hybrid");
+    EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, both ? both : avx512 ? "avx512" : "avx2");
     for (Op op : {Op::kRmsNorm, Op::kRope, Op::kSwiglu, Op::kAttention}) {
       EXPECT_EQ(reg.best(op, Phase::kDecode)->name, "avx2") << op_name(op);
     }
@@ -47,8 +50,9 @@ TEST(Variants, AutoPicksFastVariantsPerPhase) {
 }
 
 // Bound: |y - y_ref| <= 1e-5 * (sum_p |x_p w_p| + |bias|) per element: float accumulation of k
-// products has error ~k * 2^-24 of that sum, and k <= 300 here. avx512_bf16 with bf16 weights rounds
-// x to bf16 (relative 2^-9 per element): there the sum's factor is 2^-8 (its bias stays at 1e-5).
+// products has error ~k * 2^-24 of that sum, and k <= 300 here. Variants with bf16_activations
+// (avx512_bf16, amx_bf16) round x to bf16 for bf16 weights (relative 2^-9 per element): there the
+// sum's factor is 2^-8 (the bias stays at 1e-5).
 TEST(Variants, MatmulMatchesReferenceOverShapesDtypesAndThreads) {
   ThreadPool pool2(2), pool3(3);
   for (const KernelVariant* v : fast_variants(Op::kMatmul)) {
@@ -69,8 +73,7 @@ TEST(Variants, MatmulMatchesReferenceOverShapesDtypesAndThreads) {
             fn({pool, Phase::kDecode}, x.data(), m, tw.w, b, got.data());
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < n; ++j) {
-                const double rel =
-                    v->name == "avx512_bf16" && dt == DType::kBF16 ? std::ldexp(1.0, -8) : 1e-5;
+                const double rel = v->bf16_activations && dt == DType::kBF16 ? std::ldexp(1.0, -8) : 1e-5;
                 double scale = 0.0;
                 for (int64_t p = 0; p < k; ++p)
                   scale += std::fabs(x[size_t(i * k + p)] * tw.f32[size_t(j * k + p)]);
@@ -131,7 +134,7 @@ TEST(Variants, OneDnnBf16WithinItsBoundAndOptInOnly) {
 TEST(Variants, TiledMatmulRowsDoNotDependOnTheirBatch) {
   ThreadPool pool(2);
   int tested = 0;
-  for (const char* name : {"avx2", "avx512", "avx512_bf16"}) {
+  for (const char* name : {"avx2", "avx512", "avx512_bf16", "amx_bf16"}) {
     auto v = KernelRegistry::instance().find(Op::kMatmul, name);
     if (!v.ok()) continue;  // not on this CPU
     ++tested;
@@ -165,9 +168,9 @@ TEST(Variants, MatmulLargeShapeOfTheModel) {
     std::fill(got.begin(), got.end(), NAN);
     reinterpret_cast<MatmulFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), m, tw.w, nullptr, got.data());
     // Outputs are sums of 896 terms of size ~0.25; 1e-4 absolute is ~30x the expected float error.
-    // avx512_bf16 rounds x to bf16 (relative 2^-9 each): errors of random sign, ~sqrt(896) * 0.25 *
-    // 2^-9 ~ 0.015 typical, so 0.06 (a wrong or missing term is ~0.25).
-    const double limit = v->name == "avx512_bf16" ? 0.06 : 1e-4;
+    // bf16_activations variants round x to bf16 (relative 2^-9 each): errors of random sign,
+    // ~sqrt(896) * 0.25 * 2^-9 ~ 0.015 typical, so 0.06 (a wrong or missing term is ~0.25).
+    const double limit = v->bf16_activations ? 0.06 : 1e-4;
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - expect[i])));
     EXPECT_LE(worst, limit) << v->name;
