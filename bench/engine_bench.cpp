@@ -281,6 +281,12 @@ BENCHMARK_CAPTURE(BM_DecodeAttention, avx2, "avx2")
     ->Args({16, 320})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeAttention, avx512, "avx512")  // AVX-512 only (else skipped)
+    ->Args({1, 128})
+    ->Args({16, 85})
+    ->Args({16, 320})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeAttention, reference, "reference")
     ->Args({16, 85})
     ->UseRealTime()

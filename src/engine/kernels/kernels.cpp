@@ -132,6 +132,7 @@ KernelRegistry& KernelRegistry::instance() {
     detail::register_avx2_kernels(*reg);
     detail::register_avx512_kernels(*reg);
     detail::register_amx_kernels(*reg);
+    detail::register_avx512_attention(*reg);
     detail::register_onednn_kernels(*reg);
     detail::register_onednn_bf16_kernels(*reg);
     detail::register_quant_kernels(*reg);

@@ -255,6 +255,8 @@ PLUMB_AVX2 void attention_items(const AttentionJob& job, int64_t b, int64_t e) {
   }
 }
 
+}  // namespace
+
 void attention(const KernelContext& ctx, const float* q, const KvLayerView& kv,
                std::span<const AttentionSeq> seqs, int32_t n_heads, float scale, float* out) {
   int64_t rows = 0;
@@ -273,7 +275,6 @@ void attention(const KernelContext& ctx, const float* q, const KvLayerView& kv,
   }
 }
 
-}  // namespace
 }  // namespace plumb::engine::avx2
 
 namespace plumb::engine::detail {

@@ -33,7 +33,8 @@ namespace plumb::engine::detail {
 void register_reference_kernels(KernelRegistry& r);
 void register_avx2_kernels(KernelRegistry& r);
 void register_avx512_kernels(KernelRegistry& r);
-void register_amx_kernels(KernelRegistry& r);  // matmul_amx.cpp
+void register_amx_kernels(KernelRegistry& r);       // matmul_amx.cpp
+void register_avx512_attention(KernelRegistry& r);  // attention_avx512.cpp
 void register_onednn_kernels(KernelRegistry& r);
 void register_onednn_bf16_kernels(KernelRegistry& r);
 }  // namespace plumb::engine::detail

@@ -41,9 +41,11 @@ TEST(Variants, AutoPicksFastVariantsPerPhase) {
     const char* both = amx ? "amx_bf16" : bf16 ? "avx512_bf16" : nullptr;
     EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, both ? both : "hybrid");
     EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode)->name, both ? both : avx512 ? "avx512" : "avx2");
-    for (Op op : {Op::kRmsNorm, Op::kRope, Op::kSwiglu, Op::kAttention}) {
+    for (Op op : {Op::kRmsNorm, Op::kRope, Op::kSwiglu}) {
       EXPECT_EQ(reg.best(op, Phase::kDecode)->name, "avx2") << op_name(op);
     }
+    for (Phase ph : {Phase::kPrefill, Phase::kDecode})
+      EXPECT_EQ(reg.best(Op::kAttention, ph)->name, avx512 ? "avx512" : "avx2") << phase_name(ph);
   } else {
     EXPECT_EQ(reg.best(Op::kMatmul, Phase::kPrefill)->name, "onednn");
   }
