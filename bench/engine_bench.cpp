@@ -230,6 +230,10 @@ BENCHMARK_CAPTURE(BM_MatmulShape, avx512, "avx512")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatmulShape, avx512_bf16, "avx512_bf16")  // AVX512_BF16 only (else skipped)
+    ->Args({256, 256, 1})
+    ->Args({768, 256, 1})
+    ->Args({256, 768, 1})
+    ->Args({4096, 256, 1})
     ->Args({128, 896, 16})
     ->Args({896, 896, 16})
     ->Args({1024, 1024, 16})
@@ -255,6 +259,10 @@ BENCHMARK_CAPTURE(BM_MatmulShape, amx_bf16, "amx_bf16")  // AMX-BF16 only (else 
     ->Args({896, 4864, 512})
     ->Args({128, 896, 16})  // k/v_proj: per-call overhead
     ->Args({896, 896, 16})
+    ->Args({256, 256, 1})  // plumb-tiny's decode shapes: per-call overhead dominates
+    ->Args({768, 256, 1})
+    ->Args({256, 768, 1})
+    ->Args({4096, 256, 1})
     ->Args({151936, 896, 1})
     ->Args({151936, 896, 16})
     ->UseRealTime()

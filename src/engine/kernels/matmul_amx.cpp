@@ -7,7 +7,8 @@
 // and no weight is ever rearranged at run time.
 //
 // The scheme: x is rounded to bf16 (as "avx512_bf16" does: the bf16-activation numeric class, bound
-// 2^-8 · Σ|x·w|) into a buffer padded with zero rows to a multiple of 16, the A tiles' height. Each
+// 2^-8 · Σ|x·w|). Up to 16 rows the accumulator and A tiles are configured exactly m rows tall;
+// above, x is padded with zero rows to a multiple of 16, the A tiles' height. Each
 // output element is TDPBF16PS over k in steps of 32 in increasing order, starting from zero, stored
 // to f32 between k chunks (exact), whatever the tile blocking: a row's result depends on its own x
 // row only, so outputs are batch- and phase-invariant as the other kernels' are.
@@ -68,11 +69,14 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles 0-3: f32 accumulators, 4-5: A (x), 6-7: B (weights); every tile 16 rows x 64 bytes.
-PLUMB_AMX void configure_tiles() {
+// Tiles 0-3: f32 accumulators, 4: A (x), 5: A (x, 2x2 blocks) or B, 6-7: B (weights); every tile
+// 64 bytes wide. The accumulators and tile 4 hold `rows` rows (1..16: fewer than 16 in decode, so
+// that no padding row is read or written); tiles 5-7 hold 16 (a B tile's 16 pairs of inputs; the
+// 2x2 blocks, which use tile 5 as A, run with rows == 16 only).
+PLUMB_AMX void configure_tiles(int rows) {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
+    c.rows[t] = uint8_t(t < 5 ? rows : 16);
     c.colsb[t] = 64;
   }
   _tile_loadconfig(&c);
@@ -182,14 +186,14 @@ void block_1(int64_t nr, const uint16_t* x, int64_t ldx, const uint16_t* w, int6
   }
 }
 
-// Feature groups [g0, g1) (16 features each) for all `rows` (a multiple of 16) rows of xb [rows, k]:
-// y [rows, n] f32.
+// Feature groups [g0, g1) (16 features each) for all `rows` rows of xb [rows, k] (rows <= 16, or a
+// multiple of 16): y [rows, n] f32.
 PLUMB_AMX void groups(const uint16_t* xb, int64_t rows, int64_t k, const uint16_t* w, int64_t g0, int64_t g1,
                       float* y, int64_t n) {
-  configure_tiles();
+  configure_tiles(int(std::min<int64_t>(rows, 16)));
   const int64_t group = 16 * k;  // elements per feature group
   const int64_t steps = k / kTileK;
-  if (rows == 16) {  // decode: one pass, the weights streamed once
+  if (rows <= 16) {  // decode: one pass, the weights streamed once
     for (int64_t g = g0; g < g1; g += kDecodeGroups) {
       block_1(std::min(kDecodeGroups, g1 - g), xb, k, w + g * group, group, 0, steps, true, y + g * 16, n);
     }
@@ -237,9 +241,13 @@ void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMat
             float* y) {
   if (m <= 0 || !can_run(w) || !supported()) return avx512::matmul_bf16(ctx, x, m, w, bias, y);
   const int64_t k = w.cols, n = w.rows;
-  const int64_t rows = (m + 15) / 16 * 16;  // the A tiles' height
+  // Rows the tiles cover: m itself up to 16 (tiles configured that tall), else whole 16-row tiles.
+  // The padding of the second case costs nothing next to a prefill's work; in decode it would be
+  // 15 rows of x and y moving between the cores' caches on every call (on plumb-tiny's 256-wide
+  // matrices that made a call ~3x slower than the work in it).
+  const int64_t rows = m <= 16 ? m : (m + 15) / 16 * 16;
   // Buffers of the calling thread, grown to the largest call seen and reused: x in bf16 with zero
-  // pad rows, and (when m is not a multiple of 16) the padded output.
+  // pad rows, and (when rows != m) the padded output.
   thread_local std::vector<uint16_t> xb;
   thread_local std::vector<float> yb;
   if (xb.size() < size_t(rows * k)) xb.resize(size_t(rows * k));
@@ -265,7 +273,7 @@ void matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightMat
   };
   if (ctx.pool) {
     // Chunks of whole kernel blocks: four feature groups (decode), two (prefill).
-    ctx.pool->parallel_for(n / 16, part, rows == 16 ? kDecodeGroups : 2);
+    ctx.pool->parallel_for(n / 16, part, rows <= 16 ? kDecodeGroups : 2);
   } else {
     part(0, n / 16);
   }

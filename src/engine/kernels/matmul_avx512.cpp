@@ -263,9 +263,10 @@ struct IsaDot {
 // One 64-byte load holds W[16 features, 2 inputs]; each of up to 16 x rows multiplies it against its
 // own pair of inputs broadcast from memory (VDPBF16PS with an embedded {1to16} broadcast: a plain
 // load, no shuffle), into one accumulator per row that holds 16 outputs. No horizontal sums, and a
-// block's weights are one sequential stream, front to back: on the project VM, Qwen2.5-0.5B's
-// matrices at m = 16 ran 1.35-1.6x the dot tiles' rate streaming from DRAM, and 1.2x on
-// cache-resident weights (BENCHMARKS.md "Engine kernels"). Each output lane accumulates its pairs in
+// block's weights are one sequential stream, front to back. (Written for the AMD EPYC VM, where
+// VDPBF16PS is fast; the session that measured it there was cut off before its figures reached
+// BENCHMARKS.md, and that CPU has not been available since: its speed there is unrecorded. On
+// Intel CPUs auto picks amx_bf16, which reads the same layout.) Each output lane accumulates its pairs in
 // input order with the same instruction whatever the tile height, so a row's result depends on its
 // own x row only: batch- and phase-invariant, as the dot tiles are (a different summation order
 // from theirs, within the same bound).
