@@ -21,6 +21,7 @@
 #include "core/random.h"
 #include "core/sha256.h"
 #include "core/subprocess.h"
+#include "engine/kernels/packed.h"
 #include "engine/kernels/plugin.h"
 #include "engine/kernels/reference.h"
 #include "engine/kernels/thread_pool.h"
@@ -503,13 +504,22 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     plumb_exec ex;
     engine::WeightMatrix wm;
   };
-  auto make_call = [&](const plumb_kernel_plugin* plug, void* fn) -> std::function<void()> {
+  auto make_call = [&](const plumb_kernel_plugin* plug,
+                       const engine::KernelVariant* v) -> std::function<void()> {
+    void* fn = v ? v->fn : nullptr;
     auto st = std::make_shared<Prepared>();
     st->c = *big;
     st->scratch_x = st->c.x;
     st->y.resize(out_elems(st->c));
     st->ex = engine::plugin_exec(ctx);
     st->wm = engine::WeightMatrix{st->c.w.data(), st->c.w_dtype, st->c.n, st->c.k};
+    // The baseline gets its weights in the layout the model gives it (tasks store them row-major):
+    // packed 16 features wide for variants that read that layout (engine/kernels/packed.h).
+    if (v && v->reads_packed16 && st->c.op == Op::kMatmul && engine::can_pack16(st->wm)) {
+      auto* w16 = reinterpret_cast<uint16_t*>(st->c.w.data());
+      engine::pack16(w16, st->c.n, st->c.k, w16, nullptr);
+      st->wm.layout = engine::WeightLayout::kPacked16;
+    }
     return [st, plug, fn, &ctx] {
       CapturedCall& c = st->c;
       std::vector<float>& y = st->y;
@@ -563,7 +573,7 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   };
   // Paired timing: candidate and baseline alternate call by call (AB, BA, ...), so the drift and
   // the scheduling noise of a shared machine hit both; u is the median of the per-pair ratios.
-  std::function<void()> cand = make_call(p, nullptr), basel = make_call(nullptr, base->fn);
+  std::function<void()> cand = make_call(p, nullptr), basel = make_call(nullptr, base);
   // A warm sample repeats the call `inner` times so that it lasts >= ~20 us (a 60 ns rmsnorm is
   // below the clock's useful resolution); cold samples are single calls after a flush.
   auto time_n = [](const std::function<void()>& f, int n) {

@@ -300,9 +300,18 @@ Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workl
   run.load.ramp_up_s = schedule.spec.ramp_up_s;
   run.load.seed = schedule.spec.seed;
 
-  // Virtual time needs no priority.
+  // Virtual time needs no priority. The target's reading thread gets it too: it stamps the end of a
+  // response, which frees the next request's slot, so a reader held back by a busy server sharing
+  // its cores (a scheduler slice, milliseconds) delays that send as surely as a late driver would.
   RealtimeScope realtime(opts.realtime_pacing && sim == nullptr);
   run.realtime_pacing = realtime.active();
+  struct TargetRealtime {
+    Target& t;
+    bool on;
+    ~TargetRealtime() {
+      if (on) t.set_realtime(false);
+    }
+  } target_realtime{target, realtime.active() && target.set_realtime(true)};
 
   Phase warm;
   if (!opts.warmup.empty()) {

@@ -44,6 +44,9 @@ struct DriverOptions {
   // core never holds a send back by a scheduler time slice (up to milliseconds); the thread only
   // ever runs to send and sleeps again. Without the permission (CAP_SYS_NICE or RLIMIT_RTPRIO) it
   // stays a normal thread; RunRecord::realtime_pacing says which. The old policy is restored.
+  // Where the driver got it, the target's response-reading threads get it too for the run
+  // (Target::set_realtime): the end of a response frees the next request's slot, so a reader held
+  // back by a busy server on the same cores delays that send just as a late driver would.
   bool realtime_pacing = true;
 };
 

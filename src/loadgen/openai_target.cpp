@@ -1,5 +1,8 @@
 #include "loadgen/openai_target.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -143,6 +146,9 @@ struct OpenAiTarget::Impl {
   uint64_t next_key = 0;                                       // IO thread only
   std::atomic<uint64_t> connections{0};
   std::thread thread;
+  bool realtime = false;  // set_realtime(true) took effect; old_* is what to restore
+  int old_policy = SCHED_OTHER;
+  sched_param old_param{};
 
   void fail(Stream& s, SteadyTime t, Failure f, int status, std::string msg) {
     if (s.reported) return;
@@ -302,6 +308,21 @@ OpenAiTarget::~OpenAiTarget() {  // NOLINT(bugprone-exception-escape): see the h
   });
   gone.get_future().wait();
   impl_->thread.join();
+}
+
+bool OpenAiTarget::set_realtime(bool on) {
+  const pthread_t t = impl_->thread.native_handle();
+  if (on) {
+    if (impl_->realtime) return true;
+    if (pthread_getschedparam(t, &impl_->old_policy, &impl_->old_param) != 0) return false;
+    sched_param p{};
+    p.sched_priority = sched_get_priority_min(SCHED_FIFO);
+    impl_->realtime = pthread_setschedparam(t, SCHED_FIFO, &p) == 0;  // EPERM: stays normal
+    return impl_->realtime;
+  }
+  if (impl_->realtime) pthread_setschedparam(t, impl_->old_policy, &impl_->old_param);
+  impl_->realtime = false;
+  return false;
 }
 
 void OpenAiTarget::send(const workload::Request& request, StreamSink* sink) {

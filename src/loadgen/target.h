@@ -57,6 +57,15 @@ class Target {
   virtual void cancel(StreamSink* sink) = 0;
   // One line naming what is measured, e.g. "openai http://127.0.0.1:8000 model=x" (for provenance).
   virtual std::string describe() const = 0;
+  // The driver's real-time pacing (DriverOptions::realtime_pacing) for the target's own threads:
+  // on == true asks for the lowest real-time priority (SCHED_FIFO 1) for the threads that read
+  // responses and take their timestamps, for the duration of a run; false restores what they had.
+  // Returns whether those threads now run at that priority (false where not permitted, and for a
+  // target without threads of its own: the default). Called by the driver's thread only.
+  virtual bool set_realtime(bool on) {
+    (void)on;
+    return false;
+  }
 };
 
 }  // namespace plumb::loadgen

@@ -289,6 +289,39 @@ TEST(Driver, RealtimePacingIsScopedToTheRunAndRecorded) {
   }
 }
 
+// The target's own threads get the driver's real-time priority for the run and only then: switched
+// on once before the first send and off once after the last callback, where the driver got it.
+TEST(Driver, TargetThreadsShareTheRealtimePacingOfTheRun) {
+  struct RecordingTarget final : Target {  // the scripted target, with its set_realtime calls kept
+    explicit RecordingTarget(Target& t) : inner(t) {}
+    void send(const workload::Request& r, StreamSink* s) override { inner.send(r, s); }
+    void cancel_all() override { inner.cancel_all(); }
+    void cancel(StreamSink* s) override { inner.cancel(s); }
+    std::string describe() const override { return inner.describe(); }
+    bool set_realtime(bool on) override {
+      calls.push_back(on);
+      return on;
+    }
+    Target& inner;
+    std::vector<bool> calls;
+  };
+  for (bool want : {true, false}) {
+    ThreadTimers timers;
+    ScriptedTarget scripted(
+        timers, [](size_t, const workload::Request&) { return simple(milliseconds(1), milliseconds(1)); });
+    RecordingTarget target(scripted);
+    DriverOptions o;
+    o.realtime_pacing = want;
+    auto run = run_load(make_set(4), sched({.kind = ArrivalKind::kConstant, .rate = 1000.0}, 4), target, o);
+    ASSERT_TRUE(run.ok());
+    if (run->realtime_pacing) {
+      EXPECT_EQ(target.calls, (std::vector<bool>{true, false}));
+    } else {
+      EXPECT_TRUE(target.calls.empty());  // not asked for, or not permitted here
+    }
+  }
+}
+
 TEST(Driver, BadInputIsRejected) {
   SimClock clock;
   NullTarget target(clock);

@@ -3,8 +3,10 @@
 #include "loadgen/openai_target.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <future>
 #include <mutex>
 
 #include "loadgen/driver.h"
@@ -180,6 +182,50 @@ TEST(OpenAiTarget, MeasuresGoodStreamsAndCategorizesEveryFault) {
   EXPECT_EQ(run->requests[2].http_status, 400);
   EXPECT_LE(run->requests[5].chunks.size(), 2u);  // the server may close before flushing its queue
   EXPECT_EQ(run->target, "openai chat " + server.url() + " model=fake");
+}
+
+// set_realtime moves the IO thread, which delivers every callback, to SCHED_FIFO where this process
+// may (and reports whether it did), and back to the policy it had.
+TEST(OpenAiTarget, IoThreadTakesAndGivesBackRealtimePriority) {
+  struct PolicySink final : StreamSink {
+    int policy = -1;
+    std::promise<void> done;
+    void on_first_byte(SteadyTime) override {}
+    void on_chunk(SteadyTime, int32_t, std::string_view) override {}
+    void on_usage(const Usage&) override {}
+    void on_end(SteadyTime) override {
+      policy = sched_getscheduler(0);
+      done.set_value();
+    }
+    void on_failure(SteadyTime, Failure, int, std::string) override {
+      policy = sched_getscheduler(0);
+      done.set_value();
+    }
+  };
+  sched_param rt{}, old{};
+  rt.sched_priority = sched_get_priority_min(SCHED_FIFO);
+  const int before = sched_getscheduler(0);
+  ASSERT_EQ(sched_getparam(0, &old), 0);
+  const bool permitted = sched_setscheduler(0, SCHED_FIFO, &rt) == 0;  // is it ours to ask here?
+  if (permitted) {
+    ASSERT_EQ(sched_setscheduler(0, before, &old), 0);
+  }
+
+  FakeServer server;
+  auto target = OpenAiTarget::create({.base_url = server.url(), .model = "fake"});
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  auto set = modes({"ok"}, 2);
+  auto policy_of_one_request = [&] {
+    PolicySink sink;
+    auto done = sink.done.get_future();
+    (*target)->send(set.requests[0], &sink);
+    EXPECT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    return sink.policy;
+  };
+  EXPECT_EQ((*target)->set_realtime(true), permitted);
+  EXPECT_EQ(policy_of_one_request(), permitted ? SCHED_FIFO : before);
+  EXPECT_FALSE((*target)->set_realtime(false));
+  EXPECT_EQ(policy_of_one_request(), before);
 }
 
 TEST(OpenAiTarget, RefusedConnectionsAreConnectFailures) {
