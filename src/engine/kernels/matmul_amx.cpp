@@ -25,6 +25,7 @@
 // the tiles at the end, so threads outside a matmul carry no AMX state.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -54,8 +55,11 @@ constexpr long kArchReqXcompPerm = 0x1023;  // arch_prctl: request permission fo
 constexpr long kXfeatureXtiledata = 18;     // the AMX tile data state
 
 bool request_permission() {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+  // CPUID leaf 7: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE (read directly: not every compiler
+  // that checks this file knows the feature names of __builtin_cpu_supports).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  if ((d & (1u << 22)) == 0 || (d & (1u << 24)) == 0) return false;
   if (!avx512::cpu_has_avx512_bf16()) return false;
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
