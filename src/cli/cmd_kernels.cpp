@@ -272,8 +272,10 @@ void setup_kernels(CLI::App& root) {
                   "scenario A|B|C|D (drawn from --seed as plumb compare does) or a request-set JSONL file")
         ->capture_default_str();
     s->add_option("--size", a->profile.size, "scenario size class: small | gpu")->capture_default_str();
-    s->add_option("--model", a->profile.model_dir, "model folder (config.json, safetensors, tokenizer.json)")
-        ->capture_default_str();
+    s->add_option(
+        "--model", a->profile.model_dir,
+        "model folder (config.json, safetensors, tokenizer.json; default: the shipped models/plumb-tiny, "
+        "found as plumb serve finds it)");
     s->add_option("--seed", a->profile.seed, "request-set seed")->capture_default_str();
     s->add_option("--requests", a->profile.max_requests, "run only the first N requests (0 = all)")
         ->capture_default_str();

@@ -323,6 +323,16 @@ Result<std::string> find_models_dir() {
   return not_found("no models directory found (tried " + tried + "); set PLUMB_MODELS_DIR");
 }
 
+Result<std::string> shipped_model_dir() {
+  PLUMB_ASSIGN_OR_RETURN(std::string models, find_models_dir());
+  std::string dir = models + "/plumb-tiny";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir + "/config.json", ec)) {
+    return not_found("the shipped model " + dir + " is missing (no config.json); pass --model DIR");
+  }
+  return dir;
+}
+
 Result<std::string> resolve_model_config(const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
     return invalid_argument("model config name '" + name + "' must be a plain name such as 'qwen2.5-0.5b'");

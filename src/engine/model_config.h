@@ -74,5 +74,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c);
 Result<std::string> resolve_model_config(const std::string& name);
 // The first existing models directory by the same search (for models/plumb-tiny); NotFound if none.
 Result<std::string> find_models_dir();
+// The shipped small model, <models dir>/plumb-tiny; NotFound (saying how to point at a model) if the
+// models directory or the model's config.json is missing.
+Result<std::string> shipped_model_dir();
 
 }  // namespace plumb::engine

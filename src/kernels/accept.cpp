@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "core/sha256.h"
 #include "engine/kernels/plugin.h"
+#include "engine/model_config.h"
 #include "ledger/ledger.h"
 
 namespace plumb::kernels {
@@ -129,8 +130,11 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
   const std::string work =
       std::filesystem::absolute(o.work_dir.empty() ? "kernels-accept" : o.work_dir, ec).string();
   std::filesystem::create_directories(work, ec);
-  const std::string model = o.model_dir.empty() ? std::filesystem::absolute("models/plumb-tiny", ec).string()
-                                                : std::filesystem::absolute(o.model_dir, ec).string();
+  std::string model = o.model_dir;
+  if (model.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(model, engine::shipped_model_dir());
+  }
+  model = std::filesystem::absolute(model, ec).string();
   PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(o.ledger_path));
   std::vector<AcceptOutcome> outcomes;
   engine::KernelSelection accepted = base;

@@ -15,6 +15,7 @@
 #include "engine/kernels/observer.h"
 #include "engine/kernels/packed.h"
 #include "engine/model.h"
+#include "engine/model_config.h"
 #include "engine/scheduler/llm_engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -143,10 +144,14 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };
+  std::string model_dir = o.model_dir;
+  if (model_dir.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(model_dir, engine::shipped_model_dir());
+  }
   ProfileReport r;
   r.workload = o.workload;
   r.size = o.size;
-  r.model = o.model_dir;
+  r.model = model_dir;
   r.kernels = o.kernels;
 
   // Requests: a protocol scenario drawn from the seed (as `plumb compare` draws them), or a file.
@@ -158,7 +163,7 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
     // The scenario's synthetic request set for this seed, lengths counted by the model's tokenizer (so
     // every request fits its context), as `plumb compare` draws them.
     PLUMB_ASSIGN_OR_RETURN(std::shared_ptr<engine::Tokenizer> counting_tok,
-                           engine::Tokenizer::load(o.model_dir));
+                           engine::Tokenizer::load(model_dir));
     workload::TokenCounter counter = [counting_tok](std::string_view text) -> Result<int64_t> {
       return int64_t(counting_tok->encode(text, false).size());
     };
@@ -185,7 +190,7 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
   r.concurrency = concurrency;
 
   // Model, tokenizer, engine.
-  PLUMB_ASSIGN_OR_RETURN(auto tok, engine::Tokenizer::load(o.model_dir));
+  PLUMB_ASSIGN_OR_RETURN(auto tok, engine::Tokenizer::load(model_dir));
   PLUMB_ASSIGN_OR_RETURN(engine::ChatTemplate chat, engine::ChatTemplate::for_tokenizer(*tok));
   PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig cfg, scheduler::llm_engine_preset("default"));
   cfg.threads = o.threads;
@@ -200,8 +205,8 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
     if (!sel.ok()) return sel.status().with_context(o.kernels);
     mo.kernels = *sel;
   }
-  say("loading " + o.model_dir);
-  PLUMB_ASSIGN_OR_RETURN(auto model, engine::Model::load(o.model_dir, mo));
+  say("loading " + model_dir);
+  PLUMB_ASSIGN_OR_RETURN(auto model, engine::Model::load(model_dir, mo));
   r.threads = model->pool().size();
   for (Phase p : {Phase::kPrefill, Phase::kDecode}) {
     for (const auto& [op, name] : model->kernel_sets()[size_t(p)].names) {

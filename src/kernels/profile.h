@@ -66,17 +66,17 @@ struct Hotspot {
 };
 
 struct ProfileOptions {
-  std::string workload = "D";  // scenario A..D, or a request-set JSONL file
-  std::string size = "small";  // scenario size class
-  std::string model_dir = "models/plumb-tiny";
-  uint64_t seed = 21;                                // request-set seed (scenario) and sampling seeds
-  int max_requests = 0;                              // 0 = all of the workload's requests; else the first N
-  int concurrency = 0;                               // 0 = the scenario's (1 for a file)
-  int threads = 0;                                   // kernel threads, 0 = all cores
-  std::string kernels = "auto";                      // "auto" | "reference" | kernel selection JSON file
-  std::array<double, 2> weights{-1, -1};             // w_p; negative = measured time shares
-  bool capture = false;                              // keep CapturedCalls for tasks
-  int max_captures_per_module = 3;                   // distinct row counts kept per (module, phase)
+  std::string workload = "D";             // scenario A..D, or a request-set JSONL file
+  std::string size = "small";             // scenario size class
+  std::string model_dir;                  // "" = the shipped plumb-tiny (engine::shipped_model_dir)
+  uint64_t seed = 21;                     // request-set seed (scenario) and sampling seeds
+  int max_requests = 0;                   // 0 = all of the workload's requests; else the first N
+  int concurrency = 0;                    // 0 = the scenario's (1 for a file)
+  int threads = 0;                        // kernel threads, 0 = all cores
+  std::string kernels = "auto";           // "auto" | "reference" | kernel selection JSON file
+  std::array<double, 2> weights{-1, -1};  // w_p; negative = measured time shares
+  bool capture = false;                   // keep CapturedCalls for tasks
+  int max_captures_per_module = 3;        // distinct row counts kept per (module, phase)
   std::function<void(const std::string&)> progress;  // progress lines; null = silent
 };
 

@@ -31,6 +31,21 @@ class KernelsCli : public ::testing::Test {
   std::string model_;
 };
 
+// With no --model, profile runs the shipped model wherever it is started from (found as plumb serve
+// finds it: above the binary), not a "models/plumb-tiny" relative to the working directory.
+TEST_F(KernelsCli, ProfileWithoutModelFindsTheShippedOneFromAnyDirectory) {
+  const std::string dir = temp_dir("cli-cwd");
+  auto r = run_capture({"/bin/sh", "-c",
+                        "cd '" + dir + "' && exec '" + std::string(PLUMB_BINARY) +
+                            "' kernels profile --workload B --requests 1 --json"});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->exit.exit_code, 0) << r->out;
+  auto j = json::parse(r->out);
+  ASSERT_TRUE(j.ok()) << r->out;
+  EXPECT_EQ(std::filesystem::canonical(std::string(j->as_object().at("model").as_string())),
+            std::filesystem::canonical(model_));
+}
+
 TEST_F(KernelsCli, ProfileTasksScreenSearch) {
   const std::string dir = temp_dir("cli");
   auto prof = run({"kernels", "profile", "--workload", "B", "--requests", "2", "--model", model_, "--json"});
