@@ -19,12 +19,16 @@
 #             the steady state (200 tokens at 20 ms = 4 s each, rate N/4 per second for 8 s);
 #             events/s counted inside the window where all N are in flight, send lag, client CPU
 #             per event. STREAMS lists the N (default 1000 2000 3000).
-# SERVER_ARGS adds flags to plumb serve in the capacity experiments (e.g. --io-threads 4).
+#   contention  synthetic server (ttft 5 ms, itl 2 ms) with one busy loop per core running beside
+#             it: burst of 200 requests (64 in / 32 out) at concurrency 4, send lag p50 / p99 / max per
+#             run: does the client keep its schedule when the machine's cores are all busy?
+# SERVER_ARGS adds flags to plumb serve in the capacity experiments (e.g. --io-threads 4); BENCH_ARGS
+# adds flags to plumb bench in `contention` (e.g. --no-realtime-pacing).
 # Needs python3 (reads the JSON and CSV outputs). REPS defaults to 3. SERVER_CPUS and CLIENT_CPUS
 # (taskset CPU lists, e.g. SERVER_CPUS=0 CLIENT_CPUS=1) pin the server and the client apart.
 set -euo pipefail
 PLUMB=${1:?usage: bench/serve_bench.sh PLUMB_BINARY EXPERIMENT [REPS]}
-EXP=${2:?experiment: batching | prefix | accuracy | pacing | capacity | capacity-ramp}
+EXP=${2:?experiment: batching | prefix | accuracy | pacing | capacity | capacity-ramp | contention}
 REPS=${3:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL_ARGS=${MODEL_ARGS:---model $ROOT/models/plumb-tiny}
@@ -188,6 +192,24 @@ print(f"{streams} streams (rate {streams // 4}/s): peak in flight {d['counts']['
       f"client CPU {cpu:.2f} s = {cpu * 1e6 / total:.2f} us/event; {d['counts']['failed']} failed")
 EOF
   done
+  stop_server
+  ;;
+contention)
+  start_server --engine synthetic --ttft-ms 5 --itl-ms 2 ${SERVER_ARGS:-}
+  HOGS=()
+  for _ in $(seq 1 "$(nproc)"); do
+    (while :; do :; done) &
+    HOGS+=($!)
+  done
+  for r in $(seq 1 "$REPS"); do
+    bench "$WORK/c$r.json" --input-len 64 --output-len 32 --num-prompts 200 --arrival burst --max-concurrency 4 \
+      ${BENCH_ARGS:-}
+    echo "run $r: send lag p50 $(field "$WORK/c$r.json" "round(d['latency_ms']['send_lag']['p50'], 3)") p99 \
+$(field "$WORK/c$r.json" "round(d['latency_ms']['send_lag']['p99'], 3)") max \
+$(field "$WORK/c$r.json" "round(d['latency_ms']['send_lag']['max'], 3)") ms; real-time pacing \
+$(field "$WORK/c$r.json" "d['counts']['realtime_pacing']")"
+  done
+  kill "${HOGS[@]}"
   stop_server
   ;;
 *)
