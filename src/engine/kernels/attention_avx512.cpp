@@ -220,13 +220,8 @@ void attention(const KernelContext& ctx, const float* q, const KvLayerView& kv,
     return avx2::attention(ctx, q, kv, seqs, n_heads, scale, out);
   }
   int64_t rows = 0;
-  for (const AttentionSeq& s : seqs) rows = std::max<int64_t>(rows, int64_t(s.q_row) + s.n_q);
-  thread_local std::vector<int32_t> row_seq;  // [rows]: owning sequence of each q row, -1 if none
-  row_seq.assign(size_t(rows), -1);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    for (int32_t j = 0; j < seqs[i].n_q; ++j) row_seq[size_t(seqs[i].q_row) + size_t(j)] = int32_t(i);
-  }
-  const Job job{q, &kv, seqs.data(), row_seq.data(), n_heads, scale, out};
+  const int32_t* row_seq = attention_row_owners(seqs, &rows);
+  const Job job{q, &kv, seqs.data(), row_seq, n_heads, scale, out};
   auto part = [&](int64_t b, int64_t e) { fn(job, b, e); };
   if (ctx.pool) {
     ctx.pool->parallel_for(rows * kv.n_kv_heads, part);

@@ -1,7 +1,9 @@
 // Registry, kernel selection, and element conversions.
 #include "engine/kernels/kernels.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/json.h"
 #include "engine/kernels/plugin.h"
@@ -321,6 +323,18 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
   }
   for (KernelSet& set : sets) set.packed16 = packed16;
   return sets;
+}
+
+const int32_t* attention_row_owners(std::span<const AttentionSeq> seqs, int64_t* rows) {
+  int64_t n = 0;
+  for (const AttentionSeq& s : seqs) n = std::max<int64_t>(n, int64_t(s.q_row) + s.n_q);
+  thread_local std::vector<int32_t> owner;
+  owner.assign(size_t(n), -1);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int32_t j = 0; j < seqs[i].n_q; ++j) owner[size_t(seqs[i].q_row) + size_t(j)] = int32_t(i);
+  }
+  *rows = n;
+  return owner.data();
 }
 
 }  // namespace plumb::engine

@@ -111,6 +111,11 @@ struct AttentionSeq {
   const int32_t* block_table = nullptr;  // logical block b -> physical block id
 };
 
+// For the attention variants: the index in `seqs` of the sequence owning each q row (-1 for a row
+// no sequence covers), in a buffer of the calling thread valid until its next call; *rows is one
+// past the last row covered.
+const int32_t* attention_row_owners(std::span<const AttentionSeq> seqs, int64_t* rows);
+
 // Causal attention over the paged cache (which already holds the new tokens' K/V):
 // out[q_row + j, h, :] = softmax(q·Kᵀ * scale over positions [0, start_pos + j]) · V, with query
 // head h reading KV head h / (n_heads / n_kv_heads). q and out are [tokens, n_heads, head_dim].

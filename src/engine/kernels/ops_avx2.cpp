@@ -260,13 +260,8 @@ PLUMB_AVX2 void attention_items(const AttentionJob& job, int64_t b, int64_t e) {
 void attention(const KernelContext& ctx, const float* q, const KvLayerView& kv,
                std::span<const AttentionSeq> seqs, int32_t n_heads, float scale, float* out) {
   int64_t rows = 0;
-  for (const AttentionSeq& s : seqs) rows = std::max<int64_t>(rows, int64_t(s.q_row) + s.n_q);
-  thread_local std::vector<int32_t> item_seq;  // [rows]: owning sequence of each q row, -1 if none
-  item_seq.assign(size_t(rows), -1);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    for (int32_t j = 0; j < seqs[i].n_q; ++j) item_seq[size_t(seqs[i].q_row) + size_t(j)] = int32_t(i);
-  }
-  AttentionJob job{q, &kv, seqs.data(), item_seq.data(), n_heads, scale, out};
+  const int32_t* item_seq = attention_row_owners(seqs, &rows);
+  AttentionJob job{q, &kv, seqs.data(), item_seq, n_heads, scale, out};
   auto part = [&](int64_t b, int64_t e) { attention_items(job, b, e); };
   if (ctx.pool) {
     ctx.pool->parallel_for(rows * n_heads, part);
