@@ -156,9 +156,13 @@ int run_search(KernelsArgs& a) {
   } else if (r->best >= 0) {
     const auto& b = r->tried[size_t(r->best)];
     std::cout << fmt::format(
-        "best: {} (family {}), u = {:.3f} over {} ({:.0f} ns vs {:.0f} ns warm); library {}\n",
-        b.candidate.name, b.candidate.family, b.result.utility, b.result.baseline, b.result.warm_ns,
-        b.result.base_warm_ns, b.result.so_path);
+        "best: {} (family {}), u = {:.3f} over {} ({:.0f} ns vs {:.0f} ns warm){}; library {}\n",
+        b.candidate.name, b.candidate.family, b.score(), b.result.baseline, b.result.warm_ns,
+        b.result.base_warm_ns,
+        b.confirmed_utility >= 0 ? fmt::format(", the lower of two timings ({:.3f}, {:.3f})",
+                                               b.result.utility, b.confirmed_utility)
+                                 : "",
+        b.result.so_path);
     std::cout << "results: " << a.search.out_dir << "/search.json; next: plumb kernels accept --search "
               << a.search.out_dir << "\n";
   } else {
@@ -325,6 +329,10 @@ void setup_kernels(CLI::App& root) {
                  "external proposer command (run by /bin/sh): JSON context on stdin, prints "
                  "{\"name\",\"source\",\"rationale\"}");
   se->add_option("--proposals", a->search.proposals_per_episode, "proposer calls per episode")
+      ->capture_default_str();
+  se->add_option("--confirm", a->search.confirm,
+                 "the N best by u are screened and timed again at the end; the best is the highest lower "
+                 "u of the two (0 = off)")
       ->capture_default_str();
   se->add_flag("--json", a->json, "print search.json");
   add_screen_flags(se);

@@ -31,6 +31,11 @@ Result<Patch> best_patch(const std::string& dir, double min_utility) {
   PLUMB_ASSIGN_OR_RETURN(p.op, engine::op_from_name(*op));
   p.phase = *phase == "prefill" ? Phase::kPrefill : Phase::kDecode;
   p.module = module.value_or("");
+  // The search names its best (chosen on the confirmed, lower u: kernels/search.h); a file without
+  // one (hand-written, or older) gives the passing candidate with the highest u.
+  std::string named;
+  if (auto b = o.find("best"); b != o.end() && b->value().is_string())
+    named = std::string(b->value().as_string());
   auto it = o.find("candidates");
   if (it == o.end() || !it->value().is_array())
     return invalid_argument(dir + "/search.json: missing candidates");
@@ -45,8 +50,10 @@ Result<Patch> best_patch(const std::string& dir, double min_utility) {
     auto so = json::opt_string(res, "so_path");
     auto name = json::opt_string(co, "name");
     if (!verdict.ok() || !u.ok() || !so.ok() || !name.ok() || verdict->value_or("") != "pass") continue;
-    if (u->value_or(0) > p.utility) {
-      p.utility = u->value_or(0);
+    double score = u->value_or(0);
+    if (auto s = json::opt_double(co, "score"); s.ok() && s->has_value()) score = **s;
+    if (named.empty() ? score > p.utility : name->value_or("") == named) {
+      p.utility = score;
       p.so_path = so->value_or("");
       p.name = name->value_or("");
     }

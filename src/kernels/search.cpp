@@ -547,10 +547,31 @@ Result<SearchResult> run_search(const Task& task, const SearchOptions& o) {
     PLUMB_RETURN_IF_ERROR(write_file_atomic(path, json::dump_pretty(experience) + "\n"));
     r.experience_files.push_back(path);
   }
+  // Confirmation (SearchOptions::confirm): the top candidates by u screened and timed again.
+  std::vector<size_t> top;
+  for (size_t i = 0; i < r.tried.size(); ++i) {
+    if (r.tried[i].result.passed()) top.push_back(i);
+  }
+  std::stable_sort(top.begin(), top.end(),
+                   [&](size_t a, size_t b) { return r.tried[a].result.utility > r.tried[b].result.utility; });
+  top.resize(o.screen.timing ? std::min(top.size(), size_t(std::max(0, o.confirm))) : 0);
+  if (!top.empty()) say(fmt::format("confirmation: the {} best by u screened and timed again", top.size()));
+  for (size_t i : top) {
+    Tried& t = r.tried[i];
+    ScreenOptions so = o.screen;
+    so.seed = derive_seed(o.seed, "confirm/" + t.candidate.name);
+    const ScreenResult again = screen_library(task, t.result.so_path, so);
+    t.confirmed_utility = again.passed() ? again.utility : 0.0;
+    say(fmt::format("  {:<40} u={:.3f} then {:.3f}{}", t.candidate.name, t.result.utility,
+                    t.confirmed_utility,
+                    again.passed() ? fmt::format("  ({:.0f} ns vs {} {:.0f} ns warm)", again.warm_ns,
+                                                 again.baseline, again.base_warm_ns)
+                                   : "  (" + again.verdict + ": " + again.detail + ")"));
+  }
   for (size_t i = 0; i < r.tried.size(); ++i) {
     const auto& t = r.tried[i];
-    if (t.result.passed() && (r.best < 0 || t.result.utility > r.tried[size_t(r.best)].result.utility))
-      r.best = int(i);
+    const bool eligible = top.empty() ? t.result.passed() : t.confirmed_utility >= 0;
+    if (eligible && (r.best < 0 || t.score() > r.tried[size_t(r.best)].score())) r.best = int(i);
   }
   PLUMB_RETURN_IF_ERROR(write_file_atomic(o.out_dir + "/search.json", search_json(task, r)));
   return r;
@@ -566,13 +587,17 @@ std::string search_json(const Task& task, const SearchResult& r) {
   o["baseline_variant"] = task.baseline_variant;
   json::array arr;
   for (const auto& t : r.tried) {
-    arr.push_back(json::object{{"episode", t.episode},
-                               {"name", t.candidate.name},
-                               {"family", t.candidate.family},
-                               {"origin", t.candidate.origin},
-                               {"params", t.candidate.params},
-                               {"rationale", t.candidate.rationale},
-                               {"result", json::parse(screen_result_json_text(t.result)).value()}});
+    arr.push_back(
+        json::object{{"episode", t.episode},
+                     {"name", t.candidate.name},
+                     {"family", t.candidate.family},
+                     {"origin", t.candidate.origin},
+                     {"params", t.candidate.params},
+                     {"rationale", t.candidate.rationale},
+                     {"result", json::parse(screen_result_json_text(t.result)).value()},
+                     {"confirmed_utility",
+                      t.confirmed_utility >= 0 ? json::value(t.confirmed_utility) : json::value(nullptr)},
+                     {"score", t.score()}});
   }
   o["candidates"] = std::move(arr);
   o["best"] = r.best >= 0 ? json::value(r.tried[size_t(r.best)].candidate.name) : json::value(nullptr);

@@ -18,6 +18,7 @@
 // every candidate failed, and the proposer reads the record.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct SearchOptions {
   std::string out_dir;  // candidates, libraries, certificates, experience records, search.json
   ScreenOptions screen;
   uint64_t seed = 7;
+  // After the last episode the `confirm` passing candidates with the highest u are screened and timed
+  // once more (fresh draws); the best is then the one whose lower u of the two is highest. The
+  // highest of many noisy u values is biased upward (the winner's curse: one pair timed during a slow
+  // spell of the machine reads near 1 whatever the kernels); a second timing exposes that. 0 = off.
+  int confirm = 3;
   std::function<void(const std::string&)> progress;
 };
 
@@ -43,11 +49,18 @@ struct Tried {
   Candidate candidate;
   ScreenResult result;
   int episode = 0;
+  double confirmed_utility = -1;  // u of the confirmation screening (0 if it failed); -1 = not re-timed
+  // What the best is chosen by: min(u, confirmed u) when re-timed, else u.
+  double score() const {
+    return confirmed_utility >= 0 ? std::min(result.utility, confirmed_utility) : result.utility;
+  }
 };
 
 struct SearchResult {
   std::vector<Tried> tried;
-  int best = -1;  // index into tried of the passing candidate with the highest utility, -1 if none
+  // Index into tried of the best: among re-timed candidates (when any) the highest score(); else the
+  // passing candidate with the highest u. -1 if none passed.
+  int best = -1;
   std::vector<std::string> experience_files;
 };
 

@@ -43,6 +43,26 @@ TEST(Accept, BestPatchIsTheFastestPassingCandidateAboveTheFloor) {
   EXPECT_NE(none.status().message().find("plumb kernels search"), std::string::npos);
 }
 
+// A search.json that names its best (chosen on the confirmed, lower u) is taken at its word and at
+// that candidate's score, even where another candidate's single u is higher.
+TEST(Accept, BestPatchIsTheOneTheSearchNamedAtItsScore) {
+  const std::string dir = temp_dir("accept_named");
+  ASSERT_TRUE(
+      write_file_atomic(dir + "/search.json", R"({"schema_version": 1, "op": "rmsnorm", "phase": "decode",
+    "module": "input_norm", "best": "steady", "candidates": [
+      {"name": "lucky", "result": {"verdict": "pass", "utility": 1.9, "so_path": "/abs/lucky.so"},
+       "confirmed_utility": 0.8, "score": 0.8},
+      {"name": "steady", "result": {"verdict": "pass", "utility": 1.3, "so_path": "/abs/steady.so"},
+       "confirmed_utility": 1.25, "score": 1.25}]})")
+          .ok());
+  auto p = best_patch(dir, 1.0);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->name, "steady");
+  EXPECT_EQ(p->so_path, "/abs/steady.so");
+  EXPECT_DOUBLE_EQ(p->utility, 1.25);
+  EXPECT_FALSE(best_patch(dir, 1.3).ok());  // the floor applies to the score, not the first u
+}
+
 TEST(Accept, PatchedSelectionKeepsTheBaseAndAddsThePlugin) {
   auto base = engine::KernelSelection::parse_json(R"({"attention": "reference"})");
   ASSERT_TRUE(base.ok());

@@ -3,12 +3,15 @@
 // plus hangs, wrong answers, compile errors, timing, tasks and the search loop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
 
 #include "core/file.h"
+#include "core/json.h"
 #include "engine/kernels/plugin.h"
+#include "kernels/accept.h"
 #include "kernels/search.h"
 #include "test_util.h"
 
@@ -196,6 +199,50 @@ TEST(Search, EpisodesScreenBuiltinCandidatesAndKeepExperience) {
     }
   }
   EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/search.json"));
+}
+
+// With timing on, the best by u of the episodes are screened and timed a second time, and the best is
+// chosen on the lower u of the two (the first u alone favours a lucky timing).
+TEST(Search, TheBestAreTimedAgainAndChosenOnTheLowerU) {
+  const std::string dir = temp_dir("confirm");
+  Task task = rmsnorm_task(dir + "/task");
+  SearchOptions o;
+  o.episodes = 1;
+  o.candidates_per_episode = 4;
+  o.confirm = 2;
+  o.out_dir = dir + "/out";
+  o.screen = fast_screen();
+  o.screen.timing = true;
+  o.screen.warm_reps = 5;
+  o.screen.cold_reps = 1;
+  auto r = run_search(task, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::vector<const Tried*> passed, confirmed;
+  for (const auto& t : r->tried) {
+    if (t.result.passed()) passed.push_back(&t);
+    if (t.confirmed_utility >= 0) confirmed.push_back(&t);
+  }
+  ASSERT_GE(passed.size(), 2u);
+  ASSERT_EQ(confirmed.size(), 2u);
+  // The re-timed ones are the two highest first-pass u.
+  for (const Tried* p : passed) {
+    if (p->confirmed_utility < 0) {
+      for (const Tried* c : confirmed) EXPECT_GE(c->result.utility, p->result.utility) << p->candidate.name;
+    }
+  }
+  ASSERT_GE(r->best, 0);
+  const Tried& best = r->tried[size_t(r->best)];
+  EXPECT_GE(best.confirmed_utility, 0.0);
+  EXPECT_DOUBLE_EQ(best.score(), std::min(best.result.utility, best.confirmed_utility));
+  for (const Tried* c : confirmed) EXPECT_GE(best.score(), c->score());
+  // search.json carries both timings and names that best, which accept then takes at its score.
+  auto j = json::parse_file(o.out_dir + "/search.json");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->as_object().at("best").as_string(), best.candidate.name);
+  auto p = best_patch(o.out_dir, 0.0);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->name, best.candidate.name);
+  EXPECT_DOUBLE_EQ(p->utility, best.score());
 }
 
 TEST(Search, EveryBuiltinTemplateCompilesAndPassesForItsOp) {
