@@ -386,7 +386,8 @@ json::object result_json(const ScreenResult& r) {
       {"verdict", r.verdict},         {"signature", r.signature},       {"detail", r.detail},
       {"max_rel_err", r.max_rel_err}, {"worst_m", r.worst_m},           {"warm_ns", r.warm_ns},
       {"cold_ns", r.cold_ns},         {"base_warm_ns", r.base_warm_ns}, {"base_cold_ns", r.base_cold_ns},
-      {"baseline", r.baseline},       {"utility", r.utility},           {"so_path", r.so_path}};
+      {"baseline", r.baseline},       {"utility", r.utility},           {"so_path", r.so_path},
+      {"warm_calls", r.warm_calls}};
 }
 
 ScreenResult result_from_json(const json::object& o) {
@@ -411,6 +412,7 @@ ScreenResult result_from_json(const json::object& o) {
   r.baseline = s("baseline");
   r.utility = d("utility");
   r.so_path = s("so_path");
+  r.warm_calls = int64_t(d("warm_calls"));
   return r;
 }
 
@@ -571,8 +573,13 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
       }
     };
   };
-  // Paired timing: candidate and baseline alternate call by call (AB, BA, ...), so the drift and
-  // the scheduling noise of a shared machine hit both; u is the median of the per-pair ratios.
+  // Paired timing: candidate and baseline alternate (AB, BA, AB, ...), so the drift and the
+  // scheduling noise of a shared machine hit both. Samples come in blocks of two pairs, C B | B C:
+  // each kernel is timed once right after the other one ran and once right after itself, and the
+  // two positions differ (on the AMX VM a 40 ns RMSNorm read ~15% slower right after the switch,
+  // whichever kernel it was). A ratio per pair would then be two clusters (~0.94 and ~1.28 there)
+  // and their median an arbitrary pick between them; the ratio per block, over both positions,
+  // cancels the order. u is the median of the block ratios; warm times are medians of block means.
   std::function<void()> cand = make_call(p, nullptr), basel = make_call(nullptr, base);
   // A warm sample repeats the call `inner` times so that it lasts >= ~20 us (a 60 ns rmsnorm is
   // below the clock's useful resolution); cold samples are single calls after a flush.
@@ -581,19 +588,19 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     for (int i = 0; i < n; ++i) f();
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
   };
-  double est = 1e300;
-  for (int i = 0; i < 3; ++i) est = std::min({est, time_n(cand, 1), time_n(basel, 1)});
-  const int inner = int(std::clamp(20000.0 / std::max(est, 1.0), 1.0, 10000.0));
+  // The repeat count doubles until a sample of the faster kernel lasts >= 20 us (a single first call
+  // is cold and carries the clock's overhead: sized from it, a 40 ns kernel's samples were ~7 us).
+  int inner = 1;
+  while (inner < (1 << 20) && std::min(time_n(cand, inner), time_n(basel, inner)) * inner < 20000.0)
+    inner *= 2;
   auto time_one = [&](const std::function<void()>& f) { return time_n(f, inner); };
+  time_one(cand), time_one(basel);  // warm-up, not kept
   std::vector<double> cw, bw, cc, bc, ratio;
-  for (int i = 0; i < o.warm_reps; ++i) {
-    double tc, tb;
-    if (i % 2 == 0) {
-      tc = time_one(cand), tb = time_one(basel);
-    } else {
-      tb = time_one(basel), tc = time_one(cand);
-    }
-    cw.push_back(tc), bw.push_back(tb), ratio.push_back(tc > 0 ? tb / tc : 0);
+  for (int i = 0; i < std::max(1, o.warm_reps / 2); ++i) {
+    const double c1 = time_one(cand), b1 = time_one(basel);
+    const double b2 = time_one(basel), c2 = time_one(cand);
+    cw.push_back((c1 + c2) / 2), bw.push_back((b1 + b2) / 2);
+    ratio.push_back(c1 + c2 > 0 ? (b1 + b2) / (c1 + c2) : 0);
   }
   for (int i = 0; i < o.cold_reps; ++i) {
     for (size_t j = 0; j < flush.size(); j += 64) flush[j]++;
@@ -606,6 +613,7 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   r.base_warm_ns = median(bw);
   r.base_cold_ns = median(bc);
   r.utility = median(ratio);
+  r.warm_calls = inner;
   return r;
 }
 

@@ -13,8 +13,9 @@
 //     - timing, warm (repeated calls) and cold (a 64 MiB cache flush before each call), of the
 //       candidate and of the task's baseline variant (the kernel the engine actually runs for that
 //       op and phase) on the largest captured case, on a thread pool of the engine's size; warm
-//       calls are paired and alternate (AB, BA, ...) so a shared machine's noise hits both;
-//  3. utility u(c, τ) = median over warm pairs of t_baseline / t_candidate if correct and safe,
+//       samples alternate in blocks A B B A, so a shared machine's noise hits both and each kernel
+//       is timed once right after the other and once right after itself (the two differ);
+//  3. utility u(c, τ) = median over blocks of Σ t_baseline / Σ t_candidate if correct and safe,
 //     else 0.
 // An ASan build (asan = true) compiles with -fsanitize=address and runs the child as
 // `plumb kernels screen-child` with libasan preloaded (exec, not only fork).
@@ -45,7 +46,7 @@ struct ScreenOptions {
   bool asan = false;        // compile with ASan and run the child through exec with libasan
   int draws = 4;            // fresh random draws over the shape range
   int threads = 0;          // timing thread pool size; 0 = all cores (as the engine)
-  int warm_reps = 30;       // timed warm calls (median)
+  int warm_reps = 30;       // warm samples of each kernel (warm_reps / 2 blocks of C B B C)
   int cold_reps = 7;        // timed cold calls (median)
   bool timing = true;       // false: correctness and safety only
   std::chrono::milliseconds timeout{120'000};  // child wall-clock limit
@@ -66,6 +67,7 @@ struct ScreenResult {
   double base_warm_ns = 0, base_cold_ns = 0;  // baseline variant
   std::string baseline;                       // its name
   double utility = 0.0;                       // u(c, τ)
+  int64_t warm_calls = 0;                     // calls per warm sample (each sample lasts >= ~20 us)
   std::string so_path;
   bool passed() const { return verdict == "pass"; }
 };
