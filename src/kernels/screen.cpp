@@ -594,7 +594,14 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   while (inner < (1 << 20) && std::min(time_n(cand, inner), time_n(basel, inner)) * inner < 20000.0)
     inner *= 2;
   auto time_one = [&](const std::function<void()>& f) { return time_n(f, inner); };
-  time_one(cand), time_one(basel);  // warm-up, not kept
+  // Warm-up, not kept: ~20 ms of alternating samples. Without it about one screening in ten (a fresh
+  // child each) timed both kernels ~4x slower than the rest (43-46 us against ~10 us for one
+  // gate_proj decode call on the AMX VM): the first milliseconds of a forked child and its pool
+  // are not its steady state (why exactly was not pinned down). With it, 0 of 30.
+  {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (std::chrono::steady_clock::now() < until) time_one(cand), time_one(basel);
+  }
   std::vector<double> cw, bw, cc, bc, ratio;
   for (int i = 0; i < std::max(1, o.warm_reps / 2); ++i) {
     const double c1 = time_one(cand), b1 = time_one(basel);
