@@ -561,8 +561,9 @@ void setup_bench(CLI::App& root) {
   c->add_option("--slo", args->slo, "goodput SLOs in ms, e.g. ttft=500,tpot=50,e2e=10000");
   c->add_option("--timeout", args->timeout_s, "per-request timeout in seconds")->capture_default_str();
   c->add_flag("--no-realtime-pacing", args->no_realtime_pacing,
-              "keep the sending thread at normal priority (by default it asks for the lowest real-time "
-              "priority, where permitted, so a busy IO thread on its core cannot delay a send)");
+              "keep the client's threads at normal priority (by default, where permitted, the sending thread "
+              "asks for SCHED_FIFO 2 and the response reader for 1, so neither a busy IO thread nor a busy "
+              "server on the same cores can delay a send)");
   c->add_option("--null-tokens-per-chunk", args->null_tokens_per_chunk, "null target: tokens per chunk")
       ->capture_default_str();
   c->add_option("--json", args->json_path, "write the results as JSON (schema_version, docs/metrics.md)");

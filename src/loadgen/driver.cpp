@@ -248,14 +248,21 @@ Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* si
   return Status::Ok();
 }
 
-// Real-time priority for the calling thread while it lives (DriverOptions::realtime_pacing).
+// Real-time priority for the calling thread while it lives (DriverOptions::realtime_pacing): one
+// above the lowest where permitted, else the lowest.
 class RealtimeScope {
  public:
   explicit RealtimeScope(bool want) {
     if (!want || pthread_getschedparam(pthread_self(), &old_policy_, &old_) != 0) return;
-    sched_param p{};
-    p.sched_priority = sched_get_priority_min(SCHED_FIFO);
-    active_ = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) == 0;  // EPERM: stay normal
+    const int lowest = sched_get_priority_min(SCHED_FIFO);
+    for (int prio : {lowest + 1, lowest}) {
+      sched_param p{};
+      p.sched_priority = prio;
+      if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) == 0) {  // EPERM: try lower, then stay normal
+        active_ = true;
+        break;
+      }
+    }
   }
   ~RealtimeScope() {
     if (active_) pthread_setschedparam(pthread_self(), old_policy_, &old_);

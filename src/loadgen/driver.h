@@ -40,13 +40,16 @@ struct DriverOptions {
   std::function<void(const ProgressInfo&)> on_progress{};  // called on the driver thread; may be empty
   Nanos progress_interval = std::chrono::seconds(1);       // between on_progress calls, > 0
   // The driver runs on the calling thread. With realtime_pacing it asks, for the duration of the
-  // run, for the lowest real-time priority (SCHED_FIFO 1), so that a busy IO thread sharing its
-  // core never holds a send back by a scheduler time slice (up to milliseconds); the thread only
-  // ever runs to send and sleeps again. Without the permission (CAP_SYS_NICE or RLIMIT_RTPRIO) it
-  // stays a normal thread; RunRecord::realtime_pacing says which. The old policy is restored.
-  // Where the driver got it, the target's response-reading threads get it too for the run
-  // (Target::set_realtime): the end of a response frees the next request's slot, so a reader held
-  // back by a busy server on the same cores delays that send just as a late driver would.
+  // run, for a real-time priority (SCHED_FIFO 2, or 1 where only that is permitted), so that a busy
+  // IO thread sharing its core never holds a send back by a scheduler time slice (up to
+  // milliseconds); the thread only ever runs to send and sleeps again. Without the permission
+  // (CAP_SYS_NICE or RLIMIT_RTPRIO) it stays a normal thread; RunRecord::realtime_pacing says which.
+  // The old policy is restored. Where the driver got it, the target's response-reading threads get
+  // SCHED_FIFO 1 for the run (Target::set_realtime): the end of a response frees the next request's
+  // slot, so a reader held back by a busy server on the same cores delays that send just as a late
+  // driver would. One level below the driver, because threads of equal FIFO priority do not
+  // preempt each other: at 100k events/s on one core the busy reader held due sends back (send lag
+  // p99 0.79 ms against 0.03-0.05 with the reader a normal thread).
   bool realtime_pacing = true;
 };
 

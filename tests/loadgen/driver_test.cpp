@@ -322,6 +322,52 @@ TEST(Driver, TargetThreadsShareTheRealtimePacingOfTheRun) {
   }
 }
 
+// The driver sends one real-time level above the target's reader threads (SCHED_FIFO 1) where it may:
+// threads of equal FIFO priority do not preempt each other, so a busy reader on the driver's core
+// would hold due sends back. Where only the lowest level is permitted it takes that; where none,
+// it stays normal.
+TEST(Driver, SendsOneRealtimeLevelAboveTheTargetThreads) {
+  const int before = sched_getscheduler(0);
+  sched_param old{};
+  ASSERT_EQ(sched_getparam(0, &old), 0);
+  const int lowest = sched_get_priority_min(SCHED_FIFO);
+  int expected = 0;  // what this process may have: lowest + 1, lowest, or none (0)
+  for (int prio : {lowest + 1, lowest}) {
+    sched_param rt{};
+    rt.sched_priority = prio;
+    if (sched_setscheduler(0, SCHED_FIFO, &rt) == 0) {
+      expected = prio;
+      ASSERT_EQ(sched_setscheduler(0, before, &old), 0);
+      break;
+    }
+  }
+  struct PriorityTarget final : Target {  // records the sending thread's priority at each send
+    explicit PriorityTarget(Target& t) : inner(t) {}
+    void send(const workload::Request& r, StreamSink* s) override {
+      sched_param p{};
+      const int policy = sched_getscheduler(0);
+      sched_getparam(0, &p);
+      seen.push_back(policy == SCHED_FIFO ? p.sched_priority : 0);
+      inner.send(r, s);
+    }
+    void cancel_all() override { inner.cancel_all(); }
+    void cancel(StreamSink* s) override { inner.cancel(s); }
+    std::string describe() const override { return inner.describe(); }
+    Target& inner;
+    std::vector<int> seen;
+  };
+  ThreadTimers timers;
+  ScriptedTarget scripted(
+      timers, [](size_t, const workload::Request&) { return simple(milliseconds(1), milliseconds(1)); });
+  PriorityTarget target(scripted);
+  auto run = run_load(make_set(3), sched({.kind = ArrivalKind::kConstant, .rate = 1000.0}, 3), target, {});
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(target.seen.size(), 3u);
+  for (int p : target.seen) EXPECT_EQ(p, expected);
+  EXPECT_EQ(run->realtime_pacing, expected != 0);
+  EXPECT_EQ(sched_getscheduler(0), before);
+}
+
 TEST(Driver, BadInputIsRejected) {
   SimClock clock;
   NullTarget target(clock);
