@@ -33,7 +33,7 @@ using engine::Phase;
 namespace {
 
 bool capturable(Op op) {
-  return op == Op::kMatmul || op == Op::kRmsNorm || op == Op::kRope || op == Op::kSwiglu;
+  return op == Op::kMatmul || op == Op::kRmsNorm || op == Op::kRope || op == Op::kSwiglu || op == Op::kSample;
 }
 
 // Accumulates per (module, phase); captures inputs on request. Called from the engine thread only.
@@ -45,8 +45,14 @@ class Recorder final : public engine::KernelObserver {
     if (!capture_ || !capturable(c.op) || !c.args) return;
     if (c.layer > 0) return;  // layer 0 stands for every layer (same shapes, same kernel)
     auto& seen = captured_m_[key(c)];
-    if (int(seen.size()) >= max_captures_ || std::find(seen.begin(), seen.end(), c.m) != seen.end()) return;
-    seen.push_back(c.m);
+    if (c.op == Op::kSample) {
+      // Always one row: keep calls 0, 32, 96, 224, ... instead, logits of different positions.
+      if (int(seen.size()) >= max_captures_ || sample_calls_++ != 32 * ((int64_t(1) << seen.size()) - 1)) return;
+      seen.push_back(c.m);
+    } else {
+      if (int(seen.size()) >= max_captures_ || std::find(seen.begin(), seen.end(), c.m) != seen.end()) return;
+      seen.push_back(c.m);
+    }
     CapturedCall cc;
     cc.op = c.op;
     cc.phase = c.phase;
@@ -91,6 +97,13 @@ class Recorder final : public engine::KernelObserver {
         cc.x2.assign(a->up, a->up + c.m * c.n);
         break;
       }
+      case Op::kSample: {
+        const auto* a = static_cast<const engine::SampleArgs*>(c.args);
+        cc.x.assign(a->logits, a->logits + a->vocab);
+        cc.sample = *a;
+        cc.sample.logits = nullptr;  // the copy in x is the input
+        break;
+      }
       default:
         return;
     }
@@ -129,6 +142,7 @@ class Recorder final : public engine::KernelObserver {
   }
   bool capture_;
   int max_captures_;
+  int64_t sample_calls_ = 0;
   std::map<std::string, ModuleStats> stats_;
   std::map<std::string, std::vector<int64_t>> captured_m_;
 };

@@ -12,7 +12,8 @@
 //   s(m)     Σ_p w_p · t(m, p) / T(p), the hotspot score;
 //   share    t(m, ·) / end-to-end wall time of the measured requests.
 // With capture on, the first calls of layer 0 (and of lm_head/final_norm) for each distinct row
-// count are copied, inputs only, for `plumb kernels tasks`.
+// count are copied, inputs only, for `plumb kernels tasks`; for sampling (always one row) the
+// sampling calls 0, 32, 96, ... (logits of different positions) with their parameters.
 //
 // Thread-safety: one profile at a time per process (the observer is process-wide).
 #pragma once
@@ -37,12 +38,13 @@ struct CapturedCall {
   int32_t layer = -1;
   int64_t m = 0, n = 0, k = 0;  // as engine::KernelCall
   engine::DType w_dtype = engine::DType::kF32;
-  std::vector<float> x;            // matmul/rmsnorm x [m, k]; rope x [m, n, k]; swiglu gate [m, n]
+  std::vector<float> x;  // matmul/rmsnorm x [m, k]; rope x [m, n, k]; swiglu gate [m, n]; sample logits [n]
   std::vector<float> x2;           // swiglu up [m, n]; rmsnorm weight [k]; rope inv_freq [k/2]
   std::vector<uint8_t> w;          // matmul weight [n, k] in w_dtype
   std::vector<float> bias;         // matmul bias [n] or empty
   std::vector<int32_t> positions;  // rope [m]
   float eps = 0.0f;                // rmsnorm
+  engine::SampleArgs sample;       // sample: temperature, top_k, top_p, u (logits in x, vocab = n)
 };
 
 struct ModuleStats {

@@ -280,8 +280,50 @@ CapturedCall fresh_call(const Task& t, int64_t m, Rng& rng) {
   return c;
 }
 
+// Sampling draw d: a fresh row of logits and fresh parameters cycling through every path of the
+// contract (greedy with a tie at the maximum, plain temperature, top_k, top_p, both), whatever the
+// task's own parameters: an accepted kernel serves every request. The vocabulary is the task's on
+// most draws and a few entries shorter on every third (vector-tail handling).
+CapturedCall fresh_sample_call(const Task& t, int d, Rng& rng) {
+  CapturedCall c;
+  c.op = Op::kSample;
+  c.phase = t.phase;
+  c.module = t.module;
+  c.m = 1;
+  c.n = d % 3 == 2 ? std::max<int64_t>(1, t.n - 1 - rng.uniform_int(0, 14)) : t.n;
+  const double spread = d % 2 == 0 ? 4.0 : 12.0;  // flat and peaked distributions
+  c.x = uniform(rng, size_t(c.n), -spread, spread);
+  engine::SampleArgs& a = c.sample;
+  a.vocab = c.n;
+  a.temperature = float(0.2 + 1.3 * rng.uniform());
+  a.u = rng.uniform();
+  switch (d % 5) {
+    case 0: {  // greedy; a copy of the maximum at a higher id (the lower id must win)
+      a.temperature = 0;
+      const auto mx = std::max_element(c.x.begin(), c.x.end()) - c.x.begin();
+      if (c.n > 1) c.x[size_t(rng.uniform_int(mx, c.n - 1))] = c.x[size_t(mx)];
+      break;
+    }
+    case 1:
+      break;
+    case 2:
+      a.top_k = int32_t(rng.uniform_int(1, std::min<int64_t>(c.n, 64)));
+      break;
+    case 3:
+      a.top_p = float(0.3 + 0.65 * rng.uniform());
+      break;
+    default:
+      a.top_k = int32_t(rng.uniform_int(1, c.n));
+      a.top_p = float(0.5 + 0.45 * rng.uniform());
+      break;
+  }
+  return c;
+}
+
 size_t out_elems(const CapturedCall& c) {
   switch (c.op) {
+    case Op::kSample:
+      return 1;
     case Op::kMatmul:
       return size_t(c.m * c.n);
     case Op::kRmsNorm:
@@ -326,6 +368,17 @@ std::vector<float> run_call(const CapturedCall& c, const plumb_kernel_plugin* pl
         reinterpret_cast<engine::RmsNormFn>(fn)(ctx, x, w, c.m, c.k, c.eps, y);
       }
       break;
+    }
+    case Op::kSample: {
+      const float* logits = arena.copy("logits", c.x, align_end);
+      void* scratch = arena.alloc("scratch", size_t(c.n) * 16, align_end);
+      auto* id = static_cast<int32_t*>(arena.alloc("id", 4, align_end));
+      *id = -1;
+      plumb_sample_args a{logits, c.n, c.sample.temperature, c.sample.top_k, c.sample.top_p, c.sample.u,
+                          scratch, c.n * 16, id};
+      plugin->run(&ex, &a);  // (screening calls plugins only: the engine's kernels are the reference)
+      out[0] = float(*id);
+      return out;
     }
     case Op::kRope: {
       y = arena.copy("x", c.x, align_end);
@@ -443,11 +496,37 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   // Correctness and safety: fresh draws over the shape range, then the captured real inputs.
   const engine::KernelContext serial{nullptr, t.phase};
   Rng rng(o.seed);
+  // Sampling: the id must be one the reference returns for u itself or for u moved by the task's
+  // tolerance either way (float arithmetic moves the boundaries between ids by about that much).
+  auto check_sample = [&](const CapturedCall& c, int32_t id, const std::vector<float>& ref) -> bool {
+    const double tol = t.tolerance;
+    const int32_t at_u = int32_t(ref[0]);
+    if (id == at_u) return true;
+    if (c.sample.temperature != 0) {
+      const double lo = std::max(0.0, c.sample.u - tol), hi = std::min(std::nextafter(1.0, 0.0), c.sample.u + tol);
+      const int32_t a = reference_sample(c, lo), b = reference_sample(c, hi);
+      if (id == a || id == b) return true;
+    }
+    r.max_rel_err = 1;
+    r.worst_m = c.m;
+    r.verdict = "incorrect";
+    r.signature = c.sample.temperature == 0 ? "sample:greedy" : c.sample.top_k > 0 ? "sample:top_k"
+                  : c.sample.top_p < 1                      ? "sample:top_p"
+                                                            : "sample:draw";
+    char buf[240];
+    std::snprintf(buf, sizeof buf,
+                  "sampled token %d, the reference %d (vocab %lld, temperature %g, top_k %d, top_p %g, u %.9f)",
+                  id, at_u, static_cast<long long>(c.n), double(c.sample.temperature), c.sample.top_k,
+                  double(c.sample.top_p), c.sample.u);
+    r.detail = buf;
+    return false;
+  };
   auto check = [&](const CapturedCall& c, const std::vector<float>& ref, bool align_end,
                    const char* what) -> bool {
     Arena arena(o.guard_pages);
     g_nguards.store(0);
     std::vector<float> y = run_call(c, p, nullptr, serial, arena, align_end);
+    if (t.op == Op::kSample) return check_sample(c, int32_t(y[0]), ref);
     const double e = rel_err(y, ref);
     if (!(e <= r.max_rel_err)) {
       r.max_rel_err = e;
@@ -464,9 +543,11 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     }
     return true;
   };
-  for (int d = 0; d < o.draws; ++d) {
+  // Sampling draws are cheap and the contract has five paths: 10 draws per requested one.
+  const int draws = t.op == Op::kSample ? 10 * o.draws : o.draws;
+  for (int d = 0; d < draws; ++d) {
     const int64_t m = d == 0 ? t.m_min : d == 1 ? t.m_max : rng.uniform_int(t.m_min, t.m_max);
-    CapturedCall c = fresh_call(t, m, rng);
+    CapturedCall c = t.op == Op::kSample ? fresh_sample_call(t, d, rng) : fresh_call(t, m, rng);
     if (!check(c, reference_output(c), d % 2 == 0, "random")) return r;
   }
   for (size_t i = 0; i < t.cases.size(); ++i) {
@@ -474,11 +555,18 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   }
   r.verdict = "pass";
   char buf[200];
+  if (t.op == Op::kSample) {
+    std::snprintf(buf, sizeof buf,
+                  "the reference's token (u within %.0e) and %s on %d random draws (greedy, temperature, "
+                  "top_k, top_p, both) and %zu captured inputs",
+                  t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", draws, t.cases.size());
+  } else {
   std::snprintf(buf, sizeof buf,
                 "correct (max rel. error %.3g <= %.3g) and %s on %d random draws (rows %lld..%lld) "
                 "and %zu captured inputs",
                 r.max_rel_err, t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", o.draws,
                 static_cast<long long>(t.m_min), static_cast<long long>(t.m_max), t.cases.size());
+  }
   r.detail = buf;
   if (!o.timing) return r;
 
@@ -497,7 +585,8 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   if (!base) base = reg.best(t.op, t.phase);
   r.baseline = base->name;
   engine::ThreadPool pool(o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
-  const engine::KernelContext ctx{&pool, t.phase};
+  // Sampling runs on the calling thread in the engine (engine/sampling.cpp): time it that way.
+  const engine::KernelContext ctx{t.op == Op::kSample ? nullptr : &pool, t.phase};
   std::vector<uint8_t> flush(64u << 20, 1);
   // A call of the candidate (plug) or the baseline (fn) on its own copy of the inputs, prepared once.
   struct Prepared {
@@ -505,6 +594,8 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     std::vector<float> scratch_x, y;
     plumb_exec ex;
     engine::WeightMatrix wm;
+    engine::SampleScratch sample_scratch;
+    int32_t id = 0;
   };
   auto make_call = [&](const plumb_kernel_plugin* plug,
                        const engine::KernelVariant* v) -> std::function<void()> {
@@ -513,6 +604,7 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     st->c = *big;
     st->scratch_x = st->c.x;
     st->y.resize(out_elems(st->c));
+    if (st->c.op == Op::kSample) st->sample_scratch.prob.resize(size_t(st->c.n) * 2);  // 16 B per entry
     st->ex = engine::plugin_exec(ctx);
     st->wm = engine::WeightMatrix{st->c.w.data(), st->c.w_dtype, st->c.n, st->c.k};
     // The baseline gets its weights in the layout the model gives it (tasks store them row-major):
@@ -529,6 +621,19 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
       const plumb_exec& ex = st->ex;
       const engine::WeightMatrix& wm = st->wm;
       switch (c.op) {
+        case Op::kSample: {
+          engine::SampleArgs sa = c.sample;
+          sa.logits = c.x.data();
+          sa.vocab = c.n;
+          if (plug) {
+            plumb_sample_args a{sa.logits, sa.vocab, sa.temperature, sa.top_k, sa.top_p, sa.u,
+                                st->sample_scratch.prob.data(), c.n * 16, &st->id};
+            plug->run(&ex, &a);
+          } else {
+            st->id = reinterpret_cast<engine::SampleFn>(fn)(ctx, sa, &st->sample_scratch);
+          }
+          break;
+        }
         case Op::kMatmul:
           if (plug) {
             plumb_matmul_args a{c.x.data(),

@@ -238,6 +238,142 @@ static void run(const plumb_exec* ex, const void* args) {
 }
 )";
 
+// Sampling: the common path (temperature > 0, no top_k / top_p cut) in vector passes over the logits
+// in id order: max, the weights exp((l - max) / T) summed, then a scan that skips whole vectors by
+// their sum until the running mass passes u * total. POLY: exp by the polynomial above or libm's
+// expf per lane; STORE: keep the weights in scratch for the scan, or recompute them there. Greedy is
+// a vector max and a scan for its first index; top_k / top_p sort like the reference.
+const char* kSample = R"(
+#include <algorithm>
+#define POLY_EXP {{POLY}}
+#define STORE {{STORE}}
+#define UNROLL {{UNROLL}}
+namespace {
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+static inline vf splat(float x) { vf v; for (int i = 0; i < VW; ++i) v[i] = x; return v; }
+static inline vf vexp(vf x) {  // exp(x), x <= 0
+#if POLY_EXP
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const vf t = x * 1.44269504088896341f;
+  vf fi = __builtin_convertvector(__builtin_convertvector(t, vi), vf);  // trunc
+  fi = fi > t ? fi - 1.0f : fi;                                           // floor
+  const vf f = t - fi;
+  vf p = splat(1.535336188319500e-4f);
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  vi bits;
+  std::memcpy(&bits, &p, sizeof bits);
+  bits += __builtin_convertvector(fi, vi) << 23;
+  std::memcpy(&p, &bits, sizeof p);
+  return p;
+#else
+  for (int i = 0; i < VW; ++i) x[i] = std::exp(x[i]);
+  return x;
+#endif
+}
+static inline float sexp(float x) { vf v = splat(x); return vexp(v)[0]; }
+static inline float hmax(vf v) { float m = v[0]; for (int i = 1; i < VW; ++i) m = v[i] > m ? v[i] : m; return m; }
+float row_max(const float* l, int64_t n) {
+  vf mv = splat(-INFINITY);
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) { vf x = loadf(l + i); mv = x > mv ? x : mv; }
+  float m = hmax(mv);
+  for (; i < n; ++i) m = l[i] > m ? l[i] : m;
+  return m;
+}
+struct Cand { float v; int32_t id; };
+bool better(const Cand& a, const Cand& b) { return a.v != b.v ? a.v > b.v : a.id < b.id; }
+// top_k / top_p: the reference's procedure (sorted candidates, double weights).
+int32_t sorted_draw(const plumb_sample_args* a) {
+  const int64_t V = a->vocab;
+  Cand* c = static_cast<Cand*>(a->scratch);
+  double* prob = reinterpret_cast<double*>(c + V);
+  for (int64_t i = 0; i < V; ++i) c[i] = Cand{a->logits[i] / a->temperature, int32_t(i)};
+  int64_t n = V;
+  if (a->top_k > 0 && a->top_k < V) {
+    n = a->top_k;
+    std::nth_element(c, c + n - 1, c + V, better);
+    std::sort(c, c + n, better);
+  } else {
+    std::sort(c, c + V, better);
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (prob[i] = std::exp(double(c[i].v) - double(c[0].v)));
+  if (a->top_p < 1.0f) {
+    double cum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      cum += prob[i] / sum;
+      if (cum >= double(a->top_p)) { n = i + 1; break; }
+    }
+    sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += prob[i];
+  }
+  const double target = a->u * sum;
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    acc += prob[i];
+    if (target < acc) return c[i].id;
+  }
+  return c[n - 1].id;
+}
+int32_t sample(const plumb_sample_args* a) {
+  const float* l = a->logits;
+  const int64_t V = a->vocab;
+  const float m = row_max(l, V);
+  if (a->temperature == 0.0f) {
+    for (int64_t i = 0; i < V; ++i) if (l[i] == m) return int32_t(i);
+    return 0;
+  }
+  if ((a->top_k > 0 && a->top_k < V) || a->top_p < 1.0f) return sorted_draw(a);
+  const float s = 1.0f / a->temperature;
+  float* w = static_cast<float*>(a->scratch);
+  vf acc[UNROLL] = {};
+  int64_t i = 0;
+  for (; i + VW * UNROLL <= V; i += VW * UNROLL)
+    for (int u = 0; u < UNROLL; ++u) {
+      const vf e = vexp((loadf(l + i + u * VW) - m) * s);
+      if (STORE) storef(w + i + u * VW, e);
+      acc[u] += e;
+    }
+  float total = 0;
+  for (int u = 0; u < UNROLL; ++u) total += hsum(acc[u]);
+  for (; i < V; ++i) {
+    const float e = sexp((l[i] - m) * s);
+    if (STORE) w[i] = e;
+    total += e;
+  }
+  const float target = float(a->u) * total;
+  float run = 0;
+  i = 0;
+  for (; i + VW <= V; i += VW) {
+    const vf e = STORE ? loadf(w + i) : vexp((loadf(l + i) - m) * s);
+    const float bs = hsum(e);
+    if (run + bs > target) {
+      for (int j = 0; j < VW; ++j) {
+        run += e[j];
+        if (target < run) return int32_t(i + j);
+      }
+    } else {
+      run += bs;
+    }
+  }
+  for (; i < V; ++i) {
+    run += STORE ? w[i] : sexp((l[i] - m) * s);
+    if (target < run) return int32_t(i);
+  }
+  return int32_t(V - 1);
+}
+}  // namespace
+static void run(const plumb_exec*, const void* args) {
+  const plumb_sample_args* a = static_cast<const plumb_sample_args*>(args);
+  *a->id = sample(a);
+}
+)";
+
 Candidate make(const std::string& op_short, const std::string& family, const char* body, const char* op_macro,
                const std::vector<std::pair<std::string, int>>& params, bool supports) {
   Candidate c;
@@ -292,6 +428,14 @@ std::vector<Candidate> builtin_candidates(const Task& t) {
         for (int par : {0, 1})
           out.push_back(make("rope", shared ? "rope.shared_trig" : "rope.per_head_trig", kRope,
                              "PLUMB_OP_ROPE", {{"shared", shared}, {"par", par}}, false));
+      break;
+    case Op::kSample:
+      for (int poly : {1, 0})
+        for (int store : {1, 0})
+          for (int vw : {16, 8})
+            for (int unroll : {2, 4, 1})
+              out.push_back(make("sample", poly ? "sample.polyexp" : "sample.libm", kSample, "PLUMB_OP_SAMPLE",
+                                 {{"poly", poly}, {"store", store}, {"vw", vw}, {"unroll", unroll}}, false));
       break;
     case Op::kMatmul:
       for (int rows : {4, 2, 1})

@@ -23,6 +23,8 @@ double tolerance_for(Op op, DType dtype) {
   switch (op) {
     case Op::kMatmul:
       return 1e-4;
+    case Op::kSample:  // not an output error: how far u may move (plugin_abi.h, sample)
+      return 1e-5;
     default:  // swiglu, rmsnorm, rope
       return 1e-5;
   }
@@ -50,10 +52,24 @@ std::vector<float> reference_output(const CapturedCall& c) {
       y.assign(size_t(c.m * c.n), 0.0f);
       engine::ref::swiglu(ctx, c.x.data(), c.x2.data(), c.m, c.n, y.data());
       break;
+    case Op::kSample:
+      y.assign(1, float(reference_sample(c, c.sample.u)));
+      break;
     default:
       break;
   }
   return y;
+}
+
+int32_t reference_sample(const CapturedCall& c, double u) {
+  auto ref = engine::KernelRegistry::instance().find(Op::kSample, "reference");
+  engine::SampleArgs a = c.sample;
+  a.logits = c.x.data();
+  a.vocab = c.n;
+  a.u = u;
+  engine::SampleScratch scratch;
+  const engine::KernelContext ctx{nullptr, Phase::kDecode};
+  return reinterpret_cast<engine::SampleFn>((*ref)->fn)(ctx, a, &scratch);
 }
 
 namespace {
@@ -84,7 +100,9 @@ Result<DType> dtype_from(std::string_view s) {
   return invalid_argument("task.json: unknown dtype '" + std::string(s) + "'");
 }
 
-bool v1_op(Op op) { return op == Op::kMatmul || op == Op::kRmsNorm || op == Op::kRope || op == Op::kSwiglu; }
+bool task_op(Op op) {
+  return op == Op::kMatmul || op == Op::kRmsNorm || op == Op::kRope || op == Op::kSwiglu || op == Op::kSample;
+}
 
 }  // namespace
 
@@ -123,11 +141,18 @@ Status write_task(const Task& t, const std::string& dir) {
     if (!c.positions.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".pos.i32", c.positions));
     std::vector<float> ref = i < t.ref_outputs.size() ? t.ref_outputs[i] : reference_output(c);
     PLUMB_RETURN_IF_ERROR(write_bin(p + ".ref.f32", ref));
-    cases.push_back(json::object{{"m", c.m},
-                                 {"layer", c.layer},
-                                 {"eps", double(c.eps)},
-                                 {"has_x2", !c.x2.empty()},
-                                 {"has_bias", !c.bias.empty()}});
+    json::object co{{"m", c.m},
+                    {"layer", c.layer},
+                    {"eps", double(c.eps)},
+                    {"has_x2", !c.x2.empty()},
+                    {"has_bias", !c.bias.empty()}};
+    if (t.op == Op::kSample) {
+      co["temperature"] = double(c.sample.temperature);
+      co["top_k"] = c.sample.top_k;
+      co["top_p"] = double(c.sample.top_p);
+      co["u"] = c.sample.u;
+    }
+    cases.push_back(std::move(co));
   }
   o["cases"] = std::move(cases);
   return write_file_atomic(dir + "/task.json", json::dump_pretty(o) + "\n");
@@ -154,7 +179,7 @@ Result<Task> load_task(const std::string& dir) {
   PLUMB_ASSIGN_OR_RETURN(t.module, str("module"));
   PLUMB_ASSIGN_OR_RETURN(std::string op, str("op"));
   PLUMB_ASSIGN_OR_RETURN(t.op, engine::op_from_name(op));
-  if (!v1_op(t.op)) return invalid_argument(dir + "/task.json: op '" + op + "' has no tasks in v1");
+  if (!task_op(t.op)) return invalid_argument(dir + "/task.json: op '" + op + "' has no tasks");
   PLUMB_ASSIGN_OR_RETURN(std::string phase, str("phase"));
   if (phase != "prefill" && phase != "decode")
     return invalid_argument(dir + "/task.json: phase must be prefill|decode");
@@ -165,7 +190,7 @@ Result<Task> load_task(const std::string& dir) {
   PLUMB_ASSIGN_OR_RETURN(t.k, num("k"));
   PLUMB_ASSIGN_OR_RETURN(t.m_min, num("m_min"));
   PLUMB_ASSIGN_OR_RETURN(t.m_max, num("m_max"));
-  if (t.n < 1 || t.k < 1 || t.m_min < 1 || t.m_max < t.m_min) {
+  if (t.n < 1 || t.k < (t.op == Op::kSample ? 0 : 1) || t.m_min < 1 || t.m_max < t.m_min) {
     return invalid_argument(dir + "/task.json: shapes must satisfy n, k, m_min >= 1 and m_max >= m_min");
   }
   if (t.op == Op::kRope && t.k % 2 != 0)
@@ -220,6 +245,25 @@ Result<Task> load_task(const std::string& dir) {
       case Op::kRope:
         x_elems = size_t(c.m * c.n * c.k), x2_elems = size_t(c.k / 2), out_elems = x_elems;
         break;
+      case Op::kSample: {
+        x_elems = size_t(c.n), out_elems = 1;
+        PLUMB_ASSIGN_OR_RETURN(auto temp, json::opt_double(co, "temperature"));
+        PLUMB_ASSIGN_OR_RETURN(auto top_k, json::opt_int(co, "top_k"));
+        PLUMB_ASSIGN_OR_RETURN(auto top_p, json::opt_double(co, "top_p"));
+        PLUMB_ASSIGN_OR_RETURN(auto u, json::opt_double(co, "u"));
+        c.sample.temperature = float(temp.value_or(0));
+        c.sample.top_k = int32_t(top_k.value_or(0));
+        c.sample.top_p = float(top_p.value_or(1));
+        c.sample.u = u.value_or(0);
+        c.sample.vocab = c.n;
+        if (!(c.sample.temperature >= 0) || c.sample.top_k < 0 || !(c.sample.top_p > 0 && c.sample.top_p <= 1) ||
+            !(c.sample.u >= 0 && c.sample.u < 1)) {
+          return invalid_argument(dir + "/task.json: cases[" + std::to_string(i) +
+                                  "]: sampling parameters out of range (temperature >= 0, top_k >= 0, "
+                                  "0 < top_p <= 1, 0 <= u < 1)");
+        }
+        break;
+      }
       default:
         x_elems = size_t(c.m * c.n), x2_elems = x_elems, out_elems = x_elems;
         break;
@@ -251,7 +295,7 @@ Result<std::vector<std::string>> write_tasks(const ProfileReport& p, const std::
                                              double min_share) {
   std::vector<const ModuleStats*> hot;
   for (const auto& s : p.modules) {
-    if (!v1_op(s.op)) continue;
+    if (!task_op(s.op)) continue;
     if (p.e2e_ms > 0 && s.ms / p.e2e_ms < min_share) continue;
     hot.push_back(&s);
   }

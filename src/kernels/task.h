@@ -8,14 +8,15 @@
 // Folder layout (all binary files little-endian, raw):
 //   task.json                   schema_version 1; op, phase, module, n, k, m_min, m_max, rows_histogram,
 //                               dtype, baseline_variant, hardware, workload, tolerance, cases[]
-//   case-<i>.x.f32              input (matmul/rmsnorm x [m,k]; rope x [m,n,k]; swiglu gate [m,n])
+//   case-<i>.x.f32              input (matmul/rmsnorm x [m,k]; rope x [m,n,k]; swiglu gate [m,n];
+//                               sample logits [n]; the case's temperature/top_k/top_p/u in task.json)
 //   case-<i>.x2.f32             second input (swiglu up; rmsnorm weight [k]; rope inv_freq [k/2])
 //   case-<i>.w.bin              matmul weight [n,k] in dtype
 //   case-<i>.bias.f32           matmul bias [n] (optional)
 //   case-<i>.pos.i32            rope positions [m]
-//   case-<i>.ref.f32            reference output
-// Ops with tasks in v1: matmul, rmsnorm, rope, swiglu (the plugin ABI's ops). Attention, embedding
-// and sampling are profiled but get no task (their arguments are not in the plugin ABI yet).
+//   case-<i>.ref.f32            reference output (sample: the token id, as one float)
+// Ops with tasks: matmul, rmsnorm, rope, swiglu, sample (the plugin ABI's ops). Attention and
+// embedding are profiled but get no task (their arguments are not in the plugin ABI).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,8 @@ double tolerance_for(engine::Op op, engine::DType dtype);
 
 // Runs the reference kernel on a call's inputs.
 std::vector<float> reference_output(const CapturedCall& c);
+// Sampling: the reference kernel's id for the call's logits and parameters with draw u.
+int32_t reference_sample(const CapturedCall& c, double u);
 
 // Writes one task per (module, phase) of the profile with a v1 op whose share of end-to-end time
 // is >= min_share, the `top` hottest first (0 = all). Returns the task folders written.

@@ -115,6 +115,51 @@ TEST(Plugin, AbiVersionMismatchIsAClearError) {
   EXPECT_FALSE(std::filesystem::exists(engine::certificate_path(comp.so_path)));
 }
 
+TEST(Plugin, AVersionOnePluginStillLoads) {
+  // ABI v2 only added the sample op: a library built against v1 is screened and loaded unchanged.
+  const std::string dir = temp_dir("plugin_v1");
+  Task task = rmsnorm_task(dir + "/task");
+  ScreenResult r = screen_candidate(task, candidate("old_rms", rmsnorm_source("old_rms", "", "1u")),
+                                    dir + "/c", fast_screen());
+  ASSERT_TRUE(r.passed()) << r.verdict << ": " << r.detail;
+  auto p = engine::load_screened_plugin(r.so_path);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->abi_version, 1u);
+}
+
+TEST(Plugin, SamplingPluginServesTheDecodeSampler) {
+  const std::string dir = temp_dir("plugin_sample");
+  Task task = sample_task(dir + "/task");
+  ScreenResult r = screen_candidate(task, candidate("plug_sample", sample_source("plug_sample")), dir + "/c",
+                                    fast_screen());
+  ASSERT_TRUE(r.passed()) << r.verdict << ": " << r.detail;
+  auto sel = engine::KernelSelection::parse_json(R"({"plugins": [")" + r.so_path +
+                                                 R"("], "sampling": {"decode": "plug_sample"}})");
+  ASSERT_TRUE(sel.ok()) << sel.status().to_string();
+  auto sets = engine::resolve_kernels(*sel);
+  ASSERT_TRUE(sets.ok()) << sets.status().to_string();
+  EXPECT_EQ((*sets)[size_t(Phase::kDecode)].names.at(Op::kSample), "plug_sample");
+  // Through the trampoline (scratch from the caller's buffers): the reference's ids on every path
+  // (this plugin computes in the reference's arithmetic, so exactly its ids).
+  auto fr = reinterpret_cast<engine::SampleFn>((*engine::KernelRegistry::instance().find(Op::kSample, "reference"))->fn);
+  engine::SampleFn fp = (*sets)[size_t(Phase::kDecode)].sample;
+  Rng rng(4);
+  engine::SampleScratch s1, s2;
+  const engine::KernelContext ctx{nullptr, Phase::kDecode};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<float> logits(size_t(1 + rng.uniform_int(0, 700)));
+    for (auto& v : logits) v = float(rng.uniform_int(-20, 20)) * 0.25f;
+    engine::SampleArgs a;
+    a.logits = logits.data();
+    a.vocab = int64_t(logits.size());
+    a.temperature = trial % 4 == 0 ? 0.0f : float(0.2 + rng.uniform());
+    a.top_k = int32_t(trial % 3 == 0 ? 0 : rng.uniform_int(1, 50));
+    a.top_p = trial % 5 == 0 ? 1.0f : float(0.3 + 0.7 * rng.uniform());
+    a.u = rng.uniform();
+    ASSERT_EQ(fp(ctx, a, &s2), fr(ctx, a, &s1)) << "trial " << trial;
+  }
+}
+
 TEST(Plugin, SelectionRejectsRelativePluginPaths) {
   auto sel = engine::KernelSelection::parse_json(R"({"plugins": ["cand.so"]})");
   ASSERT_FALSE(sel.ok());

@@ -121,6 +121,71 @@ TEST(Screen, TimingGivesUtilityAgainstTheBaseline) {
   EXPECT_GE(double(r.warm_calls) * std::min(r.warm_ns, r.base_warm_ns), 10000.0) << r.warm_calls;
 }
 
+TEST(Screen, SamplingCandidateIsHeldToEveryPathOfTheContract) {
+  // The task's captured rows use temperature 0.7, greedy and top_k + top_p, but an accepted kernel
+  // serves every request: screening draws every path whatever the task holds.
+  const std::string dir = temp_dir("sample_screen");
+  Task task = sample_task(dir + "/task");
+  ScreenResult ok = screen_candidate(task, candidate("ok_sample", sample_source("ok_sample")), dir + "/a",
+                                     fast_screen());
+  EXPECT_TRUE(ok.passed()) << ok.verdict << ": " << ok.detail;
+  EXPECT_NE(ok.detail.find("top_k"), std::string::npos) << ok.detail;
+
+  ScreenResult cuts = screen_candidate(
+      task, candidate("cuts_sample", sample_source("cuts_sample", "ignore_cuts")), dir + "/b", fast_screen());
+  EXPECT_EQ(cuts.verdict, "incorrect") << cuts.detail;
+  EXPECT_TRUE(cuts.signature == "sample:top_k" || cuts.signature == "sample:top_p") << cuts.signature;
+  EXPECT_NE(cuts.detail.find("the reference"), std::string::npos) << cuts.detail;
+
+  ScreenResult tie = screen_candidate(task, candidate("tie_sample", sample_source("tie_sample", "last_tie")),
+                                      dir + "/c", fast_screen());
+  EXPECT_EQ(tie.verdict, "incorrect") << tie.detail;
+  EXPECT_EQ(tie.signature, "sample:greedy");
+
+  ScreenResult past = screen_candidate(
+      task, candidate("past_sample", sample_source("past_sample", "read_past")), dir + "/d", fast_screen());
+  EXPECT_EQ(past.verdict, "unsafe") << past.detail;
+  EXPECT_EQ(past.signature, "guard:logits:after");
+}
+
+TEST(Screen, SamplingTimingRunsAgainstTheEngineVariant) {
+  const std::string dir = temp_dir("sample_timing");
+  Task task = sample_task(dir + "/task");
+  ScreenOptions o = fast_screen();
+  o.timing = true;
+  o.warm_reps = 4;
+  o.cold_reps = 2;
+  ScreenResult r = screen_candidate(task, candidate("t_sample", sample_source("t_sample")), dir + "/c", o);
+  ASSERT_TRUE(r.passed()) << r.detail;
+  EXPECT_EQ(r.baseline, "select");
+  EXPECT_GT(r.warm_ns, 0);
+  EXPECT_GT(r.base_warm_ns, 0);
+  EXPECT_TRUE(std::isfinite(r.utility) && r.utility > 0) << r.utility;
+}
+
+TEST(Task, SamplingTaskKeepsItsParameters) {
+  const std::string dir = temp_dir("sample_task");
+  Task t = sample_task(dir + "/t");
+  ASSERT_EQ(t.cases.size(), 3u);
+  EXPECT_EQ(t.op, engine::Op::kSample);
+  EXPECT_FLOAT_EQ(t.cases[0].sample.temperature, 0.7f);
+  EXPECT_EQ(t.cases[1].sample.temperature, 0.0f);
+  EXPECT_EQ(t.cases[2].sample.top_k, 40);
+  EXPECT_FLOAT_EQ(t.cases[2].sample.top_p, 0.9f);
+  EXPECT_EQ(t.cases[2].x.size(), 1000u);
+  // The stored reference output is the reference kernel's id.
+  for (size_t i = 0; i < t.cases.size(); ++i)
+    EXPECT_EQ(int32_t(t.ref_outputs[i][0]), reference_sample(t.cases[i], t.cases[i].sample.u)) << i;
+  // A parameter out of range is named.
+  auto doc = json::parse_file(dir + "/t/task.json");
+  ASSERT_TRUE(doc.ok());
+  doc->as_object()["cases"].as_array()[2].as_object()["top_p"] = 1.5;
+  ASSERT_TRUE(write_file_atomic(dir + "/t/task.json", json::dump_pretty(*doc)).ok());
+  auto bad = load_task(dir + "/t");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sampling parameters"), std::string::npos) << bad.status().message();
+}
+
 TEST(Task, RoundTripAndDamage) {
   const std::string dir = temp_dir("task");
   Task t = rmsnorm_task(dir + "/t");
@@ -257,8 +322,8 @@ TEST(Search, EveryBuiltinTemplateCompilesAndPassesForItsOp) {
   ASSERT_FALSE(cands.empty());
   ScreenResult r = screen_candidate(rms, cands.front(), dir + "/c", fast_screen());
   EXPECT_TRUE(r.passed()) << cands.front().name << ": " << r.detail;
-  for (engine::Op op : {engine::Op::kMatmul, engine::Op::kSwiglu, engine::Op::kRope}) {
-    Task t = op_task(op, dir + "/" + engine::op_name(op));
+  for (engine::Op op : {engine::Op::kMatmul, engine::Op::kSwiglu, engine::Op::kRope, engine::Op::kSample}) {
+    Task t = op == engine::Op::kSample ? sample_task(dir + "/sample") : op_task(op, dir + "/" + engine::op_name(op));
     auto all = builtin_candidates(t);
     ASSERT_GE(all.size(), 2u) << engine::op_name(op);
     for (const Candidate& c : {all.front(), all.back()}) {

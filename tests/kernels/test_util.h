@@ -117,6 +117,97 @@ inline Task op_task(engine::Op op, const std::string& dir) {
   return *back;
 }
 
+// A sampling task over a vocabulary of 1000 (not a multiple of any vector width) with three captured
+// rows: temperature 0.7 (the common path), greedy, and top_k 40 with top_p 0.9. Baseline "select".
+inline Task sample_task(const std::string& dir) {
+  Task t;
+  t.module = "sampling";
+  t.op = engine::Op::kSample;
+  t.phase = engine::Phase::kDecode;
+  t.n = 1000;
+  t.k = 0;
+  t.rows_histogram = {{1, 50}};
+  t.baseline_variant = "select";
+  t.tolerance = tolerance_for(t.op, t.dtype);
+  Rng rng(11);
+  for (int i = 0; i < 3; ++i) {
+    CapturedCall c;
+    c.op = t.op;
+    c.phase = t.phase;
+    c.module = t.module;
+    c.m = 1;
+    c.n = t.n;
+    c.x.resize(size_t(t.n));
+    for (auto& v : c.x) v = float(rng.uniform() * 16 - 8);
+    c.sample.vocab = t.n;
+    c.sample.temperature = i == 1 ? 0.0f : 0.7f;
+    c.sample.top_k = i == 2 ? 40 : 0;
+    c.sample.top_p = i == 2 ? 0.9f : 1.0f;
+    c.sample.u = rng.uniform();
+    t.cases.push_back(c);
+  }
+  Status st = write_task(t, dir);
+  if (!st.ok()) throw std::runtime_error(st.to_string());
+  auto back = load_task(dir);
+  if (!back.ok()) throw std::runtime_error(back.status().to_string());
+  return *back;
+}
+
+// A sampling plugin in plain loops, correct on every path unless `flaw` is set:
+//  "ignore_cuts": draws from all ids whatever top_k/top_p say;
+//  "last_tie":    greedy returns the highest id among equal maxima;
+//  "read_past":   reads logits[vocab] (one past the end) while finding the maximum.
+inline std::string sample_source(const std::string& name, const std::string& flaw = "") {
+  auto on = [&](const char* f) { return flaw == f ? "1" : "0"; };
+  return std::string(R"(#include "engine/kernels/plugin_abi.h"
+#include <algorithm>
+#include <cmath>
+#define IGNORE_CUTS )") + on("ignore_cuts") + "\n#define LAST_TIE " + on("last_tie") +
+         "\n#define READ_PAST " + on("read_past") + R"(
+struct C { float v; int32_t id; };
+static bool better(const C& a, const C& b) { return a.v != b.v ? a.v > b.v : a.id < b.id; }
+static int32_t pick(const plumb_sample_args* a) {
+  const int64_t V = a->vocab;
+  const float* l = a->logits;
+  float m = l[0];
+  for (int64_t i = 1; i < V + READ_PAST; ++i) m = std::max(m, l[i]);
+  if (a->temperature == 0.0f) {
+    int32_t best = -1;
+    for (int64_t i = 0; i < V; ++i)
+      if (l[i] == m && (best < 0 || LAST_TIE)) best = int32_t(i);
+    return best;
+  }
+  C* c = static_cast<C*>(a->scratch);
+  double* p = reinterpret_cast<double*>(c + V);
+  for (int64_t i = 0; i < V; ++i) c[i] = C{l[i] / a->temperature, int32_t(i)};
+  int64_t n = V;
+  const bool cut_k = !IGNORE_CUTS && a->top_k > 0 && a->top_k < V;
+  const bool cut_p = !IGNORE_CUTS && a->top_p < 1.0f;
+  if (cut_k) { n = a->top_k; std::partial_sort(c, c + n, c + V, better); }
+  else if (cut_p) std::sort(c, c + V, better);
+  double mx = c[0].v, sum = 0;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, double(c[i].v));
+  for (int64_t i = 0; i < n; ++i) sum += (p[i] = std::exp(double(c[i].v) - mx));
+  if (cut_p) {
+    double cum = 0;
+    for (int64_t i = 0; i < n; ++i) { cum += p[i] / sum; if (cum >= double(a->top_p)) { n = i + 1; break; } }
+    sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += p[i];
+  }
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) { acc += p[i]; if (a->u * sum < acc) return c[i].id; }
+  return c[n - 1].id;
+}
+static void run(const plumb_exec*, const void* args) {
+  const plumb_sample_args* a = static_cast<const plumb_sample_args*>(args);
+  *a->id = pick(a);
+}
+static const plumb_kernel_plugin kDesc = {PLUMB_KERNEL_ABI_VERSION, sizeof(plumb_kernel_plugin), PLUMB_OP_SAMPLE, ")" +
+         name + R"(", "test sampling plugin", nullptr, run};
+PLUMB_KERNEL_EXPORT const plumb_kernel_plugin* plumb_kernel_plugin_entry(void) { return &kDesc; }
+)";
+}
+
 // An rmsnorm plugin. `body` is inserted in the row loop after y is written (r, d, x, y in scope);
 // `abi` overrides the descriptor's version.
 inline std::string rmsnorm_source(const std::string& name, const std::string& body = "",

@@ -29,8 +29,12 @@ void pool_parallel_for(void* pool, int64_t n, int64_t align, plumb_range_fn fn, 
       n, [&](int64_t b, int64_t e) { fn(ctx, b, e); }, align < 1 ? 1 : align);
 }
 
-// Op index in the slot table: the ABI's ops are the first four engine ops.
-constexpr int kPluginOps = 4;
+// Slot table indexed by the op's value (the ABI's op values are the engine's): matmul, rmsnorm,
+// rope, swiglu (v1) and sample (v2); embedding and attention are not plugin ops.
+constexpr int kPluginOps = PLUMB_OP_SAMPLE + 1;
+bool plugin_op(int32_t op, uint32_t abi_version) {
+  return (op >= PLUMB_OP_MATMUL && op <= PLUMB_OP_SWIGLU) || (op == PLUMB_OP_SAMPLE && abi_version >= 2);
+}
 std::array<std::array<const plumb_kernel_plugin*, kMaxPluginsPerOp>, kPluginOps> g_slots{};
 std::array<int, kPluginOps> g_used{};
 std::mutex g_mu;
@@ -70,13 +74,30 @@ void swiglu_thunk(const KernelContext& ctx, const float* gate, const float* up, 
   g_slots[PLUMB_OP_SWIGLU][S]->run(&ex, &a);
 }
 
+template <int S>
+int32_t sample_thunk(const KernelContext& ctx, const SampleArgs& a, SampleScratch* scratch) {
+  // The scratch the ABI promises (16 bytes per vocabulary entry, 16-byte aligned), from the
+  // caller's reusable buffer: no allocation once it has grown.
+  static_assert(sizeof(scratch->prob[0]) == 8);
+  scratch->prob.resize(size_t(a.vocab) * 2);
+  plumb_exec ex = plugin_exec(ctx);
+  int32_t id = 0;
+  plumb_sample_args pa{a.logits, a.vocab, a.temperature,  a.top_k, a.top_p,
+                       a.u,      scratch->prob.data(), int64_t(scratch->prob.size() * 8), &id};
+  g_slots[PLUMB_OP_SAMPLE][S]->run(&ex, &pa);
+  return id;
+}
+
 template <size_t... S>
 void* thunk_for(int op, int slot, std::index_sequence<S...>) {
   static const std::array<void*, sizeof...(S)> mm{reinterpret_cast<void*>(&matmul_thunk<int(S)>)...};
   static const std::array<void*, sizeof...(S)> rn{reinterpret_cast<void*>(&rmsnorm_thunk<int(S)>)...};
   static const std::array<void*, sizeof...(S)> rp{reinterpret_cast<void*>(&rope_thunk<int(S)>)...};
   static const std::array<void*, sizeof...(S)> sw{reinterpret_cast<void*>(&swiglu_thunk<int(S)>)...};
+  static const std::array<void*, sizeof...(S)> sa{reinterpret_cast<void*>(&sample_thunk<int(S)>)...};
   switch (op) {
+    case PLUMB_OP_SAMPLE:
+      return sa[size_t(slot)];
     case PLUMB_OP_MATMUL:
       return mm[size_t(slot)];
     case PLUMB_OP_RMSNORM:
@@ -173,9 +194,10 @@ Result<PluginInfo> open_plugin_unscreened(const std::string& path) {
   }
   const plumb_kernel_plugin* d = entry();
   if (!d) return invalid_argument("kernel plugin " + path + ": " PLUMB_KERNEL_ENTRY_SYMBOL " returned null");
-  if (d->abi_version != PLUMB_KERNEL_ABI_VERSION) {
+  if (d->abi_version < PLUMB_KERNEL_ABI_MIN_VERSION || d->abi_version > PLUMB_KERNEL_ABI_VERSION) {
     return failed_precondition("kernel plugin " + path + " was built against kernel ABI v" +
                                std::to_string(d->abi_version) + ", this plumb speaks v" +
+                               std::to_string(PLUMB_KERNEL_ABI_MIN_VERSION) + " to v" +
                                std::to_string(PLUMB_KERNEL_ABI_VERSION) +
                                ": rebuild it against this plumb's engine/kernels/plugin_abi.h");
   }
@@ -185,9 +207,9 @@ Result<PluginInfo> open_plugin_unscreened(const std::string& path) {
                                std::to_string(sizeof(plumb_kernel_plugin)) +
                                ": rebuild it against this plumb's plugin_abi.h");
   }
-  if (d->op < 0 || d->op >= kPluginOps) {
-    return invalid_argument("kernel plugin " + path + ": op " + std::to_string(d->op) +
-                            " is not a plugin op (matmul 0, rmsnorm 1, rope 2, swiglu 3)");
+  if (!plugin_op(d->op, d->abi_version)) {
+    return invalid_argument("kernel plugin " + path + ": op " + std::to_string(d->op) + " is not a plugin op of ABI v" +
+                            std::to_string(d->abi_version) + " (matmul 0, rmsnorm 1, rope 2, swiglu 3; sample 6 from v2)");
   }
   if (!d->name || !valid_name(d->name)) {
     return invalid_argument("kernel plugin " + path + ": name must be 1-64 characters of [A-Za-z0-9_.-]");

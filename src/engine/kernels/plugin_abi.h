@@ -3,13 +3,16 @@
  *
  * A plugin exports one symbol:
  *     const plumb_kernel_plugin* plumb_kernel_plugin_entry(void);
- * returning a pointer to a static descriptor whose abi_version is PLUMB_KERNEL_ABI_VERSION and
- * whose struct_size is sizeof(plumb_kernel_plugin) as the plugin saw it. plumb refuses a plugin of
- * another version with an error that says to rebuild it against this header.
+ * returning a pointer to a static descriptor whose abi_version is PLUMB_KERNEL_ABI_VERSION (or an
+ * earlier version this plumb still speaks, see below) and whose struct_size is
+ * sizeof(plumb_kernel_plugin) as the plugin saw it. plumb refuses a plugin of another version with
+ * an error that says to rebuild it against this header.
  *
- * Ops a plugin can implement (v1): matmul, rmsnorm, rope, swiglu. Their contracts are those of
- * the engine's built-in kernels (engine/kernels/kernels.h): activations float32 row-major, a weight
- * matrix [n = out features, k = in features] row-major in its dtype, y may alias x for rmsnorm.
+ * Ops a plugin can implement: matmul, rmsnorm, rope, swiglu (v1) and sample (v2). Their contracts
+ * are those of the engine's built-in kernels (engine/kernels/kernels.h): activations float32
+ * row-major, a weight matrix [n = out features, k = in features] row-major in its dtype, y may
+ * alias x for rmsnorm. v2 only added the sample op and its argument struct; a v1 plugin loads
+ * unchanged.
  * A kernel must not read or write outside the buffers described by its arguments (screening runs
  * it between guard pages), must not keep pointers after run() returns, must be correct for any
  * thread count, and must not allocate through anything but its own stack.
@@ -35,10 +38,11 @@ extern "C" {
 #define PLUMB_KERNEL_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define PLUMB_KERNEL_ABI_VERSION 1u
+#define PLUMB_KERNEL_ABI_VERSION 2u
+#define PLUMB_KERNEL_ABI_MIN_VERSION 1u /* oldest version still loaded */
 
 /* Values match engine::Op, engine::DType and engine::Phase. */
-enum { PLUMB_OP_MATMUL = 0, PLUMB_OP_RMSNORM = 1, PLUMB_OP_ROPE = 2, PLUMB_OP_SWIGLU = 3 };
+enum { PLUMB_OP_MATMUL = 0, PLUMB_OP_RMSNORM = 1, PLUMB_OP_ROPE = 2, PLUMB_OP_SWIGLU = 3, PLUMB_OP_SAMPLE = 6 };
 enum { PLUMB_DTYPE_F32 = 0, PLUMB_DTYPE_F16 = 1, PLUMB_DTYPE_BF16 = 2 };
 enum { PLUMB_PHASE_PREFILL = 0, PLUMB_PHASE_DECODE = 1 };
 
@@ -92,6 +96,28 @@ typedef struct plumb_swiglu_args {
   int64_t dim;
   float* out; /* [rows, dim] */
 } plumb_swiglu_args;
+
+/* v2. The next token from one row of logits, the rule of engine/sampling.h:
+ *  - temperature == 0: argmax, the lowest id on ties;
+ *  - otherwise the candidates are all ids, or the top_k most likely when 0 < top_k < vocab, ordered
+ *    by (logit desc, id asc) -- in id order when neither top_k nor top_p < 1 cuts them; weights
+ *    exp((logit - max) / temperature); when top_p < 1 only the smallest prefix (in that order)
+ *    whose mass reaches top_p of the total stays; the result is the candidate at which the running
+ *    mass first exceeds u * (mass of the candidates kept).
+ * Screening accepts an id the reference would return for some u' with |u' - u| <= 1e-5 (float
+ * arithmetic moves the boundaries between ids by about that much) and nothing else.
+ * scratch is caller-owned memory (16 * vocab bytes, 16-byte aligned) the kernel may use freely. */
+typedef struct plumb_sample_args {
+  const float* logits; /* [vocab] */
+  int64_t vocab;
+  float temperature; /* >= 0 */
+  int32_t top_k;     /* 0 = no cut */
+  float top_p;       /* (0, 1]; 1 = no cut */
+  double u;          /* uniform draw in [0, 1); unused when temperature == 0 */
+  void* scratch;
+  int64_t scratch_bytes; /* >= 16 * vocab */
+  int32_t* id;           /* out: the chosen token */
+} plumb_sample_args;
 
 typedef struct plumb_kernel_plugin {
   uint32_t abi_version; /* PLUMB_KERNEL_ABI_VERSION */
