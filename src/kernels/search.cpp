@@ -238,6 +238,85 @@ static void run(const plumb_exec* ex, const void* args) {
 }
 )";
 
+// RoPE with the angles' cos and sin from polynomials instead of libm: per token, once for all heads,
+// VW angles at a time in double (Cody-Waite reduction by pi/2, Taylor terms to r^13 on
+// |r| <= pi/4: error ~1e-14, far below float), then the rotation in float vectors.
+const char* kRopePoly = R"(
+#define PAR {{PAR}}
+namespace {
+typedef double vd __attribute__((vector_size(VW * 8)));
+typedef int64_t vl __attribute__((vector_size(VW * 8)));
+static inline void sincos_v(vd a, vd* sv, vd* cv) {
+  const vd t = a * 0.63661977236758134308;
+  const vl k = __builtin_convertvector(t + (t >= 0 ? 0.5 : -0.5), vl);  // round half away
+  const vd kd = __builtin_convertvector(k, vd);
+  const vd r = (a - kd * 1.57079632679489655800e+00) - kd * 6.12323399573676603587e-17;
+  const vd r2 = r * r;
+  const vd sr = r + r * r2 * (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 + r2 * (1.0 / 362880 +
+                r2 * (-1.0 / 39916800 + r2 * (1.0 / 6227020800.0))))));
+  const vd cr = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 +
+                r2 * (-1.0 / 3628800 + r2 * (1.0 / 479001600.0))))));
+  const vl swap = (k & 1) != 0;
+  vd s = swap ? cr : sr, c = swap ? sr : cr;
+  s = (k & 2) != 0 ? -s : s;
+  c = ((k + 1) & 2) != 0 ? -c : c;
+  *sv = s;
+  *cv = c;
+}
+struct Ctx { const plumb_rope_args* a; };
+void toks(void* vc, int64_t tb, int64_t te) {
+  const plumb_rope_args* a = static_cast<Ctx*>(vc)->a;
+  const int64_t hd = a->head_dim, half = hd / 2, nh = a->n_heads;
+  float cs[512 + VW], sn[512 + VW];
+  if (half > 512) return;  // (head_dim <= 1024 is checked in run)
+  for (int64_t t = tb; t < te; ++t) {
+    const float pos = float(a->positions[t]);
+    for (int64_t i = 0; i < half; i += VW) {
+      vd ang;
+      for (int j = 0; j < VW; ++j) ang[j] = i + j < half ? double(pos * a->inv_freq[i + j]) : 0.0;
+      vd s, c;
+      sincos_v(ang, &s, &c);
+      for (int j = 0; j < VW; ++j) cs[i + j] = float(c[j]), sn[i + j] = float(s[j]);
+    }
+    for (int64_t h = 0; h < nh; ++h) {
+      float* v = a->x + (t * nh + h) * hd;
+      int64_t i = 0;
+      for (; i + VW <= half; i += VW) {
+        const vf x0 = loadf(v + i), x1 = loadf(v + i + half), c = loadf(cs + i), s = loadf(sn + i);
+        storef(v + i, x0 * c - x1 * s);
+        storef(v + i + half, x1 * c + x0 * s);
+      }
+      for (; i < half; ++i) {
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cs[i] - x1 * sn[i];
+        v[i + half] = x1 * cs[i] + x0 * sn[i];
+      }
+    }
+  }
+}
+void toks_libm(void* vc, int64_t tb, int64_t te) {  // head_dim > 1024: the reference's arithmetic
+  const plumb_rope_args* a = static_cast<Ctx*>(vc)->a;
+  const int64_t hd = a->head_dim, half = hd / 2, nh = a->n_heads;
+  for (int64_t t = tb; t < te; ++t)
+    for (int64_t h = 0; h < nh; ++h) {
+      float* v = a->x + (t * nh + h) * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const double ang = double(float(a->positions[t]) * a->inv_freq[i]), c = std::cos(ang), s = std::sin(ang);
+        const double x0 = v[i], x1 = v[i + half];
+        v[i] = float(x0 * c - x1 * s);
+        v[i + half] = float(x1 * c + x0 * s);
+      }
+    }
+}
+}  // namespace
+static void run(const plumb_exec* ex, const void* args) {
+  Ctx c{static_cast<const plumb_rope_args*>(args)};
+  plumb_range_fn fn = c.a->head_dim <= 1024 ? toks : toks_libm;
+  if (PAR && ex->threads > 1 && c.a->tokens >= 2 * ex->threads) ex->parallel_for(ex->pool, c.a->tokens, 1, fn, &c);
+  else fn(&c, 0, c.a->tokens);
+}
+)";
+
 // Sampling: the common path (temperature > 0, no top_k / top_p cut) in vector passes over the logits
 // in id order: max, the weights exp((l - max) / T) summed, then a scan that skips whole vectors by
 // their sum until the running mass passes u * total. POLY: exp by the polynomial above or libm's
@@ -424,6 +503,10 @@ std::vector<Candidate> builtin_candidates(const Task& t) {
                                {{"poly", poly}, {"par", par}, {"grain", grain}}, false));
       break;
     case Op::kRope:
+      for (int vw : {8, 16})
+        for (int par : {0, 1})
+          out.push_back(make("rope", "rope.polytrig", kRopePoly, "PLUMB_OP_ROPE", {{"poly", 1}, {"vw", vw}, {"par", par}},
+                             false));
       for (int shared : {1, 0})
         for (int par : {0, 1})
           out.push_back(make("rope", shared ? "rope.shared_trig" : "rope.per_head_trig", kRope,
