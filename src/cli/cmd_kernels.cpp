@@ -373,7 +373,8 @@ void setup_kernels(CLI::App& root) {
       ->required();
   ac->add_option("--base", a->accept.base_kernels,
                  "kernel configuration to patch (default: auto everywhere)");
-  ac->add_option("--scenario", a->accept.scenario, "scenario (default: B for decode patches, A for prefill)");
+  ac->add_option("--scenario", a->accept.scenario,
+                 "scenario (default: B for decode patches, A for prefill; D for --joint over both)");
   ac->add_option("--size", a->accept.size, "size class")->capture_default_str();
   ac->add_option("--pairs", a->accept.pairs, "pairs (>= 5)")->capture_default_str();
   ac->add_option("--min-effect", a->accept.min_effect, "better: CI of the ratio above 1 + min_effect")
@@ -385,6 +386,9 @@ void setup_kernels(CLI::App& root) {
   ac->add_option("--model", a->accept.model_dir, "model folder for both arms (default models/plumb-tiny)");
   ac->add_option("--work-dir", a->accept.work_dir, "arm configs and engine logs (default kernels-accept/)");
   ac->add_option("--threads", a->accept.threads, "engine threads of both arms (0 = default)");
+  ac->add_flag("--joint", a->accept.joint,
+               "one comparison of every patch together (both phases) instead of one per phase; scenario "
+               "default D when the patches span both phases");
   ac->add_flag("--json", a->json, "print the outcomes as JSON");
   ac->callback([a] { set_exit_code(run_accept(*a)); });
 }

@@ -104,6 +104,23 @@ Status write_arm(const std::string& path, const std::string& model_dir, const st
 
 }  // namespace
 
+std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint, const std::string& scenario) {
+  std::map<Phase, std::vector<Patch>> by_phase;
+  for (const Patch& p : patches) by_phase[p.phase].push_back(p);
+  auto default_for = [](Phase ph) { return ph == Phase::kDecode ? "B" : "A"; };
+  std::vector<AcceptGroup> plan;
+  if (patches.empty()) return plan;
+  if (joint) {
+    // One phase: that phase's scenario; both phases: D, the scenario that loads both.
+    const std::string sc = by_phase.size() > 1 ? "D" : default_for(by_phase.begin()->first);
+    plan.push_back({"joint", scenario.empty() ? sc : scenario, patches});
+    return plan;
+  }
+  for (auto& [phase, group] : by_phase)
+    plan.push_back({engine::phase_name(phase), scenario.empty() ? default_for(phase) : scenario, group});
+  return plan;
+}
+
 Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
@@ -120,8 +137,7 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
     if (!sel.ok()) return sel.status().with_context(o.base_kernels);
     base = *sel;
   }
-  // Group patches by phase: each group is one comparison on its phase's scenario.
-  std::map<Phase, std::vector<Patch>> groups;
+  std::vector<Patch> all;
   for (const auto& d : o.search_dirs) {
     auto p = best_patch(d, o.min_utility);
     if (!p.ok()) {
@@ -130,9 +146,10 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
     }
     // The certificate must hold now (the library may have changed since screening).
     PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
-    groups[p->phase].push_back(*p);
+    all.push_back(*p);
   }
-  if (groups.empty()) return not_found("no screened candidate to accept (every search folder was skipped)");
+  if (all.empty()) return not_found("no screened candidate to accept (every search folder was skipped)");
+  const std::vector<AcceptGroup> plan = accept_groups(all, o.joint, o.scenario);
   std::error_code ec;
   const std::string work =
       std::filesystem::absolute(o.work_dir.empty() ? "kernels-accept" : o.work_dir, ec).string();
@@ -145,11 +162,12 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
   PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(o.ledger_path));
   std::vector<AcceptOutcome> outcomes;
   engine::KernelSelection accepted = base;
-  for (auto& [phase, patches] : groups) {
+  for (const AcceptGroup& g : plan) {
+    const std::vector<Patch>& patches = g.patches;
     AcceptOutcome out;
-    out.phase = engine::phase_name(phase);
+    out.phase = g.label;
     out.patches = patches;
-    out.scenario = !o.scenario.empty() ? o.scenario : phase == Phase::kDecode ? "B" : "A";
+    out.scenario = g.scenario;
     const std::string stem = work + "/" + out.phase;
     const engine::KernelSelection cand = patched_selection(base, patches);
     // Content-addressed file names: the arm configs the ledger stores name the kernel files by the

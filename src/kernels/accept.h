@@ -11,6 +11,8 @@
 //
 //   ℓ(c) = L(M[c], W) / L(M, W) = 1 / (objective ratio B/A)   (objectives are higher-is-better)
 //
+// With `joint`, all patches form one group and one comparison (default scenario D when they span
+// both phases).
 // Accepted only if the verdict is `better` (CI of the ratio above 1 + min_effect, i.e. ℓ's CI below
 // 1 − min_effect, roughly); then the patched configuration is written to `kernels_out`. Otherwise
 // nothing is written and the null result is reported as such.
@@ -41,6 +43,10 @@ struct AcceptOptions {
   std::string plumb_binary;  // the plumb executable for the arms
   std::string work_dir;      // arm configs, engine logs
   int threads = 0;           // engine threads for both arms (0 = plumb serve's default)
+  // One comparison of base vs base + every patch (all phases together) instead of one per phase, on
+  // `scenario` or, when empty, B (decode patches only), A (prefill only) or D (both): the question
+  // "is the whole patched configuration faster on this workload?".
+  bool joint = false;
   std::function<void(const std::string&)> progress;
 };
 
@@ -52,7 +58,7 @@ struct Patch {
 };
 
 struct AcceptOutcome {
-  std::string phase;     // the phase group compared
+  std::string phase;     // the phase group compared, or "joint"
   std::string scenario;  // scenario used
   std::vector<Patch> patches;
   int64_t registration_id = 0;
@@ -66,6 +72,15 @@ struct AcceptOutcome {
 
 // The patch of one search folder (its best passing candidate), NotFound if none passed or u <= floor.
 Result<Patch> best_patch(const std::string& search_dir, double min_utility);
+// One comparison's patches: a phase's (label "prefill"/"decode", scenario by default A/B) or, joint,
+// all of them (label "joint", scenario by default that phase's, or D when they span both phases).
+// A non-empty `scenario` overrides the default.
+struct AcceptGroup {
+  std::string label;
+  std::string scenario;
+  std::vector<Patch> patches;
+};
+std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint, const std::string& scenario);
 // base + patches as a selection.
 engine::KernelSelection patched_selection(const engine::KernelSelection& base,
                                           const std::vector<Patch>& patches);

@@ -78,6 +78,31 @@ TEST(Accept, PatchedSelectionKeepsTheBaseAndAddsThePlugin) {
   EXPECT_EQ(s.prefill.at(engine::Op::kAttention), "reference");
 }
 
+TEST(Accept, GroupsPerPhaseOrJointWithTheirScenarios) {
+  Patch dec, dec2, pre;
+  dec.name = "s", dec.op = engine::Op::kSample, dec.phase = engine::Phase::kDecode;
+  dec2.name = "r", dec2.op = engine::Op::kRope, dec2.phase = engine::Phase::kDecode;
+  pre.name = "rp", pre.op = engine::Op::kRope, pre.phase = engine::Phase::kPrefill;
+  auto per = accept_groups({dec, pre, dec2}, false, "");
+  ASSERT_EQ(per.size(), 2u);
+  EXPECT_EQ(per[0].label, "prefill");
+  EXPECT_EQ(per[0].scenario, "A");
+  EXPECT_EQ(per[0].patches.size(), 1u);
+  EXPECT_EQ(per[1].label, "decode");
+  EXPECT_EQ(per[1].scenario, "B");
+  EXPECT_EQ(per[1].patches.size(), 2u);
+  auto joint = accept_groups({dec, pre, dec2}, true, "");
+  ASSERT_EQ(joint.size(), 1u);
+  EXPECT_EQ(joint[0].label, "joint");
+  EXPECT_EQ(joint[0].scenario, "D");  // both phases
+  EXPECT_EQ(joint[0].patches.size(), 3u);
+  EXPECT_EQ(accept_groups({dec, dec2}, true, "")[0].scenario, "B");
+  EXPECT_EQ(accept_groups({pre}, true, "")[0].scenario, "A");
+  EXPECT_EQ(accept_groups({dec, pre}, true, "C")[0].scenario, "C");
+  for (const auto& g : accept_groups({dec, pre}, false, "D")) EXPECT_EQ(g.scenario, "D");
+  EXPECT_TRUE(accept_groups({}, true, "").empty());
+}
+
 TEST(Accept, RefusesBeforeRegisteringAnything) {
   const std::string dir = temp_dir("accept_refuse");
   AcceptOptions o;

@@ -83,6 +83,14 @@ TEST_F(KernelsCli, ProfileTasksScreenSearch) {
   EXPECT_EQ(t->m_min, 1);
   EXPECT_EQ(t->k, 256);
   EXPECT_FALSE(t->cases.empty());
+  // Sampling rows are captured with their parameters (scenario B samples at temperature 0.7).
+  auto st = load_task(dir + "/tasks/sampling.decode");
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->op, engine::Op::kSample);
+  EXPECT_EQ(st->n, 4096);
+  ASSERT_FALSE(st->cases.empty());
+  EXPECT_FLOAT_EQ(st->cases[0].sample.temperature, 0.7f);
+  EXPECT_EQ(st->cases[0].x.size(), 4096u);
   auto mm = load_task(dir + "/tasks/gate_proj.prefill");
   ASSERT_TRUE(mm.ok()) << mm.status().to_string();
   EXPECT_EQ(mm->dtype, engine::DType::kBF16);

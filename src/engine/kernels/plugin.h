@@ -9,10 +9,11 @@
 // safety and timing in a child process. open_plugin_unscreened() is the one exception: it is what
 // that child process calls, and nothing else should.
 //
-// Calls: a plugin variant of matmul, rmsnorm, rope or swiglu is reached through a fixed table of
-// trampolines (kMaxPluginsPerOp per op) that translate the engine's arguments into the ABI's
-// argument structs. A matmul plugin whose supports() refuses a (phase, dtype) falls back to the
-// reference kernel for that call.
+// Calls: a plugin variant of matmul, rmsnorm, rope, swiglu or sampling is reached through a fixed
+// table of trampolines (kMaxPluginsPerOp per op) that translate the engine's arguments into the
+// ABI's argument structs (sampling's scratch comes from the caller's SampleScratch, grown once). A
+// matmul plugin whose supports() refuses a (phase, dtype) falls back to the reference kernel for
+// that call.
 //
 // Thread-safety: load plugins before the model serves (startup, resolve_kernels); loading mutates
 // the registry, which is read without locks afterwards. Plugins stay loaded for the process' life.
@@ -54,8 +55,9 @@ Status write_certificate(const std::string& so_path, const PluginCertificate& c)
 Result<PluginCertificate> check_certificate(const std::string& so_path);
 
 // dlopen + descriptor checks, WITHOUT a certificate: for screening's child process only.
-// FailedPrecondition for an ABI version mismatch ("built against ABI vN, this plumb speaks v1:
-// rebuild"), InvalidArgument for a missing entry symbol, an unknown op or a bad name.
+// FailedPrecondition for an ABI version outside PLUMB_KERNEL_ABI_MIN_VERSION..PLUMB_KERNEL_ABI_VERSION
+// ("built against ABI vN, this plumb speaks v1 to v2: rebuild"), InvalidArgument for a missing
+// entry symbol, an op that is not a plugin op of the plugin's ABI version, or a bad name.
 Result<PluginInfo> open_plugin_unscreened(const std::string& path);
 
 // Certificate check, then open and register in KernelRegistry::instance() under the plugin's name.
