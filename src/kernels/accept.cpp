@@ -104,7 +104,8 @@ Status write_arm(const std::string& path, const std::string& model_dir, const st
 
 }  // namespace
 
-std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint, const std::string& scenario) {
+std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint,
+                                       const std::string& scenario) {
   std::map<Phase, std::vector<Patch>> by_phase;
   for (const Patch& p : patches) by_phase[p.phase].push_back(p);
   auto default_for = [](Phase ph) { return ph == Phase::kDecode ? "B" : "A"; };

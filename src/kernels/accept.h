@@ -80,7 +80,8 @@ struct AcceptGroup {
   std::string scenario;
   std::vector<Patch> patches;
 };
-std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint, const std::string& scenario);
+std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint,
+                                       const std::string& scenario);
 // base + patches as a selection.
 engine::KernelSelection patched_selection(const engine::KernelSelection& base,
                                           const std::vector<Patch>& patches);

@@ -47,7 +47,8 @@ class Recorder final : public engine::KernelObserver {
     auto& seen = captured_m_[key(c)];
     if (c.op == Op::kSample) {
       // Always one row: keep calls 0, 32, 96, 224, ... instead, logits of different positions.
-      if (int(seen.size()) >= max_captures_ || sample_calls_++ != 32 * ((int64_t(1) << seen.size()) - 1)) return;
+      if (int(seen.size()) >= max_captures_ || sample_calls_++ != 32 * ((int64_t(1) << seen.size()) - 1))
+        return;
       seen.push_back(c.m);
     } else {
       if (int(seen.size()) >= max_captures_ || std::find(seen.begin(), seen.end(), c.m) != seen.end()) return;

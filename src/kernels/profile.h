@@ -38,9 +38,9 @@ struct CapturedCall {
   int32_t layer = -1;
   int64_t m = 0, n = 0, k = 0;  // as engine::KernelCall
   engine::DType w_dtype = engine::DType::kF32;
-  std::vector<float> x;  // matmul/rmsnorm x [m, k]; rope x [m, n, k]; swiglu gate [m, n]; sample logits [n]
-  std::vector<float> x2;           // swiglu up [m, n]; rmsnorm weight [k]; rope inv_freq [k/2]
-  std::vector<uint8_t> w;          // matmul weight [n, k] in w_dtype
+  std::vector<float> x;    // matmul/rmsnorm x [m, k]; rope x [m, n, k]; swiglu gate [m, n]; sample logits [n]
+  std::vector<float> x2;   // swiglu up [m, n]; rmsnorm weight [k]; rope inv_freq [k/2]
+  std::vector<uint8_t> w;  // matmul weight [n, k] in w_dtype
   std::vector<float> bias;         // matmul bias [n] or empty
   std::vector<int32_t> positions;  // rope [m]
   float eps = 0.0f;                // rmsnorm

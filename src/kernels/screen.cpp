@@ -374,8 +374,9 @@ std::vector<float> run_call(const CapturedCall& c, const plumb_kernel_plugin* pl
       void* scratch = arena.alloc("scratch", size_t(c.n) * 16, align_end);
       auto* id = static_cast<int32_t*>(arena.alloc("id", 4, align_end));
       *id = -1;
-      plumb_sample_args a{logits, c.n, c.sample.temperature, c.sample.top_k, c.sample.top_p, c.sample.u,
-                          scratch, c.n * 16, id};
+      plumb_sample_args a{
+          logits,   c.n, c.sample.temperature, c.sample.top_k, c.sample.top_p, c.sample.u, scratch,
+          c.n * 16, id};
       plugin->run(&ex, &a);  // (screening calls plugins only: the engine's kernels are the reference)
       out[0] = float(*id);
       return out;
@@ -503,21 +504,24 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     const int32_t at_u = int32_t(ref[0]);
     if (id == at_u) return true;
     if (c.sample.temperature != 0) {
-      const double lo = std::max(0.0, c.sample.u - tol), hi = std::min(std::nextafter(1.0, 0.0), c.sample.u + tol);
+      const double lo = std::max(0.0, c.sample.u - tol),
+                   hi = std::min(std::nextafter(1.0, 0.0), c.sample.u + tol);
       const int32_t a = reference_sample(c, lo), b = reference_sample(c, hi);
       if (id == a || id == b) return true;
     }
     r.max_rel_err = 1;
     r.worst_m = c.m;
     r.verdict = "incorrect";
-    r.signature = c.sample.temperature == 0 ? "sample:greedy" : c.sample.top_k > 0 ? "sample:top_k"
-                  : c.sample.top_p < 1                      ? "sample:top_p"
-                                                            : "sample:draw";
+    r.signature = c.sample.temperature == 0 ? "sample:greedy"
+                  : c.sample.top_k > 0      ? "sample:top_k"
+                  : c.sample.top_p < 1      ? "sample:top_p"
+                                            : "sample:draw";
     char buf[240];
-    std::snprintf(buf, sizeof buf,
-                  "sampled token %d, the reference %d (vocab %lld, temperature %g, top_k %d, top_p %g, u %.9f)",
-                  id, at_u, static_cast<long long>(c.n), double(c.sample.temperature), c.sample.top_k,
-                  double(c.sample.top_p), c.sample.u);
+    std::snprintf(
+        buf, sizeof buf,
+        "sampled token %d, the reference %d (vocab %lld, temperature %g, top_k %d, top_p %g, u %.9f)", id,
+        at_u, static_cast<long long>(c.n), double(c.sample.temperature), c.sample.top_k,
+        double(c.sample.top_p), c.sample.u);
     r.detail = buf;
     return false;
   };
@@ -561,11 +565,11 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
                   "top_k, top_p, both) and %zu captured inputs",
                   t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", draws, t.cases.size());
   } else {
-  std::snprintf(buf, sizeof buf,
-                "correct (max rel. error %.3g <= %.3g) and %s on %d random draws (rows %lld..%lld) "
-                "and %zu captured inputs",
-                r.max_rel_err, t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", o.draws,
-                static_cast<long long>(t.m_min), static_cast<long long>(t.m_max), t.cases.size());
+    std::snprintf(buf, sizeof buf,
+                  "correct (max rel. error %.3g <= %.3g) and %s on %d random draws (rows %lld..%lld) "
+                  "and %zu captured inputs",
+                  r.max_rel_err, t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", o.draws,
+                  static_cast<long long>(t.m_min), static_cast<long long>(t.m_max), t.cases.size());
   }
   r.detail = buf;
   if (!o.timing) return r;
@@ -626,8 +630,9 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
           sa.logits = c.x.data();
           sa.vocab = c.n;
           if (plug) {
-            plumb_sample_args a{sa.logits, sa.vocab, sa.temperature, sa.top_k, sa.top_p, sa.u,
-                                st->sample_scratch.prob.data(), c.n * 16, &st->id};
+            plumb_sample_args a{
+                sa.logits, sa.vocab, sa.temperature, sa.top_k, sa.top_p, sa.u, st->sample_scratch.prob.data(),
+                c.n * 16,  &st->id};
             plug->run(&ex, &a);
           } else {
             st->id = reinterpret_cast<engine::SampleFn>(fn)(ctx, sa, &st->sample_scratch);

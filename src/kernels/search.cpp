@@ -505,8 +505,8 @@ std::vector<Candidate> builtin_candidates(const Task& t) {
     case Op::kRope:
       for (int vw : {8, 16})
         for (int par : {0, 1})
-          out.push_back(make("rope", "rope.polytrig", kRopePoly, "PLUMB_OP_ROPE", {{"poly", 1}, {"vw", vw}, {"par", par}},
-                             false));
+          out.push_back(make("rope", "rope.polytrig", kRopePoly, "PLUMB_OP_ROPE",
+                             {{"poly", 1}, {"vw", vw}, {"par", par}}, false));
       for (int shared : {1, 0})
         for (int par : {0, 1})
           out.push_back(make("rope", shared ? "rope.shared_trig" : "rope.per_head_trig", kRope,
@@ -517,7 +517,8 @@ std::vector<Candidate> builtin_candidates(const Task& t) {
         for (int store : {1, 0})
           for (int vw : {16, 8})
             for (int unroll : {2, 4, 1})
-              out.push_back(make("sample", poly ? "sample.polyexp" : "sample.libm", kSample, "PLUMB_OP_SAMPLE",
+              out.push_back(make("sample", poly ? "sample.polyexp" : "sample.libm", kSample,
+                                 "PLUMB_OP_SAMPLE",
                                  {{"poly", poly}, {"store", store}, {"vw", vw}, {"unroll", unroll}}, false));
       break;
     case Op::kMatmul:

@@ -256,8 +256,8 @@ Result<Task> load_task(const std::string& dir) {
         c.sample.top_p = float(top_p.value_or(1));
         c.sample.u = u.value_or(0);
         c.sample.vocab = c.n;
-        if (!(c.sample.temperature >= 0) || c.sample.top_k < 0 || !(c.sample.top_p > 0 && c.sample.top_p <= 1) ||
-            !(c.sample.u >= 0 && c.sample.u < 1)) {
+        if (!(c.sample.temperature >= 0) || c.sample.top_k < 0 ||
+            !(c.sample.top_p > 0 && c.sample.top_p <= 1) || !(c.sample.u >= 0 && c.sample.u < 1)) {
           return invalid_argument(dir + "/task.json: cases[" + std::to_string(i) +
                                   "]: sampling parameters out of range (temperature >= 0, top_k >= 0, "
                                   "0 < top_p <= 1, 0 <= u < 1)");

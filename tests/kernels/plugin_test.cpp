@@ -141,7 +141,8 @@ TEST(Plugin, SamplingPluginServesTheDecodeSampler) {
   EXPECT_EQ((*sets)[size_t(Phase::kDecode)].names.at(Op::kSample), "plug_sample");
   // Through the trampoline (scratch from the caller's buffers): the reference's ids on every path
   // (this plugin computes in the reference's arithmetic, so exactly its ids).
-  auto fr = reinterpret_cast<engine::SampleFn>((*engine::KernelRegistry::instance().find(Op::kSample, "reference"))->fn);
+  auto fr = reinterpret_cast<engine::SampleFn>(
+      (*engine::KernelRegistry::instance().find(Op::kSample, "reference"))->fn);
   engine::SampleFn fp = (*sets)[size_t(Phase::kDecode)].sample;
   Rng rng(4);
   engine::SampleScratch s1, s2;

@@ -126,8 +126,8 @@ TEST(Screen, SamplingCandidateIsHeldToEveryPathOfTheContract) {
   // serves every request: screening draws every path whatever the task holds.
   const std::string dir = temp_dir("sample_screen");
   Task task = sample_task(dir + "/task");
-  ScreenResult ok = screen_candidate(task, candidate("ok_sample", sample_source("ok_sample")), dir + "/a",
-                                     fast_screen());
+  ScreenResult ok =
+      screen_candidate(task, candidate("ok_sample", sample_source("ok_sample")), dir + "/a", fast_screen());
   EXPECT_TRUE(ok.passed()) << ok.verdict << ": " << ok.detail;
   EXPECT_NE(ok.detail.find("top_k"), std::string::npos) << ok.detail;
 
@@ -323,7 +323,8 @@ TEST(Search, EveryBuiltinTemplateCompilesAndPassesForItsOp) {
   ScreenResult r = screen_candidate(rms, cands.front(), dir + "/c", fast_screen());
   EXPECT_TRUE(r.passed()) << cands.front().name << ": " << r.detail;
   for (engine::Op op : {engine::Op::kMatmul, engine::Op::kSwiglu, engine::Op::kRope, engine::Op::kSample}) {
-    Task t = op == engine::Op::kSample ? sample_task(dir + "/sample") : op_task(op, dir + "/" + engine::op_name(op));
+    Task t = op == engine::Op::kSample ? sample_task(dir + "/sample")
+                                       : op_task(op, dir + "/" + engine::op_name(op));
     auto all = builtin_candidates(t);
     ASSERT_GE(all.size(), 2u) << engine::op_name(op);
     for (const Candidate& c : {all.front(), all.back()}) {

@@ -162,8 +162,9 @@ inline std::string sample_source(const std::string& name, const std::string& fla
   return std::string(R"(#include "engine/kernels/plugin_abi.h"
 #include <algorithm>
 #include <cmath>
-#define IGNORE_CUTS )") + on("ignore_cuts") + "\n#define LAST_TIE " + on("last_tie") +
-         "\n#define READ_PAST " + on("read_past") + R"(
+#define IGNORE_CUTS )") +
+         on("ignore_cuts") + "\n#define LAST_TIE " + on("last_tie") + "\n#define READ_PAST " +
+         on("read_past") + R"(
 struct C { float v; int32_t id; };
 static bool better(const C& a, const C& b) { return a.v != b.v ? a.v > b.v : a.id < b.id; }
 static int32_t pick(const plumb_sample_args* a) {

@@ -82,8 +82,9 @@ int32_t sample_thunk(const KernelContext& ctx, const SampleArgs& a, SampleScratc
   scratch->prob.resize(size_t(a.vocab) * 2);
   plumb_exec ex = plugin_exec(ctx);
   int32_t id = 0;
-  plumb_sample_args pa{a.logits, a.vocab, a.temperature,  a.top_k, a.top_p,
-                       a.u,      scratch->prob.data(), int64_t(scratch->prob.size() * 8), &id};
+  plumb_sample_args pa{a.logits, a.vocab, a.temperature,        a.top_k,
+                       a.top_p,  a.u,     scratch->prob.data(), int64_t(scratch->prob.size() * 8),
+                       &id};
   g_slots[PLUMB_OP_SAMPLE][S]->run(&ex, &pa);
   return id;
 }
@@ -208,8 +209,9 @@ Result<PluginInfo> open_plugin_unscreened(const std::string& path) {
                                ": rebuild it against this plumb's plugin_abi.h");
   }
   if (!plugin_op(d->op, d->abi_version)) {
-    return invalid_argument("kernel plugin " + path + ": op " + std::to_string(d->op) + " is not a plugin op of ABI v" +
-                            std::to_string(d->abi_version) + " (matmul 0, rmsnorm 1, rope 2, swiglu 3; sample 6 from v2)");
+    return invalid_argument("kernel plugin " + path + ": op " + std::to_string(d->op) +
+                            " is not a plugin op of ABI v" + std::to_string(d->abi_version) +
+                            " (matmul 0, rmsnorm 1, rope 2, swiglu 3; sample 6 from v2)");
   }
   if (!d->name || !valid_name(d->name)) {
     return invalid_argument("kernel plugin " + path + ": name must be 1-64 characters of [A-Za-z0-9_.-]");

@@ -42,7 +42,13 @@ extern "C" {
 #define PLUMB_KERNEL_ABI_MIN_VERSION 1u /* oldest version still loaded */
 
 /* Values match engine::Op, engine::DType and engine::Phase. */
-enum { PLUMB_OP_MATMUL = 0, PLUMB_OP_RMSNORM = 1, PLUMB_OP_ROPE = 2, PLUMB_OP_SWIGLU = 3, PLUMB_OP_SAMPLE = 6 };
+enum {
+  PLUMB_OP_MATMUL = 0,
+  PLUMB_OP_RMSNORM = 1,
+  PLUMB_OP_ROPE = 2,
+  PLUMB_OP_SWIGLU = 3,
+  PLUMB_OP_SAMPLE = 6
+};
 enum { PLUMB_DTYPE_F32 = 0, PLUMB_DTYPE_F16 = 1, PLUMB_DTYPE_BF16 = 2 };
 enum { PLUMB_PHASE_PREFILL = 0, PLUMB_PHASE_DECODE = 1 };
 
