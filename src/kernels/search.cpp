@@ -37,6 +37,16 @@ typedef float vf __attribute__((vector_size(VW * 4)));
 static inline vf loadf(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 static inline void storef(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 static inline float hsum(vf v) { float s = 0; for (int i = 0; i < VW; ++i) s += v[i]; return s; }
+// 2^f for f in [0, 1) by a degree-6 polynomial, on a float or a vf.
+template <typename T> static inline T exp2_poly(T f) {
+  T p = f * 0.0f + 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  return p * f + 1.0f;
+}
 )";
 
 const char* kFooter = R"(
@@ -89,14 +99,7 @@ static inline float fexp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float t = x * 1.44269504088896341f;
   const float fi = std::floor(t);
-  const float f = t - fi;
-  float p = 1.535336188319500e-4f;
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
+  float p = exp2_poly(t - fi);
   uint32_t bits;
   std::memcpy(&bits, &p, 4);
   bits += uint32_t(int32_t(fi)) << 23;
@@ -336,14 +339,7 @@ static inline vf vexp(vf x) {  // exp(x), x <= 0
   const vf t = x * 1.44269504088896341f;
   vf fi = __builtin_convertvector(__builtin_convertvector(t, vi), vf);  // trunc
   fi = fi > t ? fi - 1.0f : fi;                                           // floor
-  const vf f = t - fi;
-  vf p = splat(1.535336188319500e-4f);
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
+  vf p = exp2_poly(t - fi);
   vi bits;
   std::memcpy(&bits, &p, sizeof bits);
   bits += __builtin_convertvector(fi, vi) << 23;

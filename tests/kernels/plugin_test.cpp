@@ -20,6 +20,27 @@ using namespace plumb::kernels::testing;
 using engine::Op;
 using engine::Phase;
 
+// `trials` random rows (vocabulary 1..max_vocab, logits on a 0.25 grid: many ties on purpose) over
+// every path of the sampling rule: kernel `b` must return kernel `a`'s ids.
+void expect_same_ids(engine::SampleFn a_fn, engine::SampleFn b_fn, int trials, int64_t max_vocab,
+                     uint64_t seed) {
+  Rng rng(seed);
+  engine::SampleScratch s1, s2;
+  const engine::KernelContext ctx{nullptr, Phase::kDecode};
+  for (int trial = 0; trial < trials; ++trial) {
+    std::vector<float> logits(size_t(1 + rng.uniform_int(0, max_vocab - 1)));
+    for (auto& v : logits) v = float(rng.uniform_int(-20, 20)) * 0.25f;
+    engine::SampleArgs a;
+    a.logits = logits.data();
+    a.vocab = int64_t(logits.size());
+    a.temperature = trial % 4 == 0 ? 0.0f : float(0.2 + rng.uniform());
+    a.top_k = int32_t(trial % 3 == 0 ? 0 : rng.uniform_int(1, 50));
+    a.top_p = trial % 5 == 0 ? 1.0f : float(0.3 + 0.7 * rng.uniform());
+    a.u = rng.uniform();
+    ASSERT_EQ(b_fn(ctx, a, &s2), a_fn(ctx, a, &s1)) << "trial " << trial;
+  }
+}
+
 TEST(Plugin, LoadedOnlyAfterScreeningThenSelectablePerPhase) {
   const std::string dir = temp_dir("plugin_ok");
   Task task = rmsnorm_task(dir + "/task");
@@ -144,21 +165,7 @@ TEST(Plugin, SamplingPluginServesTheDecodeSampler) {
   auto fr = reinterpret_cast<engine::SampleFn>(
       (*engine::KernelRegistry::instance().find(Op::kSample, "reference"))->fn);
   engine::SampleFn fp = (*sets)[size_t(Phase::kDecode)].sample;
-  Rng rng(4);
-  engine::SampleScratch s1, s2;
-  const engine::KernelContext ctx{nullptr, Phase::kDecode};
-  for (int trial = 0; trial < 300; ++trial) {
-    std::vector<float> logits(size_t(1 + rng.uniform_int(0, 700)));
-    for (auto& v : logits) v = float(rng.uniform_int(-20, 20)) * 0.25f;
-    engine::SampleArgs a;
-    a.logits = logits.data();
-    a.vocab = int64_t(logits.size());
-    a.temperature = trial % 4 == 0 ? 0.0f : float(0.2 + rng.uniform());
-    a.top_k = int32_t(trial % 3 == 0 ? 0 : rng.uniform_int(1, 50));
-    a.top_p = trial % 5 == 0 ? 1.0f : float(0.3 + 0.7 * rng.uniform());
-    a.u = rng.uniform();
-    ASSERT_EQ(fp(ctx, a, &s2), fr(ctx, a, &s1)) << "trial " << trial;
-  }
+  expect_same_ids(fr, fp, 300, 700, 4);
 }
 
 TEST(Plugin, SelectionRejectsRelativePluginPaths) {
@@ -176,21 +183,7 @@ TEST(Sampling, SelectVariantReturnsTheReferenceIds) {
   ASSERT_TRUE(ref.ok() && sel.ok());
   auto fr = reinterpret_cast<engine::SampleFn>((*ref)->fn),
        fs = reinterpret_cast<engine::SampleFn>((*sel)->fn);
-  Rng rng(3);
-  engine::SampleScratch s1, s2;
-  const engine::KernelContext ctx{nullptr, Phase::kDecode};
-  for (int trial = 0; trial < 400; ++trial) {
-    std::vector<float> logits(size_t(1 + rng.uniform_int(0, 300)));
-    for (auto& v : logits) v = float(rng.uniform_int(-20, 20)) * 0.25f;  // many ties on purpose
-    engine::SampleArgs a;
-    a.logits = logits.data();
-    a.vocab = int64_t(logits.size());
-    a.temperature = trial % 4 == 0 ? 0.0f : float(0.2 + rng.uniform());
-    a.top_k = int32_t(trial % 3 == 0 ? 0 : rng.uniform_int(1, 50));
-    a.top_p = trial % 5 == 0 ? 1.0f : float(0.3 + 0.7 * rng.uniform());
-    a.u = rng.uniform();
-    ASSERT_EQ(fr(ctx, a, &s1), fs(ctx, a, &s2)) << "trial " << trial;
-  }
+  expect_same_ids(fr, fs, 400, 300, 3);
 }
 
 }  // namespace
