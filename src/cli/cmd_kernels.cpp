@@ -302,7 +302,8 @@ void setup_kernels(CLI::App& root) {
   add_profile_flags(tk);
   tk->add_option("--out", a->out, "folder for the task folders")->required();
   tk->add_option("--top", a->top,
-                 "the N hottest (module, phase) pairs with a v1 op (matmul, rmsnorm, rope, swiglu)")
+                 "the N hottest (module, phase) pairs with a plugin op (matmul, rmsnorm, rope, swiglu, "
+                 "sampling)")
       ->capture_default_str();
   tk->add_option("--min-share", a->min_share, "skip modules below this share of end-to-end time")
       ->capture_default_str();

@@ -54,7 +54,7 @@ std::vector<float> reference_output(const CapturedCall& c);
 // Sampling: the reference kernel's id for the call's logits and parameters with draw u.
 int32_t reference_sample(const CapturedCall& c, double u);
 
-// Writes one task per (module, phase) of the profile with a v1 op whose share of end-to-end time
+// Writes one task per (module, phase) of the profile with a plugin op whose share of end-to-end time
 // is >= min_share, the `top` hottest first (0 = all). Returns the task folders written.
 Result<std::vector<std::string>> write_tasks(const ProfileReport& profile, const std::string& out_dir,
                                              int top, double min_share);

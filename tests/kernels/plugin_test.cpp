@@ -148,6 +148,23 @@ TEST(Plugin, AVersionOnePluginStillLoads) {
   EXPECT_EQ(p->abi_version, 1u);
 }
 
+TEST(Plugin, ASamplingPluginClaimingAbiV1IsRefusedByName) {
+  // Sampling came with v2: a descriptor that says v1 and op 6 is not a plugin op of its version.
+  const std::string dir = temp_dir("plugin_sample_v1");
+  std::string src = sample_source("v1_sample");
+  const std::string from = "{PLUMB_KERNEL_ABI_VERSION, sizeof";
+  ASSERT_NE(src.find(from), std::string::npos);
+  src.replace(src.find(from), from.size(), "{1u, sizeof");
+  ScreenResult comp = compile_candidate(candidate("v1_sample", src), dir + "/c", fast_screen());
+  ASSERT_EQ(comp.verdict, "compiled") << comp.detail;
+  auto p = engine::open_plugin_unscreened(comp.so_path);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("not a plugin op of ABI v1"), std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("sample 6 from v2"), std::string::npos) << p.status().message();
+}
+
 TEST(Plugin, SamplingPluginServesTheDecodeSampler) {
   const std::string dir = temp_dir("plugin_sample");
   Task task = sample_task(dir + "/task");

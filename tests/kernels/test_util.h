@@ -23,6 +23,15 @@ inline std::string temp_dir(const std::string& name) {
   return p.string();
 }
 
+// Writes `t` to `dir` and loads it back, as a search would see it.
+inline Task written_and_loaded(const Task& t, const std::string& dir) {
+  Status st = write_task(t, dir);
+  if (!st.ok()) throw std::runtime_error(st.to_string());
+  auto back = load_task(dir);
+  if (!back.ok()) throw std::runtime_error(back.status().to_string());
+  return *back;
+}
+
 // An rmsnorm task of dim 256 over rows 1..8 with two captured cases, written to `dir`.
 inline Task rmsnorm_task(const std::string& dir) {
   Task t;
@@ -52,11 +61,7 @@ inline Task rmsnorm_task(const std::string& dir) {
     for (auto& v : c.x2) v = float(rng.uniform() + 0.5);
     t.cases.push_back(c);
   }
-  Status st = write_task(t, dir);
-  if (!st.ok()) throw std::runtime_error(st.to_string());
-  auto back = load_task(dir);
-  if (!back.ok()) throw std::runtime_error(back.status().to_string());
-  return *back;
+  return written_and_loaded(t, dir);
 }
 
 // A task of another v1 op with random captured inputs: matmul (bf16 weights, n=96, k=72: tails on
@@ -110,11 +115,7 @@ inline Task op_task(engine::Op op, const std::string& dir) {
     }
     t.cases.push_back(c);
   }
-  Status st = write_task(t, dir);
-  if (!st.ok()) throw std::runtime_error(st.to_string());
-  auto back = load_task(dir);
-  if (!back.ok()) throw std::runtime_error(back.status().to_string());
-  return *back;
+  return written_and_loaded(t, dir);
 }
 
 // A sampling task over a vocabulary of 1000 (not a multiple of any vector width) with three captured
@@ -146,11 +147,7 @@ inline Task sample_task(const std::string& dir) {
     c.sample.u = rng.uniform();
     t.cases.push_back(c);
   }
-  Status st = write_task(t, dir);
-  if (!st.ok()) throw std::runtime_error(st.to_string());
-  auto back = load_task(dir);
-  if (!back.ok()) throw std::runtime_error(back.status().to_string());
-  return *back;
+  return written_and_loaded(t, dir);
 }
 
 // A sampling plugin in plain loops, correct on every path unless `flaw` is set:
