@@ -1,5 +1,7 @@
 # Shared build settings and the helpers every module uses.
 
+include(${CMAKE_CURRENT_LIST_DIR}/PlumbLayers.cmake)
+
 add_library(plumb_warnings INTERFACE)
 target_compile_options(plumb_warnings INTERFACE
   -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter
@@ -19,12 +21,38 @@ endif()
 
 # plumb_add_library(NAME SOURCES... [DEPS targets...])
 # One static library per module: plumb_<NAME>; the public header lives at src/<NAME>/<NAME>.h or
-# similar and is included as "<NAME>/header.h".
+# similar and is included as "<NAME>/header.h". NAME must have a layer in PLUMB_LAYERS, and every
+# plumb_ library in DEPS a lower one; anything else stops the configure.
 function(plumb_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(plumb_${name} STATIC ${ARG_SOURCES})
   target_include_directories(plumb_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(plumb_${name} PUBLIC ${ARG_DEPS} PRIVATE plumb_warnings)
+  set_property(GLOBAL APPEND PROPERTY PLUMB_LIBRARIES ${name})
+  plumb_layer_violations(problems ${name} ${ARG_DEPS})
+  if(problems)
+    list(JOIN problems "\n  " text)
+    message(FATAL_ERROR "Layering violated:\n  ${text}")
+  endif()
+endfunction()
+
+# plumb_check_layers(): after every library is defined, refuse any link that runs sideways or upward,
+# whether it came through plumb_add_library's DEPS or a later target_link_libraries.
+function(plumb_check_layers)
+  get_property(libraries GLOBAL PROPERTY PLUMB_LIBRARIES)
+  set(all "")
+  foreach(name IN LISTS libraries)
+    get_target_property(deps plumb_${name} LINK_LIBRARIES)
+    if(NOT deps)
+      set(deps "")
+    endif()
+    plumb_layer_violations(problems ${name} ${deps})
+    list(APPEND all ${problems})
+  endforeach()
+  if(all)
+    list(JOIN all "\n  " text)
+    message(FATAL_ERROR "Layering violated:\n  ${text}")
+  endif()
 endfunction()
 
 # plumb_add_test(NAME SOURCES... DEPS... LABELS unit|integration|e2e [TIMEOUT seconds] [NEEDS_BINARY])
