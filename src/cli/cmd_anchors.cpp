@@ -1,5 +1,5 @@
 // `plumb anchors`: the shipped table of externally published figures (data/anchors/anchors.json)
-// and this machine's measured ceilings from the ledger (PROTOCOL.md §8).
+// and this machine's measured ceilings from the ledger (docs/protocol.md §8).
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -522,7 +522,7 @@ void setup_bench(CLI::App& root) {
   c->add_option("--api", args->api, "chat | completions")->capture_default_str();
   c->add_option("--model", args->model, "the 'model' field of each request");
   c->add_option("--api-key", args->api_key, "sent as Authorization: Bearer");
-  c->add_option("--scenario", args->scenario, "protocol scenario A|B|C|D (PROTOCOL.md §1)");
+  c->add_option("--scenario", args->scenario, "protocol scenario A|B|C|D (docs/protocol.md §1)");
   c->add_option("--size", args->size, "scenario size class gpu | small")->capture_default_str();
   c->add_option("--seed", args->seed, "run seed (lengths, documents, arrivals)")->capture_default_str();
   c->add_option("--requests", args->requests_file,

@@ -1,4 +1,4 @@
-// `plumb compare register|run|readout|list`: pre-registered paired comparisons (PROTOCOL.md §4–5).
+// `plumb compare register|run|readout|list`: pre-registered paired comparisons (docs/protocol.md §4–5).
 // The logic lives in compare/compare.h; this file only parses flags and prints.
 #include <unistd.h>
 
@@ -122,10 +122,9 @@ int run_list(const CompareArgs& a) {
 
 void setup_compare(CLI::App& root) {
   auto a = std::make_shared<CompareArgs>();
-  auto* c = root.add_subcommand(
-      "compare",
-      "Pre-registered paired comparisons of two engine configurations (PROTOCOL.md §4-5): register, run, "
-      "readout, list");
+  auto* c = root.add_subcommand("compare",
+                                "Pre-registered paired comparisons of two engine configurations "
+                                "(docs/protocol.md §4-5): register, run, readout, list");
   c->require_subcommand(1);
   auto ledger_opt = [a](CLI::App* s) {
     s->add_option("--ledger", a->ledger_path, "results database (SQLite)")->capture_default_str();

@@ -1,5 +1,5 @@
 // `plumb gate quality|integrity|all`: judges a target server against a reference (quality gate:
-// multiple-choice accuracy and fidelity; integrity gate: PROTOCOL.md §9). Prints each constraint
+// multiple-choice accuracy and fidelity; integrity gate: docs/protocol.md §9). Prints each constraint
 // with value, bound, verdict and fix; the exit code is the verdict.
 #include <unistd.h>
 
@@ -270,7 +270,7 @@ void setup(CLI::App& root) {
       "gate",
       "Judge a server: quality (multiple-choice accuracy >= tau x reference, logprob fidelity) and "
       "integrity\n"
-      "(PROTOCOL.md section 9: fidelity, response caching, work accounting, roofline, harness hashes).\n"
+      "(docs/protocol.md §9: fidelity, response caching, work accounting, roofline, harness hashes).\n"
       "Exit code 0 only if every evaluated constraint passes (--strict: and every constraint was "
       "evaluated).\n"
       "Examples:\n"

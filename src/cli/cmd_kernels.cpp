@@ -1,5 +1,5 @@
 // `plumb kernels list|profile|tasks|search|screen|accept`: the deployment-aware kernel loop
-// (DESIGN.md idea 3; docs/kernels.md). The logic lives in kernels/ (profile.h, task.h, screen.h,
+// (docs/architecture.md, idea 3; docs/kernels.md). The logic lives in kernels/ (profile.h, task.h, screen.h,
 // search.h, accept.h); this file parses flags and prints.
 #include <fmt/format.h>
 

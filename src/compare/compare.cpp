@@ -87,7 +87,7 @@ Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOption
   if (!rs.ok()) return rs;
   if (o.pairs < protocol::kMinPairs)
     return invalid_argument("--pairs must be at least " + std::to_string(protocol::kMinPairs) +
-                            " (PROTOCOL.md §4)");
+                            " (docs/protocol.md §4)");
   std::string arms[2];
   const std::string* paths[2] = {&o.config_a, &o.config_b};
   for (int i = 0; i < 2; ++i) {

@@ -1,4 +1,4 @@
-// Pre-registered paired comparisons of two engine configurations (PROTOCOL.md §4–5), behind
+// Pre-registered paired comparisons of two engine configurations (docs/protocol.md §4–5), behind
 // `plumb compare register|run|readout|list`.
 //
 // register: loads both arms' engine configs (launch/adapter.h EngineConfig TOML), stores them as
@@ -66,7 +66,7 @@ struct RunOptions {
 
 struct RunSummary {
   int64_t runs_recorded = 0;  // runs inserted by this call
-  int64_t runs_invalid = 0;   // of which invalid (PROTOCOL.md §3)
+  int64_t runs_invalid = 0;   // of which invalid (docs/protocol.md §3)
   int64_t pairs_skipped = 0;  // pairs already complete in the ledger
 };
 

@@ -11,7 +11,7 @@
 // What measure() does: a fresh launch through launch/ (port picked, process group, verified port
 // owner), the scenario's warmup (one at a time), then each of the scenario's load profiles through
 // loadgen/ with the OpenAI chat target (streaming, skip_special_tokens=false so the local token
-// re-count sees every token), metrics/ per profile, the validity constraints of PROTOCOL.md §3 and
+// re-count sees every token), metrics/ per profile, the validity constraints of docs/protocol.md §3 and
 // the scenario's primary objective (higher is better); then the engine is stopped.
 //
 // Prompt sizing: synthetic prompts are sized in the tokens of a tokenizer (a model folder with
@@ -61,7 +61,7 @@ struct Workload {
   std::vector<workload::Request> warmup;        // sent first, one at a time, excluded from statistics
   std::vector<workload::ArrivalSpec> profiles;  // one per scenario profile
 };
-// Draws the scenario's request set from `seed` (PROTOCOL.md §2 dimensions) with lengths counted by
+// Draws the scenario's request set from `seed` (docs/protocol.md §2 dimensions) with lengths counted by
 // `counter`; the warmup set is drawn from derive_seed(seed, "warmup").
 Result<Workload> make_workload(const protocol::Scenario& scenario, uint64_t seed,
                                const workload::TokenCounter& counter);
@@ -84,7 +84,7 @@ struct Measurement {
   std::vector<ledger::MetricRow> metrics;     // "ttft_p50_ms", ..., "objective" (prefixed "p<i>." for C)
   std::vector<metrics::Metrics> per_profile;  // the computed metrics of each profile
   double objective = stats::kNaN;             // the scenario's primary objective (higher is better)
-  bool valid = false;                         // PROTOCOL.md §3 held on every profile
+  bool valid = false;                         // docs/protocol.md §3 held on every profile
   std::string failure;                        // "" when valid; else the first failed constraint with its fix
   double ready_after_s = 0;                   // engine start-up time (launch to healthy)
   bool timed_out = false;                     // max_duration passed and the engine was killed

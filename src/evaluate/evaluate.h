@@ -13,7 +13,7 @@
 //     end; any change fails the integrity gate. (plumb cannot stop a script running as the same user from
 //     writing those files; it detects it.)
 //   - Gates (gates/): the quality gate (multiple-choice accuracy >= tau x the reference's, fidelity)
-//     and the integrity gate (PROTOCOL.md §9), both against a reference = plumb serve --preset
+//     and the integrity gate (docs/protocol.md §9), both against a reference = plumb serve --preset
 //     default with the shipped model, launched by plumb.
 //   - Scenarios: each chosen scenario on each eval seed of the protocol (1337, 428, 777 unless
 //     given): a fresh supervised launch per run, through compare::measure (warmup, load profiles,
@@ -74,7 +74,7 @@ struct Options {
 struct SeedResult {
   uint64_t seed = 0;
   double objective = 0;          // the submission's primary objective (NaN if not measured)
-  bool valid = false;            // PROTOCOL.md §3 held
+  bool valid = false;            // docs/protocol.md §3 held
   std::string failure;           // why not valid ("" when valid)
   double baseline = 0;           // the baseline's objective on this seed's request set (NaN if none)
   std::string baseline_source;   // "ledger (runs 3, 7)" | "measured: plumb serve --preset naive"

@@ -1,4 +1,4 @@
-// The quality and integrity gates against OpenAI-compatible servers (PROTOCOL.md §9,
+// The quality and integrity gates against OpenAI-compatible servers (docs/protocol.md §9,
 // docs/architecture.md "## Gates"). Each run_* talks HTTP with blocking requests, one at a time,
 // so the server under test sees only this traffic; /metrics deltas rely on that. Every check
 // becomes a named Constraint; transport errors of a required request return a Status (the gate
@@ -120,7 +120,7 @@ struct IntegrityOptions {
   HarnessHashes harness_before;            // taken before the system under test ran
 };
 
-// Integrity gate (PROTOCOL.md §9). reference may be null (fidelity not evaluated; /tokenize of the
+// Integrity gate (docs/protocol.md §9). reference may be null (fidelity not evaluated; /tokenize of the
 // target is used for re-counts).
 Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, const IntegrityOptions& opt);
 

@@ -1,13 +1,13 @@
-// `plumb kernels accept`: in-model acceptance of screened candidates (DESIGN.md idea 3).
+// `plumb kernels accept`: in-model acceptance of screened candidates (docs/architecture.md, idea 3).
 //
 // For each search folder (search.json from `plumb kernels search`), the best screened candidate
 // with u(c, τ) above a floor is patched into a kernel configuration: its library goes into
 // "plugins" and its name into the task's op and phase; every other op keeps the base
-// configuration's choice. Then the pre-registered paired comparison of PROTOCOL.md runs end to end
-// (compare/compare.h): arm A = `plumb serve` with the base kernels, arm B = the same engine config
-// with the patched kernels (the two configs differ only in `kernels`), on the scenario that loads
-// the candidate's phase (decode -> B, prefill -> A, unless one is given), registered before any run,
-// n >= 5 interleaved pairs, read out by the fixed rule. The readout and its runs live in the ledger.
+// configuration's choice. Then the pre-registered paired comparison of docs/protocol.md (§4–5) runs end to
+// end (compare/compare.h): arm A = `plumb serve` with the base kernels, arm B = the same engine config with
+// the patched kernels (the two configs differ only in `kernels`), on the scenario that loads the candidate's
+// phase (decode -> B, prefill -> A, unless one is given), registered before any run, n >= 5 interleaved
+// pairs, read out by the fixed rule. The readout and its runs live in the ledger.
 //
 //   ℓ(c) = L(M[c], W) / L(M, W) = 1 / (objective ratio B/A)   (objectives are higher-is-better)
 //

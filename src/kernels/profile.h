@@ -3,7 +3,7 @@
 // at the scenario's concurrency) with the engine's profiling observer installed, and reports the
 // time of every module (q_proj, attention, input_norm, sampling, ...) in every phase.
 //
-// Definitions (DESIGN.md "the three ideas"):
+// Definitions (docs/kernels.md, "Definitions"):
 //   t(m, p)  summed wall time of module m's kernel calls in phase p (steady_clock around each call);
 //   T(p)     summed time of the forward passes of phase p, plus sampling for decode; a step that
 //            mixes prefill chunks and decodes is a prefill step (its shared ops run with the prefill

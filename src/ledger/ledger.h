@@ -1,5 +1,5 @@
 // The results database: one SQLite file (WAL mode), append-only, with the protocol validator of
-// PROTOCOL.md §7 enforced by the database itself (CHECK constraints, foreign keys and triggers;
+// docs/protocol.md §7 enforced by the database itself (CHECK constraints, foreign keys and triggers;
 // see schema.cpp and docs/protocol.md). Whatever writes to the file, through this class or raw SQL,
 // cannot store a run without provenance, a verdict built on a NOISY arm, a readout without a prior
 // unchanged registration, a comparison spanning two machines, a score other than 1.0 for a run that
@@ -56,14 +56,14 @@ struct ProtocolRow {
 };
 
 struct RequestSetRow {
-  std::string set_hash;      // 64 hex (PROTOCOL.md §2)
+  std::string set_hash;      // 64 hex (docs/protocol.md §2)
   std::string scenario;      // "A".."D" or a custom workload name; non-empty
   std::string size_class;    // "gpu" | "small" | "custom"
   int64_t seed = 0;          // the run seed the set was drawn with
   int64_t num_requests = 0;  // >= 1
 };
 
-// One run with its provenance (PROTOCOL.md §6). Every string must be non-empty.
+// One run with its provenance (docs/protocol.md §6). Every string must be non-empty.
 struct RunRow {
   int64_t machine_id = 0;                  // machines.id
   int64_t build_id = 0;                    // builds.id
@@ -82,7 +82,7 @@ struct RunRow {
   std::string effective_settings;          // the run's effective settings (JSON text)
   std::string started_at;                  // UTC timestamp
   std::string ended_at;                    // UTC timestamp, >= started_at
-  bool valid = false;                      // PROTOCOL.md §3 verdict
+  bool valid = false;                      // docs/protocol.md §3 verdict
   std::string validity_json;               // the constraints with value/bound/pass (JSON text)
   std::string gate_status = "not_run";     // "pass" | "fail" | "not_run"
   std::optional<double> objective;         // primary objective, higher is better; required if valid
@@ -111,7 +111,7 @@ struct MetricRow {
   std::string unit;  // e.g. "ms", "req/s", "1"
 };
 
-// A pre-registered comparison (PROTOCOL.md §5).
+// A pre-registered comparison (docs/protocol.md §5).
 struct Registration {
   int64_t id = 0;                 // assigned on insert
   std::string created_at;         // UTC timestamp, set by register_comparison if empty

@@ -1,7 +1,7 @@
 // The ledger's schema and its migrations. Migration i (1-based) takes the file from schema
 // version i-1 to i; a migration is never edited once released, a new one is appended.
 //
-// The validator of PROTOCOL.md §7 lives here, so it holds for every writer: CHECK constraints
+// The validator of docs/protocol.md §7 lives here, so it holds for every writer: CHECK constraints
 // for field-level rules, foreign keys, and BEFORE triggers that RAISE(ABORT, ...) with a message
 // that says which rule was broken. BEFORE triggers run before NOT NULL/CHECK, so a missing field
 // gets the trigger's clear message; the constraints stay as a backstop.

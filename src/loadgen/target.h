@@ -1,6 +1,6 @@
 // The Target interface: what the load generator drives. The measurement core never knows what it
-// measures (STYLE.md): an OpenAI HTTP server, the in-process NullTarget (zero work: the client's
-// own ceiling) and the ScriptedTarget of the tests all look the same from here.
+// measures (docs/architecture.md, "Design rules"): an OpenAI HTTP server, the in-process NullTarget (zero
+// work: the client's own ceiling) and the ScriptedTarget of the tests all look the same from here.
 #pragma once
 
 #include <cstdint>

@@ -194,7 +194,7 @@ std::string_view verdict_name(Verdict v) {
 }
 
 std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b) {
-  // One definition of run validity: protocol::check_validity (PROTOCOL.md §3) names the
+  // One definition of run validity: protocol::check_validity (docs/protocol.md §3) names the
   // constraints, holds the bounds and decides; this function only supplies what was measured.
   // A protocol scenario's minimums arrive per profile through `b`, so the scenario passed on has
   // one profile.

@@ -1,6 +1,6 @@
 // The metrics of a run, each defined once in docs/metrics.md, computed from per-request records
 // (metrics/record.h) with the statistics of stats/. Also: SLOs and goodput, scenario objectives,
-// the validity constraints of PROTOCOL.md §3, and the outputs (JSON, per-request CSV, console).
+// the validity constraints of docs/protocol.md §3, and the outputs (JSON, per-request CSV, console).
 #pragma once
 
 #include <cstdint>
@@ -81,7 +81,7 @@ struct Metrics {
   int max_in_flight = 0;         // the driver's observed peak concurrency
   bool realtime_pacing = false;  // the driver's thread ran at real-time priority (RunRecord)
 
-  // Per-run ingredients of the scenario objectives (PROTOCOL.md §1).
+  // Per-run ingredients of the scenario objectives (docs/protocol.md §1).
   double inv_median_ttft = stats::kNaN;  // 1 / median TTFT, 1/s (scenario A)
   double inv_median_tpot = stats::kNaN;  // 1 / median TPOT, 1/s (scenario B)
   double general = stats::kNaN;  // (inv_median_ttft * inv_median_tpot * steady req/s)^(1/3) (scenario D)
@@ -93,7 +93,7 @@ Metrics compute(const RunRecord& run, const Slo& slo = {});
 // missing or <= 0.
 double throughput_objective(std::span<const Metrics> profiles);
 
-// One validity constraint of PROTOCOL.md §3, printed with value, bound, verdict and a fix.
+// One validity constraint of docs/protocol.md §3, printed with value, bound, verdict and a fix.
 enum class Verdict { kPass, kFail, kNotApplicable };
 std::string_view verdict_name(Verdict v);  // "pass", "fail", "n/a"
 struct Constraint {
@@ -114,7 +114,7 @@ struct ValidityBounds {
   int64_t min_warmup = 1;                 // warmup requests run before the measured phase
   std::optional<bool> target_verified{};  // launched target identity checked; nullopt: not launched by plumb
 };
-// The constraints of PROTOCOL.md §3 in protocol::check_validity's order and names
+// The constraints of docs/protocol.md §3 in protocol::check_validity's order and names
 // (completed_requests, steady_requests, error_rate, send_lag_p99_ms, min_output_fraction,
 // token_count_disagreement, warmup_excluded, target_verified), decided by protocol::check_validity
 // from this run's measured facts. target_verified is n/a when `target_verified` is unset.

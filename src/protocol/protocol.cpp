@@ -73,7 +73,7 @@ std::vector<Scenario> build_scenarios() {
   const auto kG = SizeClass::kGpu;
   const auto kS = SizeClass::kSmall;
   std::vector<Scenario> v;
-  // GPU class: PROTOCOL.md §1 verbatim.
+  // GPU class: docs/protocol.md §1, the GPU class.
   v.push_back(make("A", "prefill", kG, 8192, 1024, 128, 4, {L{LoadKind::kBurst, 1, 0}}, 0.2,
                    Objective::kInvMedianTtft));
   v.push_back(make("B", "decode", kG, 1024, 8192, 64, 2, {L{LoadKind::kBurst, 1, 0}}, 0.7,

@@ -1,4 +1,4 @@
-// The frozen measurement protocol (PROTOCOL.md §1–5), compiled into the binary.
+// The frozen measurement protocol (docs/protocol.md §1–5), compiled into the binary.
 //
 // Every constant here is part of protocol v2 (v1 had a steady-window duration floor; v2 counts
 // requests in the window instead, docs/protocol.md). canonical_json() serializes all of them and

@@ -1,4 +1,4 @@
-// Provenance capture (PROTOCOL.md §6): what build measured, and on which machine.
+// Provenance capture (docs/protocol.md §6): what build measured, and on which machine.
 //
 // The machine fingerprint names the hardware and OS a result belongs to; results are only compared
 // within one fingerprint. Its hash is SHA-256 of canonical_json(). Thread-safe (no shared state).

@@ -65,7 +65,7 @@ void profile_section(Page& p, const BenchProfile& bp) {
               " warmup requests excluded; peak concurrency " + std::to_string(m.max_in_flight) + "; target " +
               run.target + "; request set " + run.request_set_hash + ".");
 
-  Table validity{.caption = "Validity (PROTOCOL.md §3)",
+  Table validity{.caption = "Validity (docs/protocol.md §3)",
                  .header = {"constraint", "value", "bound", "unit", "verdict", "fix"}};
   for (const auto& c : bp.validity)
     validity.rows.push_back({c.name, format_number(c.value, 5), c.relation + " " + format_number(c.bound, 5),

@@ -1,6 +1,6 @@
 // The HTML report of `plumb bench --html FILE`: one self-contained page (report/html.h) per
 // invocation, with the run's settings and provenance, and for each load profile: the validity
-// table (PROTOCOL.md §3), the metrics table, failures by category, latency CDFs (TTFT, TPOT, ITL,
+// table (docs/protocol.md §3), the metrics table, failures by category, latency CDFs (TTFT, TPOT, ITL,
 // E2E), TTFT and TPOT of each request against its send time, throughput over time, and a
 // per-request timeline (send to end, first token marked, failed requests in red).
 //

@@ -9,7 +9,7 @@
 // trial count, so no finished trial is lost or repeated; the trial in flight at the kill is run
 // again (its engine, orphaned by the kill, keeps running until stopped: see docs/tuning.md).
 //
-// Trial outcomes: ok (valid run, objective), invalid (the run broke a PROTOCOL.md §3 rule),
+// Trial outcomes: ok (valid run, objective), invalid (the run broke a docs/protocol.md §3 rule),
 // startup_failed (the engine did not become ready), crashed (the engine exited during the run),
 // timeout (requests ran past the trial's request timeout, or start-up timed out), error (the
 // configuration could not be rendered for the adapter). All but ok are infeasible: kept, shown,
@@ -48,7 +48,7 @@ struct StudyOptions {
   uint64_t strategy_seed = 1;      // seeds the strategy (not the workload)
   std::string scenario = "D";      // A..D
   std::string size = "small";      // small | gpu
-  uint64_t dev_seed = 21;          // trials measure on this seed (PROTOCOL.md §2 dev seed)
+  uint64_t dev_seed = 21;          // trials measure on this seed (docs/protocol.md §2 dev seed)
   uint64_t eval_seed = 1337;       // the winner's re-validation seed (held out; != dev_seed)
   int64_t trials = -1;             // trial budget; -1 = none
   double time_budget_s = -1;       // wall-time budget in seconds; -1 = none (one of the two is required)

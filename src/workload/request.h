@@ -1,4 +1,4 @@
-// Requests and request sets (PROTOCOL.md §2): the unit every system is scored on, byte-identical
+// Requests and request sets (docs/protocol.md §2): the unit every system is scored on, byte-identical
 // across systems because each request carries a content hash and each set a set hash.
 #pragma once
 

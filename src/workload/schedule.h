@@ -1,5 +1,5 @@
 // Arrival schedules, precomputed from their own seed before the run so that every system sees the
-// same send times (DESIGN.md workload/). Offsets are from the start of the measured phase.
+// same send times (docs/architecture.md, "workload"). Offsets are from the start of the measured phase.
 #pragma once
 
 #include <cstdint>

@@ -22,7 +22,7 @@ using TokenCounter = std::function<Result<int64_t>(std::string_view text)>;
 // Exact for synthetic documents (they hit their targets exactly), approximate for any model's tokens.
 Result<int64_t> count_words(std::string_view text);
 
-// ceil(0.8 * L): the smallest length sample_lengths draws (PROTOCOL.md §1). L >= 1.
+// ceil(0.8 * L): the smallest length sample_lengths draws (docs/protocol.md §1). L >= 1.
 int64_t length_floor(int64_t L);
 // n integers uniform in [length_floor(L), L], from Rng(derive_seed(seed, dimension)) in order:
 // dimension is "input_len" or "output_len". InvalidArgument if L < 1.

@@ -1,4 +1,4 @@
-// The validator of PROTOCOL.md §7 in the database: each kind of bad row is written straight through
+// The validator of docs/protocol.md §7 in the database: each kind of bad row is written straight through
 // the sqlite3 C API (the raw_ connection, no plumb code in between) and must be refused with the
 // rule's message. Good rows are written the same way first, so each refusal is the rule's doing.
 #include <gtest/gtest.h>

@@ -30,7 +30,7 @@ TEST(Protocol, CanonicalJsonIsCanonical) {
 }
 
 TEST(Protocol, GpuScenariosMatchTheSpec) {
-  // PROTOCOL.md §1 table.
+  // docs/protocol.md §1 table.
   auto a = find_scenario("A", SizeClass::kGpu);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->input_len, 8192);

@@ -86,7 +86,7 @@ TEST_F(BenchHtml, ReportRendersInHeadlessChromiumWithEveryFigure) {
   // The file itself: self-contained, no script.
   EXPECT_EQ(text->find("<script"), std::string::npos);
   EXPECT_NE(text->find("default-src 'none'"), std::string::npos);
-  EXPECT_NE(text->find("Validity (PROTOCOL.md §3)"), std::string::npos);
+  EXPECT_NE(text->find("Validity (docs/protocol.md §3)"), std::string::npos);
   EXPECT_NE(text->find("<td>error_rate</td>"), std::string::npos);
 
   std::string chromium = find_chromium();

@@ -72,7 +72,7 @@ TEST(BenchReport, SectionsFiguresAndFailures) {
   run.duration = milliseconds(150);
   std::string h = render_bench_report(make({run}));
   for (const char* s :
-       {"Validity (PROTOCOL.md §3)", "Latency (ms;", "Throughput (completed requests only)",
+       {"Validity (docs/protocol.md §3)", "Latency (ms;", "Throughput (completed requests only)",
         "Token accounting", "Failures by category", "Settings (as used by the run)", "This run is INVALID"})
     EXPECT_NE(h.find(s), std::string::npos) << s;
   EXPECT_NE(h.find("<td>http_5xx</td><td class=\"fail\">1</td>"), std::string::npos);
@@ -103,7 +103,7 @@ TEST(BenchReport, OneSectionPerProfile) {
   b.load.arrival = "poisson";
   std::string h = render_bench_report(make({a, b}));
   EXPECT_EQ(count(h, "<h2>p</h2>"), 2);
-  EXPECT_EQ(count(h, "Validity (PROTOCOL.md §3)"), 2);
+  EXPECT_EQ(count(h, "Validity (docs/protocol.md §3)"), 2);
 }
 
 }  // namespace
