@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds everything (tests and benchmarks too, with
 # -Werror), runs the whole test suite, runs the server's tests (faults included) against an
-# ASan+UBSan build of the engine and server path, and lints (clang-format, clang-tidy).
+# ASan+UBSan build of the engine and server path, lints (clang-format, clang-tidy), and checks that
+# every document a file cites is in the repository (scripts/check_docs.sh).
 # CI runs exactly this. Every stage after the build runs even if an earlier one failed, so one run
 # shows every problem; the exit status is non-zero if any stage failed.
 # Arguments go to the main ctest run (e.g. -L unit, -R Tokenizer).
@@ -40,6 +41,9 @@ if [ "${PLUMB_SKIP_TIDY:-0}" = 1 ]; then
 else
   PLUMB_LINT_BUILD="build/$preset" bash scripts/lint.sh || failed+=("lint")
 fi
+
+stage "docs"
+bash scripts/check_docs.sh || failed+=("docs")
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED: ${failed[*]}" >&2
