@@ -1,5 +1,6 @@
 // Kernel benchmarks on Qwen2.5-0.5B shapes, each reporting its ratio to a ceiling measured in the
-// same process right before it (this VM's bandwidth swings, so only same-run ratios mean anything).
+// same process right before it (a shared machine's bandwidth swings, so only same-run ratios mean
+// anything).
 //
 //   BM_DecodeMatmulModel/<batch>   every matmul of the model (24 layers x 7 projections + lm_head,
 //                                  bf16 weights, 988 MB) for `batch` rows: one decode step's GEMVs.

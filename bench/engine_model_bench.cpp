@@ -84,9 +84,9 @@ double peak_rss_bytes() {
 }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
-// A short read-bandwidth probe (256 MiB, 8x this VM's L3; best of 3 passes) whose buffer is not
-// counted in the engine's peak RSS: the peak so far is banked before it and the counter restarted
-// after it.
+// A short read-bandwidth probe (256 MiB, several times a 2-core VM's L3; best of 3 passes) whose buffer is
+// not counted in the engine's peak RSS: the peak so far is banked before it and the counter restarted after
+// it.
 double g_rss_banked = 0;
 double bandwidth_probe(int threads) {
   g_rss_banked = std::max(g_rss_banked, peak_rss_bytes());

@@ -22,8 +22,8 @@ stage "tests ($preset)"
 ctest --preset "$preset" "$@" || failed+=("tests")
 
 if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then
-  # Issue 3: the server's fault tests (corpus, 1,000 clients, vanishing clients, KV exhaustion,
-  # full queue) under ASan+UBSan. Only serve and generate are compiled into this plumb
+  # The server's fault tests (corpus, 1,000 clients, vanishing clients, KV exhaustion, full
+  # queue) under ASan+UBSan. Only serve and generate are compiled into this plumb
   # (PLUMB_CLI_COMMANDS): all that these tests run.
   stage "ASan+UBSan build (engine and server path)"
   if cmake --preset asan -DPLUMB_CLI_COMMANDS="serve;generate" >/dev/null &&

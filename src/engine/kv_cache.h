@@ -31,12 +31,14 @@ struct KvCacheConfig {
   int64_t bytes() const;
 };
 
-// One physical block's bookkeeping. Room is left for prefix caching (server issue): a content
-// hash of the tokens the block holds, and a reference count shared by every sequence using it.
+// One physical block's bookkeeping: a reference count shared by every sequence using it, and a slot
+// for a content hash of the tokens it holds. This allocator never sets the hash (engine::generate
+// runs one sequence, without prefix caching); the serving engine's prefix caching lives in
+// scheduler::BlockManager (engine/scheduler/block_manager.h).
 struct KvBlock {
   int32_t id = -1;        // physical block id, index into the storage
   int32_t ref_count = 0;  // sequences holding this block; 0 = free
-  uint64_t hash = 0;      // prefix-caching hash of the block's tokens (unused until the server issue)
+  uint64_t hash = 0;      // content hash of the block's tokens; never set by this allocator
   bool has_hash = false;  // whether `hash` is set
 };
 

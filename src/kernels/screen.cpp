@@ -705,9 +705,9 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     inner *= 2;
   auto time_one = [&](const std::function<void()>& f) { return time_n(f, inner); };
   // Warm-up, not kept: ~20 ms of alternating samples. Without it about one screening in ten (a fresh
-  // child each) timed both kernels ~4x slower than the rest (43-46 us against ~10 us for one
-  // gate_proj decode call on the AMX VM): the first milliseconds of a forked child and its pool
-  // are not its steady state (why exactly was not pinned down). With it, 0 of 30.
+  // child each) times both kernels ~4x slower than the rest (43-46 us against ~10 us for one
+  // gate_proj decode call on a Xeon with AMX): the first milliseconds of a forked child and its pool
+  // are not its steady state. With it, 0 of 30.
   {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
     while (std::chrono::steady_clock::now() < until) time_one(cand), time_one(basel);

@@ -48,9 +48,10 @@ struct DriverOptions {
   // SCHED_FIFO 1 for the run (Target::set_realtime): the end of a response frees the next request's
   // slot, so a reader held back by a busy server on the same cores delays that send just as a late
   // driver would. One level below the driver, because threads of equal FIFO priority do not
-  // preempt each other: at 100k events/s on one core the busy reader held due sends back (send lag
-  // p99 0.37-0.92 ms; 0.024-0.036 with the driver a level above). Where only level 1 is permitted
-  // both share it (that regression then remains; a normal reader would lose the busy-server case).
+  // preempt each other: at 100k events/s on one core a busy reader at the driver's level holds due
+  // sends back (send lag p99 0.37-0.92 ms; 0.024-0.036 with the driver a level above). Where only
+  // level 1 is permitted both share it (that cost then remains; a normal reader would lose the
+  // busy-server case).
   bool realtime_pacing = true;
 };
 

@@ -1,5 +1,6 @@
 // `compare run` end to end: two real `plumb serve --engine synthetic` arms launched through the
-// plumb adapter, measured on scenario D (small) and read out. The issue-5 demonstration: an arm
+// plumb adapter, measured on scenario D (small) and read out. The four behaviours of the readout
+// rule (docs/protocol.md §4), end to end: an arm
 // whose delays are all 10% longer reads `worse` with the true ratio inside the CI, an arm against
 // itself reads `equivalent`, two arms at a shared wall read `equivalent`, and an arm with injected
 // run-to-run jitter reads `noisy` (and the ledger refuses a verdict on it). Each comparison is 10
@@ -7,8 +8,8 @@
 //
 // Prompts are sized in the shipped plumb-tiny tokenizer's tokens (compare/measure.h), so D small's
 // 256-token prompts + 128 output tokens fit plumb serve's 512-token context (the synthetic engine
-// enforces it too). Before that fix, word-sized prompts (~3 tokens per word) were refused with
-// HTTP 400 and every run was invalid.
+// enforces it too); prompts sized in words (~3 tokens per word) would be refused with HTTP 400 and
+// make every run invalid.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>

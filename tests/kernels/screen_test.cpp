@@ -1,4 +1,4 @@
-// Screening: the two required cases — a latent out-of-bounds read that a naive isolated
+// Screening: the two cases screening exists for — a latent out-of-bounds read that a naive isolated
 // check passes is rejected by the guard pages, and a crashing candidate does not take plumb down —
 // plus hangs, wrong answers, compile errors, timing, tasks and the search loop.
 #include <gtest/gtest.h>

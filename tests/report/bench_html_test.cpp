@@ -1,6 +1,6 @@
 // `plumb bench --html`: the real binary writes the report of a run against the in-process null
 // target, and headless Chromium renders it. Checks: the page parses and renders with no error and
-// no blocked or attempted fetch, the figures the issue asks for are present in the rendered DOM
+// no blocked or attempted fetch, the report's figures are present in the rendered DOM
 // (latency CDFs, TTFT/TPOT per request over time, throughput over time, per-request timeline), and
 // the validity table is there. Skips with a message when Chromium is not installed
 // (scripts/setup.sh installs it).
@@ -116,7 +116,7 @@ TEST_F(BenchHtml, ReportRendersInHeadlessChromiumWithEveryFigure) {
   EXPECT_EQ(d.err.find("net::ERR_"), std::string::npos) << d.err;
   EXPECT_EQ(d.err.find("CONSOLE"), std::string::npos) << d.err;
 
-  // The figures the issue asks for, each drawn (an <svg>, not a no-data note) with points.
+  // The report's figures, each drawn (an <svg>, not a no-data note) with points.
   struct Fig {
     std::string kind, title;
   } figs[] = {{"cdf", "TTFT distribution (CDF)"},

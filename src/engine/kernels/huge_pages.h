@@ -1,9 +1,9 @@
 // Memory for data that is streamed whole (model weights, the bandwidth probe): its own mapping,
 // starting on a 2 MiB boundary and advised MADV_HUGEPAGE, so that with transparent huge pages
 // ("madvise" or "always") the kernel backs every whole 2 MiB range with one huge page: a decode step
-// streams ~1 GB, which with 4 KiB pages is a TLB miss every 4 KiB. On this VM batch-16 decode read
-// 0.596 of its roofline against 0.566 (medians of 5 alternating rounds; batch 1 the same within
-// noise; BENCHMARKS.md "Whole model"). The tail past the last 2 MiB boundary keeps 4 KiB pages, so
+// streams ~1 GB, which with 4 KiB pages is a TLB miss every 4 KiB. Batch-16 decode reads 0.596 of
+// its roofline against 0.566 with 4 KiB pages (medians of 5 alternating rounds on a 2-core AMD EPYC;
+// batch 1 the same within noise). The tail past the last 2 MiB boundary keeps 4 KiB pages, so
 // nothing beyond the requested bytes becomes resident.
 #pragma once
 

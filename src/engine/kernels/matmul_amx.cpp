@@ -90,9 +90,9 @@ constexpr int64_t kTileK = 32;                // inputs per TDPBF16PS
 constexpr int64_t kBTileElems = 16 * kTileK;  // one B tile: 16 features x 32 inputs, 1 KiB
 // Decode: feature groups per block. Each is its own stream of weights from DRAM; with TILELOADD
 // blocking on its data and no tile renaming, the streams in flight are what keeps the memory
-// busy: on the project VM's Xeon (2 threads, Qwen2.5-0.5B's matrices), 1 stream read 0.54 of the
+// busy: on 2 threads of a Xeon with AMX (Qwen2.5-0.5B's matrices), 1 stream reads 0.54 of the
 // read bandwidth, 2 streams 0.74, 4 streams 0.84 (BENCHMARKS.md "Engine kernels"); software
-// prefetch on top of 4 streams lowered it (0.71-0.77).
+// prefetch on top of 4 streams lowers it (0.71-0.77).
 constexpr int64_t kDecodeGroups = 4;
 constexpr int64_t kChunkK = 1024;           // prefill: inputs per k chunk
 constexpr int64_t kGroupBytes = 512 << 10;  // prefill: bytes of x rows per group (kept in L2)

@@ -41,10 +41,10 @@ constexpr int rows_w_for(int rx) {
 constexpr int kRowsW = 3;  // alignment of the feature split over threads
 
 // Software prefetch distance along a weight row. The weights stream from DRAM once per call and the
-// hardware prefetcher alone did not keep enough misses in flight: on quiet 2-thread runs
-// (BENCHMARKS.md, same binary but this constant) batch-1 decode reached 0.61-0.65 of the measured
-// read bandwidth without software prefetch, 0.68-0.71 at 1 KiB, 0.65-0.75 at 2 KiB and 0.81-0.91 at
-// 4 KiB ahead (hosts differ run to run by about +-0.05).
+// hardware prefetcher alone does not keep enough misses in flight: on quiet 2-thread runs of the
+// same binary but this constant, batch-1 decode reads 0.61-0.65 of the measured read bandwidth
+// without software prefetch, 0.68-0.71 at 1 KiB, 0.65-0.75 at 2 KiB and 0.81-0.91 at 4 KiB ahead
+// (hosts differ run to run by about +-0.05).
 #ifndef PLUMB_MM_PF_BYTES  // overridable only for tuning experiments
 #define PLUMB_MM_PF_BYTES 4096
 #endif

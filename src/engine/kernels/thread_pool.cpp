@@ -14,8 +14,8 @@ inline void cpu_relax() {
 #endif
 }
 
-// 2k pause iterations: ~48 us on the project VM's AMD Zen 5 (24 ns per pause, measured 2026-12-03;
-// Intel documents ~140 cycles per pause since Skylake, i.e. longer; not measured here). Long enough to catch
+// 2k pause iterations: ~48 us on an AMD Zen 5 (24 ns per pause); Intel documents ~140 cycles per
+// pause since Skylake, i.e. longer. Long enough to catch
 // back-to-back kernel calls of one forward pass and the gap between decode steps, short enough not
 // to hold a core between requests.
 constexpr int kSpinIterations = 2000;

@@ -1,6 +1,7 @@
 // Ceilings are timings, so these tests check only what holds on any machine, loaded or not:
 // positive, finite rates from small, quick measurements. How the matmul peak compares with the FMA
-// loop is a speed figure: `plumb machine` prints both (a timed comparison here failed on a loaded VM).
+// loop is a speed figure: `plumb machine` prints both (a timed comparison here would fail on a loaded
+// machine).
 #include "engine/kernels/ceilings.h"
 
 #include <gtest/gtest.h>
