@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs a plumb binary with the Debian 12 libraries it links (and their loader) into
-# .dev/bundle.tar.xz, so that it runs on a host with another distribution (the device host of
-# BENCHMARKS.md: "On the device host"). The binary's interpreter and every library's run path point
+# .dev/bundle.tar.xz, so that it runs on a host with another distribution (the Xeon device host of
+# BENCHMARKS.md, "Machines"). The binary's interpreter and every library's run path point
 # into /tmp/bundle, where bench/device_runs.sh unpacks it. Needs patchelf (apt-get install patchelf;
 # not part of scripts/setup.sh: only this script uses it).
 # Usage: bench/device_bundle.sh PLUMB_BINARY

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs on the device host (BENCHMARKS.md, "On the device host") from the repository root, with
+# Runs on the Xeon device host (BENCHMARKS.md, "Machines") from the repository root, with
 # .dev/bundle.tar.xz from bench/device_bundle.sh carried along: client capacity (server on CPUs 0-5,
 # client on CPU 8) and the end-to-end false-positive rate of the compare rule (20 self-comparisons,
 # five at a time, each on two CPUs of its own). Usage: bench/device_runs.sh [all|cap|fp]; the

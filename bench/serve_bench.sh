@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Speed and accuracy evidence for plumb serve and plumb bench (BENCHMARKS.md, "Serving and load
-# generation"): each experiment starts real `plumb serve` processes on free ports, drives them with
+# Speed and accuracy evidence for plumb serve and plumb bench (BENCHMARKS.md, "Client ceiling",
+# "Timing error" and "Serving"): each experiment starts real `plumb serve` processes on free ports, drives them with
 # `plumb bench --json`, and prints medians and same-run ratios. Arms alternate (A B A B ...) so that
 # drift and other load on the machine hit both alike.
 #
