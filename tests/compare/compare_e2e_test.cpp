@@ -1,10 +1,9 @@
 // `compare run` end to end: two real `plumb serve --engine synthetic` arms launched through the
-// plumb adapter, measured on scenario D (small) and read out. The four behaviours of the readout
-// rule (docs/protocol.md §4), end to end: an arm
-// whose delays are all 10% longer reads `worse` with the true ratio inside the CI, an arm against
-// itself reads `equivalent`, two arms at a shared wall read `equivalent`, and an arm with injected
-// run-to-run jitter reads `noisy` (and the ledger refuses a verdict on it). Each comparison is 10
-// runs of 4-10 s (5 pairs).
+// plumb adapter, measured on scenario D (small) and read out: the four behaviours of the readout
+// rule (docs/protocol.md §4) end to end. An arm whose delays are all 10% longer reads `worse` with
+// the true ratio inside the CI, an arm against itself reads `equivalent`, two arms at a shared wall
+// read `equivalent`, and an arm with injected run-to-run jitter reads `noisy` (and the ledger
+// refuses a verdict on it). Each comparison is 10 runs of 4-10 s (5 pairs).
 //
 // Prompts are sized in the shipped plumb-tiny tokenizer's tokens (compare/measure.h), so D small's
 // 256-token prompts + 128 output tokens fit plumb serve's 512-token context (the synthetic engine
