@@ -65,7 +65,7 @@ std::vector<std::string> target_names() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplay, ::testing::ValuesIn(target_names()),
-                         [](const auto& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // Every target has its folder of seeds and a fuzz/fuzz_<name>.cpp, and the list in
 // scripts/fuzz.sh names them all (a target CI never runs rots).
