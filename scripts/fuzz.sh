@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
       shift 2
       ;;
     -h | --help)
-      sed -n '2,13p' "$0"
+      sed -n '2,12p' "$0"
       exit 0
       ;;
     *)
