@@ -1,8 +1,10 @@
 #include "net/http_server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -79,18 +81,28 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<bool> stopped{false};
   std::atomic<bool> io_done{false};  // IO threads joined: posting would only queue forever
 
-  std::mutex mu;  // guards sessions, open_sockets
+  std::mutex mu;  // guards sessions, open_sockets, serving
   std::condition_variable cv;
   std::map<Session*, std::weak_ptr<Session>> sessions;
-  uint64_t open_sockets = 0;
+  uint64_t open_sockets = 0;        // every open connection, those being turned away included
+  uint64_t serving = 0;             // connections counted against max_connections
+  std::size_t max_connections = 0;  // resolved at start()
 
-  std::atomic<uint64_t> n_accepted{0}, n_requests{0}, n_bad{0}, n_exceptions{0}, n_disconnects{0};
+  std::atomic<uint64_t> n_accepted{0}, n_requests{0}, n_bad{0}, n_exceptions{0}, n_disconnects{0},
+      n_rejected{0}, n_accept_errors{0};
+  LogThrottle accept_log{std::chrono::seconds(1)};  // accept strand only
+  LogThrottle reject_log{std::chrono::seconds(1)};  // accept strand only
+  uint64_t stats_open() {
+    std::lock_guard lock(mu);
+    return open_sockets;
+  }
 
   void do_accept();
   void on_accept(const error_code& ec, tcp::socket socket);
-  void socket_closed() {
+  void socket_closed(bool counted) {
     std::lock_guard lock(mu);
     --open_sockets;
+    if (counted) --serving;
     cv.notify_all();
   }
   std::vector<std::shared_ptr<Session>> live_sessions() {
@@ -112,8 +124,12 @@ class Writer;
 // atomics (read by writers from any thread).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::shared_ptr<Impl> impl, tcp::socket socket)
-      : impl_(std::move(impl)), stream_(std::move(socket)), linger_timer_(stream_.get_executor()) {
+  // `counted`: the connection holds one of max_connections (false for one being turned away).
+  Session(std::shared_ptr<Impl> impl, tcp::socket socket, bool counted)
+      : impl_(std::move(impl)),
+        stream_(std::move(socket)),
+        linger_timer_(stream_.get_executor()),
+        counted_(counted) {
     remote_ = endpoint_string(stream_.socket());
   }
   ~Session() {
@@ -126,6 +142,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start() {
     asio::post(executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+  // Turns the connection away: 503, then a graceful close (its request, if any, is read and dropped).
+  void reject(std::size_t cap) {
+    asio::post(executor(), [self = shared_from_this(), cap] {
+      self->reply_error_and_close(503,
+                                  "the server has " + std::to_string(cap) +
+                                      " connections open, its limit (--max-connections); retry shortly",
+                                  "server_error", "too_many_connections");
+    });
   }
   // Shutdown, phase 1: close if idle between requests; otherwise close after the response.
   void drain() {
@@ -163,11 +188,15 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Resp { kNone, kWhole, kStreaming, kEnded, kDone };
 
   void do_read();
-  void on_head(const error_code& ec);
+  void parse_more();
+  void read_socket();
+  void on_socket_read(const error_code& ec, std::size_t n);
+  bool bare_lf_in_buffer();
+  void on_head();
   void read_body();
-  void on_body(const error_code& ec);
   void on_read_error(const error_code& ec);
-  void reply_error_and_close(int status, const std::string& message);
+  void reply_error_and_close(int status, const std::string& message,
+                             std::string_view type = "invalid_request_error", std::string_view code = "");
   void dispatch();
   void bg_read();
   void on_bg_read(const error_code& ec, std::size_t n);
@@ -188,6 +217,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string remote_;
   State state_ = State::kReadingHead;
   bool socket_open_ = true;
+  bool counted_ = true;
+  bool head_started_ = false;   // a byte of the current request head arrived (header_timeout runs)
+  std::size_t lf_checked_ = 0;  // leading bytes of buffer_ already checked for a bare LF
 
   // Per request.
   std::atomic<uint64_t> current_id_{0};
@@ -307,14 +339,93 @@ void Session::do_read() {
   parser_.emplace();
   parser_->body_limit(impl_->opt.max_body_bytes);
   parser_->header_limit(static_cast<std::uint32_t>(impl_->opt.max_header_bytes));
-  stream_.expires_after(impl_->opt.header_timeout);
-  http::async_read_header(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_head(ec); });
+  head_started_ = false;
+  stream_.expires_after(impl_->opt.idle_timeout);
+  parse_more();
 }
 
-void Session::on_head(const error_code& ec) {
+// The request is read here rather than by http::async_read: Beast's parser waits for a CRLF that
+// never comes when a line ends in a bare LF (a chunk-size line "5\n"), so the connection would
+// hang until the body timeout. Reading and parsing step by step lets every need-more be checked.
+void Session::parse_more() {
+  while (true) {
+    if (state_ == State::kReadingHead && parser_->is_header_done()) return on_head();
+    if (state_ == State::kReadingBody && parser_->is_done()) {
+      stream_.expires_never();
+      return dispatch();
+    }
+    if (buffer_.size() == 0) break;
+    if (state_ == State::kReadingHead && !head_started_) {
+      head_started_ = true;
+      stream_.expires_after(impl_->opt.header_timeout);
+    }
+    error_code ec;
+    const std::size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    lf_checked_ = lf_checked_ > used ? lf_checked_ - used : 0;
+    if (ec && ec != http::error::need_more) return on_read_error(ec);
+    if (ec || used == 0) {
+      // The parser wants more than the buffer holds: what it left is an unfinished line of the
+      // head or of the chunked framing (chunk data is always taken as it comes).
+      if (bare_lf_in_buffer()) {
+        impl_->n_bad++;
+        return reply_error_and_close(400, "malformed HTTP request: a line ends in a bare LF; use CRLF");
+      }
+      if (state_ == State::kReadingBody && buffer_.size() > impl_->opt.max_header_bytes) {
+        impl_->n_bad++;
+        return reply_error_and_close(400, "malformed chunked body: a chunk header longer than " +
+                                              std::to_string(impl_->opt.max_header_bytes) + " bytes");
+      }
+      break;
+    }
+  }
+  read_socket();
+}
+
+bool Session::bare_lf_in_buffer() {
+  auto data = buffer_.data();
+  const char* p = static_cast<const char*>(data.data());
+  const std::size_t n = data.size();
+  for (std::size_t i = lf_checked_; i < n; ++i) {
+    if (p[i] == '\n' && (i == 0 || p[i - 1] != '\r')) return true;
+  }
+  // A CR at the very end may still get its LF: check that byte again next time.
+  lf_checked_ = n > 0 && p[n - 1] == '\r' ? n - 1 : n;
+  return false;
+}
+
+void Session::read_socket() {
+  const std::size_t room = buffer_.capacity() - buffer_.size();
+  const std::size_t want = std::clamp<std::size_t>(room, 16384, 65536);
+  stream_.async_read_some(
+      buffer_.prepare(want),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_socket_read(ec, n); });
+}
+
+void Session::on_socket_read(const error_code& ec, std::size_t n) {
+  if (!socket_open_) return;
+  if (ec == asio::error::eof) {
+    // As Beast's own read: EOF before a byte of the request is the end of the stream; after some,
+    // the parser says whether the message is incomplete.
+    error_code pec = http::error::end_of_stream;
+    if (parser_->got_some()) {
+      pec = {};
+      parser_->put_eof(pec);
+      if (!pec && parser_->is_done()) {
+        if (state_ == State::kReadingHead) return on_head();
+        stream_.expires_never();
+        return dispatch();
+      }
+      if (!pec) pec = http::error::partial_message;
+    }
+    return on_read_error(pec);
+  }
   if (ec) return on_read_error(ec);
+  buffer_.commit(n);
+  parse_more();
+}
+
+void Session::on_head() {
   state_ = State::kReadingBody;
   auto expect = parser_->get()[http::field::expect];
   if (!parser_->is_done() && iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
@@ -332,14 +443,7 @@ void Session::on_head(const error_code& ec) {
 
 void Session::read_body() {
   stream_.expires_after(impl_->opt.body_timeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_body(ec); });
-}
-
-void Session::on_body(const error_code& ec) {
-  if (ec) return on_read_error(ec);
-  stream_.expires_never();
-  dispatch();
+  parse_more();
 }
 
 void Session::on_read_error(const error_code& ec) {
@@ -366,7 +470,8 @@ void Session::on_read_error(const error_code& ec) {
   close_socket();
 }
 
-void Session::reply_error_and_close(int status, const std::string& message) {
+void Session::reply_error_and_close(int status, const std::string& message, std::string_view type,
+                                    std::string_view code) {
   state_ = State::kHandling;
   stream_.expires_never();
   current_id_.fetch_add(1);
@@ -374,8 +479,18 @@ void Session::reply_error_and_close(int status, const std::string& message) {
   close_after_ = true;
   head_request_ = false;
   resp_ = Resp::kWhole;
-  std::string body = json_error_body(status, message, "invalid_request_error");
-  std::string out = make_head(status, "application/json", {{"Content-Length", std::to_string(body.size())}});
+  std::string body = json_error_body(status, message, type);
+  Headers headers = {{"Content-Length", std::to_string(body.size())}};
+  if (!code.empty()) {
+    // The OpenAI error body's "code" names the cause ("too_many_connections") instead of the status.
+    const std::string numeric = "\"code\":" + std::to_string(status);
+    if (auto at = body.find(numeric); at != std::string::npos) {
+      body.replace(at, numeric.size(), "\"code\":\"" + std::string(code) + "\"");
+      headers[0].second = std::to_string(body.size());
+    }
+  }
+  if (status == 503) headers.emplace_back("Retry-After", "1");
+  std::string out = make_head(status, "application/json", headers);
   out += body;
   queue(std::move(out));
 }
@@ -740,7 +855,8 @@ void Session::graceful_close() {
   state_ = State::kClosing;
   error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  linger_timer_.expires_after(std::chrono::seconds(2));
+  // A connection turned away (503) lingers less: a flood of them must not hold descriptors long.
+  linger_timer_.expires_after(counted_ ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(500));
   linger_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
     if (!ec) self->close_socket();
   });
@@ -762,7 +878,7 @@ void Session::close_socket() {
   linger_timer_.cancel();
   if (resp_ != Resp::kDone) fire_on_close();
   outbox_.clear();
-  impl_->socket_closed();
+  impl_->socket_closed(counted_);
 }
 
 void Session::fire_on_close() {
@@ -789,24 +905,48 @@ void HttpServer::Impl::on_accept(const error_code& ec, tcp::socket socket) {
   if (draining.load() || !acceptor || !acceptor->is_open()) return;
   if (ec) {
     if (ec == asio::error::operation_aborted) return;
-    // E.g. out of file descriptors: back off instead of spinning.
-    log::warn("event=accept_error error=\"{}\"", ec.message());
+    // E.g. out of file descriptors: back off instead of spinning, and log once a second at most
+    // (with how many errors the line stands for), not once per retry.
+    n_accept_errors++;
+    uint64_t suppressed = 0;
+    if (accept_log.allow(std::chrono::steady_clock::now(), &suppressed)) {
+      log::warn("event=accept_error error=\"{}\" suppressed_since_last={} open_connections={}", ec.message(),
+                suppressed, stats_open());
+    }
     accept_retry->expires_after(std::chrono::milliseconds(50));
     accept_retry->async_wait([self = shared_from_this()](const error_code& tec) {
       if (!tec) self->do_accept();
     });
     return;
   }
+  if (uint64_t n = accept_log.take_pending(); n > 0) log::warn("event=accept_errors_ended suppressed={}", n);
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
-  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  bool full = false;
+  {
+    std::lock_guard lock(mu);
+    full = serving >= max_connections;
+  }
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket), !full);
   {
     std::lock_guard lock(mu);
     sessions[session.get()] = session;
     ++open_sockets;
+    if (!full) ++serving;
   }
   n_accepted++;
-  session->start();
+  if (full) {
+    n_rejected++;
+    uint64_t suppressed = 0;
+    if (reject_log.allow(std::chrono::steady_clock::now(), &suppressed)) {
+      log::warn(
+          "event=connection_rejected reason=max_connections max_connections={} suppressed_since_last={}",
+          max_connections, suppressed);
+    }
+    session->reject(max_connections);
+  } else {
+    session->start();
+  }
   do_accept();
 }
 
@@ -831,6 +971,7 @@ Status HttpServer::start() {
 Status HttpServer::start_listening() {
   Impl& im = *impl_;
   if (im.opt.io_threads < 1) return invalid_argument("io_threads must be at least 1");
+  im.max_connections = im.opt.max_connections > 0 ? im.opt.max_connections : default_max_connections();
   error_code ec;
   asio::ip::address addr = asio::ip::make_address(im.opt.host, ec);
   if (ec) {
@@ -865,8 +1006,8 @@ Status HttpServer::start_listening() {
       }
     });
   }
-  log::debug("event=http_listen address={}:{} io_threads={}", im.opt.host, im.bound_port.load(),
-             im.opt.io_threads);
+  log::debug("event=http_listen address={}:{} io_threads={} max_connections={}", im.opt.host,
+             im.bound_port.load(), im.opt.io_threads, im.max_connections);
   return Status::Ok();
 }
 
@@ -913,7 +1054,21 @@ HttpServerStats HttpServer::stats() const {
   s.bad_requests = impl_->n_bad.load();
   s.handler_exceptions = impl_->n_exceptions.load();
   s.client_disconnects = impl_->n_disconnects.load();
+  s.connections_rejected = impl_->n_rejected.load();
+  s.accept_errors = impl_->n_accept_errors.load();
   return s;
+}
+
+std::size_t max_connections_for_fd_limit(uint64_t nofile_soft_limit) {
+  const uint64_t limit = std::min<uint64_t>(nofile_soft_limit, uint64_t(1) << 20);
+  const uint64_t reserve = std::min<uint64_t>(128, limit / 2);
+  return std::size_t(std::max<uint64_t>(1, limit - reserve));
+}
+
+std::size_t default_max_connections() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return max_connections_for_fd_limit(1024);
+  return max_connections_for_fd_limit(r.rlim_cur == RLIM_INFINITY ? UINT64_MAX : uint64_t(r.rlim_cur));
 }
 
 }  // namespace plumb::net
