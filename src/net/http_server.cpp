@@ -52,6 +52,21 @@ std::size_t chunk_size_line(std::size_t size, char (&buf)[24]) {
   return static_cast<std::size_t>(std::snprintf(buf, sizeof buf, "%zx\r\n", size));
 }
 
+// The whole answer to a connection past max_connections: 503 with an OpenAI error body whose code
+// names the cause.
+std::string too_many_connections_response(std::size_t cap) {
+  std::string body = json_error_body(503,
+                                     "the server has " + std::to_string(cap) +
+                                         " connections open, its limit (--max-connections); retry shortly",
+                                     "server_error");
+  const std::string numeric = "\"code\":503";
+  if (auto at = body.find(numeric); at != std::string::npos) {
+    body.replace(at, numeric.size(), "\"code\":\"too_many_connections\"");
+  }
+  return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+}
+
 std::string endpoint_string(const tcp::socket& s) {
   error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -84,9 +99,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::mutex mu;  // guards sessions, open_sockets, serving
   std::condition_variable cv;
   std::map<Session*, std::weak_ptr<Session>> sessions;
-  uint64_t open_sockets = 0;        // every open connection, those being turned away included
-  uint64_t serving = 0;             // connections counted against max_connections
-  std::size_t max_connections = 0;  // resolved at start()
+  uint64_t open_sockets = 0;          // every open connection, those being turned away included
+  uint64_t serving = 0;               // connections counted against max_connections
+  uint64_t lingering = 0;             // connections turned away (answered 503) and still open
+  std::size_t max_connections = 0;    // resolved at start()
+  std::size_t reject_linger_cap = 0;  // turned-away connections that may linger at once (on_accept)
 
   std::atomic<uint64_t> n_accepted{0}, n_requests{0}, n_bad{0}, n_exceptions{0}, n_disconnects{0},
       n_rejected{0}, n_accept_errors{0};
@@ -102,7 +119,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   void socket_closed(bool counted) {
     std::lock_guard lock(mu);
     --open_sockets;
-    if (counted) --serving;
+    if (counted) {
+      --serving;
+    } else {
+      --lingering;
+    }
     cv.notify_all();
   }
   std::vector<std::shared_ptr<Session>> live_sessions() {
@@ -143,13 +164,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() {
     asio::post(executor(), [self = shared_from_this()] { self->do_read(); });
   }
-  // Turns the connection away: 503, then a graceful close (its request, if any, is read and dropped).
-  void reject(std::size_t cap) {
-    asio::post(executor(), [self = shared_from_this(), cap] {
-      self->reply_error_and_close(503,
-                                  "the server has " + std::to_string(cap) +
-                                      " connections open, its limit (--max-connections); retry shortly",
-                                  "server_error", "too_many_connections");
+  // Turns the connection away: `response` (a whole 503), then a graceful close (its request, if
+  // any, is read and dropped).
+  void reject(std::string response) {
+    asio::post(executor(), [self = shared_from_this(), r = std::move(response)]() mutable {
+      self->state_ = State::kHandling;
+      self->current_id_.fetch_add(1);
+      self->keep_alive_ = false;
+      self->close_after_ = true;
+      self->resp_ = Resp::kWhole;
+      self->queue(std::move(r));
     });
   }
   // Shutdown, phase 1: close if idle between requests; otherwise close after the response.
@@ -195,8 +219,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_head();
   void read_body();
   void on_read_error(const error_code& ec);
-  void reply_error_and_close(int status, const std::string& message,
-                             std::string_view type = "invalid_request_error", std::string_view code = "");
+  void reply_error_and_close(int status, const std::string& message);
   void dispatch();
   void bg_read();
   void on_bg_read(const error_code& ec, std::size_t n);
@@ -470,8 +493,7 @@ void Session::on_read_error(const error_code& ec) {
   close_socket();
 }
 
-void Session::reply_error_and_close(int status, const std::string& message, std::string_view type,
-                                    std::string_view code) {
+void Session::reply_error_and_close(int status, const std::string& message) {
   state_ = State::kHandling;
   stream_.expires_never();
   current_id_.fetch_add(1);
@@ -479,18 +501,8 @@ void Session::reply_error_and_close(int status, const std::string& message, std:
   close_after_ = true;
   head_request_ = false;
   resp_ = Resp::kWhole;
-  std::string body = json_error_body(status, message, type);
-  Headers headers = {{"Content-Length", std::to_string(body.size())}};
-  if (!code.empty()) {
-    // The OpenAI error body's "code" names the cause ("too_many_connections") instead of the status.
-    const std::string numeric = "\"code\":" + std::to_string(status);
-    if (auto at = body.find(numeric); at != std::string::npos) {
-      body.replace(at, numeric.size(), "\"code\":\"" + std::string(code) + "\"");
-      headers[0].second = std::to_string(body.size());
-    }
-  }
-  if (status == 503) headers.emplace_back("Retry-After", "1");
-  std::string out = make_head(status, "application/json", headers);
+  std::string body = json_error_body(status, message, "invalid_request_error");
+  std::string out = make_head(status, "application/json", {{"Content-Length", std::to_string(body.size())}});
   out += body;
   queue(std::move(out));
 }
@@ -922,17 +934,11 @@ void HttpServer::Impl::on_accept(const error_code& ec, tcp::socket socket) {
   if (uint64_t n = accept_log.take_pending(); n > 0) log::warn("event=accept_errors_ended suppressed={}", n);
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
-  bool full = false;
+  bool full = false, linger = false;
   {
     std::lock_guard lock(mu);
     full = serving >= max_connections;
-  }
-  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket), !full);
-  {
-    std::lock_guard lock(mu);
-    sessions[session.get()] = session;
-    ++open_sockets;
-    if (!full) ++serving;
+    linger = full && lingering < reject_linger_cap;
   }
   n_accepted++;
   if (full) {
@@ -943,7 +949,30 @@ void HttpServer::Impl::on_accept(const error_code& ec, tcp::socket socket) {
           "event=connection_rejected reason=max_connections max_connections={} suppressed_since_last={}",
           max_connections, suppressed);
     }
-    session->reject(max_connections);
+  }
+  if (full && !linger) {
+    // A flood: more turned-away connections lingering would eat the descriptors kept in reserve
+    // (and accept would fail with EMFILE). Best effort: the 503 goes out with one non-blocking send
+    // and the socket closes at once; a client whose request arrives after that may see a reset.
+    const std::string r = too_many_connections_response(max_connections);
+    (void)::send(socket.native_handle(), r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
+    return do_accept();
+  }
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket), !full);
+  {
+    std::lock_guard lock(mu);
+    sessions[session.get()] = session;
+    ++open_sockets;
+    if (full) {
+      ++lingering;
+    } else {
+      ++serving;
+    }
+  }
+  if (full) {
+    session->reject(too_many_connections_response(max_connections));
   } else {
     session->start();
   }
@@ -972,6 +1001,16 @@ Status HttpServer::start_listening() {
   Impl& im = *impl_;
   if (im.opt.io_threads < 1) return invalid_argument("io_threads must be at least 1");
   im.max_connections = im.opt.max_connections > 0 ? im.opt.max_connections : default_max_connections();
+  {
+    // Half the descriptors the cap leaves over (64 at most) may hold turned-away connections.
+    rlimit r{};
+    const uint64_t limit = ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY
+                               ? uint64_t(r.rlim_cur)
+                               : uint64_t(1) << 20;
+    im.reject_linger_cap = limit > im.max_connections
+                               ? std::size_t(std::min<uint64_t>(64, (limit - im.max_connections) / 2))
+                               : 0;
+  }
   error_code ec;
   asio::ip::address addr = asio::ip::make_address(im.opt.host, ec);
   if (ec) {
