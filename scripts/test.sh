@@ -38,7 +38,7 @@ if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then
 fi
 
 if [ "${PLUMB_SKIP_FUZZ:-0}" != 1 ]; then
-  # Issue 24: every libFuzzer target (fuzz/) for a few seconds each under ASan+UBSan (clang).
+  # Every libFuzzer target (fuzz/) for a few seconds each under ASan+UBSan (clang).
   stage "fuzz (bounded)"
   bash scripts/fuzz.sh || failed+=("fuzz")
 fi
