@@ -139,8 +139,9 @@ Result<LedgerBaseline> ledger_baseline(ledger::Ledger& l, int64_t machine_id, in
 }
 
 // What a stored run of this evaluation used (the ledger requires it with every run).
-std::string effective_settings(const Options& o, const std::string& role, const protocol::Scenario& sc,
-                               uint64_t seed, const compare::Workload& w, const std::string& script_sha) {
+std::string effective_settings(const Options& o, const compare::MeasureOptions& mo, const std::string& role,
+                               const protocol::Scenario& sc, uint64_t seed, const compare::Workload& w,
+                               const std::string& script_sha) {
   json::object eff{{"evaluate_role", role},
                    {"scenario", sc.id},
                    {"size", o.size},
@@ -150,7 +151,7 @@ std::string effective_settings(const Options& o, const std::string& role, const 
                    {"request_timeout_s", int64_t(o.request_timeout.count())},
                    {"tokenizer", o.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : o.tokenizer}};
   if (role == "submission") eff["start_script_sha256"] = script_sha;
-  return json::canonical(eff);
+  return compare::effective_settings(mo, std::move(eff));
 }
 
 std::string ids_text(const std::vector<int64_t>& ids) {
@@ -313,8 +314,9 @@ Result<Evaluation> run(const Options& opt) {
               ": measuring the baseline (plumb serve --preset " + opt.baseline_preset + ")");
         PLUMB_ASSIGN_OR_RETURN(mo.work_dir, c.fresh_dir("baseline-" + sc.id + "-" + std::to_string(seed)));
         auto bm = compare::measure(basecfg, sc, w, mo);
-        if (!bm.ok()) {
-          s.baseline_source = "baseline failed to start: " + bm.status().message();
+        if (!bm.ok() || !bm->started) {
+          s.baseline_source =
+              "baseline failed to start: " + (bm.ok() ? bm->start_error : bm.status()).message();
         } else {
           s.baseline_source = "measured: plumb serve --preset " + opt.baseline_preset;
           if (bm->valid) {
@@ -324,7 +326,8 @@ Result<Evaluation> run(const Options& opt) {
           }
           if (led) {
             compare::fill_provenance(bm->row, *ids, *set_id, sc, seed);
-            bm->row.effective_settings = effective_settings(opt, "baseline", sc, seed, w, ev.script_sha256);
+            bm->row.effective_settings =
+                effective_settings(opt, mo, "baseline", sc, seed, w, ev.script_sha256);
             auto id = led->insert_run(bm->row, bm->requests, bm->metrics);
             if (!id.ok())
               return Status(id.status().code(), "storing the baseline run: " + id.status().message());
@@ -336,9 +339,9 @@ Result<Evaluation> run(const Options& opt) {
       c.say("scenario " + sc.id + " seed " + std::to_string(seed) + ": measuring the submission");
       PLUMB_ASSIGN_OR_RETURN(mo.work_dir, c.fresh_dir("submission-" + sc.id + "-" + std::to_string(seed)));
       auto m = compare::measure(sub, sc, w, mo);
-      if (!m.ok()) {
+      if (!m.ok() || !m->started) {
         s.valid = false;
-        s.failure = "the submission did not start: " + m.status().message();
+        s.failure = "the submission did not start: " + (m.ok() ? m->start_error : m.status()).message();
       } else {
         s.log_path = m->log_path;
         s.valid = m->valid;
@@ -346,7 +349,8 @@ Result<Evaluation> run(const Options& opt) {
         s.objective = m->objective;
         if (led) {
           compare::fill_provenance(m->row, *ids, *set_id, sc, seed);
-          m->row.effective_settings = effective_settings(opt, "submission", sc, seed, w, ev.script_sha256);
+          m->row.effective_settings =
+              effective_settings(opt, mo, "submission", sc, seed, w, ev.script_sha256);
           m->row.gate_status = ev.gates_passed ? "pass" : "fail";
           auto id = led->insert_run(m->row, m->requests, m->metrics);
           if (!id.ok())

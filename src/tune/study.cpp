@@ -134,6 +134,25 @@ double metric_of(const Observation& o, const char* name) {
   return stats::kNaN;
 }
 
+// The trial status the ledger stores for a measurement's outcome (ledger.h's list): an engine that
+// exited or could not be supervised before it was ready is startup_failed; a target that stopped
+// being the launched one mid-run is an invalid run.
+std::string trial_status(const compare::Measurement& m) {
+  switch (m.outcome) {
+    case compare::Outcome::kValid:
+      return "ok";
+    case compare::Outcome::kInvalid:
+      return "invalid";
+    case compare::Outcome::kCrashed:
+      return m.started ? "crashed" : "startup_failed";
+    case compare::Outcome::kTimedOut:
+      return "timeout";
+    case compare::Outcome::kInfrastructureFailure:
+      return m.started ? "invalid" : "startup_failed";
+  }
+  return "error";
+}
+
 }  // namespace
 
 // ---- options -------------------------------------------------------------------------------------
@@ -414,11 +433,10 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
     tr.ended_at = utc_timestamp_now();
     if (tr.ended_at < tr.started_at) tr.ended_at = tr.started_at;
     Result<int64_t> ins = int64_t(0);
-    if (!m.ok()) {
-      const Status& s = m.status();
-      tr.status = s.code() == Code::kTimeout           ? "timeout"
-                  : s.code() == Code::kInvalidArgument ? "error"
-                                                       : "startup_failed";
+    if (!m.ok() || !m->started) {
+      // Not measured: the configuration could not be rendered (error), or the engine did not start.
+      const Status& s = m.ok() ? m->start_error : m.status();
+      tr.status = m.ok() ? trial_status(*m) : s.code() == Code::kInvalidArgument ? "error" : "startup_failed";
       tr.failure = s.message().empty() ? "engine did not start" : s.message();
       if (tr.failure.size() > 2000) tr.failure = tr.failure.substr(0, 2000) + "...";
       tr.feasible = false;
@@ -431,24 +449,12 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
                        {"request_set_hash", w->set.set_hash},
                        {"warmup_requests", int64_t(w->warmup.size())},
                        {"request_timeout_s", int64_t(o.request_timeout_s)}};
-      m->row.effective_settings = json::canonical(eff);
+      m->row.effective_settings = compare::effective_settings(mo, std::move(eff));
       tr.metrics_json = json::canonical(metrics_summary(m->metrics));
       tr.objective = m->row.objective;
-      if (m->valid) {
-        tr.status = "ok";
-        tr.feasible = true;
-      } else {
-        bool timed_out = false;
-        for (const auto& pm : m->per_profile)
-          for (const auto& [k, v] : pm.failures)
-            if (v > 0 && k.find("timeout") != std::string::npos) timed_out = true;
-        tr.status = m->timed_out                                    ? "timeout"
-                    : m->failure.rfind("the engine exited", 0) == 0 ? "crashed"
-                    : timed_out                                     ? "timeout"
-                                                                    : "invalid";
-        tr.failure = m->failure.empty() ? "invalid run" : m->failure;
-        tr.feasible = false;
-      }
+      tr.status = trial_status(*m);
+      tr.feasible = m->outcome == compare::Outcome::kValid;
+      if (!tr.feasible) tr.failure = m->failure.empty() ? "invalid run" : m->failure;
       ins = ledger.insert_trial(tr, &m->row, m->requests, m->metrics);
     }
     if (!ins.ok()) return ins.status().with_context("recording trial " + std::to_string(n));
