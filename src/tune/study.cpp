@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/random.h"
 #include "core/sha256.h"
+#include "core/shipped.h"
 #include "gates/checks.h"
 #include "gates/multiple_choice.h"
 #include "launch/launcher.h"
@@ -558,19 +559,6 @@ std::string serve_command(const SearchSpace& sp, const Config& c) {
 
 namespace {
 
-std::string find_mc_dataset(const std::string& plumb_binary) {
-  std::string rel = "data/mc_heldout.jsonl";
-  if (std::filesystem::exists(rel)) return rel;
-  std::filesystem::path dir = std::filesystem::path(plumb_binary).parent_path();
-  for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())
-    if (std::filesystem::exists(dir / rel)) return (dir / rel).string();
-  if (auto tok = compare::default_tokenizer_dir(); tok.ok()) {
-    auto root = std::filesystem::path(*tok).parent_path().parent_path();
-    if (std::filesystem::exists(root / rel)) return (root / rel).string();
-  }
-  return rel;
-}
-
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   f << text;
@@ -694,8 +682,11 @@ Result<Revalidation> revalidate(ledger::Ledger& ledger, int64_t id, const RunCon
       if (auto s = reference.resolve_model(); err.empty() && !s.ok()) err = "reference: " + s.message();
       if (err.empty()) {
         gates::QualityOptions q;
-        auto items =
-            gates::load_mc_jsonl(ro.mc_dataset.empty() ? find_mc_dataset(ctx.plumb_binary) : ro.mc_dataset);
+        // The shipped set by core/shipped.h's search unless the options name one.
+        auto dataset = ro.mc_dataset.empty() ? find_shipped_file(Shipped::kData, "mc_heldout.jsonl")
+                                             : Result<std::string>(ro.mc_dataset);
+        auto items = dataset.ok() ? gates::load_mc_jsonl(*dataset)
+                                  : Result<std::vector<gates::McItem>>(dataset.status());
         if (!items.ok()) {
           err = "quality gate dataset: " + items.status().message();
         } else {
