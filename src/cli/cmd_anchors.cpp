@@ -23,10 +23,7 @@ struct AnchorsArgs {
   bool as_json = false;
 };
 
-std::string str(const json::object& o, const char* k) {
-  auto it = o.find(k);
-  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
-}
+std::string str(const json::object& o, const char* k) { return json::string_at(o, k).value_or(""); }
 
 int run_anchors(const AnchorsArgs& a) {
   std::string path = a.file;
@@ -76,9 +73,7 @@ int run_anchors(const AnchorsArgs& a) {
   for (const auto& v : rows) {
     if (!v.is_object()) continue;
     const json::object& o = v.as_object();
-    double value = 0;
-    if (auto it = o.find("value"); it != o.end() && it->value().is_number())
-      value = it->value().to_number<double>();
+    double value = json::number_at(o, "value").value_or(0.0);
     std::printf("- %s | %s | %s | %s\n    %s = %g %s  [%s]\n    source: %s\n", str(o, "engine").c_str(),
                 str(o, "model").c_str(), str(o, "hardware").c_str(), str(o, "scenario").c_str(),
                 str(o, "metric").c_str(), value, str(o, "unit").c_str(), str(o, "status").c_str(),

@@ -145,10 +145,6 @@ std::string_view outcome_name(Outcome o) {
   return "?";
 }
 
-namespace {
-json::value opt_json(const std::optional<double>& v) { return v ? json::value(*v) : json::value(nullptr); }
-}  // namespace
-
 json::object settings_json(const MeasureOptions& o) {
   return json::object{{"api", o.api == loadgen::Api::kChat ? "chat" : "completions"},
                       {"model", o.model},
@@ -157,9 +153,9 @@ json::object settings_json(const MeasureOptions& o) {
                       {"show_special_tokens", o.show_special_tokens},
                       {"realtime_pacing", o.realtime_pacing},
                       {"warmup_concurrency", int64_t(1)},
-                      {"slo_ttft_ms", opt_json(o.slo.ttft_ms)},
-                      {"slo_tpot_ms", opt_json(o.slo.tpot_ms)},
-                      {"slo_e2e_ms", opt_json(o.slo.e2e_ms)}};
+                      {"slo_ttft_ms", json::number_or_null(o.slo.ttft_ms)},
+                      {"slo_tpot_ms", json::number_or_null(o.slo.tpot_ms)},
+                      {"slo_e2e_ms", json::number_or_null(o.slo.e2e_ms)}};
 }
 
 std::string effective_settings(const MeasureOptions& o, json::object caller) {
@@ -257,9 +253,9 @@ ledger::RequestRow request_row(const metrics::RequestRecord& r, size_t profile) 
 json::object constraint_json(const metrics::Constraint& c, size_t profile) {
   json::object jc{{"profile", int64_t(profile)},
                   {"name", c.name},
-                  {"value", std::isfinite(c.value) ? json::value(c.value) : json::value(nullptr)},
+                  {"value", json::number_or_null(c.value)},
                   {"relation", c.relation},
-                  {"bound", std::isfinite(c.bound) ? json::value(c.bound) : json::value(nullptr)},
+                  {"bound", json::number_or_null(c.bound)},
                   {"verdict", std::string(metrics::verdict_name(c.verdict))}};
   if (c.verdict == metrics::Verdict::kFail) jc["fix"] = c.fix;
   return jc;

@@ -89,18 +89,6 @@ Result<std::unique_ptr<launch::Engine>> start(Context& c, const launch::EngineCo
   return launch::Engine::start(spec, lo);
 }
 
-double geomean(const std::vector<double>& xs) {
-  if (xs.empty()) return stats::kNaN;
-  double s = 0;
-  for (double x : xs) {
-    if (!(std::isfinite(x) && x > 0)) return stats::kNaN;
-    s += std::log(x);
-  }
-  return std::exp(s / double(xs.size()));
-}
-
-json::value num(double v) { return std::isfinite(v) ? json::value(v) : json::value(nullptr); }
-
 // The ledger's registered baseline for one request set: valid runs of plumb's engine with the
 // baseline preset on this machine, size class and request set. Median objective and run ids.
 struct LedgerBaseline {
@@ -366,7 +354,7 @@ Result<Evaluation> run(const Options& opt) {
       speedups.push_back(s.speedup);
       sr.seeds.push_back(std::move(s));
     }
-    sr.speedup = geomean(speedups);
+    sr.speedup = stats::geomean(speedups);
     sr.score = sr.speedup;
     for (const auto& s : sr.seeds) {
       if (!s.valid) {
@@ -389,15 +377,7 @@ Result<Evaluation> run(const Options& opt) {
 
   // Harness integrity at the very end: a change fails the integrity gate (and every score).
   ev.harness_after = gates::hash_harness(harness);
-  int changed = 0;
-  std::string which;
-  for (size_t i = 0; i < ev.harness_before.files.size() && i < ev.harness_after.files.size(); ++i) {
-    if (ev.harness_before.files[i].second != ev.harness_after.files[i].second) {
-      ++changed;
-      which += (which.empty() ? "" : ", ") + ev.harness_before.files[i].first;
-    }
-  }
-  if (ev.harness_before.protocol_hash != ev.harness_after.protocol_hash) ++changed, which += " protocol";
+  auto [changed, which] = gates::harness_changes(ev.harness_before, ev.harness_after);
   ev.harness_intact = changed == 0;
   for (auto& g : ev.gates.gates) {
     if (g.gate != "integrity") continue;
@@ -416,7 +396,7 @@ Result<Evaluation> run(const Options& opt) {
   }
   std::vector<double> scores;
   for (const auto& sr : ev.scenarios) scores.push_back(sr.score);
-  ev.score = geomean(scores);
+  ev.score = stats::geomean(scores);
   if (!std::isfinite(ev.score)) ev.score = 1.0;
   ev.ended_at = utc_timestamp_now();
   return ev;
@@ -425,7 +405,7 @@ Result<Evaluation> run(const Options& opt) {
 json::object to_json(const Evaluation& e) {
   json::object o;
   o["schema_version"] = kSchemaVersion;
-  o["score"] = num(e.score);
+  o["score"] = json::number_or_null(e.score);
   o["gates_passed"] = e.gates_passed;
   o["harness_intact"] = e.harness_intact;
   o["start_script"] = e.start_script;
@@ -444,18 +424,18 @@ json::object to_json(const Evaluation& e) {
     json::object j;
     j["scenario"] = s.scenario;
     j["objective"] = s.objective_name;
-    j["speedup"] = num(s.speedup);
-    j["score"] = num(s.score);
+    j["speedup"] = json::number_or_null(s.speedup);
+    j["score"] = json::number_or_null(s.score);
     j["score_note"] = s.score_note;
     json::array runs;
     for (const auto& r : s.seeds) {
       runs.emplace_back(json::object{{"seed", r.seed},
-                                     {"objective", num(r.objective)},
+                                     {"objective", json::number_or_null(r.objective)},
                                      {"valid", r.valid},
                                      {"failure", r.failure},
-                                     {"baseline_objective", num(r.baseline)},
+                                     {"baseline_objective", json::number_or_null(r.baseline)},
                                      {"baseline_source", r.baseline_source},
-                                     {"speedup", num(r.speedup)},
+                                     {"speedup", json::number_or_null(r.speedup)},
                                      {"request_set_hash", r.request_set_hash},
                                      {"log", r.log_path}});
     }
