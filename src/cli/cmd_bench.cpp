@@ -19,6 +19,7 @@
 #include "core/random.h"
 #include "launch/adapter.h"
 #include "launch/launcher.h"
+#include "ledger/ledger.h"
 #include "loadgen/driver.h"
 #include "loadgen/openai_target.h"
 #include "metrics/metrics.h"
@@ -42,6 +43,8 @@ struct BenchArgs {
   std::string size = "small";
   uint64_t seed = 21;
   std::string requests_file;
+  size_t requests_hashes_computed = 0;  // lines of --requests that had no "hash" (hashed here)
+  std::string ledger_path;              // --ledger: record the run (protocol scenarios)
   std::string dataset;
   std::string dataset_format = "generic";
   int64_t input_len = 0;
@@ -91,6 +94,8 @@ json::object settings_json(const BenchArgs& a) {
   s["size"] = a.size;
   s["seed"] = a.seed;
   s["requests_file"] = a.requests_file;
+  if (!a.requests_file.empty()) s["requests_hashes_computed"] = a.requests_hashes_computed;
+  s["ledger"] = a.ledger_path;
   s["dataset"] = a.dataset;
   s["dataset_format"] = a.dataset_format;
   s["input_len"] = a.input_len;
@@ -158,7 +163,14 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   if (a.num_prompts == 0 && a.duration_s > 0 && a.rate > 0)
     spec.num_requests = a.num_prompts = size_t(std::ceil(a.duration_s * a.rate));
   if (!a.requests_file.empty()) {
-    PLUMB_ASSIGN_OR_RETURN(plan.set, workload::read_request_set(a.requests_file));
+    PLUMB_ASSIGN_OR_RETURN(plan.set,
+                           workload::read_request_set(a.requests_file, &a.requests_hashes_computed));
+    if (a.requests_hashes_computed > 0)
+      std::fprintf(
+          stderr,
+          "plumb bench: --requests: %zu of %zu requests had no \"hash\": computed their content hashes "
+          "(set %s); --save-requests FILE writes the set with them\n",
+          a.requests_hashes_computed, plan.set.requests.size(), plan.set.set_hash.substr(0, 16).c_str());
   } else if (!a.dataset.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto fmt, workload::parse_source_format(a.dataset_format));
     workload::SourceOptions so{
@@ -255,6 +267,17 @@ Result<launch::EngineConfig> own_server_config(const BenchArgs& a, std::string& 
   return cfg;
 }
 
+// Records a scenario run in the ledger with its provenance, as compare records each arm's run.
+Result<int64_t> record_run(const std::string& path, const compare::Workload& w, compare::Measurement& m,
+                           std::string effective_settings, uint64_t seed) {
+  PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(path));
+  PLUMB_ASSIGN_OR_RETURN(auto ids, compare::provenance_ids(*ledger));
+  PLUMB_ASSIGN_OR_RETURN(int64_t set_id, compare::insert_request_set(*ledger, w, *w.scenario, seed));
+  compare::fill_provenance(m.row, ids, set_id, *w.scenario, seed);
+  m.row.effective_settings = std::move(effective_settings);
+  return ledger->insert_run(m.row, m.requests, m.metrics);
+}
+
 // Exit code of a Status error: the user's input (usage) or the run (error).
 int exit_code_of(const Status& s) {
   return s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound || s.code() == Code::kCorrupt
@@ -266,6 +289,12 @@ int run_bench(BenchArgs a) {
   const bool own_server = a.target.empty();
   if (!own_server && !a.serve_args.empty()) {
     std::cerr << "plumb bench: --serve-args applies only when plumb starts its own server (no --target)\n";
+    return kExitUsage;
+  }
+  if (!a.ledger_path.empty() && a.scenario.empty()) {
+    std::cerr
+        << "plumb bench: --ledger records protocol scenario runs (give --scenario): a custom workload has "
+           "no objective for the ledger to keep\n";
     return kExitUsage;
   }
   compare::Subject subject;
@@ -411,6 +440,15 @@ int run_bench(BenchArgs a) {
     std::cerr << "plumb bench: " << output_error.to_string() << "\n";
     return kExitError;
   }
+  if (!a.ledger_path.empty()) {
+    json::object caller{{"command", "bench"}, {"bench", settings_json(a)}};
+    auto id = record_run(a.ledger_path, w, *m, compare::effective_settings(mo, std::move(caller)), a.seed);
+    if (!id.ok()) {
+      std::cerr << "plumb bench: --ledger: " << id.status().to_string() << "\n";
+      return kExitError;
+    }
+    std::fprintf(stderr, "plumb bench: recorded run %lld in %s\n", (long long)*id, a.ledger_path.c_str());
+  }
   if (m->outcome != compare::Outcome::kValid && m->outcome != compare::Outcome::kInvalid)
     std::fprintf(stderr, "plumb bench: the run is %s: %s\n",
                  std::string(compare::outcome_name(m->outcome)).c_str(), m->failure.c_str());
@@ -436,7 +474,7 @@ int run_bench(BenchArgs a) {
     o["size"] = std::string(protocol::size_class_name(sc.size));
     o["seed"] = a.seed;
     o["objective"] = std::string(protocol::objective_name(sc.objective));
-    o["objective_value"] = std::isfinite(m->objective) ? json::value(m->objective) : json::value(nullptr);
+    o["objective_value"] = json::number_or_null(m->objective);
     o["valid"] = valid;
     o["outcome"] = std::string(compare::outcome_name(m->outcome));
     o["profiles"] = std::move(profile_json);
@@ -480,8 +518,10 @@ void setup_bench(CLI::App& root) {
   c->add_option("--scenario", args->scenario, "protocol scenario A|B|C|D (PROTOCOL.md §1)");
   c->add_option("--size", args->size, "scenario size class gpu | small")->capture_default_str();
   c->add_option("--seed", args->seed, "run seed (lengths, documents, arrivals)")->capture_default_str();
-  c->add_option("--requests", args->requests_file,
-                "a saved request set (JSONL with hashes) to replay byte for byte");
+  c->add_option(
+      "--requests", args->requests_file,
+      "a request file to replay byte for byte: a saved set (JSONL with hashes), or OpenAI-style "
+      "requests (\"messages\" or \"prompt\", \"max_tokens\") whose hashes plumb computes and says so");
   c->add_option("--dataset", args->dataset, "a JSONL dataset to draw requests from");
   c->add_option("--dataset-format", args->dataset_format, "generic | longbench | sharegpt")
       ->capture_default_str();
@@ -526,6 +566,10 @@ void setup_bench(CLI::App& root) {
   c->add_option("--html", args->html_path,
                 "write a self-contained HTML report (opens offline): validity and metrics tables, latency "
                 "CDFs, TTFT/TPOT per request over time, throughput over time, a per-request timeline");
+  c->add_option(
+      "--ledger", args->ledger_path,
+      "record the run (with --scenario) in this ledger with its provenance, as plumb compare records "
+      "its runs");
   c->add_flag("--quiet", args->quiet, "no progress line");
   c->callback([args] { set_exit_code(run_bench(*args)); });
 }

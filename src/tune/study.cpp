@@ -131,8 +131,7 @@ std::string opt_num(const std::optional<double>& v, const char* f = "%.4g") {
 }
 
 double metric_of(const Observation& o, const char* name) {
-  if (auto* v = o.metrics.if_contains(name); v && v->is_number()) return v->to_number<double>();
-  return stats::kNaN;
+  return json::number_at(o.metrics, name).value_or(stats::kNaN);
 }
 
 // The trial status the ledger stores for a measurement's outcome (ledger.h's list): an engine that
@@ -189,10 +188,7 @@ Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
   auto str = [&](const char* k, std::string& out) {
     if (auto* v = o.if_contains(k); v && v->is_string()) out = std::string(v->as_string());
   };
-  auto num = [&](const char* k) -> std::optional<double> {
-    if (auto* v = o.if_contains(k); v && v->is_number()) return v->to_number<double>();
-    return std::nullopt;
-  };
+  auto num = [&](const char* k) { return json::number_at(o, k); };
   str("name", s.name);
   str("space", s.space);
   str("strategy", s.strategy);
@@ -751,22 +747,18 @@ std::vector<size_t> pareto_front(const StudyState& st) {
 }
 
 namespace {
-json::value jnum(double v) { return std::isfinite(v) ? json::value(v) : json::value(nullptr); }
-json::value jopt(const std::optional<double>& v) {
-  return v && std::isfinite(*v) ? json::value(*v) : json::value(nullptr);
-}
 
 json::object comparison_json(const ComparisonOutcome& c) {
   json::object o{{"baseline", c.baseline}, {"registration_id", c.registration_id}, {"error", c.error}};
   if (c.readout) {
     const auto& r = c.readout->readout;
-    o["speedup"] = jnum(r.ratio);
-    o["ci_lo"] = jnum(r.lo);
-    o["ci_hi"] = jnum(r.hi);
+    o["speedup"] = json::number_or_null(r.ratio);
+    o["ci_lo"] = json::number_or_null(r.lo);
+    o["ci_hi"] = json::number_or_null(r.hi);
     o["verdict"] = std::string(protocol::verdict_name(r.verdict));
     o["reason"] = r.reason;
-    o["cv_baseline"] = jnum(r.cv_a);
-    o["cv_best"] = jnum(r.cv_b);
+    o["cv_baseline"] = json::number_or_null(r.cv_a);
+    o["cv_best"] = json::number_or_null(r.cv_b);
     o["pairs"] = r.pairs;
     o["pairs_registered"] = c.readout->pairs_registered;
     o["more_pairs_needed"] = r.more_pairs_needed;
@@ -787,7 +779,7 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
                                   {"config", config_to_json(o.config)},
                                   {"status", o.status},
                                   {"feasible", o.feasible},
-                                  {"objective", jopt(o.objective)},
+                                  {"objective", json::number_or_null(o.objective)},
                                   {"failure", o.failure},
                                   {"metrics", o.metrics},
                                   {"rationale", t.rationale},
@@ -795,7 +787,7 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
                                   {"run_id", t.run_id ? json::value(*t.run_id) : json::value(nullptr)}});
     if (o.stage == "full" && o.feasible && o.objective && (!std::isfinite(best) || *o.objective > best))
       best = *o.objective;
-    conv.push_back(json::object{{"trial", o.index}, {"best_so_far", jnum(best)}});
+    conv.push_back(json::object{{"trial", o.index}, {"best_so_far", json::number_or_null(best)}});
     if (!o.feasible)
       infeasible.push_back(json::object{{"index", o.index},
                                         {"status", o.status},
@@ -804,10 +796,10 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
   }
   json::array front;
   for (size_t i : pareto_front(st))
-    front.push_back(
-        json::object{{"index", st.trials[i].obs.index},
-                     {"ttft_p50_ms", jnum(metric_of(st.trials[i].obs, "ttft_p50_ms"))},
-                     {"request_throughput", jnum(metric_of(st.trials[i].obs, "request_throughput"))}});
+    front.push_back(json::object{
+        {"index", st.trials[i].obs.index},
+        {"ttft_p50_ms", json::number_or_null(metric_of(st.trials[i].obs, "ttft_p50_ms"))},
+        {"request_throughput", json::number_or_null(metric_of(st.trials[i].obs, "request_throughput"))}});
   auto b = st.best();
   json::object study{{"id", st.row.id},
                      {"name", st.row.name},
@@ -833,7 +825,7 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
   if (b) {
     const auto& t = st.trials[*b];
     out["best"] = json::object{{"index", t.obs.index},
-                               {"objective", jopt(t.obs.objective)},
+                               {"objective", json::number_or_null(t.obs.objective)},
                                {"config", config_to_json(t.obs.config)},
                                {"engine_config_toml", engine_config_toml(st.space, t.obs.config)},
                                {"serve_command", serve_command(st.space, t.obs.config)}};

@@ -7,7 +7,7 @@
 // reloads the finished trials and continues. Each trial row is written when the trial finishes, in
 // one transaction with its run, and the database refuses a trial index other than the study's
 // trial count, so no finished trial is lost or repeated; the trial in flight at the kill is run
-// again (its engine, orphaned by the kill, keeps running until stopped: see docs/tuning.md).
+// again (its engine dies with the killed plumb: launch/launcher.h; see docs/tuning.md).
 //
 // Trial outcomes, from compare::Outcome (never from message text): ok (valid run, objective), invalid
 // (the run broke a docs/protocol.md validity rule), startup_failed (the engine exited or could not be
