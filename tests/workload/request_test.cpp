@@ -110,6 +110,31 @@ TEST(Request, LoadingNamesTheLineOfMalformedInput) {
   }
 }
 
+// OpenAI-style files carry no hashes: when the caller asks, such lines are hashed here and counted,
+// and the set equals the one built from the same requests; lines with a hash are still verified.
+TEST(Request, LinesWithoutHashesAreHashedAndCountedWhenAsked) {
+  auto set = make_request_set({chat_request(), prompt_request()});
+  ASSERT_TRUE(set.ok());
+  std::string hashed = to_jsonl(*set);
+  std::string first = hashed.substr(0, hashed.find('\n') + 1);
+  std::string bare =
+      R"({"model":"m","prompt":"Once upon","max_tokens":3,"temperature":0,"ignore_eos":false})";
+  size_t computed = 0;
+  auto mixed = parse_jsonl(first + bare + "\n", &computed);
+  ASSERT_TRUE(mixed.ok()) << mixed.status().to_string();
+  EXPECT_EQ(computed, 1u);
+  EXPECT_EQ(mixed->set_hash, set->set_hash);
+  EXPECT_EQ(mixed->hashes, set->hashes);
+
+  std::string tampered = hashed;
+  tampered.replace(tampered.find("Once upon"), 9, "Once upan");
+  computed = 0;
+  auto bad = parse_jsonl(tampered, &computed);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kCorrupt);
+  EXPECT_FALSE(parse_jsonl(bare).ok());  // not asked: a missing hash stays an error
+}
+
 TEST(Request, MakeSetRejectsInvalidRequestsByIndex) {
   Request bad = chat_request();
   bad.max_tokens = 0;
