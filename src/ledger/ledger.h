@@ -3,7 +3,15 @@
 // see schema.cpp and docs/protocol.md). Whatever writes to the file, through this class or raw SQL,
 // cannot store a run without provenance, a verdict built on a NOISY arm, a readout without a prior
 // unchanged registration, a comparison spanning two machines, a score other than 1.0 for a run that
-// failed a gate, or change/delete a recorded measurement.
+// failed a gate, or change/delete a recorded measurement. A run is usable (by a trial, a readout or
+// a score) only once sealed: the database admits the seal only when the run's per-request rows back
+// its stated figures, and seals form a hash chain that verify() recomputes (see schema.cpp,
+// migration 3, and docs/protocol.md "Database-level validator"). insert_run and insert_trial seal
+// the run they write, in the same transaction.
+//
+// Opening checks the validator: the file's schema objects (tables, indexes, triggers and their SQL)
+// must be exactly those its schema version defines; a file that differs (a dropped trigger, an edit
+// through PRAGMA writable_schema, deleted schema_version rows) is refused with what changed.
 //
 // Ownership and threads: a Ledger owns one sqlite3 connection; use one Ledger per thread (several
 // processes may open the same file; writers wait up to 5 s for the lock). Move-only.
@@ -222,6 +230,33 @@ struct TrialRow {
   double elapsed_s = 0;  // wall seconds the trial took (launch to stop)
 };
 
+// One link of the seal chain. hash = SHA-256 of "plumb-seal/1 <seq> <run_id> <prev_hash>
+// <content_hash>"; content_hash = SHA-256 of the run's canonical content (ledger.cpp
+// run_content_hash: the run row, its machine, build, protocol, request-set and registration
+// references, its per-request rows by (profile, idx) and its metrics by name).
+struct SealRow {
+  int64_t seq = 0;           // 0-based position in the chain
+  int64_t run_id = 0;        // the sealed run
+  std::string content_hash;  // 64 hex
+  std::string prev_hash;     // the previous seal's hash; kGenesisHash for seq 0
+  std::string hash;          // 64 hex: this link
+  std::string sealed_at;     // UTC timestamp
+};
+// prev_hash of the first seal, and the chain head of a ledger with no seal.
+inline const std::string kGenesisHash(64, '0');
+
+// What verify() found. ok() when nothing is wrong; unsealed runs are not a fault (they are stored
+// but unusable) and are listed apart.
+struct VerifyReport {
+  int64_t schema_version = 0;          // as recorded in the file
+  std::string chain_head;              // the last seal's stored hash (kGenesisHash if none)
+  int64_t seals = 0;                   // links checked
+  int64_t runs = 0;                    // runs in the file
+  std::vector<int64_t> unsealed_runs;  // runs without a seal, by id
+  std::vector<std::string> problems;   // one sentence each: what is wrong, where
+  bool ok() const { return problems.empty(); }
+};
+
 // Query results.
 struct RunSummary {
   int64_t id = 0;
@@ -255,14 +290,19 @@ class Ledger {
   // Opens or creates the database at `path`, sets WAL, foreign_keys=ON, busy_timeout, and applies
   // any missing schema migrations (each in its own transaction). FailedPrecondition if the file's
   // schema is newer than this build knows; IoError if it cannot be opened.
+  // Also FailedPrecondition, naming each difference and what to do, when the file's validator is
+  // not the one its schema version defines.
   static Result<std::unique_ptr<Ledger>> open(const std::string& path);
+  // Opens read-only with no check and no migration, so that verify() can report on a ledger that
+  // open() refuses. IoError if it cannot be opened.
+  static Result<std::unique_ptr<Ledger>> open_for_inspection(const std::string& path);
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
   // The schema version now in the file (== kSchemaVersion after open()).
   Result<int64_t> schema_version();
-  static constexpr int64_t kSchemaVersion = 2;
+  static constexpr int64_t kSchemaVersion = 3;  // 3: seals, the hash chain, schema_version append-only
 
   // Reference rows: idempotent on their natural key (returns the existing id if present).
   Result<int64_t> insert_machine(const MachineRow& m);
@@ -270,7 +310,9 @@ class Ledger {
   Result<int64_t> insert_protocol(const ProtocolRow& p);
   Result<int64_t> insert_request_set(const RequestSetRow& s);
 
-  // A run, its per-request records and its metrics in one transaction: all or nothing.
+  // A run, its per-request records and its metrics, sealed, in one transaction: all or nothing.
+  // FailedPrecondition with the database's message when the validator refuses the run or its seal
+  // (e.g. a valid run without its per-request rows, a stated TTFT p50 its rows do not give).
   Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
                              std::span<const MetricRow> metrics);
 
@@ -296,6 +338,20 @@ class Ledger {
   Result<int64_t> insert_trial(const TrialRow& t, const RunRow* run, std::span<const RequestRow> requests,
                                std::span<const MetricRow> metrics);
   Result<std::vector<TrialRow>> trials_for(int64_t study_id);  // by idx
+
+  // Seals a run already stored (written by raw SQL or by a plumb before schema 3): computes its
+  // content hash, links it to the chain head and inserts the seal, which the database admits only
+  // if the run's rows back it (FailedPrecondition with the rule otherwise). FailedPrecondition too
+  // when the run's protocol row is not what its hash says.
+  Result<SealRow> seal_run(int64_t run_id);
+  // The hash of the last seal (kGenesisHash for none): one value that identifies the ledger's
+  // sealed history.
+  Result<std::string> chain_head();
+  // Recomputes everything the file can be checked against: the validator (schema objects against
+  // this schema version's), the schema_version rows, every protocol row's hash, and the seal chain
+  // (each seal's content hash from the rows, its link and its own hash). Finds an edited, inserted
+  // or deleted row of a sealed run, a deleted or forged seal, a dropped or rewritten trigger.
+  Result<VerifyReport> verify();
 
   // Runs, newest first; limit <= 0 means all.
   Result<std::vector<RunSummary>> list_runs(int64_t limit = 0);
