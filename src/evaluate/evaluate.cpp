@@ -117,11 +117,18 @@ Result<LedgerBaseline> ledger_baseline(ledger::Ledger& l, int64_t machine_id, in
                            "engine_config", "valid", "objective"})
     if (!col.count(need))
       return Status(Code::kInternal, std::string("ledger runs table lacks column ") + need);
+  // Only sealed runs count: a run whose per-request rows do not back it is stored but never used.
+  PLUMB_ASSIGN_OR_RETURN(auto seals, l.dump("seals"));
+  std::set<int64_t> sealed;
+  for (size_t i = 0; i < seals.columns.size(); ++i)
+    if (seals.columns[i] == "run_id")
+      for (const auto& r : seals.rows) sealed.insert(r[i].i);
   LedgerBaseline out;
   std::vector<double> objs;
   for (const auto& r : t.rows) {
     auto i64 = [&](const char* k) { return r[col[k]].i; };
     auto str = [&](const char* k) -> const std::string& { return r[col[k]].s; };
+    if (!sealed.count(i64("id"))) continue;
     if (i64("machine_id") != machine_id || i64("request_set_id") != request_set_id) continue;
     if (str("scenario") != scenario || str("size_class") != size || str("target_engine") != "plumb") continue;
     if (i64("valid") != 1 || r[col["objective"]].type != ledger::Cell::Type::kReal) continue;

@@ -82,7 +82,8 @@ Result<std::optional<double>> ledger_baseline_accuracy(ledger::Ledger& l, const 
       "SELECT m.value FROM runs r JOIN request_sets s ON s.id = r.request_set_id "
       "JOIN metrics m ON m.run_id = r.id WHERE s.set_hash = ?1 AND r.model_identity = ?2 AND r.machine_id = "
       "?3 "
-      "AND m.name = 'gate.quality.reference_accuracy' ORDER BY r.id DESC LIMIT 1";
+      "AND m.name = 'gate.quality.reference_accuracy' AND r.id IN (SELECT run_id FROM seals) "
+      "ORDER BY r.id DESC LIMIT 1";
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(l.handle(), sql, -1, &st, nullptr) != SQLITE_OK)
     return Status(Code::kIoError, std::string("ledger baseline query: ") + sqlite3_errmsg(l.handle()));

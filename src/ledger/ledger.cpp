@@ -1049,8 +1049,8 @@ namespace {
 constexpr const char* kRunSummarySelect =
     "SELECT r.id, r.started_at, r.scenario, r.size_class, r.target_engine, r.valid, r.gate_status, "
     "r.objective, "
-    "r.registration_id, coalesce(r.arm, ''), (SELECT count(*) FROM requests q WHERE q.run_id = r.id) FROM "
-    "runs r ";
+    "r.registration_id, coalesce(r.arm, ''), (SELECT count(*) FROM requests q WHERE q.run_id = r.id), "
+    "EXISTS (SELECT 1 FROM seals s WHERE s.run_id = r.id) FROM runs r ";
 
 Result<std::vector<RunSummary>> read_runs(Stmt& s) {
   std::vector<RunSummary> out;
@@ -1069,6 +1069,7 @@ Result<std::vector<RunSummary>> read_runs(Stmt& s) {
     r.registration_id = s.opt_i64(8);
     r.arm = s.text(9);
     r.requests = s.i64(10);
+    r.sealed = s.i64(11) != 0;
     out.push_back(std::move(r));
   }
   return out;

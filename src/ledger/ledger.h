@@ -6,7 +6,7 @@
 // failed a gate, or change/delete a recorded measurement. A run is usable (by a trial, a readout or
 // a score) only once sealed: the database admits the seal only when the run's per-request rows back
 // its stated figures, and seals form a hash chain that verify() recomputes (see schema.cpp,
-// migration 3, and docs/protocol.md "Database-level validator"). insert_run and insert_trial seal
+// migration 3, and docs/protocol.md "The database validator"). insert_run and insert_trial seal
 // the run they write, in the same transaction.
 //
 // Opening checks the validator: the file's schema objects (tables, indexes, triggers and their SQL)
@@ -270,6 +270,7 @@ struct RunSummary {
   std::optional<int64_t> registration_id;
   std::string arm;
   int64_t requests = 0;  // per-request records stored
+  bool sealed = false;   // usable: its rows back it (see seal_run)
 };
 
 // A generic table dump for export: column names and rows of cells.

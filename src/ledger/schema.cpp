@@ -379,7 +379,7 @@ END;
   return s;
 }
 
-// Migration 3: the ledger proves its results (docs/protocol.md "Database-level validator").
+// Migration 3: the ledger proves its results (docs/protocol.md "The database validator").
 //
 // A run becomes usable (by a trial, a readout or a score) only when it is sealed: a row in `seals`
 // whose insertion the triggers below allow only when the run's per-request rows back what it
