@@ -5,6 +5,7 @@
 // with its headline metrics (the triggers recompute TTFT p50, TPOT p50, req/s and the objective
 // from the rows; plumb hashes the run's content).
 #include <benchmark/benchmark.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cmath>

@@ -1,5 +1,7 @@
 #include "ledger/ledger.h"
 
+#include <sqlite3.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -384,6 +386,49 @@ Status seal_existing_runs(sqlite3* db) {
   return Status::Ok();
 }
 
+// The SQLite backend. One connection, used from one thread.
+class SqliteLedger final : public Ledger {
+ public:
+  explicit SqliteLedger(sqlite3* db) : db_(db) {}
+  ~SqliteLedger() override { sqlite3_close_v2(db_); }
+  Result<int64_t> schema_version() override;
+  Result<int64_t> insert_machine(const MachineRow& m) override;
+  Result<int64_t> insert_build(const BuildRow& b) override;
+  Result<int64_t> insert_protocol(const ProtocolRow& p) override;
+  Result<int64_t> insert_request_set(const RequestSetRow& s) override;
+  Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
+                             std::span<const MetricRow> metrics) override;
+  Result<int64_t> register_comparison(const Registration& r) override;
+  Result<Registration> get_registration(int64_t id) override;
+  Result<std::vector<Registration>> list_registrations() override;
+  Result<int64_t> record_readout(const ReadoutRow& r) override;
+  Result<std::vector<ReadoutRow>> readouts_for(int64_t registration_id) override;
+  Result<int64_t> insert_score(const ScoreRow& s) override;
+  Result<int64_t> insert_ceiling(const CeilingRow& c) override;
+  Result<int64_t> insert_anchor(const AnchorRow& a) override;
+  Result<int64_t> create_study(const StudyRow& s) override;
+  Result<StudyRow> get_study(int64_t id) override;
+  Result<std::vector<StudyRow>> list_studies() override;
+  Result<int64_t> insert_trial(const TrialRow& t, const RunRow* run, std::span<const RequestRow> requests,
+                               std::span<const MetricRow> metrics) override;
+  Result<std::vector<TrialRow>> trials_for(int64_t study_id) override;
+  Result<SealRow> seal_run(int64_t run_id) override;
+  Result<std::string> chain_head() override;
+  Result<VerifyReport> verify() override;
+  Result<std::vector<RunSummary>> list_runs(int64_t limit) override;
+  Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id) override;
+  Result<Table> row(const std::string& table, int64_t id) override;
+  Result<Table> dump(const std::string& table, int64_t run_id) override;
+  Result<std::vector<MetricRow>> metrics_for(int64_t run_id) override;
+  Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) override;
+  Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id) override;
+  Result<std::vector<RunSummary>> find_runs(const RunQuery& q) override;
+  Result<std::optional<double>> latest_metric(const MetricQuery& q) override;
+
+ private:
+  sqlite3* db_;
+};
+
 }  // namespace
 
 std::string registration_hash(const Registration& r) {
@@ -472,7 +517,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
     sqlite3_close(db);
     return io_error(msg);
   }
-  std::unique_ptr<Ledger> l(new Ledger(db));
+  std::unique_ptr<SqliteLedger> l(new SqliteLedger(db));
   sqlite3_busy_timeout(db, 5000);
   sqlite3_extended_result_codes(db, 1);
   // WAL: readers never block the writer; synchronous=NORMAL in WAL mode loses nothing committed
@@ -524,7 +569,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
     PLUMB_RETURN_IF_ERROR(s.run("recording schema version"));
     PLUMB_RETURN_IF_ERROR(tx.commit());
   }
-  return l;
+  return std::unique_ptr<Ledger>(std::move(l));
 }
 
 Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& path) {
@@ -535,13 +580,13 @@ Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& p
     sqlite3_close(db);
     return io_error(msg);
   }
-  std::unique_ptr<Ledger> l(new Ledger(db));
+  std::unique_ptr<SqliteLedger> l(new SqliteLedger(db));
   sqlite3_busy_timeout(db, 5000);
   sqlite3_extended_result_codes(db, 1);
-  return l;
+  return std::unique_ptr<Ledger>(std::move(l));
 }
 
-Result<SealRow> Ledger::seal_run(int64_t run_id) {
+Result<SealRow> SqliteLedger::seal_run(int64_t run_id) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   PLUMB_ASSIGN_OR_RETURN(SealRow seal, seal_in_tx(db_, run_id));
@@ -549,14 +594,14 @@ Result<SealRow> Ledger::seal_run(int64_t run_id) {
   return seal;
 }
 
-Result<std::string> Ledger::chain_head() {
+Result<std::string> SqliteLedger::chain_head() {
   Stmt s(db_, "SELECT hash FROM seals ORDER BY seq DESC LIMIT 1");
   PLUMB_RETURN_IF_ERROR(s.prepared("chain head"));
   PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading the chain head"));
   return row ? s.text(0) : kGenesisHash;
 }
 
-Result<VerifyReport> Ledger::verify() {
+Result<VerifyReport> SqliteLedger::verify() {
   VerifyReport rep;
   rep.chain_head = kGenesisHash;
   PLUMB_RETURN_IF_ERROR(exec(db_, "BEGIN", "verifying"));
@@ -649,16 +694,14 @@ Result<VerifyReport> Ledger::verify() {
   return rep;
 }
 
-Ledger::~Ledger() { sqlite3_close_v2(db_); }
-
-Result<int64_t> Ledger::schema_version() {
+Result<int64_t> SqliteLedger::schema_version() {
   Stmt s(db_, "SELECT coalesce(max(version), 0) FROM schema_version");
   PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
   PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading schema version"));
   return row ? s.i64(0) : int64_t(0);
 }
 
-Result<int64_t> Ledger::insert_machine(const MachineRow& m) {
+Result<int64_t> SqliteLedger::insert_machine(const MachineRow& m) {
   return find_or_insert(
       db_, "SELECT id FROM machines WHERE fingerprint_hash = ?",
       "INSERT INTO machines (fingerprint_hash, cpu_model, cores, memory_bytes, gpu_model, gpu_driver, "
@@ -671,7 +714,7 @@ Result<int64_t> Ledger::insert_machine(const MachineRow& m) {
       });
 }
 
-Result<int64_t> Ledger::insert_build(const BuildRow& b) {
+Result<int64_t> SqliteLedger::insert_build(const BuildRow& b) {
   return find_or_insert(
       db_, "SELECT id FROM builds WHERE version = ? AND git_commit = ? AND build_type = ? AND compiler = ?",
       "INSERT INTO builds (version, git_commit, build_type, compiler) VALUES (?, ?, ?, ?)", "inserting build",
@@ -679,7 +722,7 @@ Result<int64_t> Ledger::insert_build(const BuildRow& b) {
       [&](Stmt& s) { s.bind(b.version).bind(b.git_commit).bind(b.build_type).bind(b.compiler); });
 }
 
-Result<int64_t> Ledger::insert_protocol(const ProtocolRow& p) {
+Result<int64_t> SqliteLedger::insert_protocol(const ProtocolRow& p) {
   return find_or_insert(
       db_, "SELECT id FROM protocols WHERE hash = ?",
       "INSERT INTO protocols (version, hash, canonical_json) VALUES (?, ?, ?)", "inserting protocol",
@@ -687,7 +730,7 @@ Result<int64_t> Ledger::insert_protocol(const ProtocolRow& p) {
       [&](Stmt& s) { s.bind(p.version).bind(p.hash).bind(p.canonical_json); });
 }
 
-Result<int64_t> Ledger::insert_request_set(const RequestSetRow& r) {
+Result<int64_t> SqliteLedger::insert_request_set(const RequestSetRow& r) {
   return find_or_insert(
       db_, "SELECT id FROM request_sets WHERE set_hash = ?",
       "INSERT INTO request_sets (set_hash, scenario, size_class, seed, num_requests) VALUES (?, ?, ?, ?, ?)",
@@ -745,8 +788,8 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
 }
 }  // namespace
 
-Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> requests,
-                                   std::span<const MetricRow> metrics) {
+Result<int64_t> SqliteLedger::insert_run(const RunRow& r, std::span<const RequestRow> requests,
+                                         std::span<const MetricRow> metrics) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, r, requests, metrics));
@@ -755,7 +798,7 @@ Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> 
   return run_id;
 }
 
-Result<int64_t> Ledger::create_study(const StudyRow& in) {
+Result<int64_t> SqliteLedger::create_study(const StudyRow& in) {
   StudyRow r = in;
   r.created_at = now_or(r.created_at);
   Stmt s(db_,
@@ -797,7 +840,7 @@ StudyRow read_study(Stmt& s) {
 }
 }  // namespace
 
-Result<StudyRow> Ledger::get_study(int64_t id) {
+Result<StudyRow> SqliteLedger::get_study(int64_t id) {
   std::string sql = std::string("SELECT ") + kStudyColumns + " FROM studies WHERE id = ?";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("study query"));
@@ -808,7 +851,7 @@ Result<StudyRow> Ledger::get_study(int64_t id) {
   return read_study(s);
 }
 
-Result<std::vector<StudyRow>> Ledger::list_studies() {
+Result<std::vector<StudyRow>> SqliteLedger::list_studies() {
   std::string sql = std::string("SELECT ") + kStudyColumns + " FROM studies ORDER BY id";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("study query"));
@@ -821,9 +864,9 @@ Result<std::vector<StudyRow>> Ledger::list_studies() {
   return out;
 }
 
-Result<int64_t> Ledger::insert_trial(const TrialRow& in, const RunRow* run,
-                                     std::span<const RequestRow> requests,
-                                     std::span<const MetricRow> metrics) {
+Result<int64_t> SqliteLedger::insert_trial(const TrialRow& in, const RunRow* run,
+                                           std::span<const RequestRow> requests,
+                                           std::span<const MetricRow> metrics) {
   TrialRow t = in;
   if (t.config_hash.empty()) t.config_hash = sha256_hex(t.config_json);
   Transaction tx(db_);
@@ -847,7 +890,7 @@ Result<int64_t> Ledger::insert_trial(const TrialRow& in, const RunRow* run,
   return id;
 }
 
-Result<std::vector<TrialRow>> Ledger::trials_for(int64_t study_id) {
+Result<std::vector<TrialRow>> SqliteLedger::trials_for(int64_t study_id) {
   Stmt s(db_,
          "SELECT id, study_id, idx, stage, config_json, config_hash, status, feasible, objective, failure, "
          "run_id, "
@@ -882,7 +925,7 @@ Result<std::vector<TrialRow>> Ledger::trials_for(int64_t study_id) {
   return out;
 }
 
-Result<int64_t> Ledger::register_comparison(const Registration& in) {
+Result<int64_t> SqliteLedger::register_comparison(const Registration& in) {
   Registration r = in;
   r.created_at = now_or(r.created_at);
   r.registration_hash = registration_hash(r);
@@ -935,7 +978,7 @@ Result<Registration> read_registration(Stmt& s) {
 }
 }  // namespace
 
-Result<Registration> Ledger::get_registration(int64_t id) {
+Result<Registration> SqliteLedger::get_registration(int64_t id) {
   std::string sql = std::string("SELECT ") + kRegistrationColumns + " FROM registrations WHERE id = ?";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("registration query"));
@@ -945,7 +988,7 @@ Result<Registration> Ledger::get_registration(int64_t id) {
   return read_registration(s);
 }
 
-Result<std::vector<Registration>> Ledger::list_registrations() {
+Result<std::vector<Registration>> SqliteLedger::list_registrations() {
   std::string sql = std::string("SELECT ") + kRegistrationColumns + " FROM registrations ORDER BY id";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("registration query"));
@@ -959,7 +1002,7 @@ Result<std::vector<Registration>> Ledger::list_registrations() {
   return out;
 }
 
-Result<int64_t> Ledger::record_readout(const ReadoutRow& r) {
+Result<int64_t> SqliteLedger::record_readout(const ReadoutRow& r) {
   Stmt s(
       db_,
       "INSERT INTO readouts (registration_id, registration_hash, created_at, verdict, ratio, ci_lo, ci_hi, "
@@ -977,7 +1020,7 @@ Result<int64_t> Ledger::record_readout(const ReadoutRow& r) {
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
 
-Result<std::vector<ReadoutRow>> Ledger::readouts_for(int64_t registration_id) {
+Result<std::vector<ReadoutRow>> SqliteLedger::readouts_for(int64_t registration_id) {
   Stmt s(
       db_,
       "SELECT id, registration_id, registration_hash, created_at, verdict, ratio, ci_lo, ci_hi, boot_lo, "
@@ -1011,7 +1054,7 @@ Result<std::vector<ReadoutRow>> Ledger::readouts_for(int64_t registration_id) {
   return out;
 }
 
-Result<int64_t> Ledger::insert_score(const ScoreRow& r) {
+Result<int64_t> SqliteLedger::insert_score(const ScoreRow& r) {
   Stmt s(db_, "INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(s.prepared("score insert"));
   s.bind(r.run_id).bind(r.baseline_run_id).bind(r.baseline_name).bind(r.value);
@@ -1019,7 +1062,7 @@ Result<int64_t> Ledger::insert_score(const ScoreRow& r) {
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
 
-Result<int64_t> Ledger::insert_ceiling(const CeilingRow& r) {
+Result<int64_t> SqliteLedger::insert_ceiling(const CeilingRow& r) {
   Stmt s(db_,
          "INSERT INTO machine_ceilings (machine_id, name, value, unit, measured_at) VALUES (?, ?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(s.prepared("ceiling insert"));
@@ -1028,7 +1071,7 @@ Result<int64_t> Ledger::insert_ceiling(const CeilingRow& r) {
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
 
-Result<int64_t> Ledger::insert_anchor(const AnchorRow& a) {
+Result<int64_t> SqliteLedger::insert_anchor(const AnchorRow& a) {
   Stmt s(db_,
          "INSERT INTO anchors (source, hardware, engine, model, scenario, metric, value, unit, status, note) "
          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
@@ -1076,7 +1119,7 @@ Result<std::vector<RunSummary>> read_runs(Stmt& s) {
 }
 }  // namespace
 
-Result<std::vector<RunSummary>> Ledger::list_runs(int64_t limit) {
+Result<std::vector<RunSummary>> SqliteLedger::list_runs(int64_t limit) {
   std::string sql = std::string(kRunSummarySelect) + "ORDER BY r.id DESC LIMIT ?";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("run query"));
@@ -1084,7 +1127,7 @@ Result<std::vector<RunSummary>> Ledger::list_runs(int64_t limit) {
   return read_runs(s);
 }
 
-Result<std::vector<RunSummary>> Ledger::comparison_runs(int64_t registration_id) {
+Result<std::vector<RunSummary>> SqliteLedger::comparison_runs(int64_t registration_id) {
   std::string sql =
       std::string(kRunSummarySelect) + "WHERE r.registration_id = ? ORDER BY r.pair_index, r.arm";
   Stmt s(db_, sql.c_str());
@@ -1133,7 +1176,7 @@ bool known_table(const std::string& t) {
 
 // The table name is checked against the fixed list before it is spliced into the SQL; values are
 // always bound.
-Result<Table> Ledger::row(const std::string& table, int64_t id) {
+Result<Table> SqliteLedger::row(const std::string& table, int64_t id) {
   if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
   std::string sql = "SELECT * FROM " + table + " WHERE id = ?";
   Stmt s(db_, sql.c_str());
@@ -1144,7 +1187,7 @@ Result<Table> Ledger::row(const std::string& table, int64_t id) {
   return t;
 }
 
-Result<Table> Ledger::dump(const std::string& table, int64_t run_id) {
+Result<Table> SqliteLedger::dump(const std::string& table, int64_t run_id) {
   if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
   bool per_run = run_id > 0 && (table == "requests" || table == "metrics");
   std::string order = table == "requests" ? "run_id, profile, idx" : table == "seals" ? "seq" : "id";
@@ -1155,7 +1198,7 @@ Result<Table> Ledger::dump(const std::string& table, int64_t run_id) {
   return read_table(s, "reading " + table);
 }
 
-Result<std::vector<MetricRow>> Ledger::metrics_for(int64_t run_id) {
+Result<std::vector<MetricRow>> SqliteLedger::metrics_for(int64_t run_id) {
   Stmt s(db_, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY id");
   PLUMB_RETURN_IF_ERROR(s.prepared("metric query"));
   s.bind(run_id);
@@ -1168,7 +1211,7 @@ Result<std::vector<MetricRow>> Ledger::metrics_for(int64_t run_id) {
   return out;
 }
 
-Result<std::optional<int64_t>> Ledger::find_machine(const std::string& fingerprint_hash) {
+Result<std::optional<int64_t>> SqliteLedger::find_machine(const std::string& fingerprint_hash) {
   Stmt s(db_, "SELECT id FROM machines WHERE fingerprint_hash = ?");
   PLUMB_RETURN_IF_ERROR(s.prepared("machine query"));
   s.bind(fingerprint_hash);
@@ -1177,7 +1220,38 @@ Result<std::optional<int64_t>> Ledger::find_machine(const std::string& fingerpri
   return std::optional<int64_t>(s.i64(0));
 }
 
-Result<std::vector<CeilingRow>> Ledger::ceilings_for(int64_t machine_id) {
+Result<std::vector<RunSummary>> SqliteLedger::find_runs(const RunQuery& q) {
+  // The preset is read only from a configuration that is JSON (CASE: json_extract raises on
+  // malformed text).
+  std::string sql = std::string(kRunSummarySelect) +
+                    "WHERE (?1 IS NULL OR r.machine_id = ?1) AND (?2 IS NULL OR r.request_set_id = ?2) "
+                    "AND (?3 = '' OR r.scenario = ?3) AND (?4 = '' OR r.size_class = ?4) "
+                    "AND (?5 = '' OR r.target_engine = ?5) "
+                    "AND (?6 = '' OR CASE WHEN json_valid(r.engine_config) THEN "
+                    "json_extract(r.engine_config, '$.params.preset') END = ?6) "
+                    "AND (?7 = 0 OR r.valid = 1) "
+                    "AND (?8 = 0 OR EXISTS (SELECT 1 FROM seals x WHERE x.run_id = r.id)) ORDER BY r.id";
+  Stmt s(db_, sql.c_str());
+  PLUMB_RETURN_IF_ERROR(s.prepared("run query"));
+  s.bind(q.machine_id).bind(q.request_set_id).bind(q.scenario).bind(q.size_class).bind(q.target_engine);
+  s.bind(q.engine_preset).bind(int64_t(q.valid_only ? 1 : 0)).bind(int64_t(q.sealed_only ? 1 : 0));
+  return read_runs(s);
+}
+
+Result<std::optional<double>> SqliteLedger::latest_metric(const MetricQuery& q) {
+  Stmt s(
+      db_,
+      "SELECT m.value FROM runs r JOIN request_sets s ON s.id = r.request_set_id "
+      "JOIN metrics m ON m.run_id = r.id WHERE s.set_hash = ? AND r.model_identity = ? AND r.machine_id = ? "
+      "AND m.name = ? AND EXISTS (SELECT 1 FROM seals x WHERE x.run_id = r.id) ORDER BY r.id DESC LIMIT 1");
+  PLUMB_RETURN_IF_ERROR(s.prepared("metric query"));
+  s.bind(q.set_hash).bind(q.model_identity).bind(q.machine_id).bind(q.metric);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading the latest " + q.metric));
+  if (!row) return std::optional<double>();
+  return std::optional<double>(s.dbl(0));
+}
+
+Result<std::vector<CeilingRow>> SqliteLedger::ceilings_for(int64_t machine_id) {
   // Latest per name: the row with the greatest id among rows of that name.
   Stmt s(db_,
          "SELECT machine_id, name, value, unit, measured_at FROM machine_ceilings WHERE id IN "

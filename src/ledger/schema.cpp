@@ -439,8 +439,8 @@ std::string steady_rps(const std::string& r, const std::string& p) {
 // A stated figure agrees with the recomputed one (NULL recomputed never agrees). The recomputed
 // figure is a subquery of its own so that it is evaluated once.
 std::string agree(const std::string& stated, const std::string& computed) {
-  return "EXISTS (SELECT 1 FROM (SELECT " + computed + " AS c LIMIT 1) WHERE c IS NOT NULL AND abs((" + stated +
-         ") - c) <= 1e-6 * abs(c))";
+  return "EXISTS (SELECT 1 FROM (SELECT " + computed + " AS c LIMIT 1) WHERE c IS NOT NULL AND abs((" +
+         stated + ") - c) <= 1e-6 * abs(c))";
 }
 // The protocol's definition of the sealed run's scenario and size class (JSON text), or NULL.
 const char* kScenarioJson =

@@ -65,7 +65,8 @@ TEST(LedgerCrash, SigkillLosesNothingCommitted) {
 
   auto l = Ledger::open(path);
   ASSERT_TRUE(l.ok()) << l.status().to_string();
-  sqlite3* db = (*l)->handle();
+  sqlite3* db = nullptr;  // a second, raw connection: plain SQL checks with no plumb code in between
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -91,6 +92,7 @@ TEST(LedgerCrash, SigkillLosesNothingCommitted) {
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
   EXPECT_EQ(sqlite3_column_int64(st, 0), 0);
   sqlite3_finalize(st);
+  sqlite3_close(db);
   l->reset();
   std::filesystem::remove_all(dir);
 }

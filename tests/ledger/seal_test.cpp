@@ -348,6 +348,45 @@ TEST_F(SealTest, SchemaVersionRowsAreAppendOnly) {
   EXPECT_FALSE(has(l.status().message(), "already exists")) << l.status().message();
 }
 
+// The typed queries the rest of plumb uses in place of its own SQL see sealed runs only.
+TEST_F(SealTest, TypedQueriesSeeOnlySealedRuns) {
+  RunRow r = run_at("2026-01-01T00:00:01.000Z");
+  r.engine_config = R"({"adapter":"plumb","params":{"preset":"default"}})";
+  std::vector<MetricRow> ms{{"gate.quality.reference_accuracy", 0.5, "1"}};
+  auto a = ledger_->insert_run(r, backed(), ms);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  r.engine_config = R"({"adapter":"plumb","params":{"preset":"naive"}})";
+  ASSERT_TRUE(ledger_->insert_run(r, backed(), {}).ok());
+  // A later run of the same kind, written through SQL with a better accuracy and no seal.
+  std::string sql = forged_run_sql();
+  sql.replace(sql.find("'plumb', '{}'"), 13, R"('plumb', '{"params":{"preset":"default"}}')");
+  ASSERT_EQ(raw(sql), "");
+  int64_t forged = raw_int("SELECT max(id) FROM runs");
+  ASSERT_EQ(raw("INSERT INTO metrics (run_id, name, value, unit) VALUES (" + std::to_string(forged) +
+                ", 'gate.quality.reference_accuracy', 0.99, '1')"),
+            "");
+  RunQuery q;
+  q.machine_id = machine_;
+  q.request_set_id = set_;
+  q.scenario = "A";
+  q.engine_preset = "default";
+  q.valid_only = true;
+  auto runs = ledger_->find_runs(q);
+  ASSERT_TRUE(runs.ok()) << runs.status().to_string();
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].id, *a);
+  EXPECT_TRUE((*runs)[0].sealed);
+  q.engine_preset = "";
+  q.sealed_only = false;
+  EXPECT_EQ(ledger_->find_runs(q)->size(), 3u);
+  auto m = ledger_->latest_metric({hex64('e'), "dummy:7", machine_, "gate.quality.reference_accuracy"});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_TRUE(m->has_value());
+  EXPECT_DOUBLE_EQ(**m, 0.5);
+  EXPECT_FALSE(ledger_->latest_metric({hex64('f'), "dummy:7", machine_, "gate.quality.reference_accuracy"})
+                   ->has_value());
+}
+
 // A ledger written by a plumb before seals (schema 2) is migrated: its runs are sealed where their
 // rows back them; a forged one stays unsealed, stored but unusable, and verify lists it.
 TEST(LedgerMigration, SchemaTwoFileIsMigratedAndItsRunsSealed) {
