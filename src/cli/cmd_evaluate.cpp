@@ -19,6 +19,7 @@
 #include "core/shipped.h"
 #include "engine/model_config.h"
 #include "evaluate/evaluate.h"
+#include "ledger/ledger.h"
 #include "report/html.h"
 
 namespace plumb::cli {
@@ -203,7 +204,15 @@ int run_evaluate(const EvaluateArgs& a) {
   }
   std::fputs(evaluate::console_table(*ev).c_str(), stdout);
   if (!a.json_path.empty()) {
-    Status st = write_file_atomic(a.json_path, json::dump_pretty(evaluate::to_json(*ev)) + "\n");
+    json::object j = evaluate::to_json(*ev);
+    if (!a.ledger_path.empty()) {
+      // The ledger's chain head: the sealed history behind this score, as one value.
+      auto l = ledger::Ledger::open(a.ledger_path);
+      auto head = l.ok() ? (*l)->chain_head() : Result<std::string>(l.status());
+      if (!head.ok()) return fail(kExitError, "--ledger: " + head.status().to_string());
+      j["ledger"] = json::object{{"path", a.ledger_path}, {"chain_head", *head}};
+    }
+    Status st = write_file_atomic(a.json_path, json::dump_pretty(j) + "\n");
     if (!st.ok()) return fail(kExitError, "--json: " + st.to_string());
   }
   if (!a.html_path.empty()) {

@@ -1,4 +1,4 @@
-// `plumb ledger runs|show|export`: query and export the results database.
+// `plumb ledger runs|show|export|verify`: query, export and verify the results database.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -107,19 +107,59 @@ json::value to_json(const std::string& name, const ledger::Table& t) {
   return json::object{{"schema_version", 1}, {"table", name}, {"rows", std::move(rows)}};
 }
 
+int cmd_verify(const LedgerArgs& a) {
+  struct stat st {};
+  if (::stat(a.path.c_str(), &st) != 0)
+    return fail(not_found("no ledger at '" + a.path + "' (pass --ledger FILE)"));
+  // Read-only and without the check on open, so that a ledger open() refuses can be examined.
+  auto l = ledger::Ledger::open_for_inspection(a.path);
+  if (!l.ok()) return fail(l.status());
+  auto rep = (*l)->verify();
+  if (!rep.ok()) return fail(rep.status());
+  std::printf("ledger      %s\n", a.path.c_str());
+  std::printf("schema      v%lld (this plumb: v%lld)\n", (long long)rep->schema_version,
+              (long long)ledger::Ledger::kSchemaVersion);
+  std::printf("runs        %lld, sealed %lld, unsealed %zu\n", (long long)rep->runs, (long long)rep->seals,
+              rep->unsealed_runs.size());
+  std::printf("chain head  %s\n", rep->chain_head.c_str());
+  if (!rep->unsealed_runs.empty()) {
+    std::string ids;
+    for (size_t i = 0; i < rep->unsealed_runs.size() && i < 20; ++i)
+      ids += (i ? " " : "") + std::to_string(rep->unsealed_runs[i]);
+    if (rep->unsealed_runs.size() > 20) ids += " ...";
+    std::printf(
+        "unsealed    %s (stored, but no trial, readout or score may use them: their rows do not back "
+        "them, or they were written without a seal)\n",
+        ids.c_str());
+  }
+  if (rep->ok()) {
+    std::printf("verdict     OK: the validator is schema v%lld's and every sealed run hashes to its seal\n",
+                (long long)rep->schema_version);
+    return kExitOk;
+  }
+  std::printf("verdict     FAILED: %zu finding%s\n", rep->problems.size(),
+              rep->problems.size() == 1 ? "" : "s");
+  for (const auto& p : rep->problems) std::printf("  - %s\n", p.c_str());
+  std::printf(
+      "The file was changed outside plumb. Restore it from a copy; otherwise keep it for inspection and "
+      "record "
+      "new results in a new ledger (--ledger NEW.db).\n");
+  return kExitFailed;
+}
+
 int cmd_runs(const LedgerArgs& a) {
   auto l = open_existing(a.path);
   if (!l.ok()) return fail(l.status());
   auto runs = (*l)->list_runs(a.limit);
   if (!runs.ok()) return fail(runs.status());
-  std::printf("%-6s %-24s %-4s %-6s %-10s %-5s %-7s %-12s %-10s %s\n", "id", "started_at", "scn", "class",
-              "engine", "valid", "gate", "objective", "comparison", "requests");
+  std::printf("%-6s %-24s %-4s %-6s %-10s %-5s %-7s %-12s %-10s %-8s %s\n", "id", "started_at", "scn",
+              "class", "engine", "valid", "gate", "objective", "comparison", "requests", "sealed");
   for (const auto& r : *runs) {
     std::string cmp = r.registration_id ? std::to_string(*r.registration_id) + "/" + r.arm : "exploratory";
-    std::printf("%-6lld %-24s %-4s %-6s %-10s %-5s %-7s %-12s %-10s %lld\n", (long long)r.id,
+    std::printf("%-6lld %-24s %-4s %-6s %-10s %-5s %-7s %-12s %-10s %-8lld %s\n", (long long)r.id,
                 r.started_at.c_str(), r.scenario.c_str(), r.size_class.c_str(), r.target_engine.c_str(),
                 r.valid ? "yes" : "NO", r.gate_status.c_str(), fmt_opt(r.objective).c_str(), cmp.c_str(),
-                (long long)r.requests);
+                (long long)r.requests, r.sealed ? "yes" : "NO");
   }
   if (runs->empty()) std::printf("(no runs)\n");
   return kExitOk;
@@ -165,7 +205,17 @@ int cmd_export(const LedgerArgs& a) {
   if (!l.ok()) return fail(l.status());
   auto t = (*l)->dump(a.table, a.run);
   if (!t.ok()) return fail(t.status());
-  std::string text = a.format == "csv" ? to_csv(*t) : json::dump_pretty(to_json(a.table, *t)) + "\n";
+  auto head = (*l)->chain_head();
+  if (!head.ok()) return fail(head.status());
+  std::string text;
+  if (a.format == "csv") {
+    text = to_csv(*t);
+    std::fprintf(stderr, "ledger chain head %s\n", head->c_str());
+  } else {
+    json::value j = to_json(a.table, *t);
+    j.as_object()["chain_head"] = *head;
+    text = json::dump_pretty(j) + "\n";
+  }
   if (a.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return kExitOk;
@@ -176,8 +226,8 @@ int cmd_export(const LedgerArgs& a) {
 
 void setup(CLI::App& root) {
   auto args = std::make_shared<LedgerArgs>();
-  auto* cmd =
-      root.add_subcommand("ledger", "Query and export the results database (runs, requests, comparisons)");
+  auto* cmd = root.add_subcommand(
+      "ledger", "Query, export and verify the results database (runs, requests, comparisons, seals)");
   cmd->add_option("--ledger", args->path, "ledger database file")->capture_default_str();
   cmd->require_subcommand(1);
   cmd->fallthrough();
@@ -195,11 +245,32 @@ void setup(CLI::App& root) {
   exp->add_option(
          "--table", args->table,
          "runs|requests|metrics|machines|machine_ceilings|builds|protocols|request_sets|registrations|"
-         "readouts|scores|anchors")
+         "readouts|scores|anchors|studies|trials|seals")
       ->capture_default_str();
   exp->add_option("--run", args->run, "only this run's rows (requests, metrics)");
   exp->add_option("--out", args->out, "write to this file instead of stdout");
   exp->callback([args] { set_exit_code(cmd_export(*args)); });
+
+  auto* ver = cmd->add_subcommand(
+      "verify", "Check the ledger: its validator, its schema_version rows, its protocols and its seal chain");
+  ver->footer(
+      "A run is usable (by a trial, a readout or a score) only once sealed: the database admits the seal\n"
+      "only when the run's per-request rows back what it states (enough rows and completed requests for its\n"
+      "scenario, and TTFT p50, TPOT p50, req/s and the objective as its rows give them). Each seal holds a\n"
+      "SHA-256 over the run's content (run row, the rows it refers to, its per-request rows, its metrics)\n"
+      "and the previous seal's hash: a chain whose last hash, the chain head, identifies the ledger's "
+      "history.\n\n"
+      "verify recomputes all of it, so it finds what the triggers cannot stop: a dropped or rewritten\n"
+      "trigger (PRAGMA writable_schema), deleted schema_version rows, a protocol row that is not what its\n"
+      "hash says, an edited, inserted or deleted row of a sealed run, a deleted or forged seal. It opens "
+      "the\n"
+      "file read-only, also when plumb's check on open refuses it. Exit 0: OK; 1: findings (listed).\n"
+      "Compare the printed chain head with a copy's, or with the one in a report (plumb tune --json,\n"
+      "plumb ledger export --format json), to tell whether two ledgers hold the same sealed history.\n\n"
+      "Example:\n"
+      "  plumb ledger verify --ledger plumb.db\n"
+      "Details: docs/protocol.md, \"The database validator\" (seals, the hash chain, the check on open)");
+  ver->callback([args] { set_exit_code(cmd_verify(*args)); });
 }
 
 PLUMB_COMMAND(60, setup);

@@ -46,7 +46,41 @@ struct TuneArgs {
   bool quiet = false;
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
+  CLI::Option* no_revalidate_opt = nullptr;
+  CLI::Option* naive_opt = nullptr;
+  CLI::Option* no_gates_opt = nullptr;
+  CLI::Option* pairs_opt = nullptr;
 };
+
+// What follows the search, as the study stored it; a flag given with this call (e.g. --no-revalidate
+// on a resume that should only search) applies on top, and is said.
+tune::StudyOptions followup_settings(const TuneArgs& a, const tune::StudyOptions& stored) {
+  tune::StudyOptions o = stored;
+  std::string now;
+  if (a.no_revalidate_opt && a.no_revalidate_opt->count() > 0 && o.revalidate) {
+    o.revalidate = false;
+    now += " --no-revalidate";
+  }
+  if (a.no_gates_opt && a.no_gates_opt->count() > 0 && o.gates) {
+    o.gates = false;
+    now += " --no-gates";
+  }
+  if (a.naive_opt && a.naive_opt->count() > 0 && !o.naive) {
+    o.naive = true;
+    now += " --naive";
+  }
+  if (a.pairs_opt && a.pairs_opt->count() > 0 && o.pairs != a.pairs) {
+    o.pairs = a.pairs;
+    now += " --pairs " + std::to_string(a.pairs);
+  }
+  if (!a.quiet || !now.empty())
+    std::fprintf(
+        stderr,
+        "after the search: re-validation %s, gates %s, naive %s, %d pairs (stored with the study%s)\n",
+        o.revalidate ? "on" : "off", o.gates ? "on" : "off", o.naive ? "on" : "off", o.pairs,
+        now.empty() ? "" : ("; given now:" + now).c_str());
+  return o;
+}
 
 std::string self_exe() {
   std::error_code ec;
@@ -296,6 +330,10 @@ int run_tune(TuneArgs& a) {
     }
     a.study.strategy_options.proposer_timeout =
         std::chrono::milliseconds(int64_t(a.proposer_timeout_s * 1000));
+    a.study.revalidate = !a.no_revalidate;
+    a.study.naive = a.naive;
+    a.study.gates = !a.no_gates;
+    a.study.pairs = a.pairs;
     auto created = tune::create_study(ledger, a.study);
     if (!created.ok()) return fail(created.status());
     id = *created;
@@ -318,11 +356,12 @@ int run_tune(TuneArgs& a) {
   auto st = tune::load_study(ledger, id);
   if (!st.ok()) return fail(st.status());
   std::optional<tune::Revalidation> rv;
-  if (!a.no_revalidate && a.report_only == 0 && st->best()) {
+  tune::StudyOptions after = a.report_only == 0 ? followup_settings(a, st->options) : st->options;
+  if (after.revalidate && a.report_only == 0 && st->best()) {
     tune::RevalidateOptions ro;
-    ro.pairs = a.pairs;
-    ro.against_naive = a.naive;
-    ro.gates = !a.no_gates;
+    ro.pairs = after.pairs;
+    ro.against_naive = after.naive;
+    ro.gates = after.gates;
     auto r = tune::revalidate(ledger, id, ctx, ro);
     if (!r.ok())
       std::cerr << "plumb tune: re-validation failed: " << r.status().to_string() << "\n";
@@ -332,8 +371,12 @@ int run_tune(TuneArgs& a) {
   std::fputs(tune::report_text(*st, rv ? &*rv : nullptr).c_str(), stdout);
   std::fflush(stdout);  // the report before the "wrote FILE" lines on stderr, also when both are one file
   if (!a.json_path.empty()) {
-    auto s =
-        write_file_atomic(a.json_path, json::dump_pretty(tune::report_json(*st, rv ? &*rv : nullptr)) + "\n");
+    json::object j = tune::report_json(*st, rv ? &*rv : nullptr);
+    // The ledger's chain head: two people compare the history behind this report by one value.
+    auto head = ledger.chain_head();
+    if (!head.ok()) return fail(head.status());
+    j["ledger"] = json::object{{"path", a.ledger_path}, {"chain_head", *head}};
+    auto s = write_file_atomic(a.json_path, json::dump_pretty(j) + "\n");
     if (!s.ok()) return fail(s);
     std::fprintf(stderr, "wrote %s\n", a.json_path.c_str());
   }
@@ -421,13 +464,19 @@ void setup_tune(CLI::App& root) {
   c->add_option("--replay-space", a->replay_space,
                 "--replay: a sub-space of the grid (every point measured)");
   c->add_option("--print-space", a->print_space, "print a built-in search space (TOML) and exit");
-  c->add_option("--pairs", a->pairs, "pairs of each re-validation comparison (>= 5)")->capture_default_str();
-  c->add_flag("--no-revalidate", a->no_revalidate, "skip the winner's re-validation");
-  c->add_flag(
+  a->pairs_opt = c->add_option("--pairs", a->pairs,
+                               "pairs of each re-validation comparison (>= 5; stored with the study)")
+                     ->capture_default_str();
+  a->no_revalidate_opt =
+      c->add_flag("--no-revalidate", a->no_revalidate,
+                  "skip the winner's re-validation (stored with the study: a --resume skips it too)");
+  a->naive_opt = c->add_flag(
       "--naive", a->naive,
       "also re-validate against the `naive` preset (slow: one naive run of D small takes over 10 minutes "
       "on a loaded 2-core VM)");
-  c->add_flag("--no-gates", a->no_gates, "skip the quality and integrity gates");
+  a->no_gates_opt =
+      c->add_flag("--no-gates", a->no_gates,
+                  "skip the quality and integrity gates (stored with the study: a --resume skips them too)");
   c->add_option("--ledger", a->ledger_path, "results database (SQLite)")->capture_default_str();
   c->add_option("--work-dir", a->work_dir, "engine logs and written configs (default: current directory)");
   c->add_option("--json", a->json_path, "write the report as JSON (schema_version)");

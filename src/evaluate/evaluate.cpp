@@ -98,29 +98,23 @@ struct LedgerBaseline {
 Result<LedgerBaseline> ledger_baseline(ledger::Ledger& l, int64_t machine_id, int64_t request_set_id,
                                        const std::string& scenario, const std::string& size,
                                        const std::string& preset) {
-  PLUMB_ASSIGN_OR_RETURN(auto t, l.dump("runs"));
-  std::map<std::string, size_t> col;
-  for (size_t i = 0; i < t.columns.size(); ++i) col[t.columns[i]] = i;
-  for (const char* need : {"id", "machine_id", "request_set_id", "scenario", "size_class", "target_engine",
-                           "engine_config", "valid", "objective"})
-    if (!col.count(need))
-      return Status(Code::kInternal, std::string("ledger runs table lacks column ") + need);
+  // Only sealed runs count: a run whose per-request rows do not back it is stored but never used.
+  ledger::RunQuery q;
+  q.machine_id = machine_id;
+  q.request_set_id = request_set_id;
+  q.scenario = scenario;
+  q.size_class = size;
+  q.target_engine = "plumb";
+  q.engine_preset = preset;
+  q.valid_only = true;
+  q.sealed_only = true;
+  PLUMB_ASSIGN_OR_RETURN(auto runs, l.find_runs(q));
   LedgerBaseline out;
   std::vector<double> objs;
-  for (const auto& r : t.rows) {
-    auto i64 = [&](const char* k) { return r[col[k]].i; };
-    auto str = [&](const char* k) -> const std::string& { return r[col[k]].s; };
-    if (i64("machine_id") != machine_id || i64("request_set_id") != request_set_id) continue;
-    if (str("scenario") != scenario || str("size_class") != size || str("target_engine") != "plumb") continue;
-    if (i64("valid") != 1 || r[col["objective"]].type != ledger::Cell::Type::kReal) continue;
-    auto cfg = json::parse(str("engine_config"));
-    if (!cfg.ok() || !cfg->is_object()) continue;
-    const auto* params = cfg->as_object().if_contains("params");
-    if (!params || !params->is_object()) continue;
-    const auto* p = params->as_object().if_contains("preset");
-    if (!p || !p->is_string() || p->as_string() != preset) continue;
-    objs.push_back(r[col["objective"]].d);
-    out.run_ids.push_back(i64("id"));
+  for (const auto& r : runs) {
+    if (!r.objective) continue;
+    objs.push_back(*r.objective);
+    out.run_ids.push_back(r.id);
   }
   if (!objs.empty()) out.objective = stats::summarize(objs).p50;
   return out;

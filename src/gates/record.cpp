@@ -1,7 +1,6 @@
 #include "gates/record.h"
 
 #include <fmt/format.h>
-#include <sqlite3.h>
 
 #include <cmath>
 
@@ -77,26 +76,8 @@ Result<std::optional<double>> ledger_baseline_accuracy(ledger::Ledger& l, const 
   PLUMB_ASSIGN_OR_RETURN(int64_t mid, machine_id(l));
   GateRunInfo info;
   info.dataset_sha256 = dataset_sha256;
-  std::string set_hash = gate_set_hash(info);
-  const char* sql =
-      "SELECT m.value FROM runs r JOIN request_sets s ON s.id = r.request_set_id "
-      "JOIN metrics m ON m.run_id = r.id WHERE s.set_hash = ?1 AND r.model_identity = ?2 AND r.machine_id = "
-      "?3 "
-      "AND m.name = 'gate.quality.reference_accuracy' ORDER BY r.id DESC LIMIT 1";
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(l.handle(), sql, -1, &st, nullptr) != SQLITE_OK)
-    return Status(Code::kIoError, std::string("ledger baseline query: ") + sqlite3_errmsg(l.handle()));
-  sqlite3_bind_text(st, 1, set_hash.c_str(), -1, SQLITE_TRANSIENT);
-  std::string m = model.empty() ? "unknown" : model;
-  sqlite3_bind_text(st, 2, m.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 3, mid);
-  std::optional<double> out;
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) out = sqlite3_column_double(st, 0);
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return Status(Code::kIoError, std::string("ledger baseline query: ") + sqlite3_errmsg(l.handle()));
-  return out;
+  return l.latest_metric(
+      {gate_set_hash(info), model.empty() ? "unknown" : model, mid, "gate.quality.reference_accuracy"});
 }
 
 }  // namespace plumb::gates

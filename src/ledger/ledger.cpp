@@ -1,7 +1,13 @@
 #include "ledger/ledger.h"
 
+#include <sqlite3.h>
+
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -162,6 +168,267 @@ Result<int64_t> find_or_insert(sqlite3* db, const char* find_sql, const char* in
 
 std::string now_or(const std::string& ts) { return ts.empty() ? utc_timestamp_now() : ts; }
 
+// ---- the validator as the schema defines it ----------------------------------------------------
+
+constexpr const char* kSchemaVersionTable =
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL)";
+
+struct SchemaObject {
+  std::string type, tbl_name, sql;
+  bool operator==(const SchemaObject&) const = default;
+};
+using Schema = std::map<std::string, SchemaObject>;  // by "<type> <name>"
+
+// Every object of the file but SQLite's own bookkeeping (statistics tables of ANALYZE).
+Result<Schema> read_schema(sqlite3* db) {
+  Stmt s(db,
+         "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master "
+         "WHERE name NOT LIKE 'sqlite\\_stat%' ESCAPE '\\' AND name <> 'sqlite_sequence'");
+  PLUMB_RETURN_IF_ERROR(s.prepared("reading the schema"));
+  Schema out;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading the schema"));
+    if (!row) break;
+    out[s.text(0) + " " + s.text(1)] = {s.text(0), s.text(2), s.text(3)};
+  }
+  return out;
+}
+
+// The objects schema version `v` defines, built once per process in an in-memory database from the
+// same statements open() runs.
+Result<Schema> expected_schema(int64_t v) {
+  static std::mutex mu;
+  static std::map<int64_t, Schema> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(v); it != cache.end()) return it->second;
+  sqlite3* mem = nullptr;
+  if (sqlite3_open(":memory:", &mem) != SQLITE_OK) {
+    sqlite3_close(mem);
+    return io_error("building the reference schema: cannot open an in-memory database");
+  }
+  struct Closer {
+    sqlite3* d;
+    ~Closer() { sqlite3_close(d); }
+  } closer{mem};
+  PLUMB_RETURN_IF_ERROR(exec(mem, kSchemaVersionTable, "building the reference schema"));
+  const auto& ms = migrations();
+  for (int64_t i = 0; i < v && i < int64_t(ms.size()); ++i)
+    PLUMB_RETURN_IF_ERROR(exec(mem, ms[size_t(i)], "building the reference schema"));
+  PLUMB_ASSIGN_OR_RETURN(Schema sch, read_schema(mem));
+  cache[v] = sch;
+  return sch;
+}
+
+// What differs between the file's objects and schema version v's, one line each.
+std::vector<std::string> schema_differences(const Schema& have, const Schema& want, int64_t v) {
+  std::vector<std::string> out;
+  std::string sv = "schema v" + std::to_string(v);
+  for (const auto& [key, w] : want) {
+    auto it = have.find(key);
+    if (it == have.end())
+      out.push_back(key + " is missing (dropped?)");
+    else if (!(it->second == w))
+      out.push_back(key + " differs from " + sv +
+                    "'s definition (rewritten, e.g. through PRAGMA writable_schema)");
+  }
+  for (const auto& [key, h] : have)
+    if (!want.count(key)) out.push_back(key + " is not part of " + sv + " (added outside plumb)");
+  return out;
+}
+
+// ---- seals ----------------------------------------------------------------------------------------
+
+// One row of a query into the hash, cell by cell: NULL "n", integer "i<decimal>", real "r<%.17g>"
+// (round-trips), text "t<bytes>:<text>"; each cell ends with ';', the row with '\n'.
+void hash_row(Sha256& h, Stmt& s) {
+  sqlite3_stmt* st = s.raw();
+  int n = sqlite3_column_count(st);
+  char buf[64];
+  for (int i = 0; i < n; ++i) {
+    switch (sqlite3_column_type(st, i)) {
+      case SQLITE_NULL:
+        h.update("n;");
+        break;
+      case SQLITE_INTEGER:
+        std::snprintf(buf, sizeof buf, "i%" PRId64 ";", int64_t(sqlite3_column_int64(st, i)));
+        h.update(buf);
+        break;
+      case SQLITE_FLOAT:
+        std::snprintf(buf, sizeof buf, "r%.17g;", sqlite3_column_double(st, i));
+        h.update(buf);
+        break;
+      default: {
+        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+        size_t len = size_t(sqlite3_column_bytes(st, i));
+        std::snprintf(buf, sizeof buf, "t%zu:", len);
+        h.update(buf);
+        h.update(p ? std::string_view(p, len) : std::string_view());
+        h.update(";");
+      }
+    }
+  }
+  h.update("\n");
+}
+
+// SHA-256 of a run's canonical content: "plumb-seal/1", then the run row with the rows it refers
+// to, its per-request rows by (profile, idx), its metrics by name. NotFound if the run or a row it
+// refers to is missing.
+Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
+  Sha256 h;
+  h.update("plumb-seal/1\nrun\n");
+  Stmt r(
+      db,
+      "SELECT r.id, r.machine_id, r.build_id, r.protocol_id, r.request_set_id, r.registration_id, r.arm, "
+      "r.pair_index, r.scenario, r.size_class, r.target_engine, r.engine_config, r.engine_config_hash, "
+      "r.model_identity, r.seed, r.effective_settings, r.started_at, r.ended_at, r.valid, r.validity_json, "
+      "r.gate_status, r.objective, m.fingerprint_hash, m.cpu_model, m.cores, m.memory_bytes, m.gpu_model, "
+      "m.gpu_driver, m.kernel, b.version, b.git_commit, b.build_type, b.compiler, p.version, p.hash, "
+      "s.set_hash, s.scenario, s.size_class, s.seed, s.num_requests, g.registration_hash "
+      "FROM runs r JOIN machines m ON m.id = r.machine_id JOIN builds b ON b.id = r.build_id "
+      "JOIN protocols p ON p.id = r.protocol_id JOIN request_sets s ON s.id = r.request_set_id "
+      "LEFT JOIN registrations g ON g.id = r.registration_id WHERE r.id = ?");
+  PLUMB_RETURN_IF_ERROR(r.prepared("run content"));
+  r.bind(run_id);
+  PLUMB_ASSIGN_OR_RETURN(bool found, r.step("reading run content"));
+  if (!found)
+    return not_found("run " + std::to_string(run_id) +
+                     " or a row it refers to (machine, build, protocol, "
+                     "request set) is missing");
+  hash_row(h, r);
+  h.update("requests\n");
+  Stmt q(db,
+         "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
+         "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = ? "
+         "ORDER BY profile, idx");
+  PLUMB_RETURN_IF_ERROR(q.prepared("run content"));
+  q.bind(run_id);
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, q.step("reading run content"));
+    if (!row) break;
+    hash_row(h, q);
+  }
+  h.update("metrics\n");
+  Stmt m(db, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY name");
+  PLUMB_RETURN_IF_ERROR(m.prepared("run content"));
+  m.bind(run_id);
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, m.step("reading run content"));
+    if (!row) break;
+    hash_row(h, m);
+  }
+  return h.hex_digest();
+}
+
+std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content) {
+  return sha256_hex("plumb-seal/1 " + std::to_string(seq) + " " + std::to_string(run_id) + " " + prev + " " +
+                    content);
+}
+
+// A run's protocol row must be what its hash says: the seal's checks read the protocol's scenario
+// definitions from that row.
+Status check_protocol_row(sqlite3* db, int64_t run_id) {
+  Stmt s(db,
+         "SELECT p.id, p.hash, p.canonical_json FROM runs r JOIN protocols p ON p.id = r.protocol_id "
+         "WHERE r.id = ?");
+  PLUMB_RETURN_IF_ERROR(s.prepared("protocol check"));
+  s.bind(run_id);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading the run's protocol"));
+  if (!row) return not_found("seal: no run " + std::to_string(run_id) + " (or its protocol row is missing)");
+  if (sha256_hex(s.text(2)) != s.text(1))
+    return failed_precondition("seal: run " + std::to_string(run_id) + "'s protocol row " +
+                               std::to_string(s.i64(0)) +
+                               " is not what its hash says (SHA-256 of its text differs)");
+  return Status::Ok();
+}
+
+// Seals a run; the caller holds the write transaction.
+Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id) {
+  PLUMB_RETURN_IF_ERROR(check_protocol_row(db, run_id));
+  SealRow seal;
+  seal.run_id = run_id;
+  PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(db, run_id));
+  Stmt head(db, "SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
+  PLUMB_RETURN_IF_ERROR(head.prepared("chain head"));
+  PLUMB_ASSIGN_OR_RETURN(bool row, head.step("reading the chain head"));
+  seal.seq = row ? head.i64(0) : 0;
+  seal.prev_hash = row && !head.null(1) ? head.text(1) : kGenesisHash;
+  seal.hash = link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
+  seal.sealed_at = utc_timestamp_now();
+  Stmt ins(
+      db,
+      "INSERT INTO seals (seq, run_id, content_hash, prev_hash, hash, sealed_at) VALUES (?, ?, ?, ?, ?, ?)");
+  PLUMB_RETURN_IF_ERROR(ins.prepared("seal insert"));
+  ins.bind(seal.seq)
+      .bind(run_id)
+      .bind(seal.content_hash)
+      .bind(seal.prev_hash)
+      .bind(seal.hash)
+      .bind(seal.sealed_at);
+  PLUMB_RETURN_IF_ERROR(ins.run("sealing run " + std::to_string(run_id)));
+  return seal;
+}
+
+// After migration 3: seal the runs an earlier plumb wrote, in id order. A run its rows do not back
+// stays unsealed (stored, listed by verify, not usable).
+Status seal_existing_runs(sqlite3* db) {
+  Stmt s(db, "SELECT id FROM runs WHERE id NOT IN (SELECT run_id FROM seals) ORDER BY id");
+  PLUMB_RETURN_IF_ERROR(s.prepared("unsealed runs"));
+  std::vector<int64_t> ids;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("listing unsealed runs"));
+    if (!row) break;
+    ids.push_back(s.i64(0));
+  }
+  for (int64_t id : ids) {
+    auto r = seal_in_tx(db, id);
+    if (!r.ok() && r.status().code() == Code::kIoError) return r.status();
+  }
+  return Status::Ok();
+}
+
+// The SQLite backend. One connection, used from one thread.
+class SqliteLedger final : public Ledger {
+ public:
+  explicit SqliteLedger(sqlite3* db) : db_(db) {}
+  ~SqliteLedger() override { sqlite3_close_v2(db_); }
+  Result<int64_t> schema_version() override;
+  Result<int64_t> insert_machine(const MachineRow& m) override;
+  Result<int64_t> insert_build(const BuildRow& b) override;
+  Result<int64_t> insert_protocol(const ProtocolRow& p) override;
+  Result<int64_t> insert_request_set(const RequestSetRow& s) override;
+  Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
+                             std::span<const MetricRow> metrics) override;
+  Result<int64_t> register_comparison(const Registration& r) override;
+  Result<Registration> get_registration(int64_t id) override;
+  Result<std::vector<Registration>> list_registrations() override;
+  Result<int64_t> record_readout(const ReadoutRow& r) override;
+  Result<std::vector<ReadoutRow>> readouts_for(int64_t registration_id) override;
+  Result<int64_t> insert_score(const ScoreRow& s) override;
+  Result<int64_t> insert_ceiling(const CeilingRow& c) override;
+  Result<int64_t> insert_anchor(const AnchorRow& a) override;
+  Result<int64_t> create_study(const StudyRow& s) override;
+  Result<StudyRow> get_study(int64_t id) override;
+  Result<std::vector<StudyRow>> list_studies() override;
+  Result<int64_t> insert_trial(const TrialRow& t, const RunRow* run, std::span<const RequestRow> requests,
+                               std::span<const MetricRow> metrics) override;
+  Result<std::vector<TrialRow>> trials_for(int64_t study_id) override;
+  Result<SealRow> seal_run(int64_t run_id) override;
+  Result<std::string> chain_head() override;
+  Result<VerifyReport> verify() override;
+  Result<std::vector<RunSummary>> list_runs(int64_t limit) override;
+  Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id) override;
+  Result<Table> row(const std::string& table, int64_t id) override;
+  Result<Table> dump(const std::string& table, int64_t run_id) override;
+  Result<std::vector<MetricRow>> metrics_for(int64_t run_id) override;
+  Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) override;
+  Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id) override;
+  Result<std::vector<RunSummary>> find_runs(const RunQuery& q) override;
+  Result<std::optional<double>> latest_metric(const MetricQuery& q) override;
+
+ private:
+  sqlite3* db_;
+};
+
 }  // namespace
 
 std::string registration_hash(const Registration& r) {
@@ -184,13 +451,63 @@ std::string registration_hash(const Registration& r) {
 }
 
 const std::vector<std::string>& table_names() {
-  static const std::vector<std::string> v{
-      "machines", "machine_ceilings", "builds", "protocols", "request_sets", "registrations", "runs",
-      "requests", "metrics",          "scores", "readouts",  "anchors",      "studies",       "trials"};
+  static const std::vector<std::string> v{"machines",     "machine_ceilings", "builds",   "protocols",
+                                          "request_sets", "registrations",    "runs",     "requests",
+                                          "metrics",      "scores",           "readouts", "anchors",
+                                          "studies",      "trials",           "seals"};
   return v;
 }
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+
+// The advice every refusal of a damaged file ends with.
+std::string damaged_advice(const std::string& path) {
+  return " The file was changed outside plumb, so the validator no longer vouches for its rows. Restore '" +
+         path + "' from a copy; otherwise keep it for inspection (plumb ledger verify --ledger " + path +
+         " lists every finding) and record new results in a new ledger (--ledger NEW.db).";
+}
+
+// Refuses a file whose objects are not those of the schema version it records. Reads both in one
+// read transaction, so a migration committed by another process is never seen half-way.
+Status check_validator(const std::string& path, int64_t have, const Schema& objects) {
+  PLUMB_ASSIGN_OR_RETURN(Schema want, expected_schema(have));
+  auto diffs = schema_differences(objects, want, have);
+  if (diffs.empty()) return Status::Ok();
+  // Objects of a later version under this version number: the schema_version rows were lost.
+  int64_t closest = have;
+  size_t fewest = diffs.size();
+  for (int64_t k = have + 1; k <= int64_t(migrations().size()); ++k) {
+    PLUMB_ASSIGN_OR_RETURN(Schema other, expected_schema(k));
+    auto d = schema_differences(objects, other, k);
+    if (d.size() < fewest) {
+      closest = k;
+      fewest = d.size();
+      diffs = std::move(d);
+    }
+  }
+  std::string lost;
+  if (closest != have)
+    lost = "its schema_version rows record version " + std::to_string(have) +
+           " but its tables and triggers are "
+           "schema v" +
+           std::to_string(closest) + "'s (schema_version rows were deleted or edited)" +
+           (diffs.empty() ? std::string(".")
+                          : std::string("; and against schema v") + std::to_string(closest) + ": ");
+  if (closest != have && diffs.empty())
+    return failed_precondition("ledger '" + path + "' is damaged: " + lost + damaged_advice(path));
+  std::string list;
+  for (size_t i = 0; i < diffs.size() && i < 8; ++i) list += (i ? "; " : "") + diffs[i];
+  if (diffs.size() > 8) list += "; and " + std::to_string(diffs.size() - 8) + " more";
+  if (closest != have)
+    return failed_precondition("ledger '" + path + "' is damaged: " + lost + list + "." +
+                               damaged_advice(path));
+  return failed_precondition("ledger '" + path + "': its validator is not the one schema v" +
+                             std::to_string(have) + " defines: " + list + "." + damaged_advice(path));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
@@ -200,7 +517,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
     sqlite3_close(db);
     return io_error(msg);
   }
-  std::unique_ptr<Ledger> l(new Ledger(db));
+  std::unique_ptr<SqliteLedger> l(new SqliteLedger(db));
   sqlite3_busy_timeout(db, 5000);
   sqlite3_extended_result_codes(db, 1);
   // WAL: readers never block the writer; synchronous=NORMAL in WAL mode loses nothing committed
@@ -208,43 +525,183 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
   PLUMB_RETURN_IF_ERROR(exec(db,
                              "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
                              "configuring ledger '" + path + "'"));
-  PLUMB_RETURN_IF_ERROR(exec(db,
-                             "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
-                             "applied_at TEXT NOT NULL)",
-                             "creating schema_version"));
-  PLUMB_ASSIGN_OR_RETURN(int64_t have, l->schema_version());
-  const auto& ms = migrations();
-  if (have > int64_t(ms.size())) {
-    return failed_precondition("ledger '" + path + "' has schema version " + std::to_string(have) +
-                               ", newer than this plumb knows (" + std::to_string(ms.size()) +
-                               "); upgrade plumb");
+  int64_t first = 0;
+  {
+    // The version the file records and its objects, read together.
+    PLUMB_RETURN_IF_ERROR(exec(db, "BEGIN", "reading ledger '" + path + "'"));
+    auto have = [&]() -> Result<std::pair<int64_t, Schema>> {
+      PLUMB_ASSIGN_OR_RETURN(Schema objects, read_schema(db));
+      if (objects.empty()) return std::make_pair(int64_t(-1), objects);  // a new file
+      if (!objects.count("table schema_version"))
+        return failed_precondition("'" + path +
+                                   "' is not a plumb ledger, or its schema_version table was dropped "
+                                   "(it holds other tables but no schema_version)." +
+                                   damaged_advice(path));
+      PLUMB_ASSIGN_OR_RETURN(int64_t v, l->schema_version());
+      return std::make_pair(v, objects);
+    }();
+    (void)exec(db, "COMMIT", "");
+    if (!have.ok()) return have.status();
+    first = std::max<int64_t>(0, have->first);
+    if (have->first < 0) {
+      PLUMB_RETURN_IF_ERROR(exec(db, kSchemaVersionTable, "creating schema_version"));
+    } else {
+      if (have->first > int64_t(migrations().size()))
+        return failed_precondition("ledger '" + path + "' has schema version " + std::to_string(have->first) +
+                                   ", newer than this plumb knows (" + std::to_string(migrations().size()) +
+                                   "); upgrade plumb");
+      PLUMB_RETURN_IF_ERROR(check_validator(path, have->first, have->second));
+    }
   }
-  for (int64_t v = have; v < int64_t(ms.size()); ++v) {
+  const auto& ms = migrations();
+  for (int64_t v = first; v < int64_t(ms.size()); ++v) {
     Transaction tx(db);
     PLUMB_RETURN_IF_ERROR(tx.begin());
     // Re-check inside the write lock: another process may have migrated meanwhile.
     PLUMB_ASSIGN_OR_RETURN(int64_t now, l->schema_version());
     if (now > v) continue;
     PLUMB_RETURN_IF_ERROR(exec(db, ms[size_t(v)], "migrating ledger to schema " + std::to_string(v + 1)));
+    // Schema 3 introduced seals: the runs already stored are sealed where their rows back them.
+    if (v + 1 == 3) PLUMB_RETURN_IF_ERROR(seal_existing_runs(db));
     Stmt s(db, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)");
     PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
     s.bind(v + 1).bind(utc_timestamp_now());
     PLUMB_RETURN_IF_ERROR(s.run("recording schema version"));
     PLUMB_RETURN_IF_ERROR(tx.commit());
   }
-  return l;
+  return std::unique_ptr<Ledger>(std::move(l));
 }
 
-Ledger::~Ledger() { sqlite3_close_v2(db_); }
+Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = "cannot open ledger '" + path + "': " + (db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_close(db);
+    return io_error(msg);
+  }
+  std::unique_ptr<SqliteLedger> l(new SqliteLedger(db));
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_extended_result_codes(db, 1);
+  return std::unique_ptr<Ledger>(std::move(l));
+}
 
-Result<int64_t> Ledger::schema_version() {
+Result<SealRow> SqliteLedger::seal_run(int64_t run_id) {
+  Transaction tx(db_);
+  PLUMB_RETURN_IF_ERROR(tx.begin());
+  PLUMB_ASSIGN_OR_RETURN(SealRow seal, seal_in_tx(db_, run_id));
+  PLUMB_RETURN_IF_ERROR(tx.commit());
+  return seal;
+}
+
+Result<std::string> SqliteLedger::chain_head() {
+  Stmt s(db_, "SELECT hash FROM seals ORDER BY seq DESC LIMIT 1");
+  PLUMB_RETURN_IF_ERROR(s.prepared("chain head"));
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading the chain head"));
+  return row ? s.text(0) : kGenesisHash;
+}
+
+Result<VerifyReport> SqliteLedger::verify() {
+  VerifyReport rep;
+  rep.chain_head = kGenesisHash;
+  PLUMB_RETURN_IF_ERROR(exec(db_, "BEGIN", "verifying"));
+  struct End {
+    sqlite3* d;
+    ~End() { sqlite3_exec(d, "COMMIT", nullptr, nullptr, nullptr); }
+  } end{db_};
+  PLUMB_ASSIGN_OR_RETURN(Schema objects, read_schema(db_));
+  if (!objects.count("table schema_version")) {
+    rep.problems.push_back("no schema_version table: not a plumb ledger, or the table was dropped");
+    return rep;
+  }
+  PLUMB_ASSIGN_OR_RETURN(rep.schema_version, schema_version());
+  // The validator.
+  if (rep.schema_version > int64_t(migrations().size())) {
+    rep.problems.push_back("schema version " + std::to_string(rep.schema_version) +
+                           " is newer than this plumb knows; verify with a newer plumb");
+    return rep;
+  }
+  PLUMB_ASSIGN_OR_RETURN(Schema want, expected_schema(rep.schema_version));
+  for (auto& d : schema_differences(objects, want, rep.schema_version))
+    rep.problems.push_back("validator: " + d);
+  {
+    Stmt s(db_, "SELECT version FROM schema_version ORDER BY rowid");
+    PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
+    int64_t expect = 1;
+    while (true) {
+      PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading schema_version"));
+      if (!row) break;
+      if (s.i64(0) != expect)
+        rep.problems.push_back("schema_version: row " + std::to_string(expect) + " records version " +
+                               std::to_string(s.i64(0)) + " (rows missing, out of order or edited)");
+      ++expect;
+    }
+  }
+  if (!objects.count("table seals") || !objects.count("table runs")) return rep;
+  // Protocol rows: each must hash to its stored hash.
+  {
+    Stmt s(db_, "SELECT id, hash, canonical_json FROM protocols ORDER BY id");
+    PLUMB_RETURN_IF_ERROR(s.prepared("protocols"));
+    while (true) {
+      PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading protocols"));
+      if (!row) break;
+      if (sha256_hex(s.text(2)) != s.text(1))
+        rep.problems.push_back("protocol row " + std::to_string(s.i64(0)) +
+                               ": its text does not hash to its stored hash (edited or forged)");
+    }
+  }
+  // The chain.
+  Stmt s(db_, "SELECT seq, run_id, content_hash, prev_hash, hash FROM seals ORDER BY seq");
+  PLUMB_RETURN_IF_ERROR(s.prepared("seals"));
+  int64_t expect = 0;
+  std::string prev = kGenesisHash;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading seals"));
+    if (!row) break;
+    int64_t seq = s.i64(0), run = s.i64(1);
+    std::string content = s.text(2), prev_hash = s.text(3), hash = s.text(4);
+    std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
+    if (seq != expect)
+      rep.problems.push_back(where + ": seals " + std::to_string(expect) + ".." + std::to_string(seq - 1) +
+                             " are missing (deleted)");
+    if (prev_hash != prev)
+      rep.problems.push_back(where +
+                             ": its prev_hash is not the previous seal's hash (a seal was deleted, "
+                             "inserted or edited before it)");
+    if (link_hash(seq, run, prev_hash, content) != hash)
+      rep.problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
+    auto now = run_content_hash(db_, run);
+    if (!now.ok())
+      rep.problems.push_back(where + ": " + now.status().message());
+    else if (*now != content)
+      rep.problems.push_back(
+          where +
+          ": the run's content changed after it was sealed (its run row, a "
+          "per-request row, a metric or a row it refers to was edited, inserted or deleted)");
+    prev = hash;
+    expect = seq + 1;
+    ++rep.seals;
+  }
+  rep.chain_head = prev;
+  Stmt u(db_, "SELECT id, id IN (SELECT run_id FROM seals) FROM runs ORDER BY id");
+  PLUMB_RETURN_IF_ERROR(u.prepared("runs"));
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, u.step("reading runs"));
+    if (!row) break;
+    ++rep.runs;
+    if (u.i64(1) == 0) rep.unsealed_runs.push_back(u.i64(0));
+  }
+  return rep;
+}
+
+Result<int64_t> SqliteLedger::schema_version() {
   Stmt s(db_, "SELECT coalesce(max(version), 0) FROM schema_version");
   PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
   PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading schema version"));
   return row ? s.i64(0) : int64_t(0);
 }
 
-Result<int64_t> Ledger::insert_machine(const MachineRow& m) {
+Result<int64_t> SqliteLedger::insert_machine(const MachineRow& m) {
   return find_or_insert(
       db_, "SELECT id FROM machines WHERE fingerprint_hash = ?",
       "INSERT INTO machines (fingerprint_hash, cpu_model, cores, memory_bytes, gpu_model, gpu_driver, "
@@ -257,7 +714,7 @@ Result<int64_t> Ledger::insert_machine(const MachineRow& m) {
       });
 }
 
-Result<int64_t> Ledger::insert_build(const BuildRow& b) {
+Result<int64_t> SqliteLedger::insert_build(const BuildRow& b) {
   return find_or_insert(
       db_, "SELECT id FROM builds WHERE version = ? AND git_commit = ? AND build_type = ? AND compiler = ?",
       "INSERT INTO builds (version, git_commit, build_type, compiler) VALUES (?, ?, ?, ?)", "inserting build",
@@ -265,7 +722,7 @@ Result<int64_t> Ledger::insert_build(const BuildRow& b) {
       [&](Stmt& s) { s.bind(b.version).bind(b.git_commit).bind(b.build_type).bind(b.compiler); });
 }
 
-Result<int64_t> Ledger::insert_protocol(const ProtocolRow& p) {
+Result<int64_t> SqliteLedger::insert_protocol(const ProtocolRow& p) {
   return find_or_insert(
       db_, "SELECT id FROM protocols WHERE hash = ?",
       "INSERT INTO protocols (version, hash, canonical_json) VALUES (?, ?, ?)", "inserting protocol",
@@ -273,7 +730,7 @@ Result<int64_t> Ledger::insert_protocol(const ProtocolRow& p) {
       [&](Stmt& s) { s.bind(p.version).bind(p.hash).bind(p.canonical_json); });
 }
 
-Result<int64_t> Ledger::insert_request_set(const RequestSetRow& r) {
+Result<int64_t> SqliteLedger::insert_request_set(const RequestSetRow& r) {
   return find_or_insert(
       db_, "SELECT id FROM request_sets WHERE set_hash = ?",
       "INSERT INTO request_sets (set_hash, scenario, size_class, seed, num_requests) VALUES (?, ?, ?, ?, ?)",
@@ -331,16 +788,17 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
 }
 }  // namespace
 
-Result<int64_t> Ledger::insert_run(const RunRow& r, std::span<const RequestRow> requests,
-                                   std::span<const MetricRow> metrics) {
+Result<int64_t> SqliteLedger::insert_run(const RunRow& r, std::span<const RequestRow> requests,
+                                         std::span<const MetricRow> metrics) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, r, requests, metrics));
+  PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run_id).status());
   PLUMB_RETURN_IF_ERROR(tx.commit());
   return run_id;
 }
 
-Result<int64_t> Ledger::create_study(const StudyRow& in) {
+Result<int64_t> SqliteLedger::create_study(const StudyRow& in) {
   StudyRow r = in;
   r.created_at = now_or(r.created_at);
   Stmt s(db_,
@@ -382,7 +840,7 @@ StudyRow read_study(Stmt& s) {
 }
 }  // namespace
 
-Result<StudyRow> Ledger::get_study(int64_t id) {
+Result<StudyRow> SqliteLedger::get_study(int64_t id) {
   std::string sql = std::string("SELECT ") + kStudyColumns + " FROM studies WHERE id = ?";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("study query"));
@@ -393,7 +851,7 @@ Result<StudyRow> Ledger::get_study(int64_t id) {
   return read_study(s);
 }
 
-Result<std::vector<StudyRow>> Ledger::list_studies() {
+Result<std::vector<StudyRow>> SqliteLedger::list_studies() {
   std::string sql = std::string("SELECT ") + kStudyColumns + " FROM studies ORDER BY id";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("study query"));
@@ -406,15 +864,16 @@ Result<std::vector<StudyRow>> Ledger::list_studies() {
   return out;
 }
 
-Result<int64_t> Ledger::insert_trial(const TrialRow& in, const RunRow* run,
-                                     std::span<const RequestRow> requests,
-                                     std::span<const MetricRow> metrics) {
+Result<int64_t> SqliteLedger::insert_trial(const TrialRow& in, const RunRow* run,
+                                           std::span<const RequestRow> requests,
+                                           std::span<const MetricRow> metrics) {
   TrialRow t = in;
   if (t.config_hash.empty()) t.config_hash = sha256_hex(t.config_json);
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   if (run) {
     PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, *run, requests, metrics));
+    PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run_id).status());
     t.run_id = run_id;
   }
   Stmt s(db_,
@@ -431,7 +890,7 @@ Result<int64_t> Ledger::insert_trial(const TrialRow& in, const RunRow* run,
   return id;
 }
 
-Result<std::vector<TrialRow>> Ledger::trials_for(int64_t study_id) {
+Result<std::vector<TrialRow>> SqliteLedger::trials_for(int64_t study_id) {
   Stmt s(db_,
          "SELECT id, study_id, idx, stage, config_json, config_hash, status, feasible, objective, failure, "
          "run_id, "
@@ -466,7 +925,7 @@ Result<std::vector<TrialRow>> Ledger::trials_for(int64_t study_id) {
   return out;
 }
 
-Result<int64_t> Ledger::register_comparison(const Registration& in) {
+Result<int64_t> SqliteLedger::register_comparison(const Registration& in) {
   Registration r = in;
   r.created_at = now_or(r.created_at);
   r.registration_hash = registration_hash(r);
@@ -519,7 +978,7 @@ Result<Registration> read_registration(Stmt& s) {
 }
 }  // namespace
 
-Result<Registration> Ledger::get_registration(int64_t id) {
+Result<Registration> SqliteLedger::get_registration(int64_t id) {
   std::string sql = std::string("SELECT ") + kRegistrationColumns + " FROM registrations WHERE id = ?";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("registration query"));
@@ -529,7 +988,7 @@ Result<Registration> Ledger::get_registration(int64_t id) {
   return read_registration(s);
 }
 
-Result<std::vector<Registration>> Ledger::list_registrations() {
+Result<std::vector<Registration>> SqliteLedger::list_registrations() {
   std::string sql = std::string("SELECT ") + kRegistrationColumns + " FROM registrations ORDER BY id";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("registration query"));
@@ -543,7 +1002,7 @@ Result<std::vector<Registration>> Ledger::list_registrations() {
   return out;
 }
 
-Result<int64_t> Ledger::record_readout(const ReadoutRow& r) {
+Result<int64_t> SqliteLedger::record_readout(const ReadoutRow& r) {
   Stmt s(
       db_,
       "INSERT INTO readouts (registration_id, registration_hash, created_at, verdict, ratio, ci_lo, ci_hi, "
@@ -561,7 +1020,7 @@ Result<int64_t> Ledger::record_readout(const ReadoutRow& r) {
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
 
-Result<std::vector<ReadoutRow>> Ledger::readouts_for(int64_t registration_id) {
+Result<std::vector<ReadoutRow>> SqliteLedger::readouts_for(int64_t registration_id) {
   Stmt s(
       db_,
       "SELECT id, registration_id, registration_hash, created_at, verdict, ratio, ci_lo, ci_hi, boot_lo, "
@@ -595,7 +1054,7 @@ Result<std::vector<ReadoutRow>> Ledger::readouts_for(int64_t registration_id) {
   return out;
 }
 
-Result<int64_t> Ledger::insert_score(const ScoreRow& r) {
+Result<int64_t> SqliteLedger::insert_score(const ScoreRow& r) {
   Stmt s(db_, "INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(s.prepared("score insert"));
   s.bind(r.run_id).bind(r.baseline_run_id).bind(r.baseline_name).bind(r.value);
@@ -603,7 +1062,7 @@ Result<int64_t> Ledger::insert_score(const ScoreRow& r) {
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
 
-Result<int64_t> Ledger::insert_ceiling(const CeilingRow& r) {
+Result<int64_t> SqliteLedger::insert_ceiling(const CeilingRow& r) {
   Stmt s(db_,
          "INSERT INTO machine_ceilings (machine_id, name, value, unit, measured_at) VALUES (?, ?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(s.prepared("ceiling insert"));
@@ -612,7 +1071,7 @@ Result<int64_t> Ledger::insert_ceiling(const CeilingRow& r) {
   return int64_t(sqlite3_last_insert_rowid(db_));
 }
 
-Result<int64_t> Ledger::insert_anchor(const AnchorRow& a) {
+Result<int64_t> SqliteLedger::insert_anchor(const AnchorRow& a) {
   Stmt s(db_,
          "INSERT INTO anchors (source, hardware, engine, model, scenario, metric, value, unit, status, note) "
          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
@@ -633,8 +1092,8 @@ namespace {
 constexpr const char* kRunSummarySelect =
     "SELECT r.id, r.started_at, r.scenario, r.size_class, r.target_engine, r.valid, r.gate_status, "
     "r.objective, "
-    "r.registration_id, coalesce(r.arm, ''), (SELECT count(*) FROM requests q WHERE q.run_id = r.id) FROM "
-    "runs r ";
+    "r.registration_id, coalesce(r.arm, ''), (SELECT count(*) FROM requests q WHERE q.run_id = r.id), "
+    "EXISTS (SELECT 1 FROM seals s WHERE s.run_id = r.id) FROM runs r ";
 
 Result<std::vector<RunSummary>> read_runs(Stmt& s) {
   std::vector<RunSummary> out;
@@ -653,13 +1112,14 @@ Result<std::vector<RunSummary>> read_runs(Stmt& s) {
     r.registration_id = s.opt_i64(8);
     r.arm = s.text(9);
     r.requests = s.i64(10);
+    r.sealed = s.i64(11) != 0;
     out.push_back(std::move(r));
   }
   return out;
 }
 }  // namespace
 
-Result<std::vector<RunSummary>> Ledger::list_runs(int64_t limit) {
+Result<std::vector<RunSummary>> SqliteLedger::list_runs(int64_t limit) {
   std::string sql = std::string(kRunSummarySelect) + "ORDER BY r.id DESC LIMIT ?";
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared("run query"));
@@ -667,7 +1127,7 @@ Result<std::vector<RunSummary>> Ledger::list_runs(int64_t limit) {
   return read_runs(s);
 }
 
-Result<std::vector<RunSummary>> Ledger::comparison_runs(int64_t registration_id) {
+Result<std::vector<RunSummary>> SqliteLedger::comparison_runs(int64_t registration_id) {
   std::string sql =
       std::string(kRunSummarySelect) + "WHERE r.registration_id = ? ORDER BY r.pair_index, r.arm";
   Stmt s(db_, sql.c_str());
@@ -716,7 +1176,7 @@ bool known_table(const std::string& t) {
 
 // The table name is checked against the fixed list before it is spliced into the SQL; values are
 // always bound.
-Result<Table> Ledger::row(const std::string& table, int64_t id) {
+Result<Table> SqliteLedger::row(const std::string& table, int64_t id) {
   if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
   std::string sql = "SELECT * FROM " + table + " WHERE id = ?";
   Stmt s(db_, sql.c_str());
@@ -727,10 +1187,10 @@ Result<Table> Ledger::row(const std::string& table, int64_t id) {
   return t;
 }
 
-Result<Table> Ledger::dump(const std::string& table, int64_t run_id) {
+Result<Table> SqliteLedger::dump(const std::string& table, int64_t run_id) {
   if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
   bool per_run = run_id > 0 && (table == "requests" || table == "metrics");
-  std::string order = table == "requests" ? "run_id, profile, idx" : "id";
+  std::string order = table == "requests" ? "run_id, profile, idx" : table == "seals" ? "seq" : "id";
   std::string sql = "SELECT * FROM " + table + (per_run ? " WHERE run_id = ?" : "") + " ORDER BY " + order;
   Stmt s(db_, sql.c_str());
   PLUMB_RETURN_IF_ERROR(s.prepared(table + " query"));
@@ -738,7 +1198,7 @@ Result<Table> Ledger::dump(const std::string& table, int64_t run_id) {
   return read_table(s, "reading " + table);
 }
 
-Result<std::vector<MetricRow>> Ledger::metrics_for(int64_t run_id) {
+Result<std::vector<MetricRow>> SqliteLedger::metrics_for(int64_t run_id) {
   Stmt s(db_, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY id");
   PLUMB_RETURN_IF_ERROR(s.prepared("metric query"));
   s.bind(run_id);
@@ -751,7 +1211,7 @@ Result<std::vector<MetricRow>> Ledger::metrics_for(int64_t run_id) {
   return out;
 }
 
-Result<std::optional<int64_t>> Ledger::find_machine(const std::string& fingerprint_hash) {
+Result<std::optional<int64_t>> SqliteLedger::find_machine(const std::string& fingerprint_hash) {
   Stmt s(db_, "SELECT id FROM machines WHERE fingerprint_hash = ?");
   PLUMB_RETURN_IF_ERROR(s.prepared("machine query"));
   s.bind(fingerprint_hash);
@@ -760,7 +1220,38 @@ Result<std::optional<int64_t>> Ledger::find_machine(const std::string& fingerpri
   return std::optional<int64_t>(s.i64(0));
 }
 
-Result<std::vector<CeilingRow>> Ledger::ceilings_for(int64_t machine_id) {
+Result<std::vector<RunSummary>> SqliteLedger::find_runs(const RunQuery& q) {
+  // The preset is read only from a configuration that is JSON (CASE: json_extract raises on
+  // malformed text).
+  std::string sql = std::string(kRunSummarySelect) +
+                    "WHERE (?1 IS NULL OR r.machine_id = ?1) AND (?2 IS NULL OR r.request_set_id = ?2) "
+                    "AND (?3 = '' OR r.scenario = ?3) AND (?4 = '' OR r.size_class = ?4) "
+                    "AND (?5 = '' OR r.target_engine = ?5) "
+                    "AND (?6 = '' OR CASE WHEN json_valid(r.engine_config) THEN "
+                    "json_extract(r.engine_config, '$.params.preset') END = ?6) "
+                    "AND (?7 = 0 OR r.valid = 1) "
+                    "AND (?8 = 0 OR EXISTS (SELECT 1 FROM seals x WHERE x.run_id = r.id)) ORDER BY r.id";
+  Stmt s(db_, sql.c_str());
+  PLUMB_RETURN_IF_ERROR(s.prepared("run query"));
+  s.bind(q.machine_id).bind(q.request_set_id).bind(q.scenario).bind(q.size_class).bind(q.target_engine);
+  s.bind(q.engine_preset).bind(int64_t(q.valid_only ? 1 : 0)).bind(int64_t(q.sealed_only ? 1 : 0));
+  return read_runs(s);
+}
+
+Result<std::optional<double>> SqliteLedger::latest_metric(const MetricQuery& q) {
+  Stmt s(
+      db_,
+      "SELECT m.value FROM runs r JOIN request_sets s ON s.id = r.request_set_id "
+      "JOIN metrics m ON m.run_id = r.id WHERE s.set_hash = ? AND r.model_identity = ? AND r.machine_id = ? "
+      "AND m.name = ? AND EXISTS (SELECT 1 FROM seals x WHERE x.run_id = r.id) ORDER BY r.id DESC LIMIT 1");
+  PLUMB_RETURN_IF_ERROR(s.prepared("metric query"));
+  s.bind(q.set_hash).bind(q.model_identity).bind(q.machine_id).bind(q.metric);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading the latest " + q.metric));
+  if (!row) return std::optional<double>();
+  return std::optional<double>(s.dbl(0));
+}
+
+Result<std::vector<CeilingRow>> SqliteLedger::ceilings_for(int64_t machine_id) {
   // Latest per name: the row with the greatest id among rows of that name.
   Stmt s(db_,
          "SELECT machine_id, name, value, unit, measured_at FROM machine_ceilings WHERE id IN "

@@ -3,9 +3,21 @@
 // see schema.cpp and docs/protocol.md). Whatever writes to the file, through this class or raw SQL,
 // cannot store a run without provenance, a verdict built on a NOISY arm, a readout without a prior
 // unchanged registration, a comparison spanning two machines, a score other than 1.0 for a run that
-// failed a gate, or change/delete a recorded measurement.
+// failed a gate, or change/delete a recorded measurement. A run is usable (by a trial, a readout or
+// a score) only once sealed: the database admits the seal only when the run's per-request rows back
+// its stated figures, and seals form a hash chain that verify() recomputes (see schema.cpp,
+// migration 3, and docs/protocol.md "The database validator"). insert_run and insert_trial seal
+// the run they write, in the same transaction.
 //
-// Ownership and threads: a Ledger owns one sqlite3 connection; use one Ledger per thread (several
+// Opening checks the validator: the file's schema objects (tables, indexes, triggers and their SQL)
+// must be exactly those its schema version defines; a file that differs (a dropped trigger, an edit
+// through PRAGMA writable_schema, deleted schema_version rows) is refused with what changed.
+//
+// Backends: Ledger is an interface; Ledger::open gives the SQLite backend (ledger.cpp, the validator
+// in schema.cpp). A second SQL backend (PostgreSQL) implements the same interface with the same
+// rules in its dialect; no SQL and no database handle leave src/ledger/.
+//
+// Ownership and threads: a Ledger owns one database connection; use one Ledger per thread (several
 // processes may open the same file; writers wait up to 5 s for the lock). Move-only.
 // Errors: every method returns a Status/Result; a row the validator refuses is FailedPrecondition
 // with the database's message (e.g. "readout: a verdict derived from a NOISY arm ..."); I/O and
@@ -13,8 +25,6 @@
 // Timestamps: UTC text "YYYY-MM-DDTHH:MM:SS.mmmZ" (core/clock.h utc_timestamp_now()); the schema
 // checks the format, and order comparisons are textual.
 #pragma once
-
-#include <sqlite3.h>
 
 #include <cstdint>
 #include <memory>
@@ -222,6 +232,53 @@ struct TrialRow {
   double elapsed_s = 0;  // wall seconds the trial took (launch to stop)
 };
 
+// One link of the seal chain. hash = SHA-256 of "plumb-seal/1 <seq> <run_id> <prev_hash>
+// <content_hash>"; content_hash = SHA-256 of the run's canonical content (ledger.cpp
+// run_content_hash: the run row, its machine, build, protocol, request-set and registration
+// references, its per-request rows by (profile, idx) and its metrics by name).
+struct SealRow {
+  int64_t seq = 0;           // 0-based position in the chain
+  int64_t run_id = 0;        // the sealed run
+  std::string content_hash;  // 64 hex
+  std::string prev_hash;     // the previous seal's hash; kGenesisHash for seq 0
+  std::string hash;          // 64 hex: this link
+  std::string sealed_at;     // UTC timestamp
+};
+// prev_hash of the first seal, and the chain head of a ledger with no seal.
+inline const std::string kGenesisHash(64, '0');
+
+// What verify() found. ok() when nothing is wrong; unsealed runs are not a fault (they are stored
+// but unusable) and are listed apart.
+struct VerifyReport {
+  int64_t schema_version = 0;          // as recorded in the file
+  std::string chain_head;              // the last seal's stored hash (kGenesisHash if none)
+  int64_t seals = 0;                   // links checked
+  int64_t runs = 0;                    // runs in the file
+  std::vector<int64_t> unsealed_runs;  // runs without a seal, by id
+  std::vector<std::string> problems;   // one sentence each: what is wrong, where
+  bool ok() const { return problems.empty(); }
+};
+
+// Which runs find_runs returns; an unset field does not filter.
+struct RunQuery {
+  std::optional<int64_t> machine_id;
+  std::optional<int64_t> request_set_id;
+  std::string scenario;       // "" = any
+  std::string size_class;     // "" = any
+  std::string target_engine;  // "" = any
+  std::string engine_preset;  // the effective engine configuration's params.preset; "" = any
+  bool valid_only = false;    // only runs whose validity verdict is VALID
+  bool sealed_only = true;    // only sealed (usable) runs
+};
+
+// The latest value of a metric over sealed runs of one request set, model and machine.
+struct MetricQuery {
+  std::string set_hash;        // request_sets.set_hash
+  std::string model_identity;  // runs.model_identity
+  int64_t machine_id = 0;      // machines.id
+  std::string metric;          // metrics.name
+};
+
 // Query results.
 struct RunSummary {
   int64_t id = 0;
@@ -235,6 +292,7 @@ struct RunSummary {
   std::optional<int64_t> registration_id;
   std::string arm;
   int64_t requests = 0;  // per-request records stored
+  bool sealed = false;   // usable: its rows back it (see seal_run)
 };
 
 // A generic table dump for export: column names and rows of cells.
@@ -255,71 +313,95 @@ class Ledger {
   // Opens or creates the database at `path`, sets WAL, foreign_keys=ON, busy_timeout, and applies
   // any missing schema migrations (each in its own transaction). FailedPrecondition if the file's
   // schema is newer than this build knows; IoError if it cannot be opened.
+  // Also FailedPrecondition, naming each difference and what to do, when the file's validator is
+  // not the one its schema version defines.
   static Result<std::unique_ptr<Ledger>> open(const std::string& path);
-  ~Ledger();
+  // Opens read-only with no check and no migration, so that verify() can report on a ledger that
+  // open() refuses. IoError if it cannot be opened.
+  static Result<std::unique_ptr<Ledger>> open_for_inspection(const std::string& path);
+  virtual ~Ledger() = default;
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
   // The schema version now in the file (== kSchemaVersion after open()).
-  Result<int64_t> schema_version();
-  static constexpr int64_t kSchemaVersion = 2;
+  virtual Result<int64_t> schema_version() = 0;
+  static constexpr int64_t kSchemaVersion = 3;  // 3: seals, the hash chain, schema_version append-only
 
   // Reference rows: idempotent on their natural key (returns the existing id if present).
-  Result<int64_t> insert_machine(const MachineRow& m);
-  Result<int64_t> insert_build(const BuildRow& b);
-  Result<int64_t> insert_protocol(const ProtocolRow& p);
-  Result<int64_t> insert_request_set(const RequestSetRow& s);
+  virtual Result<int64_t> insert_machine(const MachineRow& m) = 0;
+  virtual Result<int64_t> insert_build(const BuildRow& b) = 0;
+  virtual Result<int64_t> insert_protocol(const ProtocolRow& p) = 0;
+  virtual Result<int64_t> insert_request_set(const RequestSetRow& s) = 0;
 
-  // A run, its per-request records and its metrics in one transaction: all or nothing.
-  Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
-                             std::span<const MetricRow> metrics);
+  // A run, its per-request records and its metrics, sealed, in one transaction: all or nothing.
+  // FailedPrecondition with the database's message when the validator refuses the run or its seal
+  // (e.g. a valid run without its per-request rows, a stated TTFT p50 its rows do not give).
+  virtual Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
+                                     std::span<const MetricRow> metrics) = 0;
 
   // Stores a registration (fills created_at when empty, computes registration_hash); returns its id.
-  Result<int64_t> register_comparison(const Registration& r);
+  virtual Result<int64_t> register_comparison(const Registration& r) = 0;
   // Reads a registration back and re-hashes it: Corrupt if the stored hash no longer matches.
-  Result<Registration> get_registration(int64_t id);
-  Result<std::vector<Registration>> list_registrations();
-  Result<int64_t> record_readout(const ReadoutRow& r);
-  Result<std::vector<ReadoutRow>> readouts_for(int64_t registration_id);
+  virtual Result<Registration> get_registration(int64_t id) = 0;
+  virtual Result<std::vector<Registration>> list_registrations() = 0;
+  virtual Result<int64_t> record_readout(const ReadoutRow& r) = 0;
+  virtual Result<std::vector<ReadoutRow>> readouts_for(int64_t registration_id) = 0;
 
-  Result<int64_t> insert_score(const ScoreRow& s);
-  Result<int64_t> insert_ceiling(const CeilingRow& c);
-  Result<int64_t> insert_anchor(const AnchorRow& a);
+  virtual Result<int64_t> insert_score(const ScoreRow& s) = 0;
+  virtual Result<int64_t> insert_ceiling(const CeilingRow& c) = 0;
+  virtual Result<int64_t> insert_anchor(const AnchorRow& a) = 0;
 
   // Tuning studies. create_study fills created_at when empty and returns the id.
-  Result<int64_t> create_study(const StudyRow& s);
-  Result<StudyRow> get_study(int64_t id);  // NotFound for an unknown id
-  Result<std::vector<StudyRow>> list_studies();
+  virtual Result<int64_t> create_study(const StudyRow& s) = 0;
+  virtual Result<StudyRow> get_study(int64_t id) = 0;  // NotFound for an unknown id
+  virtual Result<std::vector<StudyRow>> list_studies() = 0;
   // A finished trial and, when the engine ran, its run with requests and metrics: one transaction
   // (the trial's run_id is the new run). The database refuses an idx other than the study's trial
   // count (FailedPrecondition), so a trial is never recorded twice or out of order.
-  Result<int64_t> insert_trial(const TrialRow& t, const RunRow* run, std::span<const RequestRow> requests,
-                               std::span<const MetricRow> metrics);
-  Result<std::vector<TrialRow>> trials_for(int64_t study_id);  // by idx
+  virtual Result<int64_t> insert_trial(const TrialRow& t, const RunRow* run,
+                                       std::span<const RequestRow> requests,
+                                       std::span<const MetricRow> metrics) = 0;
+  virtual Result<std::vector<TrialRow>> trials_for(int64_t study_id) = 0;  // by idx
+
+  // Seals a run already stored (written by raw SQL or by a plumb before schema 3): computes its
+  // content hash, links it to the chain head and inserts the seal, which the database admits only
+  // if the run's rows back it (FailedPrecondition with the rule otherwise). FailedPrecondition too
+  // when the run's protocol row is not what its hash says.
+  virtual Result<SealRow> seal_run(int64_t run_id) = 0;
+  // The hash of the last seal (kGenesisHash for none): one value that identifies the ledger's
+  // sealed history.
+  virtual Result<std::string> chain_head() = 0;
+  // Recomputes everything the file can be checked against: the validator (schema objects against
+  // this schema version's), the schema_version rows, every protocol row's hash, and the seal chain
+  // (each seal's content hash from the rows, its link and its own hash). Finds an edited, inserted
+  // or deleted row of a sealed run, a deleted or forged seal, a dropped or rewritten trigger.
+  virtual Result<VerifyReport> verify() = 0;
 
   // Runs, newest first; limit <= 0 means all.
-  Result<std::vector<RunSummary>> list_runs(int64_t limit = 0);
+  virtual Result<std::vector<RunSummary>> list_runs(int64_t limit = 0) = 0;
   // Runs of a registered comparison, ordered by pair then arm.
-  Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id);
+  virtual Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id) = 0;
   // One row of a table by id, all columns. Tables: runs, machines, builds, protocols,
   // request_sets, registrations, readouts, studies, trials. NotFound for an unknown id, InvalidArgument for
   // an unknown table.
-  Result<Table> row(const std::string& table, int64_t id);
+  virtual Result<Table> row(const std::string& table, int64_t id) = 0;
   // A whole table (or, for requests and metrics, the rows of one run when run_id > 0).
   // InvalidArgument for a table that is not one of the ledger's.
-  Result<Table> dump(const std::string& table, int64_t run_id = 0);
-  Result<std::vector<MetricRow>> metrics_for(int64_t run_id);
+  virtual Result<Table> dump(const std::string& table, int64_t run_id = 0) = 0;
+  virtual Result<std::vector<MetricRow>> metrics_for(int64_t run_id) = 0;
   // The id of the machine with this fingerprint hash, or nullopt.
-  Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash);
+  virtual Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) = 0;
   // The latest measurement of each ceiling name for a machine, by name.
-  Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id);
+  virtual Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id) = 0;
 
-  // The raw connection, for tests and tools that check the validator with plain SQL.
-  sqlite3* handle() { return db_; }
+  // Runs matching `q`, by id.
+  virtual Result<std::vector<RunSummary>> find_runs(const RunQuery& q) = 0;
+  // The latest (highest run id) value of `q.metric` over sealed runs of that request set, model
+  // and machine; nullopt if none.
+  virtual Result<std::optional<double>> latest_metric(const MetricQuery& q) = 0;
 
- private:
-  explicit Ledger(sqlite3* db) : db_(db) {}
-  sqlite3* db_ = nullptr;
+ protected:
+  Ledger() = default;
 };
 
 // The tables the ledger owns, in creation order.

@@ -7,6 +7,7 @@
 // gets the trigger's clear message; the constraints stay as a backstop.
 #include "ledger/schema.h"
 
+#include <algorithm>
 #include <string>
 
 namespace plumb::ledger {
@@ -378,10 +379,242 @@ END;
   return s;
 }
 
+// Migration 3: the ledger proves its results (docs/protocol.md "The database validator").
+//
+// A run becomes usable (by a trial, a readout or a score) only when it is sealed: a row in `seals`
+// whose insertion the triggers below allow only when the run's per-request rows back what it
+// states. The seal also carries a hash chain: content_hash (SHA-256 of the run's canonical content,
+// computed by ledger.cpp at seal time), prev_hash (the previous seal's hash; 64 zeros for the first)
+// and hash = SHA-256 over both. The database checks the linkage (prev_hash is the chain head, seq
+// is dense); `plumb ledger verify` recomputes every hash from the rows.
+//
+// What a seal checks, from the rows alone (tolerance: a stated figure agrees when
+// |stated - recomputed| <= 1e-6 * |recomputed|, i.e. six significant digits):
+// - a valid run has, in each of its profiles, exactly its request set's number of rows and at least
+//   the protocol's minimum of completed ones (read from the run's own protocol row: the scenario
+//   and size class's min_completed; a custom workload needs one); a protocol scenario (A-D, gpu or
+//   small) must be defined by that protocol, with the profiles it defines;
+// - every stated headline metric (ttft_p50_ms, tpot_p50_ms, request_throughput, with the "p<i>."
+//   prefix of profile i when there are several) equals what the rows give, by the definitions of
+//   docs/metrics.md (percentiles: linear interpolation between closest ranks, Hyndman-Fan type 7);
+// - a valid run's objective equals the scenario's objective recomputed from the rows (C: the cube
+//   of the objective against the product of the three profiles' req/s; D: the cube against the
+//   product of its three ingredients), for protocol scenarios; its "objective" metric, if stated,
+//   equals it.
+
+// SQL for what a run's rows give, for run `r` and profile `p` (SQL expressions). Times are
+// nanoseconds, -1 where the event did not happen; "ok" rows are the completed requests.
+std::string where_ok(const std::string& r, const std::string& p) {
+  return "run_id = " + r + " AND profile = " + p + " AND status = 'ok'";
+}
+// The median of `v` over the rows selected by `cond`: type 7 at p = 0.5, i.e. the middle value, or
+// the mean of the two middle values.
+std::string median(const std::string& v, const std::string& cond) {
+  std::string n = "(SELECT count(*) FROM requests WHERE " + cond + ")";
+  return "(SELECT avg(v) FROM (SELECT " + v + " AS v FROM requests WHERE " + cond +
+         " ORDER BY v LIMIT 2 - (" + n + " % 2) OFFSET (" + n + " - 1) / 2))";
+}
+std::string ttft_p50(const std::string& r, const std::string& p) {
+  return median("(first_token_ns - sent_ns) / 1e6",
+                where_ok(r, p) + " AND first_token_ns >= 0 AND sent_ns >= 0");
+}
+// TPOT = (end - first token) / (n - 1), n = the server's completion tokens when reported, else the
+// local count; requests with n >= 2.
+std::string tpot_p50(const std::string& r, const std::string& p) {
+  std::string n = "(CASE WHEN output_server >= 0 THEN output_server ELSE output_local END)";
+  return median("(end_ns - first_token_ns) / 1e6 / (" + n + " - 1)",
+                where_ok(r, p) + " AND " + n + " >= 2 AND first_token_ns >= 0 AND end_ns >= 0");
+}
+// Steady-window request throughput: completed requests ending in (first completion, last send],
+// over that window in seconds; undefined (NULL) with fewer than two completed or an empty window.
+std::string steady_rps(const std::string& r, const std::string& p) {
+  std::string fc = "(SELECT min(end_ns) FROM requests WHERE " + where_ok(r, p) + ")";
+  std::string ls =
+      "(SELECT max(sent_ns) FROM requests WHERE run_id = " + r + " AND profile = " + p + " AND sent_ns >= 0)";
+  std::string n = "(SELECT count(*) FROM requests WHERE " + where_ok(r, p) + ")";
+  return "(CASE WHEN " + n + " >= 2 AND " + ls + " > " + fc + " THEN (SELECT count(*) FROM requests WHERE " +
+         where_ok(r, p) + " AND end_ns > " + fc + " AND end_ns <= " + ls + ") / ((" + ls + " / 1e9) - (" +
+         fc + " / 1e9)) END)";
+}
+// A stated figure agrees with the recomputed one (NULL recomputed never agrees). The recomputed
+// figure is a subquery of its own so that it is evaluated once.
+std::string agree(const std::string& stated, const std::string& computed) {
+  return "EXISTS (SELECT 1 FROM (SELECT " + computed + " AS c LIMIT 1) WHERE c IS NOT NULL AND abs((" +
+         stated + ") - c) <= 1e-6 * abs(c))";
+}
+// The protocol's definition of the sealed run's scenario and size class (JSON text), or NULL.
+const char* kScenarioJson =
+    "(SELECT s.value FROM runs r JOIN protocols pr ON pr.id = r.protocol_id, "
+    "json_each(pr.canonical_json, '$.scenarios') s WHERE r.id = NEW.run_id "
+    "AND json_extract(s.value, '$.id') = r.scenario AND json_extract(s.value, '$.size_class') = "
+    "r.size_class)";
+
+// Every stated headline metric of the sealed run agrees with its rows: "<kind>" is profile 0's,
+// "p<i>.<kind>" profile i's (the protocol has at most three profiles; a headline metric of a
+// fourth is refused). SQLite admits no outer column in LIMIT/OFFSET, so the profile is a literal.
+std::string figures_agree() {
+  const std::string R = "NEW.run_id";
+  struct Kind {
+    const char* name;
+    std::string (*of)(const std::string&, const std::string&);
+  };
+  const Kind kinds[] = {
+      {"ttft_p50_ms", ttft_p50}, {"tpot_p50_ms", tpot_p50}, {"request_throughput", steady_rps}};
+  std::string s = "1";
+  for (const Kind& k : kinds) {
+    for (int p = -1; p < 3; ++p) {
+      std::string name = (p < 0 ? std::string() : "p" + std::to_string(p) + ".") + k.name;
+      std::string prof = std::to_string(std::max(p, 0));
+      s += "\n  AND NOT EXISTS (SELECT 1 FROM metrics WHERE run_id = NEW.run_id AND name = '" + name +
+           "' AND NOT " + agree("value", k.of(R, prof)) + ")";
+    }
+    s += std::string(
+             "\n  AND NOT EXISTS (SELECT 1 FROM metrics WHERE run_id = NEW.run_id AND name GLOB 'p[0-9]*.") +
+         k.name + "' AND CAST(substr(name, 2, instr(name, '.') - 2) AS INTEGER) > 2)";
+  }
+  s += "\n  AND NOT EXISTS (SELECT 1 FROM metrics WHERE run_id = NEW.run_id AND name = 'objective' AND value "
+       "<> "
+       "(SELECT objective FROM runs WHERE id = NEW.run_id))";
+  return s;
+}
+
+std::string migration_3() {
+  const std::string R = "NEW.run_id";
+  const std::string sj = kScenarioJson;
+  const std::string obj = "(SELECT objective FROM runs WHERE id = NEW.run_id)";
+  const std::string obj3 = "(" + obj + " * " + obj + " * " + obj + ")";
+  std::string s =
+      R"SQL(
+CREATE TABLE seals (
+  seq INTEGER PRIMARY KEY CHECK (seq >= 0),
+  run_id INTEGER NOT NULL UNIQUE REFERENCES runs(id),
+  content_hash TEXT NOT NULL CHECK )SQL" HEX64("content_hash") R"SQL(,
+  prev_hash TEXT NOT NULL CHECK )SQL" HEX64("prev_hash") R"SQL(,
+  hash TEXT NOT NULL CHECK )SQL" HEX64("hash") R"SQL(,
+  sealed_at TEXT NOT NULL CHECK (sealed_at GLOB )SQL" TS_GLOB R"SQL()
+);
+-- SQLite fires the triggers of one event newest first: these are created in reverse order of the
+-- checks, so the first rule a seal breaks is the one it names.
+CREATE TRIGGER seals_objective_agrees BEFORE INSERT ON seals
+WHEN (SELECT valid FROM runs WHERE id = NEW.run_id) = 1 AND CASE json_extract()SQL" +
+      sj + R"SQL(, '$.objective')
+  WHEN 'inv_median_ttft' THEN NOT )SQL" +
+      agree(obj, "(1000.0 / " + ttft_p50(R, "0") + ")") + R"SQL(
+  WHEN 'inv_median_tpot' THEN NOT )SQL" +
+      agree(obj, "(1000.0 / " + tpot_p50(R, "0") + ")") + R"SQL(
+  WHEN 'general_geomean' THEN NOT )SQL" +
+      agree(obj3, "((1000.0 / " + ttft_p50(R, "0") + ") * (1000.0 / " + tpot_p50(R, "0") + ") * " +
+                      steady_rps(R, "0") + ")") +
+      R"SQL(
+  WHEN 'geomean_req_per_s' THEN json_array_length()SQL" +
+      sj + R"SQL(, '$.profiles') <> 3 OR NOT )SQL" +
+      agree(obj3, "(" + steady_rps(R, "0") + " * " + steady_rps(R, "1") + " * " + steady_rps(R, "2") + ")") +
+      R"SQL(
+  ELSE 0 END
+BEGIN
+  SELECT RAISE(ABORT, 'seal: the run''s objective disagrees with the one its per-request rows give');
+END;
+CREATE TRIGGER seals_figures_agree BEFORE INSERT ON seals
+WHEN NOT ()SQL" +
+      figures_agree() + R"SQL()
+BEGIN
+  SELECT RAISE(ABORT, 'seal: a stated figure (TTFT p50, TPOT p50, request throughput or objective) disagrees with the run''s per-request rows');
+END;
+CREATE TRIGGER seals_valid_run_has_rows BEFORE INSERT ON seals
+WHEN (SELECT valid FROM runs WHERE id = NEW.run_id) = 1 AND (
+  NOT EXISTS (SELECT 1 FROM requests WHERE run_id = NEW.run_id)
+  OR (SELECT max(profile) + 1 FROM requests WHERE run_id = NEW.run_id)
+     <> (SELECT count(DISTINCT profile) FROM requests WHERE run_id = NEW.run_id)
+  OR (SELECT count(DISTINCT profile) FROM requests WHERE run_id = NEW.run_id)
+     <> coalesce(json_array_length()SQL" +
+      sj + R"SQL(, '$.profiles'), (SELECT count(DISTINCT profile) FROM requests WHERE run_id = NEW.run_id))
+  OR EXISTS (SELECT 1 FROM (SELECT DISTINCT profile AS p FROM requests WHERE run_id = NEW.run_id) x
+             WHERE (SELECT count(*) FROM requests WHERE run_id = NEW.run_id AND profile = x.p)
+                   <> (SELECT rs.num_requests FROM runs r JOIN request_sets rs ON rs.id = r.request_set_id
+                       WHERE r.id = NEW.run_id)
+                OR (SELECT count(*) FROM requests WHERE run_id = NEW.run_id AND profile = x.p AND status = 'ok')
+                   < coalesce(json_extract()SQL" +
+      sj + R"SQL(, '$.min_completed'), 1)))
+BEGIN
+  SELECT RAISE(ABORT, 'seal: a valid run needs its per-request rows: in every profile one row per request of its set, and at least the protocol''s minimum of completed requests');
+END;
+CREATE TRIGGER seals_protocol_scenario BEFORE INSERT ON seals
+WHEN EXISTS (SELECT 1 FROM runs WHERE id = NEW.run_id AND valid = 1 AND scenario IN ('A', 'B', 'C', 'D')
+             AND size_class IN ('gpu', 'small')) AND )SQL" +
+      sj + R"SQL( IS NULL
+BEGIN
+  SELECT RAISE(ABORT, 'seal: the run''s protocol row does not define its scenario and size class');
+END;
+CREATE TRIGGER seals_chain_linked BEFORE INSERT ON seals
+WHEN NEW.seq IS NOT (SELECT count(*) FROM seals)
+  OR NEW.prev_hash IS NOT coalesce((SELECT hash FROM seals WHERE seq = NEW.seq - 1), ')SQL" +
+      std::string(64, '0') + R"SQL(')
+BEGIN
+  SELECT RAISE(ABORT, 'seal: not linked to the chain head (seq must be the number of seals, prev_hash the last seal''s hash)');
+END;
+CREATE TRIGGER seals_run_exists BEFORE INSERT ON seals
+WHEN NOT EXISTS (SELECT 1 FROM runs WHERE id = NEW.run_id)
+BEGIN
+  SELECT RAISE(ABORT, 'seal: no such run');
+END;
+
+-- A sealed run's rows are closed. (A row over an existing key is left to the append-only message.)
+CREATE TRIGGER requests_closed_by_seal BEFORE INSERT ON requests
+WHEN EXISTS (SELECT 1 FROM seals WHERE run_id = NEW.run_id)
+  AND NOT EXISTS (SELECT 1 FROM requests WHERE run_id = NEW.run_id AND profile = NEW.profile AND idx = NEW.idx)
+BEGIN
+  SELECT RAISE(ABORT, 'requests: the run is sealed; its rows are closed');
+END;
+CREATE TRIGGER metrics_closed_by_seal BEFORE INSERT ON metrics
+WHEN EXISTS (SELECT 1 FROM seals WHERE run_id = NEW.run_id)
+  AND NOT EXISTS (SELECT 1 FROM metrics WHERE id = NEW.id OR (run_id = NEW.run_id AND name = NEW.name))
+BEGIN
+  SELECT RAISE(ABORT, 'metrics: the run is sealed; its rows are closed');
+END;
+
+-- Only sealed runs are used.
+CREATE TRIGGER trials_run_sealed BEFORE INSERT ON trials
+WHEN NEW.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM seals WHERE run_id = NEW.run_id)
+BEGIN
+  SELECT RAISE(ABORT, 'trial: its run is not sealed (a run is usable only once its per-request rows back it)');
+END;
+CREATE TRIGGER trials_objective_is_runs BEFORE INSERT ON trials
+WHEN NEW.feasible = 1 AND EXISTS (SELECT 1 FROM runs WHERE id = NEW.run_id AND valid = 1) AND NOT )SQL" +
+      agree("NEW.objective", "(SELECT objective FROM runs WHERE id = NEW.run_id)") + R"SQL(
+BEGIN
+  SELECT RAISE(ABORT, 'trial: a feasible trial''s objective must be its run''s');
+END;
+CREATE TRIGGER scores_runs_sealed BEFORE INSERT ON scores
+WHEN (SELECT count(*) FROM seals WHERE run_id IN (NEW.run_id, NEW.baseline_run_id))
+     < (CASE WHEN NEW.run_id = NEW.baseline_run_id THEN 1 ELSE 2 END)
+BEGIN
+  SELECT RAISE(ABORT, 'score: the run or its baseline is not sealed (a run is usable only once its per-request rows back it)');
+END;
+CREATE TRIGGER readouts_runs_sealed BEFORE INSERT ON readouts
+WHEN EXISTS (SELECT 1 FROM runs WHERE registration_id = NEW.registration_id
+             AND NOT EXISTS (SELECT 1 FROM seals WHERE run_id = runs.id))
+BEGIN
+  SELECT RAISE(ABORT, 'readout: a run of the comparison is not sealed (a run is usable only once its per-request rows back it)');
+END;
+
+-- The schema's own record is append-only too: without it no plumb can tell which schema a file has.
+CREATE TRIGGER schema_version_no_update BEFORE UPDATE ON schema_version
+BEGIN
+  SELECT RAISE(ABORT, 'schema_version is append-only: recorded rows cannot be changed or deleted');
+END;
+CREATE TRIGGER schema_version_no_delete BEFORE DELETE ON schema_version
+BEGIN
+  SELECT RAISE(ABORT, 'schema_version is append-only: recorded rows cannot be changed or deleted');
+END;
+)SQL";
+  s += append_only("seals", "EXISTS (SELECT 1 FROM seals WHERE seq = NEW.seq OR run_id = NEW.run_id)");
+  return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
-  static const std::vector<std::string> m{migration_1(), migration_2()};
+  static const std::vector<std::string> m{migration_1(), migration_2(), migration_3()};
   return m;
 }
 

@@ -180,7 +180,11 @@ json::object StudyOptions::to_json() const {
                       {"screen_configs", strategy_options.screen_configs},
                       {"eta", strategy_options.eta},
                       {"proposer", argv},
-                      {"proposer_timeout_ms", int64_t(strategy_options.proposer_timeout.count())}};
+                      {"proposer_timeout_ms", int64_t(strategy_options.proposer_timeout.count())},
+                      {"revalidate", revalidate},
+                      {"naive", naive},
+                      {"gates", gates},
+                      {"pairs", pairs}};
 }
 
 Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
@@ -212,6 +216,13 @@ Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
   if (auto v = num("eta")) s.strategy_options.eta = int(*v);
   if (auto v = num("proposer_timeout_ms"))
     s.strategy_options.proposer_timeout = std::chrono::milliseconds(int64_t(*v));
+  auto flag = [&](const char* k, bool& out) {
+    if (auto* v = o.if_contains(k); v && v->is_bool()) out = v->as_bool();
+  };
+  flag("revalidate", s.revalidate);
+  flag("naive", s.naive);
+  flag("gates", s.gates);
+  if (auto v = num("pairs")) s.pairs = int(*v);
   if (auto* v = o.if_contains("proposer"); v && v->is_array())
     for (const auto& x : v->as_array())
       if (x.is_string()) s.strategy_options.proposer_argv.emplace_back(x.as_string());

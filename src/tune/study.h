@@ -62,6 +62,13 @@ struct StudyOptions {
   int trial_timeout_s = 0;
   double screen_fraction = 0.25;     // halving: the screen workload has this fraction of the requests
   StrategyOptions strategy_options;  // bayes/halving/external knobs (name and seed are set from above)
+  // What follows the search (`plumb tune` re-validates the winner): stored with the study so that a
+  // resume does what the original invocation asked. A study stored before these were kept reads the
+  // defaults.
+  bool revalidate = true;  // false: --no-revalidate
+  bool naive = false;      // --naive: also against the naive preset
+  bool gates = true;       // false: --no-gates
+  int pairs = 5;           // --pairs of each re-validation comparison
 
   json::object to_json() const;
   static Result<StudyOptions> from_json(const json::object& o);

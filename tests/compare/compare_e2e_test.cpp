@@ -179,7 +179,11 @@ TEST_F(CompareE2eTest, JitteryArmReadsNoisyAndTheLedgerRefusesAVerdict) {
       std::to_string(r.registration.id) + ", '" + r.registration.registration_hash +
       "', '2099-01-01T00:00:00.000Z', 'better', 1.2, 1.1, 1.3, 0.01, 0.01, 0.05, 5, 0, 'forged')";
   char* err = nullptr;
-  const int rc = sqlite3_exec(ledger_->handle(), sql.c_str(), nullptr, nullptr, &err);
+  sqlite3* raw = nullptr;  // plain SQL, no plumb code in between
+  ASSERT_EQ(sqlite3_open((dir_ + "/plumb.db").c_str(), &raw), SQLITE_OK);
+  sqlite3_busy_timeout(raw, 5000);
+  const int rc = sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &err);
+  sqlite3_close(raw);
   EXPECT_NE(rc, SQLITE_OK);
   ASSERT_NE(err, nullptr);
   EXPECT_NE(std::string(err).find("NOISY"), std::string::npos) << err;

@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "core/random.h"
+#include "ledger/ledger_fixture.h"
 
 namespace plumb::compare {
 namespace {
@@ -88,7 +89,9 @@ class CompareTest : public ::testing::Test {
     r.validity_json = "[]";
     r.objective = objective;
     std::vector<ledger::MetricRow> m{{"objective", objective, "1"}};
-    auto id = ledger_->insert_run(r, {}, m);
+    // The per-request rows that back the objective (scenario B: 1 / median TPOT), so it is sealed.
+    auto reqs = ledger::testing::backed_requests(16, objective, /*decode=*/true);
+    auto id = ledger_->insert_run(r, reqs, m);
     ASSERT_TRUE(id.ok()) << id.status().to_string();
   }
 

@@ -103,6 +103,9 @@ TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const auto& e = v->as_object();
   EXPECT_EQ(e.at("schema_version").as_int64(), 1);
+  // The ledger's chain head: the runs it measured are sealed, so it is not the empty chain's.
+  EXPECT_EQ(e.at("ledger").at("chain_head").as_string().size(), 64u);
+  EXPECT_NE(e.at("ledger").at("chain_head").as_string(), std::string(64, '0'));
   EXPECT_TRUE(e.at("gates_passed").as_bool()) << o.out;
   EXPECT_TRUE(e.at("harness_intact").as_bool());
   const auto& sc = e.at("scenarios").as_array();

@@ -25,13 +25,9 @@ constexpr int kRequestsPerRun = 200;
   auto& led = **l;
   int64_t m = *led.insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
   int64_t b = *led.insert_build({"0.1.0", "abc", "Debug", "GNU"});
-  int64_t p = *led.insert_protocol({1, hex64('d'), "{}"});
+  int64_t p = *led.insert_protocol(testing::real_protocol());
   int64_t s = *led.insert_request_set({hex64('e'), "A", "small", 21, kRequestsPerRun});
-  std::vector<RequestRow> reqs(kRequestsPerRun);
-  for (int i = 0; i < kRequestsPerRun; ++i) {
-    reqs[size_t(i)].idx = i;
-    reqs[size_t(i)].request_hash = hex64('1');
-  }
+  std::vector<RequestRow> reqs = testing::backed_requests(kRequestsPerRun, 100.0);
   for (;;) {
     auto id = led.insert_run(testing::good_run(m, b, p, s, "2026-01-01T00:00:00.000Z"), reqs, {});
     if (!id.ok()) _exit(3);
@@ -69,7 +65,8 @@ TEST(LedgerCrash, SigkillLosesNothingCommitted) {
 
   auto l = Ledger::open(path);
   ASSERT_TRUE(l.ok()) << l.status().to_string();
-  sqlite3* db = (*l)->handle();
+  sqlite3* db = nullptr;  // a second, raw connection: plain SQL checks with no plumb code in between
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* st = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
@@ -95,6 +92,7 @@ TEST(LedgerCrash, SigkillLosesNothingCommitted) {
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
   EXPECT_EQ(sqlite3_column_int64(st, 0), 0);
   sqlite3_finalize(st);
+  sqlite3_close(db);
   l->reset();
   std::filesystem::remove_all(dir);
 }

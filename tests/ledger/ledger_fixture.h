@@ -7,16 +7,59 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ledger/ledger.h"
+#include "protocol/protocol.h"
 
 namespace plumb::ledger::testing {
 
 inline std::string hex64(char c) { return std::string(64, c); }
+
+// The protocol as plumb stores it: seals read the scenario definitions from this row.
+inline ProtocolRow real_protocol() {
+  return {protocol::kVersion, protocol::protocol_hash(), protocol::canonical_json()};
+}
+
+// n completed requests, one after another (burst at concurrency 1, 8 output tokens each), whose
+// rows give `objective` as scenario A's objective (1 / median TTFT: every TTFT is 1000/objective
+// ms) or, with `decode`, as scenario B's (1 / median TPOT).
+inline std::vector<RequestRow> backed_requests(int n, double objective, bool decode = false) {
+  std::vector<RequestRow> v(static_cast<size_t>(n));
+  const int64_t gap = std::llround(1e9 / objective);  // TTFT, or TPOT, in ns
+  for (int i = 0; i < n; ++i) {
+    RequestRow& r = v[size_t(i)];
+    r.idx = i;
+    r.request_hash = std::string(64, '1');
+    r.input_tokens = 10;
+    r.output_requested = r.output_server = r.output_local = 8;
+    r.scheduled_ns = 0;
+    r.sent_ns = int64_t(i) * 10'000'000'000LL;
+    r.first_token_ns = r.sent_ns + (decode ? 1'000'000 : gap);
+    r.end_ns = r.first_token_ns + (decode ? std::llround(7e9 / objective) : 7'000'000);
+  }
+  return v;
+}
+
+// The same rows as one SQL INSERT for run `run_id` (for tests that write runs through raw SQL).
+inline std::string backed_requests_sql(int64_t run_id, int n, double objective, int first_idx = 0) {
+  std::string sql =
+      "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
+      "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) VALUES ";
+  auto rows = backed_requests(n, objective);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RequestRow& r = rows[i];
+    sql += (i ? ", (" : "(") + std::to_string(run_id) + ", " + std::to_string(r.idx + first_idx) + ", 0, '" +
+           r.request_hash + "', 'ok', 10, 8, 8, 8, 0, " + std::to_string(r.sent_ns) + ", " +
+           std::to_string(r.first_token_ns) + ", " + std::to_string(r.end_ns) + ")";
+  }
+  return sql;
+}
 
 inline RunRow good_run(int64_t machine, int64_t build, int64_t protocol, int64_t set,
                        const std::string& start) {
@@ -57,7 +100,7 @@ class LedgerTest : public ::testing::Test {
     machine2_ =
         *ledger_->insert_machine({hex64('b'), "Other CPU", 8, 1 << 30, "none", "none", "Linux 6.1 x86_64"});
     build_ = *ledger_->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
-    protocol_ = *ledger_->insert_protocol({1, hex64('d'), "{}"});
+    protocol_ = *ledger_->insert_protocol(real_protocol());
     set_ = *ledger_->insert_request_set({hex64('e'), "A", "small", 21, 32});
     set2_ = *ledger_->insert_request_set({hex64('f'), "A", "small", 248, 32});
     ASSERT_EQ(sqlite3_open(path_.c_str(), &raw_), SQLITE_OK);
@@ -85,6 +128,8 @@ class LedgerTest : public ::testing::Test {
     return v;
   }
   RunRow run_at(const std::string& start) { return good_run(machine_, build_, protocol_, set_, start); }
+  // The 32 rows of set_ that back good_run's objective (100: TTFT 10 ms).
+  std::vector<RequestRow> backed(double objective = 100.0) { return backed_requests(32, objective); }
 
   std::string dir_, path_;
   std::unique_ptr<Ledger> ledger_;

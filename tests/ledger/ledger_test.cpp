@@ -48,7 +48,7 @@ TEST_F(LedgerTest, ReferenceRowsAreIdempotent) {
       *ledger_->insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux 6.1 x86_64"}),
       machine_);
   EXPECT_EQ(*ledger_->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"}), build_);
-  EXPECT_EQ(*ledger_->insert_protocol({1, hex64('d'), "{}"}), protocol_);
+  EXPECT_EQ(*ledger_->insert_protocol(testing::real_protocol()), protocol_);
   EXPECT_EQ(*ledger_->insert_request_set({hex64('e'), "A", "small", 21, 32}), set_);
   // A malformed hash is refused by the schema.
   auto bad = ledger_->insert_machine({"xyz", "Test CPU", 2, 1, "none", "none", "Linux"});
@@ -56,14 +56,21 @@ TEST_F(LedgerTest, ReferenceRowsAreIdempotent) {
 }
 
 TEST_F(LedgerTest, RunWithRequestsAndMetricsRoundTrip) {
+  // A custom workload of three requests whose rows give the stated TTFT p50 (the seal checks it).
   std::vector<RequestRow> reqs(3);
   for (int i = 0; i < 3; ++i) {
     reqs[size_t(i)].idx = i;
     reqs[size_t(i)].request_hash = hex64('1');
-    reqs[size_t(i)].end_ns = 1000 * (i + 1);
+    reqs[size_t(i)].sent_ns = 0;
+    reqs[size_t(i)].first_token_ns = 12'500'000;
+    reqs[size_t(i)].end_ns = 20'000'000 + 1000 * (i + 1);
   }
   std::vector<MetricRow> ms{{"ttft_p50_ms", 12.5, "ms"}, {"req_per_s", 3.0, "req/s"}};
-  auto id = ledger_->insert_run(run_at("2026-01-01T00:00:01.000Z"), reqs, ms);
+  RunRow run = run_at("2026-01-01T00:00:01.000Z");
+  run.scenario = "custom-rt";
+  run.size_class = "custom";
+  run.request_set_id = *ledger_->insert_request_set({hex64('7'), "custom-rt", "custom", 21, 3});
+  auto id = ledger_->insert_run(run, reqs, ms);
   ASSERT_TRUE(id.ok()) << id.status().to_string();
   auto runs = ledger_->list_runs();
   ASSERT_TRUE(runs.ok());
@@ -197,8 +204,10 @@ TEST_F(StudyLedgerTest, TrialsAndTheirRunsAreWrittenTogetherAndReadBack) {
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->eval_seed, 1337);
   RunRow run = run_at("2026-01-01T00:00:01.000Z");
+  run.objective = 2.0;
+  auto reqs = backed(2.0);
   MetricRow m{"objective", 2.0, "1"};
-  auto a = ledger_->insert_trial(trial(sid, 0, true), &run, {}, std::span<const MetricRow>(&m, 1));
+  auto a = ledger_->insert_trial(trial(sid, 0, true), &run, reqs, std::span<const MetricRow>(&m, 1));
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   auto b = ledger_->insert_trial(trial(sid, 1, false), nullptr, {}, {});
   ASSERT_TRUE(b.ok()) << b.status().to_string();

@@ -17,8 +17,10 @@ constexpr const char* kReg = "2026-01-01T00:00:00.000Z";  // registration time i
 
 class ValidatorTest : public testing::LedgerTest {
  protected:
-  // INSERT INTO runs with good values, some replaced by `over` (column -> SQL literal).
-  std::string insert_run(std::map<std::string, std::string> over = {}) {
+  // INSERT INTO runs with good values, some replaced by `over` (column -> SQL literal); then, unless
+  // `seal` is false, the 32 per-request rows that back its objective (raw SQL too) and its seal, so
+  // that it is usable. Returns "" or the first refusal.
+  std::string insert_run(std::map<std::string, std::string> over = {}, bool seal = true) {
     std::map<std::string, std::string> v{
         {"machine_id", std::to_string(machine_)},
         {"build_id", std::to_string(build_)},
@@ -48,7 +50,17 @@ class ValidatorTest : public testing::LedgerTest {
       cols += (cols.empty() ? "" : ", ") + k;
       vals += (vals.empty() ? "" : ", ") + x;
     }
-    return raw("INSERT INTO runs (" + cols + ") VALUES (" + vals + ")");
+    std::string e = raw("INSERT INTO runs (" + cols + ") VALUES (" + vals + ")");
+    if (!e.empty() || !seal) return e;
+    int64_t id = sqlite3_last_insert_rowid(raw_);
+    double objective = v["objective"] == "NULL" ? 100.0 : std::stod(v["objective"]);
+    e = raw(testing::backed_requests_sql(id, 32, objective));
+    if (!e.empty()) return "backing rows: " + e;
+    return seal_run(id);
+  }
+  std::string seal_run(int64_t id) {
+    auto s = ledger_->seal_run(id);
+    return s.ok() ? "" : s.status().message();
   }
 
   std::string insert_registration(const std::string& created_at = kReg, int pairs = 5) {
@@ -132,13 +144,15 @@ TEST_F(ValidatorTest, RunWithoutProvenance) {
 }
 
 TEST_F(ValidatorTest, NoUpdateOrDeleteOfMeasurements) {
-  ASSERT_EQ(insert_run(), "");
+  ASSERT_EQ(insert_run({}, /*seal=*/false), "");
   ASSERT_EQ(
       raw("INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
           "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) "
           "VALUES (1, 0, 0, 'h', 'ok', 10, 8, 8, 8, 0, 1, 2, 3)"),
       "");
-  ASSERT_EQ(raw("INSERT INTO metrics (run_id, name, value, unit) VALUES (1, 'ttft_p50_ms', 1.5, 'ms')"), "");
+  ASSERT_EQ(raw(testing::backed_requests_sql(1, 31, 100.0, 1)), "");  // the rest of its 32
+  ASSERT_EQ(raw("INSERT INTO metrics (run_id, name, value, unit) VALUES (1, 'ttft_p50_ms', 10.0, 'ms')"), "");
+  ASSERT_EQ(seal_run(1), "");
   ASSERT_EQ(
       raw("INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (1, 1, 'default', 1.0)"),
       "");

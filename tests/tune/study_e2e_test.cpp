@@ -235,6 +235,60 @@ TEST_F(StudyE2eTest, KilledMidTrialResumesWithNoTrialLostOrRepeated) {
   EXPECT_FALSE((*l)->insert_trial(dup, nullptr, {}, {}).ok());
 }
 
+// --no-revalidate and --no-gates are stored with the study: a resume without them still skips the
+// re-validation and the gates. One grid point that cannot start (about a second): the search is
+// cheap; what is checked is what the study stored and what the resume does with it.
+TEST_F(StudyE2eTest, AResumedStudyKeepsItsReValidationSettings) {
+  std::ofstream(dir_ + "/fail.toml") << R"(name = "fails"
+adapter = "plumb"
+[fixed]
+engine = "synthetic"
+threads = 1
+[[param]]
+name = "distribution"
+type = "categorical"
+values = ["no_such_distribution"]
+)";
+  std::string db = dir_ + "/plumb.db";
+  // Runs plumb to completion; returns its stderr.
+  auto stderr_of = [&](std::vector<std::string> argv) {
+    SpawnOptions so;
+    so.argv = std::move(argv);
+    so.stdout_path = dir_ + "/out.txt";
+    so.stderr_path = dir_ + "/err.txt";
+    auto p = Subprocess::spawn(so);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    if (!p.ok()) return std::string();
+    p->wait();
+    std::ifstream in(dir_ + "/err.txt");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  stderr_of({PLUMB_BINARY, "tune", "--space", dir_ + "/fail.toml", "--strategy", "grid", "--trials", "1",
+             "--ledger", db, "--work-dir", dir_, "--no-revalidate", "--no-gates", "--pairs", "6",
+             "--time-budget", "-1"});
+  {
+    auto l = ledger::Ledger::open(db);
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    auto st = load_study(**l, 1);
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    EXPECT_FALSE(st->options.revalidate);
+    EXPECT_FALSE(st->options.gates);
+    EXPECT_FALSE(st->options.naive);
+    EXPECT_EQ(st->options.pairs, 6);
+  }
+  std::string err =
+      stderr_of({PLUMB_BINARY, "tune", "--resume", "1", "--trials", "1", "--ledger", db, "--work-dir", dir_});
+  EXPECT_NE(
+      err.find("after the search: re-validation off, gates off, naive off, 6 pairs (stored with the study)"),
+      std::string::npos)
+      << err;
+  // A flag given with the resume applies on top, and is said.
+  err = stderr_of({PLUMB_BINARY, "tune", "--resume", "1", "--trials", "1", "--ledger", db, "--work-dir", dir_,
+                   "--naive"});
+  EXPECT_NE(err.find("naive on, 6 pairs (stored with the study; given now: --naive)"), std::string::npos)
+      << err;
+}
+
 TEST_F(StudyE2eTest, ATrialPastItsTimeLimitIsStoppedAndRecordedAsATimeout) {
   // 5 s to the first token: a D-small run would take ~90 s; the trial limit is 15 s.
   std::ofstream(dir_ + "/slow.toml") << R"(name = "slow"

@@ -1,0 +1,59 @@
+// `plumb ledger verify` and the chain head in exports, through the real binary: exit 0 and the head
+// on a sound ledger; exit 1 naming the run whose row was edited (triggers dropped first); the same
+// head in `plumb ledger export --format json`.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/subprocess.h"
+#include "ledger/ledger_fixture.h"
+
+namespace plumb::ledger {
+namespace {
+
+class LedgerCliTest : public testing::LedgerTest {
+ protected:
+  RunOutput plumb(std::vector<std::string> args) {
+    if (!std::filesystem::exists(PLUMB_BINARY)) return {};
+    args.insert(args.begin(), PLUMB_BINARY);
+    auto out = run_capture(args);
+    EXPECT_TRUE(out.ok()) << out.status().to_string();
+    return out.ok() ? *out : RunOutput{};
+  }
+  void add_runs() {
+    for (double obj : {100.0, 125.0}) {
+      RunRow r = run_at("2026-01-01T00:00:01.000Z");
+      r.objective = obj;
+      ASSERT_TRUE(ledger_->insert_run(r, backed(obj), {}).ok());
+    }
+  }
+};
+
+TEST_F(LedgerCliTest, VerifyPrintsTheHeadAndExportCarriesIt) {
+  if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built";
+  add_runs();
+  std::string head = *ledger_->chain_head();
+  auto v = plumb({"ledger", "verify", "--ledger", path_});
+  EXPECT_TRUE(v.exit.exited && v.exit.exit_code == 0) << v.out;
+  EXPECT_NE(v.out.find("chain head  " + head), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("verdict     OK"), std::string::npos) << v.out;
+  auto e = plumb({"ledger", "export", "--ledger", path_, "--format", "json", "--table", "seals"});
+  EXPECT_TRUE(e.exit.exited && e.exit.exit_code == 0) << e.out;
+  EXPECT_NE(e.out.find("\"chain_head\": \"" + head + "\""), std::string::npos) << e.out;
+}
+
+TEST_F(LedgerCliTest, VerifyFindsAnEditedRowAndExitsOne) {
+  if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built";
+  add_runs();
+  ASSERT_EQ(raw("DROP TRIGGER runs_no_update; UPDATE runs SET objective = 250.0 WHERE id = 2"), "");
+  auto v = plumb({"ledger", "verify", "--ledger", path_});
+  EXPECT_TRUE(v.exit.exited && v.exit.exit_code == 1) << v.out;
+  EXPECT_NE(v.out.find("trigger runs_no_update is missing"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("seal 1 (run 2): the run's content changed"), std::string::npos) << v.out;
+  // Every other command refuses the file, saying what changed and what to do.
+  auto r = plumb({"ledger", "runs", "--ledger", path_});
+  EXPECT_TRUE(r.exit.exited && r.exit.exit_code != 0);
+}
+
+}  // namespace
+}  // namespace plumb::ledger
