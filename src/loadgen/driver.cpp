@@ -33,6 +33,10 @@ struct Slot final : StreamSink {
   void on_usage(const Usage& usage) override;
   void on_end(SteadyTime t) override;
   void on_failure(SteadyTime t, Failure f, int http_status, std::string message) override;
+  // index, warmup and hash are set before send() and never change afterwards.
+  std::string request_id() const override {
+    return (rec.warmup ? "w" : "m") + std::to_string(rec.index) + "-" + rec.hash.substr(0, 16);
+  }
 };
 
 struct Phase {

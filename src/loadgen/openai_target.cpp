@@ -271,6 +271,8 @@ struct OpenAiTarget::Impl {
     req.timeouts.idle = opts.idle_timeout;
     req.headers.emplace_back("Accept", stream ? "text/event-stream" : "application/json");
     if (!opts.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + opts.api_key);
+    if (std::string id = sink->request_id(); !id.empty())
+      req.headers.emplace_back("X-Request-Id", std::move(id));
     net::ClientCallbacks cbs;
     cbs.on_head = [s](const net::ResponseHead&, SteadyTime at) {
       if (!s->reported) s->sink->on_first_byte(at);

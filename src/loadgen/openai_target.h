@@ -1,6 +1,8 @@
 // The OpenAI HTTP target: drives any OpenAI-compatible server (chat or completions API) with
 // streaming SSE over keep-alive connections (net/), asking for usage in the stream
-// (stream_options.include_usage) so output tokens can be cross-checked.
+// (stream_options.include_usage) so output tokens can be cross-checked. Each request carries the
+// sink's request_id() as an X-Request-Id header when it has one, so a server's own log (or the
+// truth server of docs/metrics.md, "Timing error") can be joined with plumb's records.
 #pragma once
 
 #include <chrono>

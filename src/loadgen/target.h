@@ -37,6 +37,11 @@ class StreamSink {
   virtual void on_end(SteadyTime t) = 0;
   // failure != kNone. http_status: the HTTP status when one was received, else 0.
   virtual void on_failure(SteadyTime t, Failure failure, int http_status, std::string message) = 0;
+  // A name of the request that a target may send along (OpenAiTarget: the X-Request-Id header), so
+  // a server's own records can be joined with plumb's; empty: none. The driver's is
+  // "m<index>-<first 16 hex digits of the content hash>" for a measured request and "w<index>-..."
+  // for a warmup one. Constant while the request is in flight; may be read from any thread.
+  virtual std::string request_id() const { return {}; }
 };
 
 class Target {

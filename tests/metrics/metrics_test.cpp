@@ -380,12 +380,13 @@ TEST(Outputs, CsvHasOneRowPerRequestInSetOrder) {
             "index,hash,status,http_status,scheduled_ms,eligible_ms,sent_ms,first_byte_ms,first_token_ms,end_"
             "ms,ttft_ms,"
             "tpot_ms,e2e_ms,send_lag_ms,chunks,prompt_tokens,requested_output_tokens,usage_output_tokens,"
-            "local_output_tokens,error");
+            "local_output_tokens,error,token_chunk_ms");
   EXPECT_EQ(lines[1],
-            "0,h0,ok,0,0.000,0.000,1.000,101.000,101.000,131.000,100.000,10.000,130.000,1.000,4,10,4,4,4,");
+            "0,h0,ok,0,0.000,0.000,1.000,101.000,101.000,131.000,100.000,10.000,130.000,1.000,4,10,4,4,4,,"
+            "101.000 111.000 121.000 131.000");
   EXPECT_EQ(lines[3],
             "2,h2,http_5xx,503,100.000,100.000,100.000,,,150.000,,,,0.000,0,10,4,-1,0,"
-            "\"HTTP 503, \"\"overloaded\"\"\"");
+            "\"HTTP 503, \"\"overloaded\"\"\",");
   EXPECT_EQ(lines[5].substr(0, 8), "4,h4,ok,");
 }
 
