@@ -200,6 +200,8 @@ struct OpenAiTarget::Impl {
   void on_done(const std::shared_ptr<Stream>& s, uint64_t key, net::ClientResult&& r) {
     live.erase(key);
     if (s->reported) return;
+    if (!r.reused_connection && r.times.connected != SteadyTime{})
+      s->sink->on_connect(r.times.connected - r.times.start);
     SteadyTime end = r.times.end;
     if (!r.ok()) {
       std::string msg = std::string(net::failure_name(r.failure)) + (r.error.empty() ? "" : ": " + r.error);
@@ -364,6 +366,17 @@ void OpenAiTarget::cancel(StreamSink* sink) {
       return;
     }
   });
+}
+
+void OpenAiTarget::prepare(size_t connections) {
+  std::promise<void> done;
+  asio::post(impl_->io, [p = impl_.get(), connections, &done] {
+    p->client->preconnect(connections, p->opts.connect_timeout, [p, &done](size_t) {
+      p->connections = p->client->connections_opened();
+      done.set_value();
+    });
+  });
+  done.get_future().wait();
 }
 
 std::string OpenAiTarget::describe() const {

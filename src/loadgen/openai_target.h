@@ -61,6 +61,9 @@ class OpenAiTarget final : public Target {
   void cancel_all() override;
   void cancel(StreamSink* sink) override;
   std::string describe() const override;
+  // Pools up to `connections` keep-alive connections (net::HttpClient::preconnect), waiting at most
+  // the connect timeout.
+  void prepare(size_t connections) override;
   // The IO thread (responses read, timestamps taken) to SCHED_FIFO 1 and back.
   bool set_realtime(bool on) override;
   uint64_t connections_opened() const;  // keep-alive reuse: connections opened so far
