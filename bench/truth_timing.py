@@ -16,7 +16,7 @@ hash), error = plumb's figure - the server's figure, in ms:
   (server) how late the server wrote its chunks against its own plan: a server that keeps its
            schedule is not the bottleneck
 Prints one line per metric: count, median |error|, p99 |error|, max |error|, median signed error;
-for TTFT also split by new vs reused connection.
+for TTFT also split into the first request on each connection and later ones.
 """
 import csv
 import json
