@@ -31,8 +31,13 @@ struct Slot final : StreamSink {
   void on_first_byte(SteadyTime t) override;
   void on_chunk(SteadyTime t, int32_t tokens, std::string_view text) override;
   void on_usage(const Usage& usage) override;
+  void on_connect(Nanos connect) override;
   void on_end(SteadyTime t) override;
   void on_failure(SteadyTime t, Failure f, int http_status, std::string message) override;
+  // index, warmup and hash are set before send() and never change afterwards.
+  std::string request_id() const override {
+    return (rec.warmup ? "w" : "m") + std::to_string(rec.index) + "-" + rec.hash.substr(0, 16);
+  }
 };
 
 struct Phase {
@@ -77,6 +82,11 @@ void Slot::on_usage(const Usage& usage) {
   if (finished) return;
   rec.usage_prompt_tokens = usage.prompt_tokens;
   rec.usage_output_tokens = usage.completion_tokens;
+}
+
+void Slot::on_connect(Nanos connect) {
+  std::lock_guard<std::mutex> l(phase->mu);
+  if (!finished) rec.connect = connect;
 }
 
 void Slot::on_end(SteadyTime t) {
@@ -326,6 +336,11 @@ Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workl
                  opts.warmup_concurrency, true};
     PLUMB_RETURN_IF_ERROR(run_phase(ws, target, clock, sim, opts, warm).with_context("warmup"));
   }
+  // Connections for the whole cap are open before the measured phase starts: their set-up is the
+  // client's, not the server's, and would otherwise land in the TTFT of the first `cap` requests
+  // (docs/metrics.md, "Timing error against an independent server"). Without a cap the number needed
+  // is not known; connections then open on demand and their set-up is part of TTFT.
+  if (schedule.max_concurrency > 0 && sim == nullptr) target.prepare(size_t(schedule.max_concurrency));
   Phase measured;
   PhaseSpec ms{&set.requests, &set.hashes, schedule.offsets, schedule.max_concurrency, false};
   PLUMB_RETURN_IF_ERROR(run_phase(ms, target, clock, sim, opts, measured));

@@ -57,7 +57,8 @@ struct DriverOptions {
 
 // Runs the warmup phase, then the measured phase: request i of `set` is sent at
 // phase start + schedule.offsets[i] (or later, when the cap is reached: then as soon as a slot is
-// free, in order). Blocks until every request has ended, failed or timed out; then calls
+// free, in order). Under a cap and in real time, target.prepare(cap) runs between the two phases (connections
+// open before the measured zero). Blocks until every request has ended, failed or timed out; then calls
 // target.cancel_all(). Failures are recorded, never retried. InvalidArgument if the schedule has
 // a different number of entries than the set or the options are bad. The returned records hold
 // measured requests in request-set order.

@@ -1,6 +1,8 @@
 // The OpenAI HTTP target: drives any OpenAI-compatible server (chat or completions API) with
 // streaming SSE over keep-alive connections (net/), asking for usage in the stream
-// (stream_options.include_usage) so output tokens can be cross-checked.
+// (stream_options.include_usage) so output tokens can be cross-checked. Each request carries the
+// sink's request_id() as an X-Request-Id header when it has one, so a server's own log (or the
+// truth server of docs/metrics.md, "Timing error") can be joined with plumb's records.
 #pragma once
 
 #include <chrono>
@@ -59,6 +61,9 @@ class OpenAiTarget final : public Target {
   void cancel_all() override;
   void cancel(StreamSink* sink) override;
   std::string describe() const override;
+  // Pools up to `connections` keep-alive connections (net::HttpClient::preconnect), waiting at most
+  // the connect timeout.
+  void prepare(size_t connections) override;
   // The IO thread (responses read, timestamps taken) to SCHED_FIFO 1 and back.
   bool set_realtime(bool on) override;
   uint64_t connections_opened() const;  // keep-alive reuse: connections opened so far

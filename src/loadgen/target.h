@@ -34,9 +34,18 @@ class StreamSink {
   // tokens in it (0 for an event without content, e.g. a role-only delta); text: its content.
   virtual void on_chunk(SteadyTime t, int32_t tokens, std::string_view text) = 0;
   virtual void on_usage(const Usage& usage) = 0;
+  // The request had to open a connection first, which took `connect` (from taking the request up to
+  // TCP established). At most once, before the final call; never for a request sent over an already
+  // open connection.
+  virtual void on_connect(Nanos connect) { (void)connect; }
   virtual void on_end(SteadyTime t) = 0;
   // failure != kNone. http_status: the HTTP status when one was received, else 0.
   virtual void on_failure(SteadyTime t, Failure failure, int http_status, std::string message) = 0;
+  // A name of the request that a target may send along (OpenAiTarget: the X-Request-Id header), so
+  // a server's own records can be joined with plumb's; empty: none. The driver's is
+  // "m<index>-<first 16 hex digits of the content hash>" for a measured request and "w<index>-..."
+  // for a warmup one. Constant while the request is in flight; may be read from any thread.
+  virtual std::string request_id() const { return {}; }
 };
 
 class Target {
@@ -55,6 +64,12 @@ class Target {
   // until cancel_all() returns. A no-op for requests that already ended. The driver calls it for
   // requests it timed out. Thread-safe; must not be called from inside a callback.
   virtual void cancel(StreamSink* sink) = 0;
+  // Opens up to `connections` connections to the server and returns once they are open (or failed,
+  // or a connect timeout passed), so that connection set-up does not land in the TTFT of the first
+  // requests of the measured phase. The driver calls it before the measured phase with the
+  // schedule's concurrency cap. Default: nothing (a target without connections). Called by the
+  // driver's thread only, with nothing in flight.
+  virtual void prepare(size_t connections) { (void)connections; }
   // One line naming what is measured, e.g. "openai http://127.0.0.1:8000 model=x" (for provenance).
   virtual std::string describe() const = 0;
   // The driver's real-time pacing (DriverOptions::realtime_pacing) for the target's own threads:

@@ -384,17 +384,23 @@ std::string to_csv(const RunRecord& run) {
       "index,hash,status,http_status,scheduled_ms,eligible_ms,sent_ms,first_byte_ms,first_token_ms,end_ms,"
       "ttft_ms,"
       "tpot_ms,e2e_ms,send_lag_ms,chunks,prompt_tokens,requested_output_tokens,usage_output_tokens,"
-      "local_output_tokens,error\n";
+      "local_output_tokens,error,connect_ms,token_chunk_ms\n";
   for (const auto& r : run.requests) {
     const bool ok = r.completed();
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.index, r.hash,
+    std::string chunk_ms;  // arrival of every chunk with >= 1 token (what ITL is made of), space-separated
+    for (const auto& c : r.chunks) {
+      if (c.tokens <= 0) continue;
+      if (!chunk_ms.empty()) chunk_ms += ' ';
+      chunk_ms += fmt::format("{:.3f}", ms(c.t));
+    }
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.index, r.hash,
                        ok ? "ok" : failure_name(r.failure == Failure::kNone ? Failure::kClient : r.failure),
                        r.http_status, csv_ms(r.scheduled), csv_ms(r.eligible), csv_ms(r.sent),
                        csv_ms(r.first_byte), csv_ms(r.first_token), csv_ms(r.end),
                        ok ? csv_ms(diff_ms(r.first_token, r.sent)) : "", ok ? csv_ms(tpot_of(r)) : "",
                        ok ? csv_ms(diff_ms(r.end, r.sent)) : "", csv_ms(diff_ms(r.sent, r.eligible)),
                        r.chunks.size(), r.prompt_tokens, r.requested_output_tokens, r.usage_output_tokens,
-                       r.local_output_tokens, csv_quote(r.error));
+                       r.local_output_tokens, csv_quote(r.error), csv_ms(r.connect), chunk_ms);
   }
   return out;
 }
@@ -442,6 +448,11 @@ std::string console_summary(const RunRecord& run, const Metrics& m, std::span<co
   o += row("E2E", m.e2e_ms);
   o += row("send lag", m.send_lag_ms);
   o += row("tokens per chunk", m.tokens_per_chunk);
+  std::vector<double> connect;  // requests that opened their own connection (part of their TTFT)
+  for (const auto& r : run.requests) {
+    if (r.completed() && r.connect) connect.push_back(ms(*r.connect));
+  }
+  if (!connect.empty()) o += row("connect (in TTFT)", stats::summarize(connect));
   o += "throughput (completed requests only):\n";
   o += window_line("whole", m.whole);
   o += window_line("steady", m.steady);

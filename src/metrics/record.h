@@ -58,6 +58,9 @@ struct RequestRecord {
   std::optional<Nanos> first_token;  // first chunk with tokens > 0
   std::optional<Nanos> end;          // response complete (success) or failure detected
   std::vector<Chunk> chunks;         // every content chunk in arrival order (tokens may be 0)
+  // TCP set-up this request waited for because it opened its own connection (a duration, part of
+  // its TTFT); nullopt when it went over an already open connection or the target has none.
+  std::optional<Nanos> connect;
 
   int64_t usage_prompt_tokens = -1;  // server-reported usage; -1 not reported
   int64_t usage_output_tokens = -1;  // server-reported usage; -1 not reported

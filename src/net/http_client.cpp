@@ -434,6 +434,63 @@ void HttpClient::cancel(RequestId id) {
   ex->finish(FailureKind::kCancelled, "cancelled");
 }
 
+namespace {
+// One round of HttpClient::preconnect: counts the attempts still open.
+struct Preconnect {
+  Preconnect(asio::io_context& io, std::function<void(std::size_t)> d) : timer(io), done(std::move(d)) {}
+  asio::steady_timer timer;
+  std::function<void(std::size_t)> done;
+  std::size_t pending = 0;
+  std::vector<std::shared_ptr<Conn>> conns;
+};
+}  // namespace
+
+void HttpClient::preconnect(std::size_t idle, std::chrono::milliseconds timeout,
+                            std::function<void(std::size_t)> done) {
+  auto impl = impl_;
+  auto round = std::make_shared<Preconnect>(impl->io, std::move(done));
+  const std::size_t want = std::min(idle, impl->opt.max_idle_connections);
+  const std::size_t have = impl->idle.size();
+  auto finish_one = [impl, round] {
+    if (--round->pending > 0) return;
+    round->timer.cancel();
+    round->conns.clear();
+    if (round->done) round->done(impl->idle.size());
+    round->done = nullptr;
+  };
+  if (want <= have) {
+    asio::post(impl->io, [impl, round] {
+      if (round->done) round->done(impl->idle.size());
+    });
+    return;
+  }
+  round->pending = want - have;
+  for (std::size_t i = have; i < want; ++i) {
+    auto c = std::make_shared<Conn>(impl->io, impl->opt.read_buffer_bytes);
+    round->conns.push_back(c);
+    impl->opened++;
+    asio::async_connect(c->sock, impl->endpoints,
+                        [impl, c, finish_one](const error_code& ec, const tcp::endpoint&) {
+                          if (!ec && c->sock.is_open()) {
+                            error_code ignored;
+                            c->sock.set_option(tcp::no_delay(true), ignored);
+                            auto owned = std::make_unique<Conn>(std::move(*c));
+                            impl->give_back(std::move(owned));
+                          }
+                          finish_one();
+                        });
+  }
+  round->timer.expires_after(timeout);
+  round->timer.async_wait([round](const error_code& ec) {
+    if (ec) return;
+    // Attempts still open are abandoned: closing them completes their handlers with an error.
+    for (auto& c : round->conns) {
+      error_code ignored;
+      c->sock.close(ignored);
+    }
+  });
+}
+
 std::size_t HttpClient::in_flight() const { return impl_->active.size(); }
 std::size_t HttpClient::idle_connections() const { return impl_->idle.size(); }
 uint64_t HttpClient::connections_opened() const { return impl_->opened; }

@@ -144,6 +144,12 @@ class HttpClient {
   RequestId submit(ClientRequest request, ClientCallbacks callbacks);
   // Fails the request with kCancelled (on_done runs before cancel returns) if it is in flight.
   void cancel(RequestId id);
+  // Opens connections until `idle` are pooled (at most max_idle_connections), all at once, so that
+  // later requests need no TCP set-up. `done` runs on the io_context thread, never inside this call,
+  // with the number of pooled idle connections once every attempt has succeeded, failed or passed
+  // `timeout`. Failures are not reported otherwise: a request that finds no idle connection
+  // connects as usual.
+  void preconnect(std::size_t idle, std::chrono::milliseconds timeout, std::function<void(std::size_t)> done);
   // Requests in flight.
   std::size_t in_flight() const;
   // Pooled idle connections.

@@ -234,6 +234,42 @@ TEST(Driver, NullTargetAnswersAtOnce) {
   }
 }
 
+// Answers at once, like NullTarget, and records the calls that matter here.
+class PreparedTarget final : public Target {
+ public:
+  void send(const workload::Request&, StreamSink* sink) override {
+    ++sends;
+    SteadyTime t = SteadyClock::instance().now();
+    sink->on_first_byte(t);
+    sink->on_chunk(t, 1, "x");
+    sink->on_end(t);
+  }
+  void prepare(size_t connections) override { prepared.push_back({connections, sends}); }
+  void cancel_all() override {}
+  void cancel(StreamSink*) override {}
+  std::string describe() const override { return "prepared"; }
+  size_t sends = 0;
+  std::vector<std::pair<size_t, size_t>> prepared;  // (connections asked for, sends before the call)
+};
+
+TEST(Driver, ConnectionsForTheCapArePreparedAfterWarmupBeforeTheMeasuredPhase) {
+  PreparedTarget capped;
+  DriverOptions opts;
+  opts.warmup = make_set(2).requests;
+  opts.realtime_pacing = false;
+  ASSERT_TRUE(
+      run_load(make_set(6), sched({.kind = ArrivalKind::kBurst, .max_concurrency = 4}, 6), capped, opts)
+          .ok());
+  EXPECT_EQ(capped.prepared, (std::vector<std::pair<size_t, size_t>>{{4, 2}}));
+  EXPECT_EQ(capped.sends, 8u);
+  // No cap: the number of connections needed is not known; none are prepared.
+  PreparedTarget open;
+  ASSERT_TRUE(run_load(make_set(3), sched({.kind = ArrivalKind::kConstant, .rate = 1000.0}, 3), open,
+                       {.realtime_pacing = false})
+                  .ok());
+  EXPECT_TRUE(open.prepared.empty());
+}
+
 TEST(Driver, RealTimeRunCompletesWithThreadedTimers) {
   // Real clock, real threads: checks completeness and bookkeeping only (no timing assertions).
   ThreadTimers timers;

@@ -380,12 +380,13 @@ TEST(Outputs, CsvHasOneRowPerRequestInSetOrder) {
             "index,hash,status,http_status,scheduled_ms,eligible_ms,sent_ms,first_byte_ms,first_token_ms,end_"
             "ms,ttft_ms,"
             "tpot_ms,e2e_ms,send_lag_ms,chunks,prompt_tokens,requested_output_tokens,usage_output_tokens,"
-            "local_output_tokens,error");
+            "local_output_tokens,error,connect_ms,token_chunk_ms");
   EXPECT_EQ(lines[1],
-            "0,h0,ok,0,0.000,0.000,1.000,101.000,101.000,131.000,100.000,10.000,130.000,1.000,4,10,4,4,4,");
+            "0,h0,ok,0,0.000,0.000,1.000,101.000,101.000,131.000,100.000,10.000,130.000,1.000,4,10,4,4,4,,,"
+            "101.000 111.000 121.000 131.000");
   EXPECT_EQ(lines[3],
             "2,h2,http_5xx,503,100.000,100.000,100.000,,,150.000,,,,0.000,0,10,4,-1,0,"
-            "\"HTTP 503, \"\"overloaded\"\"\"");
+            "\"HTTP 503, \"\"overloaded\"\"\",,");
   EXPECT_EQ(lines[5].substr(0, 8), "4,h4,ok,");
 }
 
@@ -404,6 +405,17 @@ TEST(Records, FailureNamesRoundTrip) {
   for (Failure f : kAllFailures) EXPECT_EQ(*parse_failure(failure_name(f)), f);
   EXPECT_EQ(*parse_failure("ok"), Failure::kNone);
   EXPECT_FALSE(parse_failure("oops").ok());
+}
+
+TEST(Outputs, CsvCarriesTheConnectTimeOfRequestsThatOpenedTheirConnection) {
+  RunRecord run = example();
+  run.requests[1].connect = std::chrono::microseconds(250);
+  std::string csv = to_csv(run);
+  // Row of request 1: "...,<error>,<connect_ms>,<token_chunk_ms>"; request 0 went over an open connection.
+  EXPECT_NE(csv.find("\n1,h1,ok,"), std::string::npos);
+  EXPECT_NE(csv.find(",,0.250,150.000 170.000\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",,,101.000 111.000 121.000 131.000\n"), std::string::npos) << csv;
+  EXPECT_NE(console_summary(run, compute(run), {}).find("connect (in TTFT)"), std::string::npos);
 }
 
 }  // namespace

@@ -318,6 +318,48 @@ TEST(HttpClient, StaleKeepAliveConnectionIsNotReused) {
   EXPECT_EQ((*client)->connections_opened(), 2u);
 }
 
+TEST(HttpClient, PreconnectPoolsConnectionsAheadOfRequests) {
+  // A listening socket that never accepts: the kernel completes the handshakes on its own.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  boost::asio::io_context io;
+  auto client = HttpClient::create(io, base(ntohs(a.sin_port)));
+  ASSERT_TRUE(client.ok());
+  std::vector<std::size_t> pooled;
+  (*client)->preconnect(3, 2000ms, [&](std::size_t n) { pooled.push_back(n); });
+  EXPECT_TRUE(pooled.empty());  // never inside the call
+  io.run();
+  io.restart();
+  (*client)->preconnect(2, 2000ms, [&](std::size_t n) { pooled.push_back(n); });  // enough already
+  io.run();
+  EXPECT_EQ(pooled, (std::vector<std::size_t>{3, 3}));
+  EXPECT_EQ((*client)->idle_connections(), 3u);
+  EXPECT_EQ((*client)->connections_opened(), 3u);
+  ::close(lfd);
+}
+
+TEST(HttpClient, PreconnectToAClosedPortPoolsNothing) {
+  uint16_t port = 0;
+  {
+    RawServer srv([](int fd) { ::close(fd); });
+    port = srv.port();
+  }
+  boost::asio::io_context io;
+  auto client = HttpClient::create(io, base(port));
+  ASSERT_TRUE(client.ok());
+  std::size_t pooled = 99;
+  (*client)->preconnect(2, 2000ms, [&](std::size_t n) { pooled = n; });
+  io.run();
+  EXPECT_EQ(pooled, 0u);
+  EXPECT_EQ((*client)->idle_connections(), 0u);
+}
+
 TEST(HttpRequest, BlockingErrorsMapToStatus) {
   auto r = http_request(base(testing::closed_port()) + "/x", "GET");
   EXPECT_EQ(r.status().code(), Code::kUnavailable);
