@@ -1,6 +1,7 @@
 #include "cli/ib_interop.h"
 
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "core/file.h"
@@ -23,6 +24,14 @@ void IbFlags::add_to(CLI::App* cmd) {
                   "also write InferenceBench's metrics JSON (profiles.<name>.ttft/itl/tpot in seconds, ...; "
                   "IB's definitions, plumb's own figures under \"plumb\")");
 }
+
+namespace {
+std::string short_num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+}  // namespace
 
 Result<LoadedRequests> load_requests(const std::string& path, const workload::IbRequestDefaults& defaults) {
   PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(path));
@@ -48,7 +57,7 @@ Result<LoadedRequests> load_requests(const std::string& path, const workload::Ib
            r.set.set_hash.substr(0, 16) + "; IB content_hash kept as metadata on " +
            std::to_string(r.ib_hashes) + ", not verified; " + std::to_string(r.defaulted) +
            " lines took a field from the defaults (max_new_tokens " +
-           std::to_string(defaults.max_new_tokens) + ", temperature " + std::to_string(defaults.temperature) +
+           std::to_string(defaults.max_new_tokens) + ", temperature " + short_num(defaults.temperature) +
            ", ignore_eos " + (defaults.ignore_eos ? "true" : "false") + ")";
   return r;
 }
