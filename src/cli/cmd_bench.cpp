@@ -199,6 +199,8 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
     plan.scenario = std::move(w.scenario);
     return plan;
   }
+  if (a.ib.concurrency != "declared")
+    return invalid_argument("--ib-concurrency applies only with --ib-scenario");
   if (!a.scenario.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(a.size));
     PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(a.scenario, size));
@@ -226,6 +228,7 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
     // A plumb request set, or an InferenceBench request file (IB's defaults fill missing fields).
     PLUMB_ASSIGN_OR_RETURN(auto loaded, load_requests(a.requests_file, workload::IbRequestDefaults{}));
     std::fprintf(stderr, "plumb bench: %s\n", loaded.note.c_str());
+    if (loaded.ib_format) plan.ib_info["request_file"] = request_file_json(loaded);
     plan.set = std::move(loaded.set);
   } else if (!a.dataset.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto fmt, workload::parse_source_format(a.dataset_format));

@@ -75,7 +75,10 @@ protocol::Objective objective_for(const workload::IbScenario& s) {
   return s.profiles.size() > 1 ? protocol::Objective::kGeomeanReqPerSec : protocol::Objective::kGeneral;
 }
 
-json::object request_meta_json(const LoadedRequests& lr) {
+}  // namespace
+
+json::object request_file_json(const LoadedRequests& lr) {
+  if (!lr.ib_format) return {};
   json::array hashes;
   for (size_t i = 0; i < lr.meta.size(); ++i) {
     json::object h;
@@ -95,8 +98,6 @@ json::object request_meta_json(const LoadedRequests& lr) {
       {"requests", std::move(hashes)}};
 }
 
-}  // namespace
-
 Result<IbWorkload> ib_workload(const IbFlags& flags, uint64_t seed, const std::string& requests_file,
                                int warmup, const workload::TokenCounter& counter) {
   auto rule = workload::parse_ib_concurrency(flags.concurrency);
@@ -110,7 +111,7 @@ Result<IbWorkload> ib_workload(const IbFlags& flags, uint64_t seed, const std::s
   if (!requests_file.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto lr, load_requests(requests_file, workload::ib_request_defaults(ib)));
     w.notes.push_back(lr.note);
-    if (lr.ib_format) info["request_file"] = request_meta_json(lr);
+    if (lr.ib_format) info["request_file"] = request_file_json(lr);
     w.set = std::move(lr.set);
     // Warmup reuses the first requests of the file: it may warm caches for those.
     for (int i = 0; i < warmup && size_t(i) < w.set.requests.size(); ++i)

@@ -40,6 +40,10 @@ struct LoadedRequests {
   std::string note;                           // one line saying how the file was read (for stderr)
 };
 Result<LoadedRequests> load_requests(const std::string& path, const workload::IbRequestDefaults& defaults);
+// For an IB request file: {"format", "hashes", "lines_with_ib_content_hash", "lines_defaulted",
+// "requests": [{"index", "plumb_hash", "ib_content_hash", "sample_id", ...}]}, the IB JSON's
+// plumb.request_file; an empty object for a plumb request set.
+json::object request_file_json(const LoadedRequests& lr);
 
 // An IB scenario turned into what `plumb bench` runs.
 struct IbWorkload {

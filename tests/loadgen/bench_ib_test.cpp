@@ -181,6 +181,29 @@ TEST(BenchIb, ScenarioAloneDrawsRequestsAndHonoursTheConcurrencyRule) {
   }
 }
 
+// An IB request file with no scenario: IB's runner's defaults fill the missing fields, the IB JSON
+// names the run "custom" and keeps IB's hashes beside plumb's.
+TEST(BenchIb, RequestFileAloneUsesIbsDefaults) {
+  std::string j = tmp("plumb.json"), ib = tmp("ib.json"), saved = tmp("saved.jsonl");
+  Out o = run_bench({"--target", "null", "--requests", fixture("requests.jsonl"), "--json", j, "--ib-json",
+                     ib, "--save-requests", saved, "--quiet"});
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  EXPECT_NE(o.err.find("plumb content hashes computed"), std::string::npos) << o.err;
+  auto iv = json::parse_file(ib);
+  ASSERT_TRUE(iv.ok()) << o.err;
+  EXPECT_EQ(at(*iv, "scenario").as_string(), "custom");
+  EXPECT_EQ(at(*iv, "profiles.burst.request_count").as_int64(), 8);
+  EXPECT_EQ(at(*iv, "plumb.request_file.lines_with_ib_content_hash").as_int64(), 7);
+  const auto& rows = at(*iv, "plumb.request_file.requests").as_array();
+  ASSERT_EQ(rows.size(), 8u);
+  EXPECT_EQ(rows[0].at("sample_id").as_string(), "s0");
+  // The saved set is plumb's format with plumb's hashes: line 6 took IB's default max_new_tokens 256.
+  std::string text = read_file(saved).value();
+  EXPECT_NE(text.find(std::string("\"hash\":\"") + std::string(rows[5].at("plumb_hash").as_string())),
+            std::string::npos);
+  EXPECT_NE(text.find("\"max_tokens\":256"), std::string::npos);
+}
+
 TEST(BenchIb, MalformedFilesAreUsageErrorsNamingTheField) {
   std::string bad_scenario = tmp("scenario.json");
   ASSERT_TRUE(write_file_atomic(bad_scenario, R"({"profile": {"pattern": "poisson"}})").ok());
@@ -196,6 +219,16 @@ TEST(BenchIb, MalformedFilesAreUsageErrorsNamingTheField) {
   o = run_bench({"--target", "null", "--requests", bad_requests});
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("line 1: field 'max_new_tokens'"), std::string::npos) << o.err;
+
+  o = run_bench({"--target", "null", "--ib-concurrency", "runner", "--input-len", "8", "--output-len", "4",
+                 "--num-prompts", "2"});
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--ib-concurrency applies only with --ib-scenario"), std::string::npos) << o.err;
+
+  o = run_bench(
+      {"--target", "null", "--ib-scenario", fixture("scenario_d.json"), "--ib-concurrency", "both"});
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--ib-concurrency"), std::string::npos) << o.err;
 
   o = run_bench({"--target", "null", "--ib-scenario", fixture("scenario_a.json"), "--scenario", "A"});
   EXPECT_EQ(o.code, 2) << o.err;
