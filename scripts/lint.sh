@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Lint: clang-format check over src/, tests/, bench/, then clang-tidy (.clang-tidy: every finding is
+# Lint: clang-format check over src/, tests/, bench/, fuzz/, then clang-tidy (.clang-tidy: every finding is
 # an error) over src/ with the compile database of a configured build (default build/ci; set
 # PLUMB_LINT_BUILD). --format-only skips clang-tidy. CI runs both through scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'tests/*.h' 'bench/*.cpp' 'bench/*.h')
+mapfile -t files < <(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'tests/*.h' 'bench/*.cpp' 'bench/*.h' 'fuzz/*.cpp' 'fuzz/*.h')
 if [ ${#files[@]} -gt 0 ]; then
   clang-format --dry-run --Werror "${files[@]}"
 fi

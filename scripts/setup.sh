@@ -13,6 +13,7 @@ PACKAGES=(
   libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes: scripts/fuzz.sh (fuzz/)
   chromium  # headless: the HTML report test renders plumb bench --html (tests/report)
 )
 

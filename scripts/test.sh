@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds everything (tests and benchmarks too, with
 # -Werror), runs the whole test suite, runs the server's tests (faults included) against an
-# ASan+UBSan build of the engine and server path, lints (clang-format, clang-tidy), and checks that
-# every document a file cites is in the repository (scripts/check_docs.sh).
+# ASan+UBSan build of the engine and server path, runs every fuzz target for a bounded time
+# (scripts/fuzz.sh), lints (clang-format, clang-tidy), and checks that every document a file cites
+# is in the repository (scripts/check_docs.sh).
 # CI runs exactly this. Every stage after the build runs even if an earlier one failed, so one run
 # shows every problem; the exit status is non-zero if any stage failed.
 # Arguments go to the main ctest run (e.g. -L unit, -R Tokenizer).
-# PLUMB_SKIP_TIDY=1 / PLUMB_SKIP_ASAN=1 skip those stages for a quick local run (CI skips nothing).
+# PLUMB_SKIP_TIDY=1 / PLUMB_SKIP_ASAN=1 / PLUMB_SKIP_FUZZ=1 skip those stages for a quick local run
+# (CI skips nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -33,6 +35,12 @@ if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then
   else
     failed+=("asan build")
   fi
+fi
+
+if [ "${PLUMB_SKIP_FUZZ:-0}" != 1 ]; then
+  # Every libFuzzer target (fuzz/) for a few seconds each under ASan+UBSan (clang).
+  stage "fuzz (bounded)"
+  bash scripts/fuzz.sh || failed+=("fuzz")
 fi
 
 stage "lint"

@@ -1,7 +1,6 @@
 // `plumb anchors`: the shipped table of externally published figures (data/anchors/anchors.json)
 // and this machine's measured ceilings from the ledger (docs/protocol.md §8).
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "cli/command.h"
 #include "core/json.h"
+#include "core/shipped.h"
 #include "ledger/ledger.h"
 #include "protocol/provenance.h"
 
@@ -23,43 +23,18 @@ struct AnchorsArgs {
   bool as_json = false;
 };
 
-bool exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-// The shipped table: $PLUMB_DATA_DIR/anchors/anchors.json, else data/anchors/anchors.json in the
-// nearest ancestor of the executable (build trees live inside the source tree), else the working
-// directory's data/.
-std::string find_anchors_file() {
-  const std::string rel = "anchors/anchors.json";
-  if (const char* d = std::getenv("PLUMB_DATA_DIR"); d && exists(std::string(d) + "/" + rel))
-    return std::string(d) + "/" + rel;
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n > 0) {
-    std::string dir(buf, size_t(n));
-    for (int up = 0; up < 6; ++up) {
-      size_t slash = dir.rfind('/');
-      if (slash == std::string::npos || slash == 0) break;
-      dir.resize(slash);
-      if (exists(dir + "/data/" + rel)) return dir + "/data/" + rel;
-    }
-  }
-  if (exists("data/" + rel)) return "data/" + rel;
-  return "";
-}
-
-std::string str(const json::object& o, const char* k) {
-  auto it = o.find(k);
-  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
-}
+std::string str(const json::object& o, const char* k) { return json::string_at(o, k).value_or(""); }
 
 int run_anchors(const AnchorsArgs& a) {
-  std::string path = a.file.empty() ? find_anchors_file() : a.file;
+  std::string path = a.file;
   if (path.empty()) {
-    std::cerr << "plumb anchors: cannot find data/anchors/anchors.json; pass --file or set PLUMB_DATA_DIR\n";
-    return kExitError;
+    // The shipped table (core/shipped.h's search).
+    auto shipped = find_shipped_file(Shipped::kData, "anchors/anchors.json");
+    if (!shipped.ok()) {
+      std::cerr << "plumb anchors: " << shipped.status().message() << "; or pass --file\n";
+      return kExitError;
+    }
+    path = *shipped;
   }
   auto doc = json::parse_file(path);
   if (!doc.ok() || !doc->is_object() || !doc->as_object().contains("anchors") ||
@@ -98,9 +73,7 @@ int run_anchors(const AnchorsArgs& a) {
   for (const auto& v : rows) {
     if (!v.is_object()) continue;
     const json::object& o = v.as_object();
-    double value = 0;
-    if (auto it = o.find("value"); it != o.end() && it->value().is_number())
-      value = it->value().to_number<double>();
+    double value = json::number_at(o, "value").value_or(0.0);
     std::printf("- %s | %s | %s | %s\n    %s = %g %s  [%s]\n    source: %s\n", str(o, "engine").c_str(),
                 str(o, "model").c_str(), str(o, "hardware").c_str(), str(o, "scenario").c_str(),
                 str(o, "metric").c_str(), value, str(o, "unit").c_str(), str(o, "status").c_str(),

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,13 +18,10 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/random.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "launch/adapter.h"
 #include "launch/launcher.h"
-#include "launch/port.h"
+#include "ledger/ledger.h"
 #include "loadgen/driver.h"
-#include "loadgen/null_target.h"
 #include "loadgen/openai_target.h"
 #include "metrics/metrics.h"
 #include "plumb_build_info.h"
@@ -48,6 +44,8 @@ struct BenchArgs {
   std::string size = "small";
   uint64_t seed = 21;
   std::string requests_file;
+  size_t requests_hashes_computed = 0;  // lines of --requests that had no "hash" (hashed here)
+  std::string ledger_path;              // --ledger: record the run (protocol scenarios)
   std::string dataset;
   std::string dataset_format = "generic";
   int64_t input_len = 0;
@@ -80,41 +78,6 @@ struct BenchArgs {
   IbFlags ib;  // --ib-scenario, --ib-concurrency, --ib-json (cli/ib_interop.h)
 };
 
-// The token counter behind synthetic lengths: a model folder's tokenizer.json, or "words".
-Result<workload::TokenCounter> make_counter(const std::string& spec,
-                                            std::shared_ptr<engine::Tokenizer>& keep) {
-  if (spec == "words") return workload::TokenCounter(workload::count_words);
-  PLUMB_ASSIGN_OR_RETURN(auto tok, engine::Tokenizer::load(spec));
-  keep = std::shared_ptr<engine::Tokenizer>(std::move(tok));
-  engine::Tokenizer* t = keep.get();
-  return workload::TokenCounter([t](std::string_view s) -> Result<int64_t> {
-    return int64_t(t->encode(s, /*add_special_tokens=*/false).size());
-  });
-}
-
-Result<std::unique_ptr<loadgen::Target>> make_target(const BenchArgs& a,
-                                                     const workload::TokenCounter& counter) {
-  if (a.target == "null") {
-    return std::unique_ptr<loadgen::Target>(std::make_unique<loadgen::NullTarget>(
-        SteadyClock::instance(), loadgen::NullTargetOptions{.tokens_per_chunk = a.null_tokens_per_chunk}));
-  }
-  loadgen::OpenAiTargetOptions o;
-  o.base_url = a.target;
-  if (a.api == "chat") {
-    o.api = loadgen::Api::kChat;
-  } else if (a.api == "completions") {
-    o.api = loadgen::Api::kCompletions;
-  } else {
-    return invalid_argument("--api must be chat or completions");
-  }
-  o.model = a.model;
-  o.api_key = a.api_key;
-  o.show_special_tokens = !a.hide_special_tokens;
-  (void)counter;  // the local count is one token per content chunk (see OpenAiTargetOptions)
-  PLUMB_ASSIGN_OR_RETURN(auto t, loadgen::OpenAiTarget::create(std::move(o)));
-  return std::unique_ptr<loadgen::Target>(std::move(t));
-}
-
 void print_progress(const loadgen::ProgressInfo& p) {
   std::fprintf(stderr, "\r%s %zu/%zu done, %.1f req/s, %zu errors, %zu in flight, %.1f s elapsed, ETA %s   ",
                p.warmup ? "[warmup]" : "[measured]", p.done, p.total, p.rate, p.errors, p.in_flight,
@@ -133,6 +96,8 @@ json::object settings_json(const BenchArgs& a) {
   s["size"] = a.size;
   s["seed"] = a.seed;
   s["requests_file"] = a.requests_file;
+  if (!a.requests_file.empty()) s["requests_hashes_computed"] = a.requests_hashes_computed;
+  s["ledger"] = a.ledger_path;
   s["dataset"] = a.dataset;
   s["dataset_format"] = a.dataset_format;
   s["input_len"] = a.input_len;
@@ -158,10 +123,6 @@ json::object settings_json(const BenchArgs& a) {
   if (!a.launched.empty()) s["launched_server"] = a.launched;
   return s;
 }
-
-struct Profile {
-  workload::ArrivalSpec arrival;
-};
 
 struct Plan {
   workload::RequestSet set;
@@ -225,9 +186,11 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   if (a.num_prompts == 0 && a.duration_s > 0 && a.rate > 0)
     spec.num_requests = a.num_prompts = size_t(std::ceil(a.duration_s * a.rate));
   if (!a.requests_file.empty()) {
-    // A plumb request set, or an InferenceBench request file (IB's defaults fill missing fields).
+    // A plumb request set (with hashes, or OpenAI-style without: hashes computed), or an
+    // InferenceBench request file (IB's defaults fill missing fields).
     PLUMB_ASSIGN_OR_RETURN(auto loaded, load_requests(a.requests_file, workload::IbRequestDefaults{}));
-    std::fprintf(stderr, "plumb bench: %s\n", loaded.note.c_str());
+    a.requests_hashes_computed = loaded.hashes_computed;
+    if (!loaded.note.empty()) std::fprintf(stderr, "plumb bench: %s\n", loaded.note.c_str());
     if (loaded.ib_format) plan.ib_info["request_file"] = request_file_json(loaded);
     plan.set = std::move(loaded.set);
   } else if (!a.dataset.empty()) {
@@ -305,96 +268,84 @@ Status write_html_report(const BenchArgs& a, const std::string& set_hash, const 
   return write_file_atomic(a.html_path, report::render_bench_report(r));
 }
 
-// With no --target: `plumb serve` with the shipped model, started through launch/'s plumb adapter
-// (own process group, free port, readiness, verified port owner), its log kept in a fresh directory.
-Result<std::unique_ptr<launch::Engine>> start_own_server(BenchArgs& a) {
+// With no --target: `plumb serve` with the shipped model through launch/'s plumb adapter (own process
+// group, free port, readiness, verified port owner), its log kept in a fresh directory.
+Result<launch::EngineConfig> own_server_config(const BenchArgs& a, std::string& work_dir) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return Status(Code::kIoError, "cannot find the plumb binary (/proc/self/exe): " + ec.message());
-  PLUMB_ASSIGN_OR_RETURN(auto adapter, launch::builtin_adapter("plumb"));
-  launch::Params params{{"plumb_binary", self.string()}};
+  launch::EngineConfig cfg;
+  cfg.adapter = "plumb";
+  PLUMB_ASSIGN_OR_RETURN(cfg.resolved, launch::builtin_adapter("plumb"));
+  cfg.params = launch::Params{{"plumb_binary", self.string()}};
   std::vector<std::string> extra;
   std::istringstream in(a.serve_args);
   for (std::string w; in >> w;) extra.push_back(w);
-  if (!extra.empty()) params["extra_args"] = extra;
-  PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
-  PLUMB_ASSIGN_OR_RETURN(auto spec, launch::render(adapter, params, port));
+  if (!extra.empty()) cfg.params["extra_args"] = extra;
   auto dir = std::filesystem::temp_directory_path() / ("plumb-bench-serve-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status(Code::kIoError, "cannot create " + dir.string() + ": " + ec.message());
-  launch::LaunchOptions lo;
-  lo.work_dir = dir.string();
-  lo.progress = [quiet = a.quiet](const std::string& line) {
-    if (!quiet) std::fprintf(stderr, "plumb bench: %s\n", line.c_str());
-  };
-  if (!a.quiet)
-    std::fprintf(stderr,
-                 "plumb bench: no --target given: starting plumb serve with the shipped model (%s%s)\n",
-                 a.serve_args.empty() ? "default settings" : "flags: ", a.serve_args.c_str());
-  PLUMB_ASSIGN_OR_RETURN(auto engine, launch::Engine::start(spec, lo));
-  std::string cmd;
-  for (const auto& w : spec.argv) cmd += (cmd.empty() ? "" : " ") + w;
-  a.launched["adapter"] = "plumb";
-  a.launched["command"] = cmd;
-  a.launched["base_url"] = engine->base_url();
-  a.launched["pid"] = int64_t(engine->pid());
-  a.launched["log"] = engine->log_path();
-  a.launched["ready_after_s"] = engine->ready_after_s();
-  a.launched["port_owner_verified"] = true;  // Engine::start verified it; re-checked after each profile
-  a.target = engine->base_url();
-  // Prompts sized in the shipped model's tokens so the scenarios fit its context.
-  if (a.tokenizer.empty()) {
-    if (auto models = engine::find_models_dir(); models.ok()) a.tokenizer = *models + "/plumb-tiny";
-  }
-  std::fprintf(stderr, "plumb bench: benchmarking plumb serve started by plumb at %s (pid %d, log %s)\n",
-               a.target.c_str(), int(engine->pid()), engine->log_path().c_str());
-  return engine;
+  work_dir = dir.string();
+  return cfg;
 }
 
-// Stops the server plumb started, saying where its log stays.
-void stop_own_server(launch::Engine& engine, bool quiet) {
-  auto e = engine.stop();
-  if (!e.ok()) {
-    std::fprintf(stderr, "plumb bench: stopping plumb serve: %s\n", e.status().to_string().c_str());
-  } else if (!quiet) {
-    std::fprintf(stderr, "plumb bench: stopped plumb serve (%s); its log: %s\n", e->to_string().c_str(),
-                 engine.log_path().c_str());
-  }
+// Records a scenario run in the ledger with its provenance, as compare records each arm's run.
+Result<int64_t> record_run(const std::string& path, const compare::Workload& w, compare::Measurement& m,
+                           std::string effective_settings, uint64_t seed) {
+  PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(path));
+  PLUMB_ASSIGN_OR_RETURN(auto ids, compare::provenance_ids(*ledger));
+  PLUMB_ASSIGN_OR_RETURN(int64_t set_id, compare::insert_request_set(*ledger, w, *w.scenario, seed));
+  compare::fill_provenance(m.row, ids, set_id, *w.scenario, seed);
+  m.row.effective_settings = std::move(effective_settings);
+  return ledger->insert_run(m.row, m.requests, m.metrics);
+}
+
+// Exit code of a Status error: the user's input (usage) or the run (error).
+int exit_code_of(const Status& s) {
+  return s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound || s.code() == Code::kCorrupt
+             ? kExitUsage
+             : kExitError;
 }
 
 int run_bench(BenchArgs a) {
-  std::unique_ptr<launch::Engine> engine;
-  struct StopGuard {
-    std::unique_ptr<launch::Engine>* e;
-    bool quiet;
-    ~StopGuard() {
-      if (*e) stop_own_server(**e, quiet);
-    }
-  } guard{&engine, a.quiet};
-  if (a.target.empty()) {
-    auto e = start_own_server(a);
-    if (!e.ok()) {
-      std::cerr << "plumb bench: starting plumb serve (no --target given): " << e.status().to_string()
-                << "\nGive --target URL to benchmark a running server, or fix the error above.\n";
-      return kExitError;
-    }
-    engine = std::move(*e);
-  } else if (!a.serve_args.empty()) {
+  const bool own_server = a.target.empty();
+  if (!own_server && !a.serve_args.empty()) {
     std::cerr << "plumb bench: --serve-args applies only when plumb starts its own server (no --target)\n";
     return kExitUsage;
   }
+  if (!a.ledger_path.empty() && a.scenario.empty()) {
+    std::cerr
+        << "plumb bench: --ledger records protocol scenario runs (give --scenario): a custom workload has "
+           "no objective for the ledger to keep\n";
+    return kExitUsage;
+  }
+  compare::Subject subject;
+  compare::MeasureOptions mo;
+  if (own_server) {
+    auto cfg = own_server_config(a, mo.work_dir);
+    if (!cfg.ok()) {
+      std::cerr << "plumb bench: starting plumb serve (no --target given): " << cfg.status().to_string()
+                << "\n";
+      return kExitError;
+    }
+    subject.launch = std::move(*cfg);
+    // Prompts sized in the shipped model's tokens so the scenarios fit its context.
+    if (a.tokenizer.empty()) {
+      if (auto dir = compare::default_tokenizer_dir(); dir.ok()) a.tokenizer = *dir;
+    }
+  } else {
+    subject.url = a.target;
+  }
   if (a.tokenizer.empty()) a.tokenizer = "words";
-  metrics::Slo slo;
   if (!a.slo.empty()) {
     auto s = metrics::parse_slo(a.slo);
     if (!s.ok()) {
       std::cerr << "plumb bench: --slo: " << s.status().message() << "\n";
       return kExitUsage;
     }
-    slo = *s;
+    mo.slo = *s;
   }
-  std::shared_ptr<engine::Tokenizer> tok;
-  auto counter = make_counter(a.tokenizer, tok);
+  auto counter = compare::make_token_counter(a.tokenizer);
   if (!counter.ok()) {
     std::cerr << "plumb bench: --tokenizer: " << counter.status().to_string() << "\n";
     return kExitUsage;
@@ -402,10 +353,7 @@ int run_bench(BenchArgs a) {
   auto plan = make_plan(a, *counter);
   if (!plan.ok()) {
     std::cerr << "plumb bench: " << plan.status().to_string() << "\n";
-    return plan.status().code() == Code::kInvalidArgument || plan.status().code() == Code::kNotFound ||
-                   plan.status().code() == Code::kCorrupt
-               ? kExitUsage
-               : kExitError;
+    return exit_code_of(plan.status());
   }
   if (!a.save_requests.empty()) {
     Status st = workload::write_request_set(a.save_requests, plan->set);
@@ -414,93 +362,132 @@ int run_bench(BenchArgs a) {
       return kExitError;
     }
   }
-  auto target = make_target(a, *counter);
-  if (!target.ok()) {
-    std::cerr << "plumb bench: --target: " << target.status().to_string() << "\n";
-    return target.status().code() == Code::kUnavailable ? kExitError : kExitUsage;
+
+  // The named settings of the one measurement path where bench's flags set them.
+  if (a.api == "chat") {
+    mo.api = loadgen::Api::kChat;
+  } else if (a.api == "completions") {
+    mo.api = loadgen::Api::kCompletions;
+  } else {
+    std::cerr << "plumb bench: --target: invalid_argument: --api must be chat or completions\n";
+    return kExitUsage;
   }
+  mo.model = a.model;
+  mo.api_key = a.api_key;
+  mo.show_special_tokens = !a.hide_special_tokens;
+  mo.request_timeout = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(a.timeout_s));
+  mo.realtime_pacing = !a.no_realtime_pacing;
+  mo.null_tokens_per_chunk = a.null_tokens_per_chunk;
+  if (!a.quiet && isatty(2)) mo.on_progress = print_progress;
+  mo.progress = [quiet = a.quiet](const std::string& line) {
+    if (!quiet) std::fprintf(stderr, "plumb bench: %s\n", line.c_str());
+  };
+  if (!own_server) {
+    // A URL plumb cannot use is the user's to fix before any request is drawn or sent.
+    auto t = compare::make_target(a.target, mo);
+    if (!t.ok()) {
+      std::cerr << "plumb bench: --target: " << t.status().to_string() << "\n";
+      return t.status().code() == Code::kUnavailable ? kExitError : kExitUsage;
+    }
+  } else if (!a.quiet) {
+    std::fprintf(stderr,
+                 "plumb bench: no --target given: starting plumb serve with the shipped model (%s%s)\n",
+                 a.serve_args.empty() ? "default settings" : "flags: ", a.serve_args.c_str());
+  }
+  mo.on_launched = [&a](const launch::Engine& engine) {
+    std::string cmd;
+    for (const auto& w : engine.spec().argv) cmd += (cmd.empty() ? "" : " ") + w;
+    a.launched["adapter"] = "plumb";
+    a.launched["command"] = cmd;
+    a.launched["base_url"] = engine.base_url();
+    a.launched["pid"] = int64_t(engine.pid());
+    a.launched["log"] = engine.log_path();
+    a.launched["ready_after_s"] = engine.ready_after_s();
+    a.launched["port_owner_verified"] = true;  // Engine::start verified it; re-checked after each profile
+    a.target = engine.base_url();
+    std::fprintf(stderr, "plumb bench: benchmarking plumb serve started by plumb at %s (pid %d, log %s)\n",
+                 a.target.c_str(), int(engine.pid()), engine.log_path().c_str());
+  };
   if (!a.quiet)
     std::fprintf(stderr, "plumb bench: %zu requests (set %s), %zu warmup, target %s, tokenizer %s\n",
                  plan->set.requests.size(), plan->set.set_hash.substr(0, 16).c_str(), plan->warmup.size(),
-                 (*target)->describe().c_str(), a.tokenizer.c_str());
-
-  loadgen::DriverOptions opts;
-  opts.request_timeout = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(a.timeout_s));
-  opts.warmup = plan->warmup;
-  opts.realtime_pacing = !a.no_realtime_pacing;
-  opts.warmup_concurrency = 1;
-  if (!a.quiet && isatty(2)) opts.on_progress = print_progress;
+                 own_server ? "plumb serve (started by plumb)" : a.target.c_str(), a.tokenizer.c_str());
 
   std::vector<metrics::Metrics> results;
   std::vector<metrics::RunRecord> runs;                      // kept for --html
   std::vector<std::vector<metrics::Constraint>> validities;  // kept for --html
   json::array profile_json;
-  bool valid = true;
-  for (size_t i = 0; i < plan->profiles.size(); ++i) {
-    auto schedule = workload::make_schedule(plan->profiles[i], plan->set.requests.size());
-    if (!schedule.ok()) {
-      std::cerr << "plumb bench: " << schedule.status().to_string() << "\n";
-      return kExitUsage;
-    }
-    auto run = loadgen::run_load(plan->set, *schedule, **target, opts);
-    if (!run.ok()) {
-      std::cerr << "plumb bench: " << run.status().to_string() << "\n";
-      return kExitError;
-    }
-    metrics::Metrics m = metrics::compute(*run, slo);
-    if (engine) {
-      Status owner = engine->verify_port_owner();
-      plan->bounds.target_verified = owner.ok();
-      a.launched["port_owner_verified"] = owner.ok();
-      if (!owner.ok()) std::cerr << "plumb bench: " << owner.to_string() << "\n";
-    }
-    auto cs = metrics::check_validity(m, plan->bounds);
-    valid = valid && metrics::all_pass(cs);
-    if (plan->profiles.size() > 1) std::printf("== profile %zu of %zu\n", i + 1, plan->profiles.size());
-    std::fputs(metrics::console_summary(*run, m, cs).c_str(), stdout);
-    json::object pj = metrics::to_json(*run, m, cs);
-    pj["settings"] = settings_json(a);
+  Status output_error;
+  const size_t n_profiles = plan->profiles.size();
+  mo.on_profile = [&](size_t i, metrics::RunRecord& run, const metrics::Metrics& m,
+                      const std::vector<metrics::Constraint>& cs) {
+    if (n_profiles > 1) std::printf("== profile %zu of %zu\n", i + 1, n_profiles);
+    std::fputs(metrics::console_summary(run, m, cs).c_str(), stdout);
+    json::object pj = metrics::to_json(run, m, cs);
     pj["plumb_version"] = std::string(PLUMB_VERSION) + " " + PLUMB_GIT_COMMIT;
     profile_json.emplace_back(std::move(pj));
-    if (!a.csv_path.empty()) {
-      std::string path = plan->profiles.size() > 1 ? a.csv_path + "." + std::to_string(i) : a.csv_path;
-      Status st = write_file_atomic(path, metrics::to_csv(*run));
-      if (!st.ok()) {
-        std::cerr << "plumb bench: --csv: " << st.to_string() << "\n";
-        return kExitError;
-      }
+    if (!a.csv_path.empty() && output_error.ok()) {
+      std::string path = n_profiles > 1 ? a.csv_path + "." + std::to_string(i) : a.csv_path;
+      Status st = write_file_atomic(path, metrics::to_csv(run));
+      if (!st.ok()) output_error = st.with_context("--csv");
     }
     results.push_back(m);
     if (!a.html_path.empty() || !a.ib.json_path.empty()) {
-      runs.push_back(std::move(*run));
-      validities.push_back(std::move(cs));
+      runs.push_back(std::move(run));
+      validities.push_back(cs);
     }
+  };
+
+  compare::Workload w{.set = std::move(plan->set),
+                      .warmup = std::move(plan->warmup),
+                      .profiles = std::move(plan->profiles),
+                      .scenario = plan->scenario,
+                      .bounds = plan->bounds};
+  auto m = compare::measure(subject, w, mo);
+  if (!m.ok()) {
+    std::cerr << "plumb bench: " << m.status().to_string() << "\n";
+    return exit_code_of(m.status());
   }
+  if (!m->started) {
+    std::cerr << "plumb bench: starting plumb serve (no --target given): " << m->start_error.to_string()
+              << "\nGive --target URL to benchmark a running server, or fix the error above.\n";
+    return kExitError;
+  }
+  if (own_server) {
+    a.launched["port_owner_verified"] = m->target_verified.value_or(false);
+    if (!a.quiet)
+      std::fprintf(stderr, "plumb bench: stopped plumb serve; its log: %s\n", m->log_path.c_str());
+  }
+  if (!output_error.ok()) {
+    std::cerr << "plumb bench: " << output_error.to_string() << "\n";
+    return kExitError;
+  }
+  if (!a.ledger_path.empty()) {
+    json::object caller{{"command", "bench"}, {"bench", settings_json(a)}};
+    auto id = record_run(a.ledger_path, w, *m, compare::effective_settings(mo, std::move(caller)), a.seed);
+    if (!id.ok()) {
+      std::cerr << "plumb bench: --ledger: " << id.status().to_string() << "\n";
+      return kExitError;
+    }
+    std::fprintf(stderr, "plumb bench: recorded run %lld in %s\n", (long long)*id, a.ledger_path.c_str());
+  }
+  if (m->outcome != compare::Outcome::kValid && m->outcome != compare::Outcome::kInvalid)
+    std::fprintf(stderr, "plumb bench: the run is %s: %s\n",
+                 std::string(compare::outcome_name(m->outcome)).c_str(), m->failure.c_str());
+  const bool valid = m->valid;
+  json::object settings = settings_json(a);
+  settings["measure"] = compare::settings_json(mo);
+  for (auto& pj : profile_json) pj.as_object()["settings"] = settings;
 
   json::value out;
   std::string summary_line;
   if (plan->scenario) {
     const auto& sc = *plan->scenario;
-    double objective = stats::kNaN;
-    switch (sc.objective) {
-      case protocol::Objective::kInvMedianTtft:
-        objective = results[0].inv_median_ttft;
-        break;
-      case protocol::Objective::kInvMedianTpot:
-        objective = results[0].inv_median_tpot;
-        break;
-      case protocol::Objective::kGeomeanReqPerSec:
-        objective = metrics::throughput_objective(results);
-        break;
-      case protocol::Objective::kGeneral:
-        objective = results[0].general;
-        break;
-    }
     char line[512];
     std::snprintf(line, sizeof line, "scenario %s (%s, %s) seed %llu: %s = %.6g; run %s", sc.id.c_str(),
                   sc.name.c_str(), std::string(protocol::size_class_name(sc.size)).c_str(),
                   (unsigned long long)a.seed, std::string(protocol::objective_name(sc.objective)).c_str(),
-                  objective, valid ? "VALID" : "INVALID");
+                  m->objective, valid ? "VALID" : "INVALID");
     summary_line = line;
     std::printf("%s\n", line);
     json::object o;
@@ -509,8 +496,9 @@ int run_bench(BenchArgs a) {
     o["size"] = std::string(protocol::size_class_name(sc.size));
     o["seed"] = a.seed;
     o["objective"] = std::string(protocol::objective_name(sc.objective));
-    o["objective_value"] = std::isfinite(objective) ? json::value(objective) : json::value(nullptr);
+    o["objective_value"] = json::number_or_null(m->objective);
     o["valid"] = valid;
+    o["outcome"] = std::string(compare::outcome_name(m->outcome));
     o["profiles"] = std::move(profile_json);
     out = std::move(o);
   } else {
@@ -532,7 +520,7 @@ int run_bench(BenchArgs a) {
                    .metrics = results};
     for (const auto& r : runs) ib.runs.push_back(&r);
     ib.plumb = plan->ib_info;
-    ib.plumb["request_set_hash"] = plan->set.set_hash;
+    ib.plumb["request_set_hash"] = w.set.set_hash;
     ib.plumb["valid"] = valid;
     ib.plumb["seed"] = a.seed;
     ib.plumb["summary"] = summary_line;
@@ -547,7 +535,7 @@ int run_bench(BenchArgs a) {
                    a.ib.json_path.c_str());
   }
   if (!a.html_path.empty()) {
-    Status st = write_html_report(a, plan->set.set_hash, summary_line, valid, runs, results, validities);
+    Status st = write_html_report(a, w.set.set_hash, summary_line, valid, runs, results, validities);
     if (!st.ok()) {
       std::cerr << "plumb bench: --html: " << st.to_string() << "\n";
       return kExitError;
@@ -577,8 +565,9 @@ void setup_bench(CLI::App& root) {
   c->add_option("--seed", args->seed, "run seed (lengths, documents, arrivals)")->capture_default_str();
   c->add_option(
       "--requests", args->requests_file,
-      "a saved request set (JSONL with hashes) to replay byte for byte, or an InferenceBench request "
-      "file (no hashes: plumb computes them; missing fields from --ib-scenario or IB's defaults)");
+      "a request file to replay byte for byte: a saved set (JSONL with hashes), OpenAI-style requests "
+      "(\"messages\" or \"prompt\", \"max_tokens\") or an InferenceBench request file (\"messages\", "
+      "\"max_new_tokens\"); plumb computes missing hashes and says so");
   c->add_option("--dataset", args->dataset, "a JSONL dataset to draw requests from");
   c->add_option("--dataset-format", args->dataset_format, "generic | longbench | sharegpt")
       ->capture_default_str();
@@ -623,6 +612,10 @@ void setup_bench(CLI::App& root) {
   c->add_option("--html", args->html_path,
                 "write a self-contained HTML report (opens offline): validity and metrics tables, latency "
                 "CDFs, TTFT/TPOT per request over time, throughput over time, a per-request timeline");
+  c->add_option(
+      "--ledger", args->ledger_path,
+      "record the run (with --scenario) in this ledger with its provenance, as plumb compare records "
+      "its runs");
   args->ib.add_to(c);
   c->add_flag("--quiet", args->quiet, "no progress line");
   c->callback([args] { set_exit_code(run_bench(*args)); });

@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "core/shipped.h"
 #include "engine/model_config.h"
 #include "evaluate/evaluate.h"
 #include "report/html.h"
@@ -40,13 +41,6 @@ struct EvaluateArgs {
   std::string html_path;
   bool quiet = false;
 };
-
-// The shipped multiple-choice set: data/mc_heldout.jsonl beside the models folder.
-std::string shipped_dataset() {
-  auto models = engine::find_models_dir();
-  if (!models.ok()) return "data/mc_heldout.jsonl";
-  return (std::filesystem::path(*models).parent_path() / "data" / "mc_heldout.jsonl").string();
-}
 
 std::string html_report(const evaluate::Evaluation& e) {
   using report::Cell;
@@ -176,7 +170,12 @@ int run_evaluate(const EvaluateArgs& a) {
           : a.work_dir;
   o.ledger_path = a.ledger_path;
   o.baseline_preset = a.baseline_preset;
-  o.quality_dataset = a.dataset.empty() ? shipped_dataset() : a.dataset;
+  o.quality_dataset = a.dataset;
+  if (o.quality_dataset.empty()) {
+    auto shipped = find_shipped_file(Shipped::kData, "mc_heldout.jsonl");  // core/shipped.h's search
+    if (!shipped.ok()) return fail(kExitUsage, shipped.status().message() + "; or pass --dataset");
+    o.quality_dataset = *shipped;
+  }
   o.quality_limit = a.quality_limit;
   // The shipped model is the reference's too: a submission that rewrote it would move the reference
   // with it, so its files are part of the harness.

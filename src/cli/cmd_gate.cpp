@@ -17,6 +17,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/sha256.h"
+#include "core/shipped.h"
 #include "core/subprocess.h"
 #include "gates/checks.h"
 #include "gates/gate.h"
@@ -54,16 +55,6 @@ std::string self_exe() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, size_t(n)) : std::string();
-}
-
-// data/mc_heldout.jsonl under the working directory, else next to or above the binary (build trees).
-std::string default_dataset() {
-  std::string rel = "data/mc_heldout.jsonl";
-  if (std::filesystem::exists(rel)) return rel;
-  std::filesystem::path dir = std::filesystem::path(self_exe()).parent_path();
-  for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())
-    if (std::filesystem::exists(dir / rel)) return (dir / rel).string();
-  return rel;
 }
 
 // A reference given as `plumb serve` arguments: started on a free port, stopped at the end.
@@ -124,7 +115,12 @@ int run_gate(const GateArgs& a) {
   // Hashes of the harness before anything runs.
   std::vector<std::string> harness = a.harness_files;
   if (std::string self = self_exe(); !self.empty()) harness.insert(harness.begin(), self);
-  std::string dataset = a.dataset.empty() ? default_dataset() : a.dataset;
+  std::string dataset = a.dataset;
+  if (dataset.empty() && quality) {
+    auto shipped = find_shipped_file(Shipped::kData, "mc_heldout.jsonl");  // core/shipped.h's search
+    if (!shipped.ok()) return fail(kExitUsage, shipped.status().message() + "; or pass --dataset");
+    dataset = *shipped;
+  }
   if (quality) harness.push_back(dataset);
   gates::HarnessHashes before = gates::hash_harness(harness);
 

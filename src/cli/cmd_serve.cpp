@@ -19,6 +19,7 @@
 #include "engine/scheduler/llm_engine.h"
 #include "engine/scheduler/synthetic_engine.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "net/http_server.h"
 #include "server/server.h"
 
 namespace plumb::cli {
@@ -32,6 +33,8 @@ struct ServeArgs {
   std::string engine = "llm";
   std::string preset = "default";
   int io_threads = 2;
+  int64_t max_connections = 0;  // 0 = from the fd limit
+  double idle_timeout_s = 60, header_timeout_s = 60, body_timeout_s = 60;
   uint64_t seed = 0;
   int drain_ms = 30'000;
   // Engine knobs: unset = the preset's value.
@@ -70,6 +73,15 @@ int run(const ServeArgs& a) {
     return fail(kExitUsage, invalid_argument("--engine must be 'llm' or 'synthetic'"));
   }
   if (a.port < 0 || a.port > 65535) return fail(kExitUsage, invalid_argument("--port must be in [0, 65535]"));
+  if (a.max_connections < 0) {
+    return fail(kExitUsage, invalid_argument("--max-connections must be >= 1 (or 0 for the default)"));
+  }
+  for (auto [flag, v] : {std::pair{"--idle-timeout-s", a.idle_timeout_s},
+                         {"--header-timeout-s", a.header_timeout_s},
+                         {"--body-timeout-s", a.body_timeout_s}}) {
+    if (!(v > 0 && v <= 86400))
+      return fail(kExitUsage, invalid_argument(std::string(flag) + " must be in (0, 86400]"));
+  }
 
   auto folder = a.model.folder();
   if (!folder.ok()) return fail(kExitError, folder.status());
@@ -179,6 +191,14 @@ int run(const ServeArgs& a) {
   so.port = uint16_t(a.port);
   so.io_threads = a.io_threads;
   so.served_model_name = name;
+  so.max_connections = std::size_t(a.max_connections);
+  auto ms = [](double s) { return std::chrono::milliseconds(int64_t(s * 1000.0)); };
+  so.idle_timeout = ms(a.idle_timeout_s);
+  so.header_timeout = ms(a.header_timeout_s);
+  so.body_timeout = ms(a.body_timeout_s);
+  log::info("event=http_limits max_connections={} idle_timeout_s={} header_timeout_s={} body_timeout_s={}",
+            a.max_connections > 0 ? std::size_t(a.max_connections) : net::default_max_connections(),
+            a.idle_timeout_s, a.header_timeout_s, a.body_timeout_s);
   server::OpenAiServer srv(so, *backend, **tok);
 
   Status st = srv.start();
@@ -254,6 +274,18 @@ void setup(CLI::App& root) {
       "naive reference]");
   cmd->add_option("--seed", a->seed, "dummy weights' seed; synthetic schedule seed")->capture_default_str();
   cmd->add_option("--io-threads", a->io_threads, "HTTP IO threads")->capture_default_str();
+  cmd->add_option("--max-connections", a->max_connections,
+                  "HTTP connections at once; past it a new connection gets 503 at once [default 0 = the "
+                  "file-descriptor soft limit minus min(128, limit/2); now " +
+                      std::to_string(net::default_max_connections()) + "]");
+  cmd->add_option("--idle-timeout-s", a->idle_timeout_s,
+                  "seconds a connection may wait for its next request (keep-alive) before it is closed")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout-s", a->header_timeout_s,
+                  "seconds for a request head, from its first byte")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout-s", a->body_timeout_s, "seconds for a request body, after its head")
+      ->capture_default_str();
   cmd->add_option("--drain-ms", a->drain_ms, "on SIGTERM, time running requests get to finish")
       ->capture_default_str();
   cmd->add_option("--ttft-ms", a->ttft_ms, "synthetic: time to first token (centre)")->capture_default_str();

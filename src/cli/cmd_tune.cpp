@@ -168,8 +168,8 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
   for (const auto& t : st.trials) {
     const auto& o = t.obs;
     auto m = [&](const char* k) {
-      auto* v = o.metrics.if_contains(k);
-      return v && v->is_number() ? report::format_number(v->to_number<double>()) : std::string("n/a");
+      auto v = json::number_at(o.metrics, k);
+      return v ? report::format_number(*v) : std::string("n/a");
     };
     tt.rows.push_back({std::to_string(o.index + 1), o.stage,
                        o.feasible ? report::Cell::pass(o.status) : report::Cell::fail(o.status),

@@ -37,11 +37,14 @@ Result<LoadedRequests> load_requests(const std::string& path, const workload::Ib
   PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(path));
   LoadedRequests r;
   if (!workload::looks_like_ib_requests(text)) {
-    auto set = workload::parse_jsonl(text);
+    auto set = workload::parse_jsonl(text, &r.hashes_computed);
     if (!set.ok()) return set.status().with_context(path);
     r.set = std::move(set).value();
-    r.note = "read " + path + " as a plumb request set (" + std::to_string(r.set.requests.size()) +
-             " requests, content hashes verified)";
+    if (r.hashes_computed > 0)
+      r.note = "--requests: " + std::to_string(r.hashes_computed) + " of " +
+               std::to_string(r.set.requests.size()) +
+               " requests had no \"hash\": computed their content hashes (set " +
+               r.set.set_hash.substr(0, 16) + "); --save-requests FILE writes the set with them";
     return r;
   }
   auto ib = workload::parse_ib_requests(text, defaults);
@@ -49,6 +52,7 @@ Result<LoadedRequests> load_requests(const std::string& path, const workload::Ib
     return ib.status().with_context(path + " (read as an InferenceBench request file: no 'hash')");
   r.ib_format = true;
   r.set = std::move(ib->set);
+  r.hashes_computed = r.set.requests.size();
   r.meta = std::move(ib->meta);
   r.ib_hashes = ib->ib_hashes;
   r.defaulted = ib->defaulted;

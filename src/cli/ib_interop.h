@@ -29,15 +29,17 @@ struct IbFlags {
   void add_to(CLI::App* cmd);
 };
 
-// A --requests file read in whichever format it is: a plumb request set (every line has "hash",
-// verified) or an IB request file (no "hash": plumb computes its content hashes).
+// A --requests file read in whichever format it is: a plumb request set (lines with "hash" are
+// verified; OpenAI-style lines without one are hashed, workload::parse_jsonl) or an IB request file
+// (workload::looks_like_ib_requests: plumb computes every content hash).
 struct LoadedRequests {
   workload::RequestSet set;
+  size_t hashes_computed = 0;                 // requests whose content hash plumb computed
   bool ib_format = false;                     // read as an IB request file
   std::vector<workload::IbRequestMeta> meta;  // IB only: meta[i] of set.requests[i]
   size_t ib_hashes = 0;                       // IB only: lines carrying IB's content_hash
   size_t defaulted = 0;                       // IB only: lines that took a field from the defaults
-  std::string note;                           // one line saying how the file was read (for stderr)
+  std::string note;                           // how the file was read, for stderr; "" nothing to say
 };
 Result<LoadedRequests> load_requests(const std::string& path, const workload::IbRequestDefaults& defaults);
 // For an IB request file: {"format", "hashes", "lines_with_ib_content_hash", "lines_defaulted",

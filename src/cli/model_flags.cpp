@@ -2,7 +2,9 @@
 #include "cli/model_flags.h"
 
 #include "core/file.h"
+#include "core/log.h"
 #include "engine/kernels/quant.h"
+#include "engine/safetensors.h"
 
 namespace plumb::cli {
 
@@ -20,6 +22,9 @@ void ModelFlags::add_to(CLI::App* cmd) {
                   "int4 (groups of 32 inputs) | int4-g64; embeddings and lm_head stay as --dtype "
                   "(docs/architecture.md, Quantization)")
       ->capture_default_str();
+  cmd->add_flag("--check-weights", check_weights,
+                "scan every weight for NaN/Inf before loading; a bad one fails the command naming the tensor "
+                "and the element (dummy weights are generated finite and not scanned)");
 }
 
 Status ModelFlags::check() const {
@@ -76,6 +81,11 @@ Result<std::unique_ptr<engine::Model>> ModelFlags::load(const std::string& dir,
                                                         const engine::ModelConfig& config,
                                                         const engine::ModelOptions& opts) const {
   if (load_format == "dummy") return engine::Model::dummy(config, opts);
+  if (check_weights) {
+    PLUMB_ASSIGN_OR_RETURN(engine::ModelTensors tensors, engine::ModelTensors::open_folder(dir));
+    PLUMB_RETURN_IF_ERROR(engine::check_finite(tensors).with_context("--check-weights"));
+    log::info("event=weights_checked model={} result=finite", dir);
+  }
   return engine::Model::load(dir, opts);
 }
 

@@ -23,8 +23,9 @@ struct ModelFlags {
   std::string load_format = "auto";   // --load-format: auto | dummy
   std::string dtype = "auto";         // --dtype: linear weights in memory
   std::string quantization = "none";  // --quantization: none | int8 | int4 | int4-g64
+  bool check_weights = false;         // --check-weights: scan the safetensors for NaN/Inf before loading
 
-  // Adds the five options to `cmd` (the help text of each names its values and default).
+  // Adds the six options to `cmd` (the help text of each names its values and default).
   void add_to(CLI::App* cmd);
 
   // Usage errors (InvalidArgument naming the flag): --model with --model-config, an unknown
@@ -41,7 +42,8 @@ struct ModelFlags {
 
   // ModelOptions with --dtype and --quantization applied (after check()).
   engine::ModelOptions options(uint64_t seed, int threads, const engine::KernelSelection& kernels) const;
-  // Loads the chosen model: dummy weights for `config`, or the safetensors of `folder`.
+  // Loads the chosen model: dummy weights for `config`, or the safetensors of `folder` (with
+  // --check-weights scanned first: Corrupt naming the first non-finite tensor and element).
   Result<std::unique_ptr<engine::Model>> load(const std::string& folder, const engine::ModelConfig& config,
                                               const engine::ModelOptions& opts) const;
 };

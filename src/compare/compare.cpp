@@ -177,6 +177,7 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
                arm_s + ", seed " + std::to_string(seed));
       auto m = measure(arms[arm == 'A' ? 0 : 1], sc, w, mo);
       if (!m.ok()) return m.status().with_context("pair " + std::to_string(i) + " arm " + arm_s);
+      if (!m->started) return m->start_error.with_context("pair " + std::to_string(i) + " arm " + arm_s);
       ledger::RunRow& row = m->row;
       fill_provenance(row, ids, set_id, sc, seed);
       row.registration_id = id;
@@ -192,7 +193,7 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
           {"warmup_requests", int64_t(w.warmup.size())},
           {"request_timeout_s", int64_t(opt.request_timeout.count())},
           {"tokenizer", opt.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : opt.tokenizer}};
-      row.effective_settings = json::canonical(eff);
+      row.effective_settings = effective_settings(mo, std::move(eff));
       auto run_id = ledger.insert_run(row, m->requests, m->metrics);
       if (!run_id.ok())
         return run_id.status().with_context("recording pair " + std::to_string(i) + " arm " + arm_s);

@@ -19,6 +19,7 @@
 #include "launch/launcher.h"
 #include "launch/port.h"
 #include "loadgen/driver.h"
+#include "loadgen/null_target.h"
 #include "loadgen/openai_target.h"
 #include "protocol/provenance.h"
 
@@ -77,6 +78,9 @@ Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed,
                                .temperature = sc.temperature};
   PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
   PLUMB_ASSIGN_OR_RETURN(w.set, workload::make_request_set(std::move(reqs)));
+  w.scenario = sc;
+  w.bounds.min_completed = sc.min_completed;
+  w.bounds.min_steady_requests = sc.min_steady_requests;
   if (sc.warmup_requests > 0) {
     workload::SyntheticSpec ws = spec;
     ws.seed = derive_seed(seed, "warmup");
@@ -125,146 +129,154 @@ std::string model_identity(const launch::EngineConfig& c) {
   return m;
 }
 
-Result<Measurement> measure(const launch::EngineConfig& cfg_in, const protocol::Scenario& sc,
-                            const Workload& w, const MeasureOptions& opt) {
-  launch::EngineConfig cfg = cfg_in;
-  if (cfg.resolved.name == "plumb" && !cfg.params.count("plumb_binary") && !opt.plumb_binary.empty())
-    cfg.params["plumb_binary"] = opt.plumb_binary;
-  PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
-  PLUMB_ASSIGN_OR_RETURN(auto spec, launch::render(cfg.resolved, cfg.params, port));
-  launch::LaunchOptions lo;
-  lo.work_dir = opt.work_dir;
-  lo.progress = opt.progress;
-  Measurement out;
-  out.row.started_at = utc_timestamp_now();
-  auto t_launch = std::chrono::steady_clock::now();
-  PLUMB_ASSIGN_OR_RETURN(auto engine, launch::Engine::start(spec, lo));
-  out.ready_after_s = engine->ready_after_s();
-  out.log_path = engine->log_path();
-
-  // Watchdog for max_duration: kills the engine's group so every remaining request fails fast.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  bool fired = false;
-  std::thread watchdog;
-  if (opt.max_duration.count() > 0) {
-    pid_t pgid = engine->pid();
-    auto deadline = t_launch + opt.max_duration;
-    watchdog = std::thread([&, pgid, deadline] {
-      std::unique_lock<std::mutex> lock(mu);
-      if (!cv.wait_until(lock, deadline, [&] { return done; })) {
-        fired = true;
-        ::kill(-pgid, SIGKILL);
-      }
-    });
+std::string_view outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::kValid:
+      return "valid";
+    case Outcome::kInvalid:
+      return "invalid";
+    case Outcome::kCrashed:
+      return "crashed";
+    case Outcome::kTimedOut:
+      return "timed_out";
+    case Outcome::kInfrastructureFailure:
+      return "infrastructure_failure";
   }
-  auto stop_watchdog = [&] {
-    if (!watchdog.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-    }
-    cv.notify_all();
-    watchdog.join();
-  };
+  return "?";
+}
 
-  struct Guard {
-    std::function<void()> f;
-    ~Guard() { f(); }
-  } guard{stop_watchdog};
+json::object settings_json(const MeasureOptions& o) {
+  return json::object{{"api", o.api == loadgen::Api::kChat ? "chat" : "completions"},
+                      {"model", o.model},
+                      {"request_timeout_s", std::chrono::duration<double>(o.request_timeout).count()},
+                      {"max_duration_s", int64_t(o.max_duration.count())},
+                      {"show_special_tokens", o.show_special_tokens},
+                      {"realtime_pacing", o.realtime_pacing},
+                      {"warmup_concurrency", int64_t(1)},
+                      {"slo_ttft_ms", json::number_or_null(o.slo.ttft_ms)},
+                      {"slo_tpot_ms", json::number_or_null(o.slo.tpot_ms)},
+                      {"slo_e2e_ms", json::number_or_null(o.slo.e2e_ms)}};
+}
 
+std::string effective_settings(const MeasureOptions& o, json::object caller) {
+  caller["measure"] = settings_json(o);
+  return json::canonical(caller);
+}
+
+Result<std::unique_ptr<loadgen::Target>> make_target(const std::string& url, const MeasureOptions& opt) {
+  if (url == "null") {
+    return std::unique_ptr<loadgen::Target>(std::make_unique<loadgen::NullTarget>(
+        SteadyClock::instance(), loadgen::NullTargetOptions{.tokens_per_chunk = opt.null_tokens_per_chunk}));
+  }
   loadgen::OpenAiTargetOptions to;
-  to.base_url = engine->base_url();
-  to.api = loadgen::Api::kChat;
-  to.show_special_tokens = true;  // EOS generated under ignore_eos must reach the local re-count
-  if (auto it = cfg.params.find("served_model_name"); it != cfg.params.end())
-    to.model = launch::format_value(it->second);
-  PLUMB_ASSIGN_OR_RETURN(auto target, loadgen::OpenAiTarget::create(std::move(to)));
+  to.base_url = url;
+  to.api = opt.api;
+  to.model = opt.model;
+  to.api_key = opt.api_key;
+  to.show_special_tokens = opt.show_special_tokens;
+  PLUMB_ASSIGN_OR_RETURN(auto t, loadgen::OpenAiTarget::create(std::move(to)));
+  return std::unique_ptr<loadgen::Target>(std::move(t));
+}
 
-  loadgen::DriverOptions dopt;
-  dopt.request_timeout = std::chrono::duration_cast<Nanos>(opt.request_timeout);
-  dopt.warmup = w.warmup;
-  dopt.warmup_concurrency = 1;
-  bool valid = true;
-  json::array validity;
-  for (size_t p = 0; p < w.profiles.size(); ++p) {
-    PLUMB_ASSIGN_OR_RETURN(auto schedule, workload::make_schedule(w.profiles[p], w.set.requests.size()));
-    PLUMB_ASSIGN_OR_RETURN(auto run, loadgen::run_load(w.set, schedule, *target, dopt));
-    metrics::Metrics m = metrics::compute(run);
-    metrics::ValidityBounds bounds;
-    bounds.min_completed = sc.min_completed;
-    bounds.min_steady_requests = sc.min_steady_requests;
-    bounds.target_verified = engine->verify_port_owner().ok();
-    auto cs = metrics::check_validity(m, bounds);
-    valid = valid && metrics::all_pass(cs);
-    for (const auto& c : cs) {
-      json::object jc{{"profile", int64_t(p)},
-                      {"name", c.name},
-                      {"value", std::isfinite(c.value) ? json::value(c.value) : json::value(nullptr)},
-                      {"relation", c.relation},
-                      {"bound", std::isfinite(c.bound) ? json::value(c.bound) : json::value(nullptr)},
-                      {"verdict", std::string(metrics::verdict_name(c.verdict))}};
-      if (c.verdict == metrics::Verdict::kFail) {
-        jc["fix"] = c.fix;
-        if (out.failure.empty())
-          out.failure = (w.profiles.size() > 1 ? "profile " + std::to_string(p) + ": " : std::string()) +
-                        fmt_constraint(c);
+namespace {
+
+// A launch failure as an outcome.
+Outcome outcome_of(launch::StartFailure f) {
+  switch (f) {
+    case launch::StartFailure::kNotReady:
+      return Outcome::kTimedOut;
+    case launch::StartFailure::kExited:
+    case launch::StartFailure::kSpawn:
+      return Outcome::kCrashed;
+    case launch::StartFailure::kNone:
+    case launch::StartFailure::kBadSpec:
+    case launch::StartFailure::kPortInUse:
+    case launch::StartFailure::kDetached:
+    case launch::StartFailure::kForeignOwner:
+      break;
+  }
+  return Outcome::kInfrastructureFailure;
+}
+
+// Kills the engine's process group when max_duration passes, so every remaining request fails fast.
+class Watchdog {
+ public:
+  Watchdog(pid_t pgid, std::chrono::steady_clock::time_point deadline)
+      : thread_([this, pgid, deadline] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_until(lock, deadline, [&] { return done_; })) {
+            fired_ = true;
+            ::kill(-pgid, SIGKILL);
+          }
+        }) {}
+  ~Watchdog() { stop(); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  // Returns whether it fired. Idempotent.
+  bool stop() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_ = true;
       }
-      validity.emplace_back(std::move(jc));
+      cv_.notify_all();
+      thread_.join();
     }
-    for (const auto& r : run.requests) {
-      ledger::RequestRow q;
-      q.idx = int64_t(r.index);
-      q.profile = int64_t(p);
-      q.request_hash = r.hash;
-      q.status = r.completed() ? "ok" : std::string(metrics::failure_name(r.failure));
-      q.input_tokens = r.usage_prompt_tokens >= 0 ? r.usage_prompt_tokens : r.prompt_tokens;
-      q.output_requested = r.requested_output_tokens;
-      q.output_server = r.usage_output_tokens;
-      q.output_local = r.local_output_tokens;
-      q.scheduled_ns = ns(r.scheduled);
-      q.sent_ns = ns(r.sent);
-      q.first_token_ns = ns(r.first_token);
-      q.end_ns = ns(r.end);
-      out.requests.push_back(std::move(q));
-    }
-    std::string pre = w.profiles.size() > 1 ? "p" + std::to_string(p) + "." : "";
-    auto add = [&](const std::string& name, double v, const char* unit) {
-      if (std::isfinite(v)) out.metrics.push_back({pre + name, v, unit});
-    };
-    add("ttft_p50_ms", m.ttft_ms.p50, "ms");
-    add("ttft_p99_ms", m.ttft_ms.p99, "ms");
-    add("tpot_p50_ms", m.tpot_ms.p50, "ms");
-    add("tpot_p99_ms", m.tpot_ms.p99, "ms");
-    add("e2e_p50_ms", m.e2e_ms.p50, "ms");
-    add("request_throughput", m.steady.request_throughput, "req/s");
-    add("output_throughput", m.steady.output_throughput, "tok/s");
-    add("error_rate", m.error_rate, "1");
-    out.per_profile.push_back(std::move(m));
+    return fired_;
   }
-  double objective = objective_of(sc, out.per_profile);
-  stop_watchdog();
-  out.timed_out = fired;
-  bool alive = engine->running();
-  auto stopped = engine->stop();
-  if (!stopped.ok() && !out.timed_out) return stopped.status();
-  out.row.ended_at = utc_timestamp_now();
-  if (out.timed_out) {
-    valid = false;
-    out.failure = "ran past its time limit of " + std::to_string(opt.max_duration.count()) +
-                  " s: the engine was stopped (a configuration far slower than the others)";
-  } else if (!alive) {
-    valid = false;
-    out.failure = "the engine exited during the run (log: " + out.log_path + ")" +
-                  (out.failure.empty() ? "" : "; " + out.failure);
-  }
-  if (!std::isfinite(objective) || objective <= 0) {
-    if (valid || out.failure.empty()) out.failure = "no finite objective (no request completed?)";
-    valid = false;
-  }
-  if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
 
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  bool fired_ = false;
+  std::thread thread_;
+};
+
+ledger::RequestRow request_row(const metrics::RequestRecord& r, size_t profile) {
+  ledger::RequestRow q;
+  q.idx = int64_t(r.index);
+  q.profile = int64_t(profile);
+  q.request_hash = r.hash;
+  q.status = r.completed() ? "ok" : std::string(metrics::failure_name(r.failure));
+  q.input_tokens = r.usage_prompt_tokens >= 0 ? r.usage_prompt_tokens : r.prompt_tokens;
+  q.output_requested = r.requested_output_tokens;
+  q.output_server = r.usage_output_tokens;
+  q.output_local = r.local_output_tokens;
+  q.scheduled_ns = ns(r.scheduled);
+  q.sent_ns = ns(r.sent);
+  q.first_token_ns = ns(r.first_token);
+  q.end_ns = ns(r.end);
+  return q;
+}
+
+json::object constraint_json(const metrics::Constraint& c, size_t profile) {
+  json::object jc{{"profile", int64_t(profile)},
+                  {"name", c.name},
+                  {"value", json::number_or_null(c.value)},
+                  {"relation", c.relation},
+                  {"bound", json::number_or_null(c.bound)},
+                  {"verdict", std::string(metrics::verdict_name(c.verdict))}};
+  if (c.verdict == metrics::Verdict::kFail) jc["fix"] = c.fix;
+  return jc;
+}
+
+void add_profile_metrics(Measurement& out, const metrics::Metrics& m, const std::string& pre) {
+  auto add = [&](const std::string& name, double v, const char* unit) {
+    if (std::isfinite(v)) out.metrics.push_back({pre + name, v, unit});
+  };
+  add("ttft_p50_ms", m.ttft_ms.p50, "ms");
+  add("ttft_p99_ms", m.ttft_ms.p99, "ms");
+  add("tpot_p50_ms", m.tpot_ms.p50, "ms");
+  add("tpot_p99_ms", m.tpot_ms.p99, "ms");
+  add("e2e_p50_ms", m.e2e_ms.p50, "ms");
+  add("request_throughput", m.steady.request_throughput, "req/s");
+  add("output_throughput", m.steady.output_throughput, "tok/s");
+  add("error_rate", m.error_rate, "1");
+}
+
+// What the engine measured: its adapter, argv and parameters (canonical JSON for the run row).
+void describe_engine(Measurement& out, const launch::EngineConfig& cfg, const launch::LaunchSpec& spec) {
   json::array argv;
   for (const auto& x : spec.argv) argv.emplace_back(x);
   json::object eff_cfg{{"adapter", cfg.resolved.name}, {"argv", argv}};
@@ -275,13 +287,180 @@ Result<Measurement> measure(const launch::EngineConfig& cfg_in, const protocol::
   out.row.engine_config = json::canonical(eff_cfg);
   out.row.engine_config_hash = sha256_hex(out.row.engine_config);
   out.row.model_identity = model_identity(cfg);
-  out.row.valid = valid;
+}
+
+// The load, metrics and validity of every profile against `target`; `engine` (null when plumb did
+// not launch the target) is re-verified as the port owner after each profile.
+Status run_profiles(loadgen::Target& target, launch::Engine* engine, const metrics::ValidityBounds& bounds_in,
+                    const Workload& w, const MeasureOptions& opt, Measurement& out, json::array& validity,
+                    int64_t& timeouts, bool& reached) {
+  loadgen::DriverOptions dopt;
+  dopt.request_timeout = opt.request_timeout;
+  dopt.warmup = w.warmup;
+  dopt.warmup_concurrency = 1;
+  dopt.realtime_pacing = opt.realtime_pacing;
+  dopt.on_progress = opt.on_progress;
+  const bool multi = w.profiles.size() > 1;
+  for (size_t p = 0; p < w.profiles.size(); ++p) {
+    PLUMB_ASSIGN_OR_RETURN(auto schedule, workload::make_schedule(w.profiles[p], w.set.requests.size()));
+    PLUMB_ASSIGN_OR_RETURN(auto run, loadgen::run_load(w.set, schedule, target, dopt));
+    metrics::Metrics m = metrics::compute(run, opt.slo);
+    metrics::ValidityBounds bounds = bounds_in;
+    if (engine) {
+      Status owner = engine->verify_port_owner();
+      bounds.target_verified = owner.ok();
+      out.target_verified = out.target_verified.value_or(true) && owner.ok();
+      if (!owner.ok()) {
+        if (opt.progress)
+          opt.progress(owner.to_string());
+        else
+          log::warn("{}", owner.to_string());
+      }
+    }
+    auto cs = metrics::check_validity(m, bounds);
+    for (const auto& c : cs) {
+      if (c.verdict == metrics::Verdict::kFail && out.failure.empty())
+        out.failure = (multi ? "profile " + std::to_string(p) + ": " : std::string()) + fmt_constraint(c);
+      validity.emplace_back(constraint_json(c, p));
+    }
+    if (!metrics::all_pass(cs)) out.valid = false;
+    for (const auto& r : run.requests) {
+      out.requests.push_back(request_row(r, p));
+      if (r.failure == metrics::Failure::kTimeout) ++timeouts;
+      if (r.completed() || r.failure != metrics::Failure::kConnect) reached = true;
+    }
+    add_profile_metrics(out, m, multi ? "p" + std::to_string(p) + "." : "");
+    if (opt.on_profile) opt.on_profile(p, run, m, cs);
+    out.per_profile.push_back(std::move(m));
+    out.validity.push_back(std::move(cs));
+  }
+  return Status::Ok();
+}
+
+Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenario* sc,
+                                 const metrics::ValidityBounds& bounds, const Workload& w,
+                                 const MeasureOptions& opt_in) {
+  MeasureOptions opt = opt_in;
+  Measurement out;
+  std::unique_ptr<launch::Engine> engine;
+  std::optional<Watchdog> watchdog;
+  std::unique_ptr<loadgen::Target> target;
+  launch::EngineConfig cfg;
+  launch::LaunchSpec spec;
+  if (subject.launch) {
+    cfg = *subject.launch;
+    if (cfg.resolved.name == "plumb" && !cfg.params.count("plumb_binary") && !opt.plumb_binary.empty())
+      cfg.params["plumb_binary"] = opt.plumb_binary;
+    if (opt.model.empty())
+      if (auto it = cfg.params.find("served_model_name"); it != cfg.params.end())
+        opt.model = launch::format_value(it->second);
+    PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
+    PLUMB_ASSIGN_OR_RETURN(spec, launch::render(cfg.resolved, cfg.params, port));
+    launch::LaunchOptions lo;
+    lo.work_dir = opt.work_dir;
+    lo.progress = opt.progress;
+    out.row.started_at = utc_timestamp_now();
+    auto t_launch = std::chrono::steady_clock::now();
+    auto started = launch::Engine::start(spec, lo, &out.start_failure);
+    if (!started.ok()) {
+      if (out.start_failure == launch::StartFailure::kBadSpec) return started.status();
+      out.outcome = outcome_of(out.start_failure);
+      out.start_error = started.status();
+      out.failure = started.status().message();
+      out.timed_out = out.outcome == Outcome::kTimedOut;
+      return out;
+    }
+    engine = std::move(started).value();
+    out.started = true;
+    out.ready_after_s = engine->ready_after_s();
+    out.log_path = engine->log_path();
+    out.base_url = engine->base_url();
+    if (opt.on_launched) opt.on_launched(*engine);
+    if (opt.max_duration.count() > 0) watchdog.emplace(engine->pid(), t_launch + opt.max_duration);
+  } else {
+    out.started = true;
+    out.base_url = subject.url;
+    out.row.started_at = utc_timestamp_now();
+  }
+  auto t = make_target(out.base_url, opt);
+  if (!t.ok()) return t.status();
+  target = std::move(t).value();
+  out.target = target->describe();
+
+  out.valid = true;
+  json::array validity;
+  int64_t timeouts = 0;
+  bool reached = false;
+  Status ran = run_profiles(*target, engine.get(), bounds, w, opt, out, validity, timeouts, reached);
+  target.reset();
+  if (watchdog) out.timed_out = watchdog->stop();
+  bool alive = true;
+  if (engine) {
+    alive = engine->running();
+    auto stopped = engine->stop();
+    if (!stopped.ok() && !out.timed_out) return stopped.status();
+  }
+  if (!ran.ok()) return ran;
+  out.row.ended_at = utc_timestamp_now();
+  double objective = sc ? objective_of(*sc, out.per_profile) : stats::kNaN;
+
+  // The outcome, in the order of the header's Outcome comment.
+  if (out.timed_out) {
+    out.outcome = Outcome::kTimedOut;
+    out.failure = "ran past its time limit of " + std::to_string(opt.max_duration.count()) +
+                  " s: the engine was stopped (a configuration far slower than the others)";
+  } else if (!alive) {
+    out.outcome = Outcome::kCrashed;
+    out.failure = "the engine exited during the run (log: " + out.log_path + ")" +
+                  (out.failure.empty() ? "" : "; " + out.failure);
+  } else if (out.target_verified.has_value() && !*out.target_verified) {
+    out.outcome = Outcome::kInfrastructureFailure;
+  } else if (!reached && !w.set.requests.empty()) {
+    out.outcome = Outcome::kInfrastructureFailure;
+    out.failure =
+        "no request could connect to " + out.base_url + (out.failure.empty() ? "" : "; " + out.failure);
+  } else if (!out.valid) {
+    out.outcome = timeouts > 0 ? Outcome::kTimedOut : Outcome::kInvalid;
+  } else if (sc && (!std::isfinite(objective) || objective <= 0)) {
+    out.outcome = Outcome::kInvalid;
+    out.failure = "no finite objective (no request completed?)";
+  } else {
+    out.outcome = Outcome::kValid;
+  }
+  out.valid = out.outcome == Outcome::kValid;
+  if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
+
+  if (subject.launch) {
+    describe_engine(out, cfg, spec);
+  } else {
+    out.row.target_engine = out.base_url == "null" ? "null" : "external";
+    json::object eff_cfg{{"url", out.base_url}, {"target", out.target}};
+    out.row.engine_config = json::canonical(eff_cfg);
+    out.row.engine_config_hash = sha256_hex(out.row.engine_config);
+    out.row.model_identity = opt.model.empty() ? "the server's default model" : opt.model;
+  }
+  out.row.valid = out.valid;
   out.row.validity_json = json::dump(validity);
   out.objective = objective;
-  out.valid = valid;
   out.row.objective =
       std::isfinite(objective) && objective > 0 ? std::optional<double>(objective) : std::nullopt;
   return out;
+}
+
+}  // namespace
+
+Result<Measurement> measure(const Subject& subject, const Workload& w, const MeasureOptions& options) {
+  if (subject.launch.has_value() == !subject.url.empty())
+    return invalid_argument("measure: give a configuration to launch or the URL of a running server");
+  return measure_impl(subject, w.scenario ? &*w.scenario : nullptr, w.bounds, w, options);
+}
+
+Result<Measurement> measure(const launch::EngineConfig& config, const protocol::Scenario& sc,
+                            const Workload& w, const MeasureOptions& options) {
+  metrics::ValidityBounds bounds;
+  bounds.min_completed = sc.min_completed;
+  bounds.min_steady_requests = sc.min_steady_requests;
+  return measure_impl(Subject{config, ""}, &sc, bounds, w, options);
 }
 
 Result<ProvenanceIds> provenance_ids(ledger::Ledger& l) {

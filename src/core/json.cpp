@@ -152,6 +152,22 @@ Result<std::optional<double>> opt_double(const object& o, std::string_view key) 
   return invalid_argument("field '" + std::string(key) + "' must be a number");
 }
 
+std::optional<double> number_at(const object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->value().is_number()) return std::nullopt;
+  return it->value().to_number<double>();
+}
+
+std::optional<std::string> string_at(const object& o, std::string_view key) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->value().is_string()) return std::nullopt;
+  return std::string(it->value().as_string());
+}
+
+value number_or_null(double v) { return std::isfinite(v) ? value(v) : value(nullptr); }
+
+value number_or_null(const std::optional<double>& v) { return v ? number_or_null(*v) : value(nullptr); }
+
 Result<std::optional<bool>> opt_bool(const object& o, std::string_view key) {
   auto it = o.find(key);
   if (it == o.end() || it->value().is_null()) return std::optional<bool>{};

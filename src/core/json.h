@@ -37,4 +37,14 @@ Result<std::optional<int64_t>> opt_int(const object& o, std::string_view key);
 Result<std::optional<double>> opt_double(const object& o, std::string_view key);  // accepts ints
 Result<std::optional<bool>> opt_bool(const object& o, std::string_view key);
 
+// Lenient reads for output and reports: the field's value when it is present and of that type,
+// else std::nullopt (no error).
+std::optional<double> number_at(const object& o, std::string_view key);  // any JSON number
+std::optional<std::string> string_at(const object& o, std::string_view key);
+
+// A number to write: the value, or null where it is not finite (NaN means "not measured"; JSON has
+// no NaN or infinity) or absent.
+value number_or_null(double v);
+value number_or_null(const std::optional<double>& v);
+
 }  // namespace plumb::json

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +119,7 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return io_error(std::string("pipe: ") + std::strerror(errno));
 
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -129,6 +131,11 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
   }
   if (pid == 0) {
     if (opts.new_process_group) ::setpgid(0, 0);
+    if (opts.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      // The parent may have died between fork() and prctl(): then nothing would ever signal us.
+      if (::getppid() != parent) ::_exit(127);
+    }
     if (out_fd >= 0) ::dup2(out_fd, 1);
     if (err_fd >= 0)
       ::dup2(err_fd, 2);

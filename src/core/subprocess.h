@@ -21,6 +21,9 @@ struct SpawnOptions {
   std::string stdout_path;                 // empty: inherit; else truncated and written
   std::string stderr_path;                 // empty: inherit; "=stdout" merges into stdout_path
   bool new_process_group = true;           // setpgid(0,0): stop() signals the whole group
+  // PR_SET_PDEATHSIG(SIGKILL) in the child: it is killed when the thread that spawned it exits, so a
+  // SIGKILLed parent cannot leave it running (its own children are not covered: stop() the group).
+  bool die_with_parent = false;
 };
 
 struct ExitInfo {

@@ -127,7 +127,7 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, c
   };
 
   Clock& clock = opts.clock ? *opts.clock : static_cast<Clock&>(SteadyClock::instance());
-  Sampler sampler(sp);
+  Sampler sampler(sp, nullptr, prompt);
   GenerateResult res;
   res.prompt_tokens = int64_t(prompt.size());
   res.finish_reason = "length";
@@ -141,7 +141,7 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, c
     SequenceInput in{step, pos, table.blocks, false};
     PLUMB_RETURN_IF_ERROR(model.forward(std::span(&in, 1), cache, &out));
     pos += int32_t(step.size());
-    SampledToken s = sampler.sample(out.last(0));
+    PLUMB_ASSIGN_OR_RETURN(SampledToken s, sampler.sample(out.last(0)));
     if (res.tokens.empty()) t_first = clock.now();
     res.tokens.push_back(s.id);
     GeneratedToken g;

@@ -8,6 +8,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/shipped.h"
 
 namespace plumb::engine {
 
@@ -286,31 +287,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
 }
 
 namespace {
-std::string exe_dir() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  return p.parent_path().string();
-}
-std::vector<std::string> models_dir_candidates() {
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("PLUMB_MODELS_DIR"); env && *env) dirs.emplace_back(env);
-  // The repository's models/ above the executable: build/<preset>/plumb is two levels down, test
-  // binaries (build/<preset>/tests/<module>/x) four; the first folder up the chain that holds a
-  // models/configs wins, so an unrelated "models" folder is not taken.
-  if (auto e = exe_dir(); !e.empty()) {
-    std::string up = e;
-    for (int level = 0; level < 6; ++level, up += "/..") {
-      std::error_code ec;
-      if (std::filesystem::is_directory(up + "/models/configs", ec)) {
-        dirs.push_back(up + "/models");
-        break;
-      }
-    }
-  }
-  dirs.emplace_back("models");
-  return dirs;
-}
+// The one search for shipped folders (core/shipped.h), so an installed binary finds models too.
+std::vector<std::string> models_dir_candidates() { return shipped_candidates(Shipped::kModels); }
 }  // namespace
 
 Result<std::string> find_models_dir() {

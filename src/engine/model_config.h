@@ -69,8 +69,9 @@ Result<ModelConfig> load_model_config(const std::string& path);
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 // Resolves a shipped config name (e.g. "qwen2.5-0.5b") to <models>/configs/<name>/config.json,
-// trying in order: $PLUMB_MODELS_DIR, the first models/ (with configs/) up to six folders above the
-// executable, ./models. NotFound lists the places tried. `name` must be a plain name (no '/', no "..").
+// trying the shipped models folders in core/shipped.h's order ($PLUMB_MODELS_DIR, the repository
+// above the executable, the install prefix's share/plumb/models, ./models). NotFound lists the places tried.
+// `name` must be a plain name (no '/', no "..").
 Result<std::string> resolve_model_config(const std::string& name);
 // The first existing models directory by the same search (for models/plumb-tiny); NotFound if none.
 Result<std::string> find_models_dir();

@@ -99,6 +99,12 @@ class ModelTensors {
   std::map<std::string, const SafetensorsFile*, std::less<>> where_;
 };
 
+// Scans every floating-point tensor (F32, F16, BF16) of `tensors`, in name order, for a NaN or an
+// infinity (`--check-weights`). Corrupt naming the first bad tensor, its file, the flat index of
+// its first non-finite element and what it holds; OK when every value is finite. Reads every byte of
+// the weights (about a second per few GB).
+Status check_finite(const ModelTensors& tensors);
+
 // Writes a safetensors file (the header padded to 8 bytes, as the reference writer does); used by
 // tests and tools. Each tensor's bytes must hold numel * dtype size bytes.
 struct TensorToWrite {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -20,7 +21,61 @@ Status SamplingParams::validate() const {
   if (max_tokens < 1)
     return invalid_argument("sampling: 'max_tokens' must be >= 1, got " + std::to_string(max_tokens));
   if (logprobs < -1) return invalid_argument("sampling: 'logprobs' must be >= 0 (or -1 for none)");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0)
+      return invalid_argument("sampling: 'logit_bias' token id " + std::to_string(id) + " is negative");
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return invalid_argument("sampling: 'logit_bias' values must be in [-100, 100], got " +
+                              std::to_string(bias));
+    }
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return invalid_argument("sampling: 'presence_penalty' must be in [-2, 2], got " +
+                            std::to_string(presence_penalty));
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return invalid_argument("sampling: 'frequency_penalty' must be in [-2, 2], got " +
+                            std::to_string(frequency_penalty));
+  }
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return invalid_argument("sampling: 'repetition_penalty' must be > 0 and finite, got " +
+                            std::to_string(repetition_penalty));
+  }
+  if (min_tokens < 0 || min_tokens > max_tokens) {
+    return invalid_argument("sampling: 'min_tokens' must be in [0, max_tokens = " +
+                            std::to_string(max_tokens) + "], got " + std::to_string(min_tokens));
+  }
   return Status::Ok();
+}
+
+bool SamplingParams::processes_logits() const {
+  return !logit_bias.empty() || presence_penalty != 0.0f || frequency_penalty != 0.0f ||
+         repetition_penalty != 1.0f || min_tokens > 0;
+}
+
+namespace {
+constexpr std::string_view kNonFinite = "non-finite logits: ";
+}
+
+bool is_nonfinite_logits(const Status& s) {
+  return s.code() == Code::kCorrupt && std::string_view(s.message()).starts_with(kNonFinite);
+}
+
+int64_t first_nonfinite(std::span<const float> x) {
+  // An exponent of all ones is an infinity or a NaN. The count is a branch-free integer reduction
+  // (it vectorizes), so the check costs a fraction of the sampling kernel's own pass over the row.
+  const size_t n = x.size();
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &x[i], sizeof b);
+    bad |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+  }
+  if (bad == 0) return -1;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return int64_t(i);
+  }
+  return -1;
 }
 
 namespace {
@@ -66,14 +121,68 @@ SampleFn default_sample_kernel() {
   return reinterpret_cast<SampleFn>(KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->fn);
 }
 
-Sampler::Sampler(const SamplingParams& p, SampleFn kernel)
-    : p_(p), rng_(p.seed), kernel_(kernel ? kernel : default_sample_kernel()) {}
+Sampler::Sampler(const SamplingParams& p, SampleFn kernel, std::span<const int32_t> prompt)
+    : p_(p),
+      rng_(p.seed),
+      kernel_(kernel ? kernel : default_sample_kernel()),
+      processing_(p.processes_logits()) {
+  if (p_.repetition_penalty != 1.0f) {
+    seen_.assign(prompt.begin(), prompt.end());
+    std::sort(seen_.begin(), seen_.end());
+    seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
+  }
+}
 
-SampledToken Sampler::sample(std::span<const float> logits) {
+void Sampler::process(std::span<const float> logits) {
+  work_.assign(logits.begin(), logits.end());
+  const auto vocab = int32_t(work_.size());
+  auto at = [&](int32_t id) -> float* { return id >= 0 && id < vocab ? &work_[size_t(id)] : nullptr; };
+  for (const auto& [id, bias] : p_.logit_bias) {
+    if (float* v = at(id)) *v += bias;
+  }
+  if (generated_ < p_.min_tokens && !p_.ignore_eos) {
+    for (int32_t id : p_.stop_token_ids) {
+      if (float* v = at(id)) *v = -std::numeric_limits<float>::infinity();
+    }
+  }
+  if (p_.repetition_penalty != 1.0f) {
+    const float r = p_.repetition_penalty;
+    auto penalize = [&](int32_t id) {
+      if (float* v = at(id)) *v = *v > 0.0f ? *v / r : *v * r;
+    };
+    // Every id of the prompt or the output once (seen_ and counts_ are both sorted by id).
+    size_t i = 0, j = 0;
+    while (i < seen_.size() || j < counts_.size()) {
+      if (j == counts_.size() || (i < seen_.size() && seen_[i] < counts_[j].first)) {
+        penalize(seen_[i++]);
+      } else {
+        if (i < seen_.size() && seen_[i] == counts_[j].first) ++i;
+        penalize(counts_[j++].first);
+      }
+    }
+  }
+  if (p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f) {
+    for (const auto& [id, n] : counts_) {
+      if (float* v = at(id)) *v -= p_.frequency_penalty * float(n) + p_.presence_penalty;
+    }
+  }
+}
+
+Result<SampledToken> Sampler::sample(std::span<const float> logits) {
+  if (int64_t bad = first_nonfinite(logits); bad >= 0) {
+    return corrupt(std::string(kNonFinite) + "the model's logit for token " + std::to_string(bad) + " is " +
+                   std::to_string(logits[size_t(bad)]) +
+                   "; the weights may hold NaN or Inf (check them with --check-weights)");
+  }
   SampledToken t;
   SampleArgs a;
-  a.logits = logits.data();
-  a.vocab = int64_t(logits.size());
+  std::span<const float> row = logits;
+  if (processing_) {
+    process(logits);
+    row = work_;
+  }
+  a.logits = row.data();
+  a.vocab = int64_t(row.size());
   a.temperature = p_.temperature;
   a.top_k = p_.top_k;
   a.top_p = p_.top_p;
@@ -85,6 +194,15 @@ SampledToken Sampler::sample(std::span<const float> logits) {
   if (p_.logprobs >= 0) {
     t.logprob = logprob_of(logits, t.id);
     t.top = top_logprobs(logits, p_.logprobs);
+  }
+  generated_++;
+  if (p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f || p_.repetition_penalty != 1.0f) {
+    auto it = std::lower_bound(counts_.begin(), counts_.end(), std::make_pair(t.id, int32_t(0)));
+    if (it != counts_.end() && it->first == t.id) {
+      it->second++;
+    } else {
+      counts_.insert(it, {t.id, 1});
+    }
   }
   return t;
 }

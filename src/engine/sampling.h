@@ -7,8 +7,22 @@
 // token, over candidates ordered by (probability desc, id asc), so a seed gives the same tokens on
 // every machine and compiler.
 //
-// Logprobs are log-softmax of the RAW logits (before temperature/top-k/top-p), as the OpenAI API
-// reports them.
+// Logprobs are log-softmax of the RAW logits (before any processing below, temperature, top-k or
+// top-p), as the OpenAI API and vLLM (its default raw logprobs) report them.
+//
+// Logit processing, only when a field asks for it (the default parameters copy nothing and cost
+// nothing), on a copy of the row, before the sampling kernel runs, so every kernel (built-in or a
+// PLUMB_OP_SAMPLE plugin) sees the processed logits under the same contract. In vLLM's order:
+//  1. logit_bias: logits[id] += bias (OpenAI: bias in [-100, 100]);
+//  2. min_tokens: while fewer than min_tokens tokens were generated, the stop token ids (EOS
+//     included, unless ignore_eos) are set to -inf;
+//  3. repetition_penalty r (vLLM/transformers): for every id in the prompt or the generated tokens,
+//     logit / r when the logit is > 0, logit * r otherwise;
+//  4. frequency_penalty f and presence_penalty p (OpenAI): logit -= f * count(id in generated)
+//     + p * (count > 0).
+//
+// Non-finite logits: a row holding a NaN or an infinity (a broken model, e.g. NaN weights) is not
+// sampled: sample() returns Corrupt (is_nonfinite_logits() is true for it) naming the first bad id.
 //
 // Dispatch: the choice itself is a registry kernel (Op::kSample, engine/kernels/kernels.h; every
 // variant returns the same id). A Sampler uses the kernel it is given, else the process default:
@@ -39,8 +53,16 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // also end generation (the stop token is emitted)
   bool ignore_eos = false;              // keep going past EOS ids (until max_tokens or a stop id)
   int32_t logprobs = -1;                // -1 = none; k >= 0: chosen token's logprob + top-k alternatives
+  // Logit processing (see above); the defaults turn each off.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
+  float presence_penalty = 0.0f;                      // [-2, 2]; 0 = off
+  float frequency_penalty = 0.0f;                     // [-2, 2]; 0 = off
+  float repetition_penalty = 1.0f;                    // > 0; 1 = off
+  int32_t min_tokens = 0;                             // [0, max_tokens]; 0 = off
   // InvalidArgument naming the field for values out of range.
   Status validate() const;
+  // True when any logit processing is asked for.
+  bool processes_logits() const;
 };
 
 struct SampledToken {
@@ -51,16 +73,34 @@ struct SampledToken {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& p, SampleFn kernel = nullptr);
-  // Picks the next token from one row of logits [vocab].
-  SampledToken sample(std::span<const float> logits);
+  // `prompt`: the request's prompt ids, which repetition_penalty counts as seen (copied only when
+  // repetition_penalty is set).
+  explicit Sampler(const SamplingParams& p, SampleFn kernel = nullptr, std::span<const int32_t> prompt = {});
+  // Picks the next token from one row of logits [vocab] and counts it as generated (the penalties
+  // and min_tokens see it from the next call on). Corrupt when the row is not finite (see above);
+  // the sampler is then unchanged.
+  Result<SampledToken> sample(std::span<const float> logits);
+  // Tokens sampled so far.
+  int32_t generated() const { return generated_; }
 
  private:
+  // Applies the logit processing to work_ (a copy of `logits`).
+  void process(std::span<const float> logits);
   SamplingParams p_;
   Rng rng_;
   SampleFn kernel_;
   SampleScratch scratch_;  // reused candidate buffers
+  bool processing_ = false;
+  int32_t generated_ = 0;
+  std::vector<float> work_;                          // processed logits [vocab], when processing_
+  std::vector<int32_t> seen_;                        // repetition_penalty: prompt ids, sorted, unique
+  std::vector<std::pair<int32_t, int32_t>> counts_;  // penalties: (generated id, count), sorted by id
 };
+
+// Whether `s` is the error sample() returns for a non-finite row of logits.
+bool is_nonfinite_logits(const Status& s);
+// The first index of `x` holding a NaN or an infinity, or -1 when all are finite.
+int64_t first_nonfinite(std::span<const float> x);
 
 // The process default sampling kernel (see above). set_default_sample_kernel(nullptr) restores the
 // registry's best. Thread-safe.

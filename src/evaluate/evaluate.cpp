@@ -89,18 +89,6 @@ Result<std::unique_ptr<launch::Engine>> start(Context& c, const launch::EngineCo
   return launch::Engine::start(spec, lo);
 }
 
-double geomean(const std::vector<double>& xs) {
-  if (xs.empty()) return stats::kNaN;
-  double s = 0;
-  for (double x : xs) {
-    if (!(std::isfinite(x) && x > 0)) return stats::kNaN;
-    s += std::log(x);
-  }
-  return std::exp(s / double(xs.size()));
-}
-
-json::value num(double v) { return std::isfinite(v) ? json::value(v) : json::value(nullptr); }
-
 // The ledger's registered baseline for one request set: valid runs of plumb's engine with the
 // baseline preset on this machine, size class and request set. Median objective and run ids.
 struct LedgerBaseline {
@@ -139,8 +127,9 @@ Result<LedgerBaseline> ledger_baseline(ledger::Ledger& l, int64_t machine_id, in
 }
 
 // What a stored run of this evaluation used (the ledger requires it with every run).
-std::string effective_settings(const Options& o, const std::string& role, const protocol::Scenario& sc,
-                               uint64_t seed, const compare::Workload& w, const std::string& script_sha) {
+std::string effective_settings(const Options& o, const compare::MeasureOptions& mo, const std::string& role,
+                               const protocol::Scenario& sc, uint64_t seed, const compare::Workload& w,
+                               const std::string& script_sha) {
   json::object eff{{"evaluate_role", role},
                    {"scenario", sc.id},
                    {"size", o.size},
@@ -150,7 +139,7 @@ std::string effective_settings(const Options& o, const std::string& role, const 
                    {"request_timeout_s", int64_t(o.request_timeout.count())},
                    {"tokenizer", o.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : o.tokenizer}};
   if (role == "submission") eff["start_script_sha256"] = script_sha;
-  return json::canonical(eff);
+  return compare::effective_settings(mo, std::move(eff));
 }
 
 std::string ids_text(const std::vector<int64_t>& ids) {
@@ -313,8 +302,9 @@ Result<Evaluation> run(const Options& opt) {
               ": measuring the baseline (plumb serve --preset " + opt.baseline_preset + ")");
         PLUMB_ASSIGN_OR_RETURN(mo.work_dir, c.fresh_dir("baseline-" + sc.id + "-" + std::to_string(seed)));
         auto bm = compare::measure(basecfg, sc, w, mo);
-        if (!bm.ok()) {
-          s.baseline_source = "baseline failed to start: " + bm.status().message();
+        if (!bm.ok() || !bm->started) {
+          s.baseline_source =
+              "baseline failed to start: " + (bm.ok() ? bm->start_error : bm.status()).message();
         } else {
           s.baseline_source = "measured: plumb serve --preset " + opt.baseline_preset;
           if (bm->valid) {
@@ -324,7 +314,8 @@ Result<Evaluation> run(const Options& opt) {
           }
           if (led) {
             compare::fill_provenance(bm->row, *ids, *set_id, sc, seed);
-            bm->row.effective_settings = effective_settings(opt, "baseline", sc, seed, w, ev.script_sha256);
+            bm->row.effective_settings =
+                effective_settings(opt, mo, "baseline", sc, seed, w, ev.script_sha256);
             auto id = led->insert_run(bm->row, bm->requests, bm->metrics);
             if (!id.ok())
               return Status(id.status().code(), "storing the baseline run: " + id.status().message());
@@ -336,9 +327,9 @@ Result<Evaluation> run(const Options& opt) {
       c.say("scenario " + sc.id + " seed " + std::to_string(seed) + ": measuring the submission");
       PLUMB_ASSIGN_OR_RETURN(mo.work_dir, c.fresh_dir("submission-" + sc.id + "-" + std::to_string(seed)));
       auto m = compare::measure(sub, sc, w, mo);
-      if (!m.ok()) {
+      if (!m.ok() || !m->started) {
         s.valid = false;
-        s.failure = "the submission did not start: " + m.status().message();
+        s.failure = "the submission did not start: " + (m.ok() ? m->start_error : m.status()).message();
       } else {
         s.log_path = m->log_path;
         s.valid = m->valid;
@@ -346,7 +337,8 @@ Result<Evaluation> run(const Options& opt) {
         s.objective = m->objective;
         if (led) {
           compare::fill_provenance(m->row, *ids, *set_id, sc, seed);
-          m->row.effective_settings = effective_settings(opt, "submission", sc, seed, w, ev.script_sha256);
+          m->row.effective_settings =
+              effective_settings(opt, mo, "submission", sc, seed, w, ev.script_sha256);
           m->row.gate_status = ev.gates_passed ? "pass" : "fail";
           auto id = led->insert_run(m->row, m->requests, m->metrics);
           if (!id.ok())
@@ -362,7 +354,7 @@ Result<Evaluation> run(const Options& opt) {
       speedups.push_back(s.speedup);
       sr.seeds.push_back(std::move(s));
     }
-    sr.speedup = geomean(speedups);
+    sr.speedup = stats::geomean(speedups);
     sr.score = sr.speedup;
     for (const auto& s : sr.seeds) {
       if (!s.valid) {
@@ -385,15 +377,7 @@ Result<Evaluation> run(const Options& opt) {
 
   // Harness integrity at the very end: a change fails the integrity gate (and every score).
   ev.harness_after = gates::hash_harness(harness);
-  int changed = 0;
-  std::string which;
-  for (size_t i = 0; i < ev.harness_before.files.size() && i < ev.harness_after.files.size(); ++i) {
-    if (ev.harness_before.files[i].second != ev.harness_after.files[i].second) {
-      ++changed;
-      which += (which.empty() ? "" : ", ") + ev.harness_before.files[i].first;
-    }
-  }
-  if (ev.harness_before.protocol_hash != ev.harness_after.protocol_hash) ++changed, which += " protocol";
+  auto [changed, which] = gates::harness_changes(ev.harness_before, ev.harness_after);
   ev.harness_intact = changed == 0;
   for (auto& g : ev.gates.gates) {
     if (g.gate != "integrity") continue;
@@ -412,7 +396,7 @@ Result<Evaluation> run(const Options& opt) {
   }
   std::vector<double> scores;
   for (const auto& sr : ev.scenarios) scores.push_back(sr.score);
-  ev.score = geomean(scores);
+  ev.score = stats::geomean(scores);
   if (!std::isfinite(ev.score)) ev.score = 1.0;
   ev.ended_at = utc_timestamp_now();
   return ev;
@@ -421,7 +405,7 @@ Result<Evaluation> run(const Options& opt) {
 json::object to_json(const Evaluation& e) {
   json::object o;
   o["schema_version"] = kSchemaVersion;
-  o["score"] = num(e.score);
+  o["score"] = json::number_or_null(e.score);
   o["gates_passed"] = e.gates_passed;
   o["harness_intact"] = e.harness_intact;
   o["start_script"] = e.start_script;
@@ -440,18 +424,18 @@ json::object to_json(const Evaluation& e) {
     json::object j;
     j["scenario"] = s.scenario;
     j["objective"] = s.objective_name;
-    j["speedup"] = num(s.speedup);
-    j["score"] = num(s.score);
+    j["speedup"] = json::number_or_null(s.speedup);
+    j["score"] = json::number_or_null(s.score);
     j["score_note"] = s.score_note;
     json::array runs;
     for (const auto& r : s.seeds) {
       runs.emplace_back(json::object{{"seed", r.seed},
-                                     {"objective", num(r.objective)},
+                                     {"objective", json::number_or_null(r.objective)},
                                      {"valid", r.valid},
                                      {"failure", r.failure},
-                                     {"baseline_objective", num(r.baseline)},
+                                     {"baseline_objective", json::number_or_null(r.baseline)},
                                      {"baseline_source", r.baseline_source},
-                                     {"speedup", num(r.speedup)},
+                                     {"speedup", json::number_or_null(r.speedup)},
                                      {"request_set_hash", r.request_set_hash},
                                      {"log", r.log_path}});
     }

@@ -304,6 +304,18 @@ HarnessHashes hash_harness(const std::vector<std::string>& paths) {
   return h;
 }
 
+HarnessChange harness_changes(const HarnessHashes& before, const HarnessHashes& after) {
+  HarnessChange c;
+  auto add = [&](const std::string& what) {
+    ++c.changed;
+    c.which += (c.which.empty() ? "" : ", ") + what;
+  };
+  for (size_t i = 0; i < before.files.size() && i < after.files.size(); ++i)
+    if (after.files[i].second != before.files[i].second) add(before.files[i].first);
+  if (after.protocol_hash != before.protocol_hash) add("protocol");
+  return c;
+}
+
 std::optional<double> prometheus_sum(const std::string& text, const std::string& suffix) {
   std::istringstream in(text);
   std::string line;
@@ -544,23 +556,12 @@ Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, 
   if (!opt.harness_before.files.empty() || !opt.harness_before.protocol_hash.empty()) {
     std::vector<std::string> paths;
     for (const auto& [p, h] : opt.harness_before.files) paths.push_back(p);
-    HarnessHashes after = hash_harness(paths);
-    int changed = 0;
-    std::string which;
-    for (size_t i = 0; i < paths.size(); ++i) {
-      if (after.files[i].second != opt.harness_before.files[i].second) {
-        changed++;
-        which += (which.empty() ? "" : ", ") + paths[i];
-      }
-    }
-    if (after.protocol_hash != opt.harness_before.protocol_hash) {
-      changed++;
-      which += (which.empty() ? "" : ", ") + std::string("protocol");
-    }
-    g.constraints.push_back(check("harness_files_changed", double(changed), "==", 0,
-                                  "plumb's binary, protocol or datasets changed during the run: " + which +
-                                      "; run the system under test without write access to them",
-                                  fmt::format("{} files + protocol hash checked", paths.size())));
+    HarnessChange ch = harness_changes(opt.harness_before, hash_harness(paths));
+    g.constraints.push_back(
+        check("harness_files_changed", double(ch.changed), "==", 0,
+              "plumb's binary, protocol or datasets changed during the run: " + ch.which +
+                  "; run the system under test without write access to them",
+              fmt::format("{} files + protocol hash checked", opt.harness_before.files.size())));
   } else {
     g.constraints.push_back(not_evaluated("harness_files_changed", "no hashes were taken before the run"));
   }

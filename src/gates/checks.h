@@ -94,6 +94,12 @@ struct HarnessHashes {
   std::string protocol_hash;                               // protocol::protocol_hash()
 };
 HarnessHashes hash_harness(const std::vector<std::string>& paths);
+// What changed between two hashings of the same files (same order): files and protocol hash.
+struct HarnessChange {
+  int changed = 0;    // files whose SHA-256 differs, plus 1 if the protocol hash does
+  std::string which;  // their paths (and "protocol"), comma-separated
+};
+HarnessChange harness_changes(const HarnessHashes& before, const HarnessHashes& after);
 
 struct IntegrityOptions {
   uint64_t seed = 1;         // fresh prompts and sampling seeds

@@ -446,14 +446,8 @@ json::object result_json(const ScreenResult& r) {
 
 ScreenResult result_from_json(const json::object& o) {
   ScreenResult r;
-  auto s = [&](const char* k) {
-    auto it = o.find(k);
-    return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : std::string();
-  };
-  auto d = [&](const char* k) {
-    auto it = o.find(k);
-    return it != o.end() && it->value().is_number() ? it->value().to_number<double>() : 0.0;
-  };
+  auto s = [&](const char* k) { return json::string_at(o, k).value_or(""); };
+  auto d = [&](const char* k) { return json::number_at(o, k).value_or(0.0); };
   r.verdict = s("verdict");
   r.signature = s("signature");
   r.detail = s("detail");

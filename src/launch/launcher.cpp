@@ -36,6 +36,28 @@ std::vector<PortListener> foreign_listeners(const std::vector<PortListener>& ls,
 
 }  // namespace
 
+std::string_view start_failure_name(StartFailure f) {
+  switch (f) {
+    case StartFailure::kNone:
+      return "none";
+    case StartFailure::kPortInUse:
+      return "port_in_use";
+    case StartFailure::kSpawn:
+      return "spawn";
+    case StartFailure::kExited:
+      return "exited";
+    case StartFailure::kDetached:
+      return "detached";
+    case StartFailure::kNotReady:
+      return "not_ready";
+    case StartFailure::kForeignOwner:
+      return "foreign_owner";
+    case StartFailure::kBadSpec:
+      return "bad_spec";
+  }
+  return "?";
+}
+
 std::string log_tail(const std::string& path, int max_lines) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
@@ -61,22 +83,31 @@ std::string Engine::base_url() const {
   return "http://" + h + ":" + std::to_string(spec_.port);
 }
 
-Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const LaunchOptions& options) {
+Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const LaunchOptions& options,
+                                              StartFailure* why) {
+  StartFailure ignored = StartFailure::kNone;
+  if (why == nullptr) why = &ignored;
+  *why = StartFailure::kNone;
+  auto failed = [why](StartFailure f, Status s) -> Status {
+    *why = f;
+    return s;
+  };
   auto progress = [&](const std::string& m) {
     if (options.progress)
       options.progress(m);
     else
       log::info("{}", m);
   };
-  if (spec.argv.empty()) return invalid_argument("launch: empty command");
-  if (spec.port == 0) return invalid_argument("launch: port must be > 0");
+  if (spec.argv.empty()) return failed(StartFailure::kBadSpec, invalid_argument("launch: empty command"));
+  if (spec.port == 0) return failed(StartFailure::kBadSpec, invalid_argument("launch: port must be > 0"));
 
   // A server already on the port would answer our health probe: refuse up front.
   PLUMB_ASSIGN_OR_RETURN(auto before, port_listeners(spec.port));
   if (!before.empty())
-    return unavailable("launch " + spec.adapter + ": port " + std::to_string(spec.port) +
-                       " is already in use by " + describe(before[0]) +
-                       "; pick another port or stop that process");
+    return failed(StartFailure::kPortInUse,
+                  unavailable("launch " + spec.adapter + ": port " + std::to_string(spec.port) +
+                              " is already in use by " + describe(before[0]) +
+                              "; pick another port or stop that process"));
 
   std::unique_ptr<Engine> e(new Engine());
   e->spec_ = spec;
@@ -95,18 +126,20 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
   so.stdout_path = e->log_path_;
   so.stderr_path = "=stdout";
   so.new_process_group = true;
+  so.die_with_parent = true;
   auto t0 = Steady::now();
   auto proc = Subprocess::spawn(so);
-  if (!proc.ok()) return proc.status().with_context("launch " + spec.adapter);
+  if (!proc.ok()) return failed(StartFailure::kSpawn, proc.status().with_context("launch " + spec.adapter));
   e->proc_ = std::move(proc).value();
   const pid_t pgid = e->proc_.pid();
   const std::string port_s = std::to_string(spec.port);
   progress("launched " + spec.adapter + " (pid " + std::to_string(pgid) + ", port " + port_s + ", log " +
            e->log_path_ + ")");
 
-  auto fail = [&](Status s) -> Result<std::unique_ptr<Engine>> {
+  auto fail = [&](StartFailure f, Status s) -> Result<std::unique_ptr<Engine>> {
     e->proc_.stop(options.stop_grace);
     e->stopped_ = true;
+    *why = f;
     return s;
   };
 
@@ -122,35 +155,40 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
         auto ls = port_listeners(spec.port);
         if (ls.ok() && !ls->empty()) {
           const auto& l = (*ls)[0];
-          return fail(failed_precondition(
-              with_log("launch " + spec.adapter + ": the launched process " + std::to_string(pgid) +
-                           " exited (" + ex->to_string() + ") but " + describe(l) + " holds port " + port_s +
-                           ": the engine detached from its launcher (daemonized), so plumb cannot supervise "
-                           "or stop it. "
-                           "Stop it (kill " +
-                           std::to_string(l.pid) + ") and make the start command run in the foreground",
-                       e->log_path_)));
+          return fail(
+              StartFailure::kDetached,
+              failed_precondition(with_log(
+                  "launch " + spec.adapter + ": the launched process " + std::to_string(pgid) + " exited (" +
+                      ex->to_string() + ") but " + describe(l) + " holds port " + port_s +
+                      ": the engine detached from its launcher (daemonized), so plumb cannot supervise "
+                      "or stop it. "
+                      "Stop it (kill " +
+                      std::to_string(l.pid) + ") and make the start command run in the foreground",
+                  e->log_path_)));
         }
         if (Steady::now() >= watch_until) break;
         std::this_thread::sleep_for(milliseconds(50));
       }
-      return fail(failed_precondition(
-          with_log("launch " + spec.adapter + ": the engine exited during start-up (" + ex->to_string() +
-                       ") after " + std::to_string(seconds_between(t0, Steady::now())) + " s",
-                   e->log_path_)));
+      return fail(StartFailure::kExited,
+                  failed_precondition(with_log(
+                      "launch " + spec.adapter + ": the engine exited during start-up (" + ex->to_string() +
+                          ") after " + std::to_string(seconds_between(t0, Steady::now())) + " s",
+                      e->log_path_)));
     }
     auto r = net::http_request(spec.health_url, "GET", {}, options.probe_timeout);
     if (r.ok() && r->status == 200) break;
     last_probe = r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message();
     auto now = Steady::now();
     if (now >= deadline) {
-      return fail(timeout_error(with_log(
-          "launch " + spec.adapter + ": not ready after " +
-              std::to_string(std::chrono::duration_cast<milliseconds>(spec.readiness_timeout).count() /
-                             1000.0) +
-              " s (GET " + spec.health_url + ": " + last_probe +
-              "); raise readiness_timeout_s if it is just slow",
-          e->log_path_)));
+      return fail(
+          StartFailure::kNotReady,
+          timeout_error(with_log(
+              "launch " + spec.adapter + ": not ready after " +
+                  std::to_string(std::chrono::duration_cast<milliseconds>(spec.readiness_timeout).count() /
+                                 1000.0) +
+                  " s (GET " + spec.health_url + ": " + last_probe +
+                  "); raise readiness_timeout_s if it is just slow",
+              e->log_path_)));
     }
     if (now >= next_progress) {
       progress("waiting for " + spec.adapter + " on port " + port_s + ": " +
@@ -164,7 +202,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
   }
   e->ready_after_s_ = seconds_between(t0, Steady::now());
   Status v = e->verify_port_owner();
-  if (!v.ok()) return fail(v);
+  if (!v.ok()) return fail(StartFailure::kForeignOwner, v);
   progress(spec.adapter + " ready on port " + port_s + " after " + std::to_string(e->ready_after_s_) + " s");
   return e;
 }

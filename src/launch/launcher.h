@@ -9,7 +9,11 @@
 //                      plumb does not kill a process outside the group it started);
 //                      the process answering the port is not in the launched group (names it)
 //   Timeout            not ready within the adapter's readiness timeout (names the last probe result)
-// On any failure the launched group is already stopped.
+// On any failure the launched group is already stopped, and `why` (when given) says which of these
+// it was as a value (StartFailure), so callers never parse the message.
+//
+// The launched process gets SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG), so an
+// engine dies with a plumb that is SIGKILLed; keep an Engine on the thread that started it.
 //
 // Thread-safety: an Engine is used from one thread. The destructor stops a running engine.
 #pragma once
@@ -20,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/subprocess.h"
@@ -40,13 +45,27 @@ struct LaunchOptions {
   std::function<void(const std::string&)> progress;
 };
 
+// Why Engine::start failed (kNone: it did not).
+enum class StartFailure {
+  kNone,
+  kPortInUse,     // Unavailable: something held the port before the launch
+  kSpawn,         // the command could not be started (not found, not executable)
+  kExited,        // FailedPrecondition: the engine exited during start-up
+  kDetached,      // FailedPrecondition: the launcher exited and a detached process holds the port
+  kNotReady,      // Timeout: not ready within the readiness timeout
+  kForeignOwner,  // FailedPrecondition: the process answering the port is not in the launched group
+  kBadSpec,       // InvalidArgument: empty command or port 0
+};
+std::string_view start_failure_name(StartFailure f);
+
 // The last `max_lines` lines of a text file (at most ~4 KiB); "" if it cannot be read.
 std::string log_tail(const std::string& path, int max_lines = 20);
 
 class Engine {
  public:
   // Starts and waits for readiness (see the header comment for errors).
-  static Result<std::unique_ptr<Engine>> start(const LaunchSpec& spec, const LaunchOptions& options = {});
+  static Result<std::unique_ptr<Engine>> start(const LaunchSpec& spec, const LaunchOptions& options = {},
+                                               StartFailure* why = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -250,36 +250,34 @@ bool all_pass(std::span<const Constraint> constraints) {
 }
 
 namespace {
-json::value num(double x) { return std::isfinite(x) ? json::value(x) : json::value(nullptr); }
 
 json::object summary_json(const stats::Summary& s) {
   json::object o;
   o["count"] = s.count;
-  o["mean"] = num(s.mean);
-  o["stddev"] = num(s.stddev);
-  o["min"] = num(s.min);
-  o["p50"] = num(s.p50);
-  o["p90"] = num(s.p90);
-  o["p99"] = num(s.p99);
-  o["max"] = num(s.max);
+  o["mean"] = json::number_or_null(s.mean);
+  o["stddev"] = json::number_or_null(s.stddev);
+  o["min"] = json::number_or_null(s.min);
+  o["p50"] = json::number_or_null(s.p50);
+  o["p90"] = json::number_or_null(s.p90);
+  o["p99"] = json::number_or_null(s.p99);
+  o["max"] = json::number_or_null(s.max);
   return o;
 }
 
 json::object window_json(const Window& w) {
   json::object o;
   o["empty"] = w.empty;
-  o["start_s"] = num(w.start_s);
-  o["end_s"] = num(w.end_s);
-  o["duration_s"] = num(w.duration_s);
+  o["start_s"] = json::number_or_null(w.start_s);
+  o["end_s"] = json::number_or_null(w.end_s);
+  o["duration_s"] = json::number_or_null(w.duration_s);
   o["completed"] = w.completed;
-  o["request_throughput"] = num(w.request_throughput);
-  o["output_throughput"] = num(w.output_throughput);
-  o["total_token_throughput"] = num(w.total_token_throughput);
-  o["goodput"] = num(w.goodput);
+  o["request_throughput"] = json::number_or_null(w.request_throughput);
+  o["output_throughput"] = json::number_or_null(w.output_throughput);
+  o["total_token_throughput"] = json::number_or_null(w.total_token_throughput);
+  o["goodput"] = json::number_or_null(w.goodput);
   return o;
 }
 
-json::value opt_num(const std::optional<double>& x) { return x ? json::value(*x) : json::value(nullptr); }
 }  // namespace
 
 json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity) {
@@ -300,7 +298,7 @@ json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Con
   counts["completed"] = m.completed;
   counts["failed"] = m.failed;
   counts["warmup"] = m.warmup;
-  counts["error_rate"] = num(m.error_rate);
+  counts["error_rate"] = json::number_or_null(m.error_rate);
   counts["max_in_flight"] = m.max_in_flight;
   counts["realtime_pacing"] = m.realtime_pacing;
   o["counts"] = std::move(counts);
@@ -323,23 +321,24 @@ json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Con
   tok["usage_output"] = m.usage_output_tokens;
   tok["local_output"] = m.local_output_tokens;
   tok["usage_missing"] = m.usage_missing;
-  tok["disagreement"] = num(m.token_disagreement);
-  tok["min_output_fraction"] = num(m.min_output_fraction);
+  tok["disagreement"] = json::number_or_null(m.token_disagreement);
+  tok["min_output_fraction"] = json::number_or_null(m.min_output_fraction);
   o["tokens"] = std::move(tok);
   o["whole_run"] = window_json(m.whole);
   o["steady"] = window_json(m.steady);
   json::object slo;
-  slo["ttft_ms"] = opt_num(m.slo.ttft_ms);
-  slo["tpot_ms"] = opt_num(m.slo.tpot_ms);
-  slo["e2e_ms"] = opt_num(m.slo.e2e_ms);
+  slo["ttft_ms"] = json::number_or_null(m.slo.ttft_ms);
+  slo["tpot_ms"] = json::number_or_null(m.slo.tpot_ms);
+  slo["e2e_ms"] = json::number_or_null(m.slo.e2e_ms);
   slo["met"] = m.slo_met;
-  slo["fraction"] = num(m.slo_fraction);
+  slo["fraction"] = json::number_or_null(m.slo_fraction);
   o["slo"] = std::move(slo);
   json::object obj;
-  obj["inv_median_ttft"] = num(m.inv_median_ttft);
-  obj["inv_median_tpot"] = num(m.inv_median_tpot);
-  obj["request_throughput"] = num(m.steady.empty ? stats::kNaN : m.steady.request_throughput);
-  obj["general"] = num(m.general);
+  obj["inv_median_ttft"] = json::number_or_null(m.inv_median_ttft);
+  obj["inv_median_tpot"] = json::number_or_null(m.inv_median_tpot);
+  obj["request_throughput"] =
+      json::number_or_null(m.steady.empty ? stats::kNaN : m.steady.request_throughput);
+  obj["general"] = json::number_or_null(m.general);
   o["objectives"] = std::move(obj);
   json::object val;
   val["valid"] = all_pass(validity);
@@ -347,9 +346,9 @@ json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Con
   for (const auto& c : validity) {
     json::object co;
     co["name"] = c.name;
-    co["value"] = num(c.value);
+    co["value"] = json::number_or_null(c.value);
     co["relation"] = c.relation;
-    co["bound"] = num(c.bound);
+    co["bound"] = json::number_or_null(c.bound);
     co["unit"] = c.unit;
     co["verdict"] = std::string(verdict_name(c.verdict));
     co["fix"] = c.fix;

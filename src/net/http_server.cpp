@@ -1,8 +1,10 @@
 #include "net/http_server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -50,6 +52,21 @@ std::size_t chunk_size_line(std::size_t size, char (&buf)[24]) {
   return static_cast<std::size_t>(std::snprintf(buf, sizeof buf, "%zx\r\n", size));
 }
 
+// The whole answer to a connection past max_connections: 503 with an OpenAI error body whose code
+// names the cause.
+std::string too_many_connections_response(std::size_t cap) {
+  std::string body = json_error_body(503,
+                                     "the server has " + std::to_string(cap) +
+                                         " connections open, its limit (--max-connections); retry shortly",
+                                     "server_error");
+  const std::string numeric = "\"code\":503";
+  if (auto at = body.find(numeric); at != std::string::npos) {
+    body.replace(at, numeric.size(), "\"code\":\"too_many_connections\"");
+  }
+  return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
+}
+
 std::string endpoint_string(const tcp::socket& s) {
   error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -79,18 +96,34 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<bool> stopped{false};
   std::atomic<bool> io_done{false};  // IO threads joined: posting would only queue forever
 
-  std::mutex mu;  // guards sessions, open_sockets
+  std::mutex mu;  // guards sessions, open_sockets, serving
   std::condition_variable cv;
   std::map<Session*, std::weak_ptr<Session>> sessions;
-  uint64_t open_sockets = 0;
+  uint64_t open_sockets = 0;          // every open connection, those being turned away included
+  uint64_t serving = 0;               // connections counted against max_connections
+  uint64_t lingering = 0;             // connections turned away (answered 503) and still open
+  std::size_t max_connections = 0;    // resolved at start()
+  std::size_t reject_linger_cap = 0;  // turned-away connections that may linger at once (on_accept)
 
-  std::atomic<uint64_t> n_accepted{0}, n_requests{0}, n_bad{0}, n_exceptions{0}, n_disconnects{0};
+  std::atomic<uint64_t> n_accepted{0}, n_requests{0}, n_bad{0}, n_exceptions{0}, n_disconnects{0},
+      n_rejected{0}, n_accept_errors{0};
+  LogThrottle accept_log{std::chrono::seconds(1)};  // accept strand only
+  LogThrottle reject_log{std::chrono::seconds(1)};  // accept strand only
+  uint64_t stats_open() {
+    std::lock_guard lock(mu);
+    return open_sockets;
+  }
 
   void do_accept();
   void on_accept(const error_code& ec, tcp::socket socket);
-  void socket_closed() {
+  void socket_closed(bool counted) {
     std::lock_guard lock(mu);
     --open_sockets;
+    if (counted) {
+      --serving;
+    } else {
+      --lingering;
+    }
     cv.notify_all();
   }
   std::vector<std::shared_ptr<Session>> live_sessions() {
@@ -112,8 +145,12 @@ class Writer;
 // atomics (read by writers from any thread).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::shared_ptr<Impl> impl, tcp::socket socket)
-      : impl_(std::move(impl)), stream_(std::move(socket)), linger_timer_(stream_.get_executor()) {
+  // `counted`: the connection holds one of max_connections (false for one being turned away).
+  Session(std::shared_ptr<Impl> impl, tcp::socket socket, bool counted)
+      : impl_(std::move(impl)),
+        stream_(std::move(socket)),
+        linger_timer_(stream_.get_executor()),
+        counted_(counted) {
     remote_ = endpoint_string(stream_.socket());
   }
   ~Session() {
@@ -126,6 +163,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start() {
     asio::post(executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+  // Turns the connection away: `response` (a whole 503), then a graceful close (its request, if
+  // any, is read and dropped).
+  void reject(std::string response) {
+    asio::post(executor(), [self = shared_from_this(), r = std::move(response)]() mutable {
+      self->state_ = State::kHandling;
+      self->current_id_.fetch_add(1);
+      self->keep_alive_ = false;
+      self->close_after_ = true;
+      self->resp_ = Resp::kWhole;
+      self->queue(std::move(r));
+    });
   }
   // Shutdown, phase 1: close if idle between requests; otherwise close after the response.
   void drain() {
@@ -163,9 +212,12 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Resp { kNone, kWhole, kStreaming, kEnded, kDone };
 
   void do_read();
-  void on_head(const error_code& ec);
+  void parse_more();
+  void read_socket();
+  void on_socket_read(const error_code& ec, std::size_t n);
+  bool bare_lf_in_buffer();
+  void on_head();
   void read_body();
-  void on_body(const error_code& ec);
   void on_read_error(const error_code& ec);
   void reply_error_and_close(int status, const std::string& message);
   void dispatch();
@@ -188,6 +240,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string remote_;
   State state_ = State::kReadingHead;
   bool socket_open_ = true;
+  bool counted_ = true;
+  bool head_started_ = false;   // a byte of the current request head arrived (header_timeout runs)
+  std::size_t lf_checked_ = 0;  // leading bytes of buffer_ already checked for a bare LF
 
   // Per request.
   std::atomic<uint64_t> current_id_{0};
@@ -307,14 +362,93 @@ void Session::do_read() {
   parser_.emplace();
   parser_->body_limit(impl_->opt.max_body_bytes);
   parser_->header_limit(static_cast<std::uint32_t>(impl_->opt.max_header_bytes));
-  stream_.expires_after(impl_->opt.header_timeout);
-  http::async_read_header(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_head(ec); });
+  head_started_ = false;
+  stream_.expires_after(impl_->opt.idle_timeout);
+  parse_more();
 }
 
-void Session::on_head(const error_code& ec) {
+// The request is read here rather than by http::async_read: Beast's parser waits for a CRLF that
+// never comes when a line ends in a bare LF (a chunk-size line "5\n"), so the connection would
+// hang until the body timeout. Reading and parsing step by step lets every need-more be checked.
+void Session::parse_more() {
+  while (true) {
+    if (state_ == State::kReadingHead && parser_->is_header_done()) return on_head();
+    if (state_ == State::kReadingBody && parser_->is_done()) {
+      stream_.expires_never();
+      return dispatch();
+    }
+    if (buffer_.size() == 0) break;
+    if (state_ == State::kReadingHead && !head_started_) {
+      head_started_ = true;
+      stream_.expires_after(impl_->opt.header_timeout);
+    }
+    error_code ec;
+    const std::size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    lf_checked_ = lf_checked_ > used ? lf_checked_ - used : 0;
+    if (ec && ec != http::error::need_more) return on_read_error(ec);
+    if (ec || used == 0) {
+      // The parser wants more than the buffer holds: what it left is an unfinished line of the
+      // head or of the chunked framing (chunk data is always taken as it comes).
+      if (bare_lf_in_buffer()) {
+        impl_->n_bad++;
+        return reply_error_and_close(400, "malformed HTTP request: a line ends in a bare LF; use CRLF");
+      }
+      if (state_ == State::kReadingBody && buffer_.size() > impl_->opt.max_header_bytes) {
+        impl_->n_bad++;
+        return reply_error_and_close(400, "malformed chunked body: a chunk header longer than " +
+                                              std::to_string(impl_->opt.max_header_bytes) + " bytes");
+      }
+      break;
+    }
+  }
+  read_socket();
+}
+
+bool Session::bare_lf_in_buffer() {
+  auto data = buffer_.data();
+  const char* p = static_cast<const char*>(data.data());
+  const std::size_t n = data.size();
+  for (std::size_t i = lf_checked_; i < n; ++i) {
+    if (p[i] == '\n' && (i == 0 || p[i - 1] != '\r')) return true;
+  }
+  // A CR at the very end may still get its LF: check that byte again next time.
+  lf_checked_ = n > 0 && p[n - 1] == '\r' ? n - 1 : n;
+  return false;
+}
+
+void Session::read_socket() {
+  const std::size_t room = buffer_.capacity() - buffer_.size();
+  const std::size_t want = std::clamp<std::size_t>(room, 16384, 65536);
+  stream_.async_read_some(
+      buffer_.prepare(want),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_socket_read(ec, n); });
+}
+
+void Session::on_socket_read(const error_code& ec, std::size_t n) {
+  if (!socket_open_) return;
+  if (ec == asio::error::eof) {
+    // As Beast's own read: EOF before a byte of the request is the end of the stream; after some,
+    // the parser says whether the message is incomplete.
+    error_code pec = http::error::end_of_stream;
+    if (parser_->got_some()) {
+      pec = {};
+      parser_->put_eof(pec);
+      if (!pec && parser_->is_done()) {
+        if (state_ == State::kReadingHead) return on_head();
+        stream_.expires_never();
+        return dispatch();
+      }
+      if (!pec) pec = http::error::partial_message;
+    }
+    return on_read_error(pec);
+  }
   if (ec) return on_read_error(ec);
+  buffer_.commit(n);
+  parse_more();
+}
+
+void Session::on_head() {
   state_ = State::kReadingBody;
   auto expect = parser_->get()[http::field::expect];
   if (!parser_->is_done() && iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
@@ -332,14 +466,7 @@ void Session::on_head(const error_code& ec) {
 
 void Session::read_body() {
   stream_.expires_after(impl_->opt.body_timeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_body(ec); });
-}
-
-void Session::on_body(const error_code& ec) {
-  if (ec) return on_read_error(ec);
-  stream_.expires_never();
-  dispatch();
+  parse_more();
 }
 
 void Session::on_read_error(const error_code& ec) {
@@ -740,7 +867,8 @@ void Session::graceful_close() {
   state_ = State::kClosing;
   error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  linger_timer_.expires_after(std::chrono::seconds(2));
+  // A connection turned away (503) lingers less: a flood of them must not hold descriptors long.
+  linger_timer_.expires_after(counted_ ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(500));
   linger_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
     if (!ec) self->close_socket();
   });
@@ -762,7 +890,7 @@ void Session::close_socket() {
   linger_timer_.cancel();
   if (resp_ != Resp::kDone) fire_on_close();
   outbox_.clear();
-  impl_->socket_closed();
+  impl_->socket_closed(counted_);
 }
 
 void Session::fire_on_close() {
@@ -789,24 +917,65 @@ void HttpServer::Impl::on_accept(const error_code& ec, tcp::socket socket) {
   if (draining.load() || !acceptor || !acceptor->is_open()) return;
   if (ec) {
     if (ec == asio::error::operation_aborted) return;
-    // E.g. out of file descriptors: back off instead of spinning.
-    log::warn("event=accept_error error=\"{}\"", ec.message());
+    // E.g. out of file descriptors: back off instead of spinning, and log once a second at most
+    // (with how many errors the line stands for), not once per retry.
+    n_accept_errors++;
+    uint64_t suppressed = 0;
+    if (accept_log.allow(std::chrono::steady_clock::now(), &suppressed)) {
+      log::warn("event=accept_error error=\"{}\" suppressed_since_last={} open_connections={}", ec.message(),
+                suppressed, stats_open());
+    }
     accept_retry->expires_after(std::chrono::milliseconds(50));
     accept_retry->async_wait([self = shared_from_this()](const error_code& tec) {
       if (!tec) self->do_accept();
     });
     return;
   }
+  if (uint64_t n = accept_log.take_pending(); n > 0) log::warn("event=accept_errors_ended suppressed={}", n);
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);  // SSE tokens must not wait for Nagle
-  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  bool full = false, linger = false;
+  {
+    std::lock_guard lock(mu);
+    full = serving >= max_connections;
+    linger = full && lingering < reject_linger_cap;
+  }
+  n_accepted++;
+  if (full) {
+    n_rejected++;
+    uint64_t suppressed = 0;
+    if (reject_log.allow(std::chrono::steady_clock::now(), &suppressed)) {
+      log::warn(
+          "event=connection_rejected reason=max_connections max_connections={} suppressed_since_last={}",
+          max_connections, suppressed);
+    }
+  }
+  if (full && !linger) {
+    // A flood: more turned-away connections lingering would eat the descriptors kept in reserve
+    // (and accept would fail with EMFILE). Best effort: the 503 goes out with one non-blocking send
+    // and the socket closes at once; a client whose request arrives after that may see a reset.
+    const std::string r = too_many_connections_response(max_connections);
+    (void)::send(socket.native_handle(), r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
+    return do_accept();
+  }
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket), !full);
   {
     std::lock_guard lock(mu);
     sessions[session.get()] = session;
     ++open_sockets;
+    if (full) {
+      ++lingering;
+    } else {
+      ++serving;
+    }
   }
-  n_accepted++;
-  session->start();
+  if (full) {
+    session->reject(too_many_connections_response(max_connections));
+  } else {
+    session->start();
+  }
   do_accept();
 }
 
@@ -831,6 +1000,17 @@ Status HttpServer::start() {
 Status HttpServer::start_listening() {
   Impl& im = *impl_;
   if (im.opt.io_threads < 1) return invalid_argument("io_threads must be at least 1");
+  im.max_connections = im.opt.max_connections > 0 ? im.opt.max_connections : default_max_connections();
+  {
+    // Half the descriptors the cap leaves over (64 at most) may hold turned-away connections.
+    rlimit r{};
+    const uint64_t limit = ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY
+                               ? uint64_t(r.rlim_cur)
+                               : uint64_t(1) << 20;
+    im.reject_linger_cap = limit > im.max_connections
+                               ? std::size_t(std::min<uint64_t>(64, (limit - im.max_connections) / 2))
+                               : 0;
+  }
   error_code ec;
   asio::ip::address addr = asio::ip::make_address(im.opt.host, ec);
   if (ec) {
@@ -865,8 +1045,8 @@ Status HttpServer::start_listening() {
       }
     });
   }
-  log::debug("event=http_listen address={}:{} io_threads={}", im.opt.host, im.bound_port.load(),
-             im.opt.io_threads);
+  log::debug("event=http_listen address={}:{} io_threads={} max_connections={}", im.opt.host,
+             im.bound_port.load(), im.opt.io_threads, im.max_connections);
   return Status::Ok();
 }
 
@@ -913,7 +1093,21 @@ HttpServerStats HttpServer::stats() const {
   s.bad_requests = impl_->n_bad.load();
   s.handler_exceptions = impl_->n_exceptions.load();
   s.client_disconnects = impl_->n_disconnects.load();
+  s.connections_rejected = impl_->n_rejected.load();
+  s.accept_errors = impl_->n_accept_errors.load();
   return s;
+}
+
+std::size_t max_connections_for_fd_limit(uint64_t nofile_soft_limit) {
+  const uint64_t limit = std::min<uint64_t>(nofile_soft_limit, uint64_t(1) << 20);
+  const uint64_t reserve = std::min<uint64_t>(128, limit / 2);
+  return std::size_t(std::max<uint64_t>(1, limit - reserve));
+}
+
+std::size_t default_max_connections() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return max_connections_for_fd_limit(1024);
+  return max_connections_for_fd_limit(r.rlim_cur == RLIM_INFINITY ? UINT64_MAX : uint64_t(r.rlim_cur));
 }
 
 }  // namespace plumb::net

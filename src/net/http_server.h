@@ -85,12 +85,19 @@ struct HttpServerOptions {
   int io_threads = 2;                        // threads running the IO loop (not the engine's threads)
   std::size_t max_body_bytes = 8u << 20;     // larger request bodies get 413 and the connection closes
   std::size_t max_header_bytes = 64u << 10;  // larger request heads get 400 and the connection closes
-  // Time allowed for a complete request head, counted from when the server starts waiting for
-  // it, so it also bounds how long an idle keep-alive connection stays open. Expiry closes the
+  // How long a connection may wait for the first byte of its next request: a new connection
+  // for its first request, a keep-alive one after its last response. Expiry closes it without a
+  // response (an idle connection holds one of max_connections).
+  std::chrono::milliseconds idle_timeout{60'000};
+  // Time allowed for a complete request head, counted from its first byte. Expiry closes the
   // connection without a response.
   std::chrono::milliseconds header_timeout{60'000};
   // Time allowed for the body after the head. Expiry closes the connection.
   std::chrono::milliseconds body_timeout{60'000};
+  // Connections served at once. Past it a new connection gets 503 with an OpenAI error body
+  // (code "too_many_connections", Retry-After: 1) and is closed, at once, instead of waiting for
+  // a slot or failing to accept for want of file descriptors. 0 = default_max_connections().
+  std::size_t max_connections = 0;
   // Time allowed for each socket write (a client that stops reading). Expiry closes the
   // connection and marks the writer closed.
   std::chrono::milliseconds write_timeout{30'000};
@@ -99,6 +106,13 @@ struct HttpServerOptions {
   int listen_backlog = 1024;  // listen(2) backlog
 };
 
+// Malformed framing is answered 400 at once and the connection closed: a parse error, a chunk
+// header longer than max_header_bytes, or a bare LF (without CR) as a line ending anywhere in the
+// head or the chunked framing. RFC 9112 (2.2) lets a recipient accept a lone LF in the head; plumb
+// refuses it there and in chunk lines alike, so no message is framed differently here than by a
+// proxy in front (request smuggling), and a client sending one learns at once instead of waiting
+// out a timeout.
+//
 // Counters since start(), for tests and /metrics. Monotonic; read with stats().
 struct HttpServerStats {
   uint64_t connections_accepted = 0;  // TCP connections accepted
@@ -107,7 +121,17 @@ struct HttpServerStats {
   uint64_t bad_requests = 0;          // malformed requests answered 400 / 413
   uint64_t handler_exceptions = 0;    // handlers that threw (answered 500)
   uint64_t client_disconnects = 0;    // connections closed by the client before the response ended
+  uint64_t connections_rejected = 0;  // connections answered 503 because max_connections were open
+  uint64_t accept_errors = 0;         // accept() failures (e.g. EMFILE: out of file descriptors)
 };
+
+// The default connection cap: the soft RLIMIT_NOFILE minus a reserve for everything else the
+// process opens (model files, logs, the listening socket, epoll, pipes, connections being turned
+// away): min(128, limit / 2). At
+// least 1; an unlimited limit counts as 1,048,576.
+std::size_t default_max_connections();
+// The same rule for a given soft limit.
+std::size_t max_connections_for_fd_limit(uint64_t nofile_soft_limit);
 
 class HttpServer {
  public:

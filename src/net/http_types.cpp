@@ -93,4 +93,22 @@ std::string json_error_body(int status, std::string_view message, std::string_vi
   return boost::json::serialize(root);
 }
 
+bool LogThrottle::allow(std::chrono::steady_clock::time_point now, uint64_t* suppressed) {
+  if (any_ && now - last_ < interval_) {
+    refused_++;
+    return false;
+  }
+  any_ = true;
+  last_ = now;
+  if (suppressed) *suppressed = refused_;
+  refused_ = 0;
+  return true;
+}
+
+uint64_t LogThrottle::take_pending() {
+  uint64_t n = refused_;
+  refused_ = 0;
+  return n;
+}
+
 }  // namespace plumb::net

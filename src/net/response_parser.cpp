@@ -70,7 +70,10 @@ Status ResponseParser::feed(std::string_view data) {
           end = lf, term = 2;
         }
         if (end == std::string::npos) {
-          if (line_.size() > max_head_bytes_)
+          // The last 3 bytes may begin a terminator that ends within the limit (the head itself
+          // must fit max_head_bytes_, as checked below); refusing them early would make the
+          // outcome depend on where the stream was split.
+          if (line_.size() > max_head_bytes_ + 3)
             return fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
           i += take;
           break;

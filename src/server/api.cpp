@@ -104,36 +104,49 @@ std::optional<ApiError> parse_messages(const json::object& o, const ParseContext
     return bad_request("field 'messages' must be a non-empty list of {role, content}", "messages");
   }
   std::vector<engine::ChatMessage> msgs;
+  size_t i = 0;
   for (const auto& m : it->value().as_array()) {
-    if (!m.is_object()) return bad_request("each message must be an object", "messages");
+    // The OpenAI API names a message's field as "messages.[i].field".
+    const std::string at = "messages.[" + std::to_string(i++) + "]";
+    if (!m.is_object()) return bad_request(at + " must be an object {role, content}", at);
     const auto& mo = m.as_object();
     auto role = mo.find("role");
     if (role == mo.end() || !role->value().is_string()) {
-      return bad_request("each message needs a string 'role'", "messages");
+      return bad_request(at + " needs a string 'role'", at + ".role");
     }
     engine::ChatMessage cm;
     cm.role = std::string(role->value().as_string());
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool") {
+      return bad_request(at + ".role '" + cm.role + "' is not one of 'system', 'user', 'assistant', 'tool'",
+                         at + ".role");
+    }
+    // A message without text (missing, null, an empty list of parts) would render as an empty turn
+    // the client did not write; tool calls, the one place OpenAI allows it, are not supported.
     auto content = mo.find("content");
     if (content == mo.end() || content->value().is_null()) {
-      cm.content = "";
-    } else if (content->value().is_string()) {
+      return bad_request(at + " needs 'content' (a string or a list of text parts)", at + ".content");
+    }
+    if (content->value().is_string()) {
       cm.content = std::string(content->value().as_string());
     } else if (content->value().is_array()) {
+      if (content->value().as_array().empty()) {
+        return bad_request(at + ".content must not be an empty list", at + ".content");
+      }
       // [{"type": "text", "text": ...}, ...]: text parts only.
       for (const auto& part : content->value().as_array()) {
-        if (!part.is_object()) return bad_request("message content parts must be objects", "messages");
+        if (!part.is_object()) return bad_request("message content parts must be objects", at + ".content");
         auto type = part.as_object().find("type");
         auto text = part.as_object().find("text");
         if (type == part.as_object().end() || !type->value().is_string() ||
             type->value().as_string() != "text" || text == part.as_object().end() ||
             !text->value().is_string()) {
           return bad_request("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
-                             "messages");
+                             at + ".content");
         }
         cm.content += std::string(text->value().as_string());
       }
     } else {
-      return bad_request("message 'content' must be a string or a list of text parts", "messages");
+      return bad_request(at + ".content must be a string or a list of text parts", at + ".content");
     }
     msgs.push_back(std::move(cm));
   }
@@ -144,6 +157,130 @@ std::optional<ApiError> parse_messages(const json::object& o, const ParseContext
   if (!rendered.ok()) return bad_request(rendered.status().message(), "messages");
   // The templates put BOS in the text themselves.
   r.prompt_ids = ctx.tokenizer->encode(*rendered, false);
+  return std::nullopt;
+}
+
+bool is_null(const json::value& v) { return v.is_null(); }
+bool null_or_false(const json::value& v) { return v.is_null() || (v.is_bool() && !v.as_bool()); }
+bool null_or_true(const json::value& v) { return v.is_null() || (v.is_bool() && v.as_bool()); }
+bool null_or_empty(const json::value& v) {
+  return v.is_null() || (v.is_array() && v.as_array().empty()) || (v.is_object() && v.as_object().empty()) ||
+         (v.is_string() && v.as_string().empty());
+}
+bool null_or_number(const json::value& v, double neutral) {
+  if (v.is_null()) return true;
+  if (v.is_int64()) return double(v.as_int64()) == neutral;
+  if (v.is_uint64()) return double(v.as_uint64()) == neutral;
+  return v.is_double() && v.as_double() == neutral;
+}
+bool null_or_one(const json::value& v) { return null_or_number(v, 1.0); }
+bool null_or_zero(const json::value& v) { return null_or_number(v, 0.0); }
+bool no_tool_choice(const json::value& v) {
+  return v.is_null() || (v.is_string() && (v.as_string() == "none" || v.as_string() == "auto"));
+}
+bool text_format(const json::value& v) {
+  if (v.is_null()) return true;
+  if (!v.is_object()) return false;
+  auto t = v.as_object().find("type");
+  return t != v.as_object().end() && t->value().is_string() && t->value().as_string() == "text";
+}
+bool text_modalities(const json::value& v) {
+  if (v.is_null()) return true;
+  if (!v.is_array()) return false;
+  for (const auto& m : v.as_array()) {
+    if (!m.is_string() || m.as_string() != "text") return false;
+  }
+  return true;
+}
+
+// Known fields (OpenAI's and vLLM's extensions) that change the output and that plumb does not
+// implement. Present with anything but their neutral value, they are refused with a 400 naming the
+// field: never a 200 that ignored what the client asked for. docs/serving.md lists them.
+enum class Scope : uint8_t { kBoth, kChat, kCompletions };
+struct RefusedField {
+  const char* name;
+  bool (*neutral)(const json::value&);
+  Scope scope;
+  const char* what;  // what plumb does not do
+};
+constexpr RefusedField kRefused[] = {
+    {"response_format", text_format, Scope::kBoth, "structured output (only {\"type\": \"text\"})"},
+    {"tools", null_or_empty, Scope::kChat, "tool calling"},
+    {"tool_choice", no_tool_choice, Scope::kChat, "tool calling"},
+    {"functions", null_or_empty, Scope::kChat, "function calling"},
+    {"function_call", no_tool_choice, Scope::kChat, "function calling"},
+    {"best_of", null_or_one, Scope::kCompletions, "best_of > 1"},
+    {"suffix", null_or_empty, Scope::kCompletions, "insertion (suffix)"},
+    {"min_p", null_or_zero, Scope::kBoth, "min_p sampling"},
+    {"use_beam_search", null_or_false, Scope::kBoth, "beam search"},
+    {"length_penalty", null_or_one, Scope::kBoth, "beam search (length_penalty)"},
+    {"stop_token_ids", null_or_empty, Scope::kBoth, "client stop token ids (use 'stop' strings)"},
+    {"include_stop_str_in_output", null_or_false, Scope::kBoth, "keeping the stop string in the output"},
+    {"allowed_token_ids", null_or_empty, Scope::kBoth, "restricting the vocabulary"},
+    {"bad_words", null_or_empty, Scope::kBoth, "banned words"},
+    {"guided_json", is_null, Scope::kBoth, "guided decoding"},
+    {"guided_regex", is_null, Scope::kBoth, "guided decoding"},
+    {"guided_choice", is_null, Scope::kBoth, "guided decoding"},
+    {"guided_grammar", is_null, Scope::kBoth, "guided decoding"},
+    {"structured_outputs", is_null, Scope::kBoth, "structured output"},
+    {"prompt_logprobs", is_null, Scope::kBoth, "prompt_logprobs (use echo with logprobs on /v1/completions)"},
+    {"truncate_prompt_tokens", is_null, Scope::kBoth, "prompt truncation"},
+    {"spaces_between_special_tokens", null_or_true, Scope::kBoth, "spaces_between_special_tokens: false"},
+    {"echo", null_or_false, Scope::kChat, "echo on chat completions"},
+    {"continue_final_message", null_or_false, Scope::kChat, "continuing the final message"},
+    {"add_generation_prompt", null_or_true, Scope::kChat, "add_generation_prompt: false"},
+    {"chat_template", is_null, Scope::kChat, "a client-supplied chat template"},
+    {"chat_template_kwargs", null_or_empty, Scope::kChat, "chat template arguments"},
+    {"documents", null_or_empty, Scope::kChat, "documents in the template"},
+    {"modalities", text_modalities, Scope::kChat, "output modalities other than text"},
+    {"audio", is_null, Scope::kChat, "audio output"},
+    {"reasoning_effort", is_null, Scope::kChat, "reasoning effort"},
+    {"web_search_options", is_null, Scope::kChat, "web search"},
+};
+
+std::optional<ApiError> refuse_unimplemented(const json::object& o, bool chat) {
+  for (const RefusedField& f : kRefused) {
+    if (f.scope == (chat ? Scope::kCompletions : Scope::kChat)) continue;
+    auto it = o.find(f.name);
+    if (it == o.end() || f.neutral(it->value())) continue;
+    return bad_request(std::string("'") + f.name +
+                           "' is not supported by this server: plumb does not implement " + f.what +
+                           "; remove the field",
+                       f.name);
+  }
+  return std::nullopt;
+}
+
+// logit_bias: {"token id": bias}, ids in the vocabulary, biases in [-100, 100] (OpenAI's bounds).
+std::optional<ApiError> parse_logit_bias(const json::object& o, int32_t vocab,
+                                         std::vector<std::pair<int32_t, float>>& out) {
+  auto it = o.find("logit_bias");
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  if (!it->value().is_object()) {
+    return bad_request("field 'logit_bias' must be an object {\"token id\": bias}", "logit_bias");
+  }
+  for (const auto& kv : it->value().as_object()) {
+    const std::string key(kv.key());
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10 &&
+                  std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= vocab) {
+      return bad_request(
+          "logit_bias key '" + key + "' is not a token id in [0, " + std::to_string(vocab) + ")",
+          "logit_bias");
+    }
+    const json::value& v = kv.value();
+    double b = v.is_int64()    ? double(v.as_int64())
+               : v.is_uint64() ? double(v.as_uint64())
+               : v.is_double() ? v.as_double()
+                               : NAN;
+    if (!(b >= -100.0 && b <= 100.0)) {
+      return bad_request("logit_bias values must be numbers in [-100, 100] (token " + key + ")",
+                         "logit_bias");
+    }
+    out.emplace_back(int32_t(id), float(b));
+  }
   return std::nullopt;
 }
 
@@ -158,6 +295,9 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   CompletionRequest r;
   r.chat = chat;
 
+  if (auto it = o.find("model"); it != o.end() && it->value().is_null()) {
+    return bad_request("field 'model' must be a string (the served model's id), not null", "model");
+  }
   std::optional<std::string> model;
   if (auto e = take(json::opt_string(o, "model"), model, "model")) return *e;
   r.model = model.value_or("");
@@ -170,8 +310,11 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     return e;
   }
 
-  std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed, logprobs_int, top_logprobs;
-  std::optional<double> temperature, top_p;
+  if (auto e = refuse_unimplemented(o, chat)) return *e;
+
+  std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed, logprobs_int, top_logprobs,
+      min_tokens;
+  std::optional<double> temperature, top_p, presence_penalty, frequency_penalty, repetition_penalty;
   std::optional<bool> stream, ignore_eos, echo, logprobs_bool, skip_special;
   if (auto e = take(json::opt_int(o, "n"), n, "n")) return *e;
   if (n && *n != 1) return bad_request("only n=1 is supported", "n");
@@ -181,7 +324,34 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     return *e;
   }
   if (auto e = take(json::opt_double(o, "temperature"), temperature, "temperature")) return *e;
+  // OpenAI's bound (and what makes sense: far above 2 every token is equally likely).
+  if (temperature && !(*temperature >= 0.0 && *temperature <= 2.0)) {
+    return bad_request("temperature must be in [0, 2], got " + json::dump(json::value(*temperature)),
+                       "temperature");
+  }
   if (auto e = take(json::opt_double(o, "top_p"), top_p, "top_p")) return *e;
+  if (top_p && !(*top_p > 0.0 && *top_p <= 1.0)) {
+    return bad_request("top_p must be in (0, 1], got " + json::dump(json::value(*top_p)), "top_p");
+  }
+  if (auto e = take(json::opt_double(o, "presence_penalty"), presence_penalty, "presence_penalty")) return *e;
+  if (presence_penalty && !(*presence_penalty >= -2.0 && *presence_penalty <= 2.0)) {
+    return bad_request("presence_penalty must be in [-2, 2]", "presence_penalty");
+  }
+  if (auto e = take(json::opt_double(o, "frequency_penalty"), frequency_penalty, "frequency_penalty"))
+    return *e;
+  if (frequency_penalty && !(*frequency_penalty >= -2.0 && *frequency_penalty <= 2.0)) {
+    return bad_request("frequency_penalty must be in [-2, 2]", "frequency_penalty");
+  }
+  if (auto e = take(json::opt_double(o, "repetition_penalty"), repetition_penalty, "repetition_penalty")) {
+    return *e;
+  }
+  if (repetition_penalty && !(*repetition_penalty > 0.0 && *repetition_penalty <= 1e6)) {
+    return bad_request("repetition_penalty must be > 0 (1 = off)", "repetition_penalty");
+  }
+  if (auto e = take(json::opt_int(o, "min_tokens"), min_tokens, "min_tokens")) return *e;
+  if (min_tokens && *min_tokens < 0) return bad_request("min_tokens must be >= 0", "min_tokens");
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  if (auto e = parse_logit_bias(o, ctx.tokenizer->vocab_size(), logit_bias)) return *e;
   if (auto e = take(json::opt_int(o, "top_k"), top_k, "top_k")) return *e;
   if (auto e = take(json::opt_int(o, "seed"), seed, "seed")) return *e;
   if (auto e = take(json::opt_bool(o, "stream"), stream, "stream")) return *e;
@@ -223,7 +393,10 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     } else {
       return bad_request("field 'stop' must be a string or a list of strings", "stop");
     }
-    r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), std::string()), r.stop.end());
+    // An empty stop string would match before the first token: the client meant something else.
+    if (std::find(r.stop.begin(), r.stop.end(), std::string()) != r.stop.end()) {
+      return bad_request("stop strings must not be empty", "stop");
+    }
   }
   if (auto it = o.find("stream_options"); it != o.end() && !it->value().is_null()) {
     if (!it->value().is_object())
@@ -290,11 +463,27 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   r.skip_special_tokens = skip_special.value_or(true);
   s.stop_token_ids = ctx.eos_ids;
   s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
+  s.logit_bias = std::move(logit_bias);
+  s.presence_penalty = float(presence_penalty.value_or(0.0));
+  s.frequency_penalty = float(frequency_penalty.value_or(0.0));
+  s.repetition_penalty = float(repetition_penalty.value_or(1.0));
+  if (min_tokens && *min_tokens > max_gen) {
+    return bad_request("min_tokens (" + std::to_string(*min_tokens) + ") must not exceed max_tokens (" +
+                           std::to_string(max_gen) + ")",
+                       "min_tokens");
+  }
+  s.min_tokens = int32_t(min_tokens.value_or(0));
+  r.min_tokens = s.min_tokens;
   if (Status st = s.validate(); !st.ok()) {
     const std::string& msg = st.message();
-    std::string param = msg.find("temperature") != std::string::npos ? "temperature"
-                        : msg.find("top_p") != std::string::npos     ? "top_p"
-                                                                     : "";
+    std::string param;
+    for (const char* f : {"temperature", "top_p", "max_tokens", "logit_bias", "presence_penalty",
+                          "frequency_penalty", "repetition_penalty", "min_tokens"}) {
+      if (msg.find(std::string("'") + f + "'") != std::string::npos) {
+        param = f;
+        break;
+      }
+    }
     return bad_request(msg, param);
   }
   r.stream = stream.value_or(false);
@@ -332,11 +521,12 @@ LogprobEntry logprob_entry(const engine::Tokenizer& tok, const scheduler::TokenL
 }
 
 TextAssembler::TextAssembler(const engine::Tokenizer& tokenizer, std::vector<std::string> stop,
-                             bool want_logprobs, bool skip_special_tokens)
+                             bool want_logprobs, bool skip_special_tokens, int64_t min_tokens)
     : tok_(tokenizer),
       decoder_(tokenizer, skip_special_tokens),
       stop_(std::move(stop)),
-      want_logprobs_(want_logprobs) {
+      want_logprobs_(want_logprobs),
+      min_tokens_(min_tokens) {
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
 }
 
@@ -347,7 +537,7 @@ std::string TextAssembler::push(const std::vector<int32_t>& tokens,
     text_ += decoder_.push(tokens[i]);
     tokens_++;
     if (want_logprobs_ && i < logprobs.size()) logprobs_.push_back(logprob_entry(tok_, logprobs[i]));
-    if (!stop_.empty()) {
+    if (!stop_.empty() && tokens_ >= min_tokens_) {
       // The earliest stop string that now appears in the text not yet returned (or overlapping it).
       size_t from = emitted_ >= max_stop_ ? emitted_ - max_stop_ + 1 : 0;
       size_t best = std::string::npos;
@@ -364,7 +554,7 @@ std::string TextAssembler::push(const std::vector<int32_t>& tokens,
 std::string TextAssembler::finish() {
   if (!stopped_) {
     text_ += decoder_.flush();
-    if (!stop_.empty()) {
+    if (!stop_.empty() && tokens_ >= min_tokens_) {
       size_t from = emitted_ >= max_stop_ ? emitted_ - max_stop_ + 1 : 0;
       size_t best = std::string::npos;
       for (const auto& s : stop_) best = std::min(best, text_.find(s, from));

@@ -47,6 +47,7 @@ struct CompletionRequest {
   bool want_logprobs = false;       // logprob entries in the response
   bool skip_special_tokens = true;  // vLLM-compatible: false streams special tokens' text too, so a
                                     // client can re-count every generated token (plumb bench does)
+  int32_t min_tokens = 0;  // stop strings (and stop ids) do not end the output before this many tokens
 };
 
 struct ParseContext {
@@ -58,8 +59,11 @@ struct ParseContext {
 };
 
 // Parses a request body. Unknown fields are ignored; wrong types and out-of-range values are 400
-// naming the field; another model name is 404 (code "model_not_found"); a prompt that does not
-// fit the context is 400 (code "context_length_exceeded").
+// naming the field (`param`; a message's field as "messages.[i].role"); known fields that would
+// change the output and that plumb does not implement (response_format other than text, tools,
+// best_of, min_p, guided decoding, ...: docs/serving.md) are 400 naming the field; another model
+// name is 404 (code "model_not_found"); a prompt that does not fit the context is 400 (code
+// "context_length_exceeded").
 std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, bool chat,
                                                            const ParseContext& ctx);
 
@@ -76,8 +80,9 @@ struct LogprobEntry {
 // One per request; not thread-safe (the backend calls a request's sink on one thread).
 class TextAssembler {
  public:
+  // Stop strings are looked for only once `min_tokens` tokens were pushed (vLLM's min_tokens).
   TextAssembler(const engine::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs,
-                bool skip_special_tokens = true);
+                bool skip_special_tokens = true, int64_t min_tokens = 0);
   // Feeds generated tokens (and their logprobs when wanted). Returns the text that is final now.
   // After a stop string matched, stopped() is true and later tokens are ignored.
   std::string push(const std::vector<int32_t>& tokens, const std::vector<scheduler::TokenLogprob>& logprobs);
@@ -100,6 +105,7 @@ class TextAssembler {
   size_t emitted_ = 0;  // bytes of text_ already returned
   bool stopped_ = false;
   int64_t tokens_ = 0;
+  int64_t min_tokens_ = 0;
   std::vector<LogprobEntry> logprobs_;
 };
 

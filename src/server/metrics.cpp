@@ -84,6 +84,12 @@ std::string ServerMetrics::render(const std::string& model, const scheduler::Bac
   metric("request_cancelled_total", "counter", "Requests cancelled (client gone, shutdown).",
          cancelled.load());
   metric("request_failed_total", "counter", "Requests failed in the backend.", failed.load());
+  out += fmt::format(
+      "# HELP plumb:request_errors_total Requests failed in the backend, by reason.\n"
+      "# TYPE plumb:request_errors_total counter\n"
+      "plumb:request_errors_total{{{},reason=\"nonfinite_logits\"}} {}\n"
+      "plumb:request_errors_total{{{},reason=\"other\"}} {}\n",
+      labels, nonfinite_logits.load(), labels, other_errors.load());
   metric("request_rejected_total", "counter", "Requests refused because the queue was full (429).",
          rejected.load());
   metric("request_bad_total", "counter", "Completion requests refused as malformed (400/404).",

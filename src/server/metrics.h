@@ -41,12 +41,14 @@ struct ServerMetrics {
   std::string render(const std::string& model, const scheduler::BackendStats& s) const;
 
   Histogram ttft, tpot, e2e, queue;
-  std::atomic<uint64_t> success{0};       // completed requests
-  std::atomic<uint64_t> cancelled{0};     // cancelled (client gone, shutdown)
-  std::atomic<uint64_t> failed{0};        // backend errors
-  std::atomic<uint64_t> bad_requests{0};  // 400/404 on completion endpoints
-  std::atomic<uint64_t> rejected{0};      // 429 queue full
-  std::atomic<uint64_t> disconnects{0};   // clients gone before the response ended
+  std::atomic<uint64_t> success{0};           // completed requests
+  std::atomic<uint64_t> cancelled{0};         // cancelled (client gone, shutdown)
+  std::atomic<uint64_t> failed{0};            // backend errors (every reason below)
+  std::atomic<uint64_t> nonfinite_logits{0};  // of those: the model's logits held NaN or Inf
+  std::atomic<uint64_t> other_errors{0};      // of those: any other backend error
+  std::atomic<uint64_t> bad_requests{0};      // 400/404 on completion endpoints
+  std::atomic<uint64_t> rejected{0};          // 429 queue full
+  std::atomic<uint64_t> disconnects{0};       // clients gone before the response ended
 };
 
 }  // namespace plumb::server

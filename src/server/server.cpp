@@ -151,9 +151,17 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
       s.done = true;
       metrics.failed++;
       ApiError e;
+      // 500: the server (its model) failed, not the request. A stream already sent its 200 head:
+      // it ends with this error body as its last event before [DONE], and no finish_reason.
       e.status = 500;
       e.type = "server_error";
       e.message = "inference failed: " + ev.error.message();
+      if (engine::is_nonfinite_logits(ev.error)) {
+        metrics.nonfinite_logits++;
+        e.code = "nonfinite_logits";
+      } else {
+        metrics.other_errors++;
+      }
       if (s.req.stream) {
         s.writer->write(net::sse_format_data(e.body()));
         s.writer->write(net::sse_format_data("[DONE]"));
@@ -291,7 +299,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     s.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(started) + "-" + std::to_string(n);
     s.created = int64_t(std::time(nullptr));
     s.text = std::make_unique<TextAssembler>(tokenizer, s.req.stop, s.req.want_logprobs,
-                                             s.req.skip_special_tokens);
+                                             s.req.skip_special_tokens, s.req.min_tokens);
 
     scheduler::GenerationRequest g;
     g.prompt = s.req.prompt_ids;
@@ -492,7 +500,19 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
   }
 
   void metrics_page(const std::shared_ptr<net::ResponseWriter>& w) {
-    w->send(200, "text/plain; version=0.0.4", metrics.render(options.served_model_name, backend.stats()));
+    std::string page = metrics.render(options.served_model_name, backend.stats());
+    const net::HttpServerStats h = http->stats();
+    const std::string labels = "{model_name=\"" + options.served_model_name + "\"}";
+    auto line = [&](const char* name, const char* type, const char* help, uint64_t v) {
+      page += std::string("# HELP plumb:") + name + " " + help + "\n# TYPE plumb:" + name + " " + type +
+              "\nplumb:" + name + labels + " " + std::to_string(v) + "\n";
+    };
+    line("http_connections_open", "gauge", "HTTP connections open.", h.connections_open);
+    line("http_connections_rejected_total", "counter",
+         "HTTP connections answered 503 because --max-connections were open.", h.connections_rejected);
+    line("http_accept_errors_total", "counter", "accept() failures (e.g. out of file descriptors).",
+         h.accept_errors);
+    w->send(200, "text/plain; version=0.0.4", page);
   }
 
   // Wraps a handler so nothing escapes it.
@@ -524,6 +544,10 @@ OpenAiServer::OpenAiServer(ServerOptions options, scheduler::InferenceBackend& b
   ho.port = impl_->options.port;
   ho.io_threads = impl_->options.io_threads;
   ho.max_body_bytes = impl_->options.max_body_bytes;
+  ho.max_connections = impl_->options.max_connections;
+  ho.idle_timeout = impl_->options.idle_timeout;
+  ho.header_timeout = impl_->options.header_timeout;
+  ho.body_timeout = impl_->options.body_timeout;
   impl_->http = std::make_unique<net::HttpServer>(ho);
   auto& h = *impl_->http;
   h.route("GET", "/v1/models", impl_->guarded([](Impl& i, const net::Request&, auto w) { i.models(w); }));

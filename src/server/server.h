@@ -5,7 +5,8 @@
 // response carries "plumb_timings" (queue_ms, prefill_ms, decode_ms, prompt_tokens,
 // completion_tokens, cached_prompt_tokens, preemptions): in the body, or in the final SSE chunk.
 // Errors are OpenAI error bodies: 400 bad JSON/parameters, 404 unknown model or path, 429 queue
-// full, 503 draining, 500 a backend failure. A client that disconnects mid-request cancels it
+// full, 503 draining or too many connections, 500 a backend failure (code "nonfinite_logits" when
+// the model's logits were NaN or Inf). A client that disconnects mid-request cancels it
 // (its KV blocks are freed). Handlers never throw across the HTTP boundary.
 //
 // Threading: IO threads (net/) parse requests and submit them; the backend's thread produces
@@ -31,6 +32,12 @@ struct ServerOptions {
   int io_threads = 2;                      // HTTP IO threads (separate from the engine thread)
   std::string served_model_name;           // the model id clients send and /v1/models lists
   std::size_t max_body_bytes = 16u << 20;  // larger request bodies get 413
+  // Connections at once; past it a new one gets 503 (code "too_many_connections"). 0 = from the
+  // file-descriptor limit (net::default_max_connections: the soft limit minus min(128, limit/2)).
+  std::size_t max_connections = 0;
+  std::chrono::milliseconds idle_timeout{60'000};    // keep-alive (or new) connection waiting for a request
+  std::chrono::milliseconds header_timeout{60'000};  // a request head, from its first byte
+  std::chrono::milliseconds body_timeout{60'000};    // a request body, after its head
 };
 
 class OpenAiServer {

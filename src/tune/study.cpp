@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/random.h"
 #include "core/sha256.h"
+#include "core/shipped.h"
 #include "gates/checks.h"
 #include "gates/multiple_choice.h"
 #include "launch/launcher.h"
@@ -130,8 +131,26 @@ std::string opt_num(const std::optional<double>& v, const char* f = "%.4g") {
 }
 
 double metric_of(const Observation& o, const char* name) {
-  if (auto* v = o.metrics.if_contains(name); v && v->is_number()) return v->to_number<double>();
-  return stats::kNaN;
+  return json::number_at(o.metrics, name).value_or(stats::kNaN);
+}
+
+// The trial status the ledger stores for a measurement's outcome (ledger.h's list): an engine that
+// exited or could not be supervised before it was ready is startup_failed; a target that stopped
+// being the launched one mid-run is an invalid run.
+std::string trial_status(const compare::Measurement& m) {
+  switch (m.outcome) {
+    case compare::Outcome::kValid:
+      return "ok";
+    case compare::Outcome::kInvalid:
+      return "invalid";
+    case compare::Outcome::kCrashed:
+      return m.started ? "crashed" : "startup_failed";
+    case compare::Outcome::kTimedOut:
+      return "timeout";
+    case compare::Outcome::kInfrastructureFailure:
+      return m.started ? "invalid" : "startup_failed";
+  }
+  return "error";
 }
 
 }  // namespace
@@ -169,10 +188,7 @@ Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
   auto str = [&](const char* k, std::string& out) {
     if (auto* v = o.if_contains(k); v && v->is_string()) out = std::string(v->as_string());
   };
-  auto num = [&](const char* k) -> std::optional<double> {
-    if (auto* v = o.if_contains(k); v && v->is_number()) return v->to_number<double>();
-    return std::nullopt;
-  };
+  auto num = [&](const char* k) { return json::number_at(o, k); };
   str("name", s.name);
   str("space", s.space);
   str("strategy", s.strategy);
@@ -414,11 +430,10 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
     tr.ended_at = utc_timestamp_now();
     if (tr.ended_at < tr.started_at) tr.ended_at = tr.started_at;
     Result<int64_t> ins = int64_t(0);
-    if (!m.ok()) {
-      const Status& s = m.status();
-      tr.status = s.code() == Code::kTimeout           ? "timeout"
-                  : s.code() == Code::kInvalidArgument ? "error"
-                                                       : "startup_failed";
+    if (!m.ok() || !m->started) {
+      // Not measured: the configuration could not be rendered (error), or the engine did not start.
+      const Status& s = m.ok() ? m->start_error : m.status();
+      tr.status = m.ok() ? trial_status(*m) : s.code() == Code::kInvalidArgument ? "error" : "startup_failed";
       tr.failure = s.message().empty() ? "engine did not start" : s.message();
       if (tr.failure.size() > 2000) tr.failure = tr.failure.substr(0, 2000) + "...";
       tr.feasible = false;
@@ -431,24 +446,12 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
                        {"request_set_hash", w->set.set_hash},
                        {"warmup_requests", int64_t(w->warmup.size())},
                        {"request_timeout_s", int64_t(o.request_timeout_s)}};
-      m->row.effective_settings = json::canonical(eff);
+      m->row.effective_settings = compare::effective_settings(mo, std::move(eff));
       tr.metrics_json = json::canonical(metrics_summary(m->metrics));
       tr.objective = m->row.objective;
-      if (m->valid) {
-        tr.status = "ok";
-        tr.feasible = true;
-      } else {
-        bool timed_out = false;
-        for (const auto& pm : m->per_profile)
-          for (const auto& [k, v] : pm.failures)
-            if (v > 0 && k.find("timeout") != std::string::npos) timed_out = true;
-        tr.status = m->timed_out                                    ? "timeout"
-                    : m->failure.rfind("the engine exited", 0) == 0 ? "crashed"
-                    : timed_out                                     ? "timeout"
-                                                                    : "invalid";
-        tr.failure = m->failure.empty() ? "invalid run" : m->failure;
-        tr.feasible = false;
-      }
+      tr.status = trial_status(*m);
+      tr.feasible = m->outcome == compare::Outcome::kValid;
+      if (!tr.feasible) tr.failure = m->failure.empty() ? "invalid run" : m->failure;
       ins = ledger.insert_trial(tr, &m->row, m->requests, m->metrics);
     }
     if (!ins.ok()) return ins.status().with_context("recording trial " + std::to_string(n));
@@ -551,19 +554,6 @@ std::string serve_command(const SearchSpace& sp, const Config& c) {
 }
 
 namespace {
-
-std::string find_mc_dataset(const std::string& plumb_binary) {
-  std::string rel = "data/mc_heldout.jsonl";
-  if (std::filesystem::exists(rel)) return rel;
-  std::filesystem::path dir = std::filesystem::path(plumb_binary).parent_path();
-  for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())
-    if (std::filesystem::exists(dir / rel)) return (dir / rel).string();
-  if (auto tok = compare::default_tokenizer_dir(); tok.ok()) {
-    auto root = std::filesystem::path(*tok).parent_path().parent_path();
-    if (std::filesystem::exists(root / rel)) return (root / rel).string();
-  }
-  return rel;
-}
 
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path);
@@ -688,8 +678,11 @@ Result<Revalidation> revalidate(ledger::Ledger& ledger, int64_t id, const RunCon
       if (auto s = reference.resolve_model(); err.empty() && !s.ok()) err = "reference: " + s.message();
       if (err.empty()) {
         gates::QualityOptions q;
-        auto items =
-            gates::load_mc_jsonl(ro.mc_dataset.empty() ? find_mc_dataset(ctx.plumb_binary) : ro.mc_dataset);
+        // The shipped set by core/shipped.h's search unless the options name one.
+        auto dataset = ro.mc_dataset.empty() ? find_shipped_file(Shipped::kData, "mc_heldout.jsonl")
+                                             : Result<std::string>(ro.mc_dataset);
+        auto items = dataset.ok() ? gates::load_mc_jsonl(*dataset)
+                                  : Result<std::vector<gates::McItem>>(dataset.status());
         if (!items.ok()) {
           err = "quality gate dataset: " + items.status().message();
         } else {
@@ -754,22 +747,18 @@ std::vector<size_t> pareto_front(const StudyState& st) {
 }
 
 namespace {
-json::value jnum(double v) { return std::isfinite(v) ? json::value(v) : json::value(nullptr); }
-json::value jopt(const std::optional<double>& v) {
-  return v && std::isfinite(*v) ? json::value(*v) : json::value(nullptr);
-}
 
 json::object comparison_json(const ComparisonOutcome& c) {
   json::object o{{"baseline", c.baseline}, {"registration_id", c.registration_id}, {"error", c.error}};
   if (c.readout) {
     const auto& r = c.readout->readout;
-    o["speedup"] = jnum(r.ratio);
-    o["ci_lo"] = jnum(r.lo);
-    o["ci_hi"] = jnum(r.hi);
+    o["speedup"] = json::number_or_null(r.ratio);
+    o["ci_lo"] = json::number_or_null(r.lo);
+    o["ci_hi"] = json::number_or_null(r.hi);
     o["verdict"] = std::string(protocol::verdict_name(r.verdict));
     o["reason"] = r.reason;
-    o["cv_baseline"] = jnum(r.cv_a);
-    o["cv_best"] = jnum(r.cv_b);
+    o["cv_baseline"] = json::number_or_null(r.cv_a);
+    o["cv_best"] = json::number_or_null(r.cv_b);
     o["pairs"] = r.pairs;
     o["pairs_registered"] = c.readout->pairs_registered;
     o["more_pairs_needed"] = r.more_pairs_needed;
@@ -790,7 +779,7 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
                                   {"config", config_to_json(o.config)},
                                   {"status", o.status},
                                   {"feasible", o.feasible},
-                                  {"objective", jopt(o.objective)},
+                                  {"objective", json::number_or_null(o.objective)},
                                   {"failure", o.failure},
                                   {"metrics", o.metrics},
                                   {"rationale", t.rationale},
@@ -798,7 +787,7 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
                                   {"run_id", t.run_id ? json::value(*t.run_id) : json::value(nullptr)}});
     if (o.stage == "full" && o.feasible && o.objective && (!std::isfinite(best) || *o.objective > best))
       best = *o.objective;
-    conv.push_back(json::object{{"trial", o.index}, {"best_so_far", jnum(best)}});
+    conv.push_back(json::object{{"trial", o.index}, {"best_so_far", json::number_or_null(best)}});
     if (!o.feasible)
       infeasible.push_back(json::object{{"index", o.index},
                                         {"status", o.status},
@@ -807,10 +796,10 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
   }
   json::array front;
   for (size_t i : pareto_front(st))
-    front.push_back(
-        json::object{{"index", st.trials[i].obs.index},
-                     {"ttft_p50_ms", jnum(metric_of(st.trials[i].obs, "ttft_p50_ms"))},
-                     {"request_throughput", jnum(metric_of(st.trials[i].obs, "request_throughput"))}});
+    front.push_back(json::object{
+        {"index", st.trials[i].obs.index},
+        {"ttft_p50_ms", json::number_or_null(metric_of(st.trials[i].obs, "ttft_p50_ms"))},
+        {"request_throughput", json::number_or_null(metric_of(st.trials[i].obs, "request_throughput"))}});
   auto b = st.best();
   json::object study{{"id", st.row.id},
                      {"name", st.row.name},
@@ -836,7 +825,7 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
   if (b) {
     const auto& t = st.trials[*b];
     out["best"] = json::object{{"index", t.obs.index},
-                               {"objective", jopt(t.obs.objective)},
+                               {"objective", json::number_or_null(t.obs.objective)},
                                {"config", config_to_json(t.obs.config)},
                                {"engine_config_toml", engine_config_toml(st.space, t.obs.config)},
                                {"serve_command", serve_command(st.space, t.obs.config)}};

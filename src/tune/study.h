@@ -7,13 +7,14 @@
 // reloads the finished trials and continues. Each trial row is written when the trial finishes, in
 // one transaction with its run, and the database refuses a trial index other than the study's
 // trial count, so no finished trial is lost or repeated; the trial in flight at the kill is run
-// again (its engine, orphaned by the kill, keeps running until stopped: see docs/tuning.md).
+// again (its engine dies with the killed plumb: launch/launcher.h; see docs/tuning.md).
 //
-// Trial outcomes: ok (valid run, objective), invalid (the run broke a docs/protocol.md §3 rule),
-// startup_failed (the engine did not become ready), crashed (the engine exited during the run),
-// timeout (requests ran past the trial's request timeout, or start-up timed out), error (the
-// configuration could not be rendered for the adapter). All but ok are infeasible: kept, shown,
-// and fed to the strategy so it learns to avoid them.
+// Trial outcomes, from compare::Outcome (never from message text): ok (valid run, objective), invalid
+// (the run broke a docs/protocol.md validity rule), startup_failed (the engine exited or could not be
+// supervised before it was ready), crashed (the engine exited during the run), timeout (start-up or
+// the trial's time limit ran out, or requests ran past the request timeout), error (the configuration
+// could not be rendered for the adapter). All but ok are infeasible: kept, shown, and fed to the
+// strategy so it learns to avoid them.
 //
 // Budgets: trials (every trial counts, screens included) and seconds (the sum of finished trials'
 // wall time, so a resumed study keeps its budget; a trial is started only when the mean trial

@@ -221,7 +221,7 @@ bool looks_like_ib_requests(std::string_view text) {
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     auto obj = json::parse_object(line);
-    return obj.ok() && !obj->contains("hash");
+    return obj.ok() && !obj->contains("hash") && !obj->contains("max_tokens") && !obj->contains("prompt");
   }
   return false;
 }

@@ -99,8 +99,9 @@ struct IbRequestFile {
   size_t defaulted = 0;             // lines that took at least one field from the defaults
 };
 
-// True when the text's first non-blank line is a JSON object without plumb's "hash" field: an IB
-// request file rather than a plumb request set (workload/request.h). False for anything else.
+// True when the text's first non-blank line is a JSON object with none of "hash", "max_tokens" and
+// "prompt": an IB request file rather than a plumb request set or an OpenAI-style request file
+// (workload/request.h parse_jsonl reads both). False for anything else.
 bool looks_like_ib_requests(std::string_view text);
 
 // Parses IB's JSONL: "messages" (non-empty array of {role, content}), optional "max_new_tokens",

@@ -110,7 +110,7 @@ std::string to_jsonl(const RequestSet& set) {
   return out;
 }
 
-Result<RequestSet> parse_jsonl(std::string_view text) {
+Result<RequestSet> parse_jsonl(std::string_view text, size_t* hashes_computed) {
   RequestSet set;
   size_t line_no = 0;
   size_t pos = 0;
@@ -128,8 +128,12 @@ Result<RequestSet> parse_jsonl(std::string_view text) {
     if (!req.ok()) return req.status().with_context(where);
     auto claimed = json::opt_string(*obj, "hash");
     if (!claimed.ok()) return claimed.status().with_context(where);
-    if (!claimed.value()) return invalid_argument(where + ": missing 'hash'");
     std::string actual = content_hash(*req);
+    if (!claimed.value() && hashes_computed != nullptr) {
+      ++*hashes_computed;
+      claimed.value() = actual;
+    }
+    if (!claimed.value()) return invalid_argument(where + ": missing 'hash'");
     if (*claimed.value() != actual)
       return corrupt(where + ": content hash mismatch (file says " + *claimed.value() +
                      ", content hashes to " + actual + "); the request was edited or the file is damaged");
@@ -145,9 +149,9 @@ Status write_request_set(const std::string& path, const RequestSet& set) {
   return write_file_atomic(path, to_jsonl(set));
 }
 
-Result<RequestSet> read_request_set(const std::string& path) {
+Result<RequestSet> read_request_set(const std::string& path, size_t* hashes_computed) {
   PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  auto r = parse_jsonl(text);
+  auto r = parse_jsonl(text, hashes_computed);
   if (!r.ok()) return r.status().with_context(path);
   return r;
 }

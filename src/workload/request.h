@@ -66,10 +66,13 @@ std::string to_jsonl(const RequestSet& set);
 // Parses JSONL; blank lines are skipped. Every line must carry a "hash" equal to its recomputed
 // content hash. Errors name the 1-based line: InvalidArgument for malformed lines, Corrupt for a
 // hash mismatch. An empty file is an InvalidArgument.
-Result<RequestSet> parse_jsonl(std::string_view text);
+// With `hashes_computed`, a line without "hash" (an OpenAI-style request file: "messages" or
+// "prompt", "max_tokens", other fields as from_json reads them) is accepted and hashed here, and
+// counted; a line that carries a hash is still verified.
+Result<RequestSet> parse_jsonl(std::string_view text, size_t* hashes_computed = nullptr);
 // Writes atomically (core/file.h).
 Status write_request_set(const std::string& path, const RequestSet& set);
-// Reads and verifies; errors are prefixed with the path.
-Result<RequestSet> read_request_set(const std::string& path);
+// Reads and verifies (hashes_computed as parse_jsonl); errors are prefixed with the path.
+Result<RequestSet> read_request_set(const std::string& path, size_t* hashes_computed = nullptr);
 
 }  // namespace plumb::workload

@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "ledger/ledger.h"
 
 namespace plumb {
 namespace {
@@ -97,6 +99,9 @@ TEST(BenchCli, BadInputIsAUsageError) {
       {{"--target", "null", "--scenario", "E"}, "E"},
       {{"--target", "https://example.com", "--input-len", "8", "--output-len", "4", "--num-prompts", "2"},
        "https"},
+      {{"--target", "null", "--input-len", "8", "--output-len", "4", "--num-prompts", "2", "--ledger",
+        "/nonexistent/plumb.db"},
+       "--ledger records protocol scenario runs"},
   };
   for (const auto& c : cases) {
     Out o = run_plumb(c.args);
@@ -150,6 +155,101 @@ TEST(BenchCli, OwnServerThatFailsToStartIsAClearError) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(o.err, m, std::regex("(/[^ ]*/plumb-bench-serve-[0-9]+)/"))) << o.err;
   std::filesystem::remove_all(m[1].str());
+}
+
+// A request file as users write them for OpenAI servers (no "hash" fields): accepted, hashed by plumb,
+// and said so; the computed set hash is the one a saved (hashed) copy of the same requests carries.
+TEST(BenchCli, OpenAiStyleRequestFileWithoutHashesIsHashedAndSaysSo) {
+  std::string dir = ::testing::TempDir();
+  std::string own = dir + "/cli_own.jsonl", saved = dir + "/cli_own_saved.jsonl", j = dir + "/cli_own.json";
+  ASSERT_TRUE(write_file_atomic(
+                  own,
+                  "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi there\"}], "
+                  "\"max_tokens\": 8, \"stream\": true}\n"
+                  "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"and again\"}], "
+                  "\"max_tokens\": 4, \"temperature\": 0.5}\n")
+                  .ok());
+  Out o = run_plumb({"--target", "null", "--requests", own, "--warmup", "0", "--json", j, "--save-requests",
+                     saved, "--quiet"});
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  EXPECT_NE(o.err.find("2 of 2 requests had no \"hash\": computed their content hashes"), std::string::npos)
+      << o.err;
+  auto v = json::parse_file(j);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->as_object().at("counts").at("requests").as_int64(), 2);
+  EXPECT_EQ(v->as_object().at("settings").at("requests_hashes_computed").as_int64(), 2);
+  std::string set_hash(v->as_object().at("request_set_hash").as_string());
+
+  Out again = run_plumb({"--target", "null", "--requests", saved, "--warmup", "0", "--json", j, "--quiet"});
+  ASSERT_TRUE(again.code == 0 || again.code == 1) << again.err;
+  EXPECT_EQ(again.err.find("had no \"hash\""), std::string::npos) << again.err;
+  EXPECT_EQ(json::parse_file(j)->as_object().at("request_set_hash").as_string(), set_hash);
+}
+
+// --ledger records the run with its provenance through the ledger's public API, as compare does.
+TEST(BenchCli, LedgerRecordsAScenarioRunWithItsProvenance) {
+  std::string db = ::testing::TempDir() + "/cli_bench_ledger_" + std::to_string(::getpid()) + ".db";
+  std::filesystem::remove(db);
+  Out o = run_plumb({"--target", "null", "--scenario", "D", "--size", "small", "--seed", "21", "--tokenizer",
+                     "words", "--ledger", db, "--quiet"});
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  EXPECT_NE(o.err.find("recorded run 1 in " + db), std::string::npos) << o.err;
+  auto l = ledger::Ledger::open(db);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto runs = (*l)->list_runs();
+  ASSERT_TRUE(runs.ok()) << runs.status().to_string();
+  ASSERT_EQ(runs->size(), 1u);
+  const auto& r = (*runs)[0];
+  EXPECT_EQ(r.scenario, "D");
+  EXPECT_EQ(r.size_class, "small");
+  EXPECT_EQ(r.target_engine, "null");
+  EXPECT_EQ(r.valid, o.code == 0);
+  EXPECT_TRUE(r.objective.has_value());
+  auto requests = (*l)->dump("requests", r.id);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  EXPECT_EQ(requests->rows.size(), 64u);  // scenario D small's requests, each with its accounting
+  std::filesystem::remove(db);
+}
+
+// SIGKILL cannot be caught, so the engine plumb started must die by itself with the plumb that
+// started it (PR_SET_PDEATHSIG), not keep holding its port and cores.
+TEST(BenchCli, TheEngineDiesWithAPlumbThatIsKilled) {
+  std::string dir = ::testing::TempDir() + "/cli_pdeath_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  SpawnOptions o;
+  o.argv = {PLUMB_BINARY, "bench",         "--input-len", "48",     "--output-len",
+            "64",         "--num-prompts", "500",         "--quiet"};
+  o.stdout_path = dir + "/out";
+  o.stderr_path = dir + "/err";
+  auto p = Subprocess::spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  // Wait (bounded) for the line naming the engine's pid.
+  std::smatch m;
+  std::string err;
+  for (int i = 0; i < 600; ++i) {
+    err = read_file(o.stderr_path).value();
+    if (std::regex_search(err, m, std::regex("started by plumb at [^ ]+ \\(pid ([0-9]+), log ([^)]+)\\)")))
+      break;
+    if (!p->running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(m.size(), 3u) << err;
+  pid_t engine = pid_t(std::stol(m[1].str()));
+  std::string log_dir = std::filesystem::path(m[2].str()).parent_path().string();
+  ASSERT_EQ(::kill(engine, 0), 0) << "the engine should be running";
+  ::kill(p->pid(), SIGKILL);
+  p->wait();
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    // A killed child that nobody reaped is a zombie: it holds no port or core any more.
+    auto stat_text = read_file("/proc/" + std::to_string(engine) + "/stat");
+    std::string stat = stat_text.ok() ? *stat_text : std::string();
+    gone = ::kill(engine, 0) != 0 || stat.find(") Z ") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "engine pid " << engine << " outlived the SIGKILLed plumb bench";
+  std::filesystem::remove_all(log_dir);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -392,6 +392,137 @@ TEST(HttpServer, StopPastGraceClosesStreamsAndFiresOnClose) {
   EXPECT_NE(r.status().message().find("closed_before_end"), std::string::npos) << r.status().to_string();
 }
 
+// A bare LF as a line ending (RFC 9112 lets a recipient accept it in the head; plumb refuses it,
+// in the head and in chunked framing alike) gets 400 at once: before, a chunk-size line "5\n" left
+// the parser waiting for a CRLF until the 60 s body timeout. The client keeps its side open, so
+// only the server's answer can end the read (its limit, 5 s, is far below the timeouts).
+TEST(HttpServer, BareLfLineEndingsGet400AtOnce) {
+  HttpServer s;  // default 60 s header and body timeouts
+  add_basic_routes(s);
+  ASSERT_TRUE(s.start().ok());
+  const std::string chunked = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::vector<std::pair<std::string, std::string>> corpus = {
+      {"chunk lines end in LF", chunked + "5\nhello\n0\n\n"},
+      {"chunk-size line alone", chunked + "5\n"},
+      {"data CRLF then LF size line", chunked + "5\r\nhello\r\n0\n\n"},
+      {"LF after chunk data", chunked + "5\r\nhello\n"},
+      {"trailer line ends in LF", chunked + "5\r\nhello\r\n0\r\nX-T: 1\n\r\n"},
+      {"request line ends in LF", "GET /hello HTTP/1.1\nHost: x\r\n\r\n"},
+      {"header ends in LF", "GET /hello HTTP/1.1\r\nHost: x\n"},
+  };
+  for (const auto& [name, bytes] : corpus) {
+    std::string out = raw_exchange(s.port(), bytes, /*shutdown_write=*/false);
+    EXPECT_TRUE(out.starts_with("HTTP/1.1 400 Bad Request\r\n")) << name << ": " << out.substr(0, 160);
+    EXPECT_NE(out.find("Connection: close"), std::string::npos) << name;
+    EXPECT_NE(out.find("\"type\":\"invalid_request_error\""), std::string::npos) << name;
+  }
+  EXPECT_EQ(s.stats().bad_requests, corpus.size());
+
+  // A CR that arrives alone and its LF in the next segment is a proper CRLF.
+  int fd = testing::connect_loopback(s.port());
+  ASSERT_GE(fd, 0);
+  testing::send_all(fd, chunked + "5\r");
+  std::this_thread::sleep_for(50ms);  // let the server read the lone CR first
+  testing::send_all(fd, "\nhello\r\n0\r\n\r\n");
+  std::string out = testing::recv_until(fd, "hello");
+  ::close(fd);
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200 OK\r\n")) << out;
+  EXPECT_NE(out.find("\r\n\r\nhello"), std::string::npos) << out;
+}
+
+TEST(HttpServer, IdleTimeoutClosesAConnectionThatSendsNothing) {
+  HttpServerOptions o;
+  o.idle_timeout = 100ms;  // the header timeout stays 60 s: only the idle one can close these
+  HttpServer s(o);
+  add_basic_routes(s);
+  ASSERT_TRUE(s.start().ok());
+  // A new connection that never sends a byte.
+  int fd = testing::connect_loopback(s.port());
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(testing::recv_until(fd), "");
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, MSG_DONTWAIT), 0);  // closed by the server, not our poll limit
+  ::close(fd);
+  // A keep-alive connection after its response.
+  fd = testing::connect_loopback(s.port());
+  ASSERT_GE(fd, 0);
+  testing::send_all(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string out = testing::recv_until(fd);
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200 OK\r\n")) << out;
+  EXPECT_EQ(out.find("Connection: close"), std::string::npos) << out;
+  EXPECT_EQ(::recv(fd, &c, 1, MSG_DONTWAIT), 0);
+  ::close(fd);
+}
+
+// Waits (bounded) until `pred(stats)` holds.
+template <typename P>
+bool wait_stats(const HttpServer& s, P pred) {
+  for (int i = 0; i < 500; ++i) {
+    if (pred(s.stats())) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred(s.stats());
+}
+
+TEST(HttpServer, ConnectionCapAnswers503AtOnceAndFreesSlotsOnClose) {
+  HttpServerOptions o;
+  o.max_connections = 4;
+  HttpServer s(o);
+  add_basic_routes(s);
+  ASSERT_TRUE(s.start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) {  // more idle connections than the cap
+    int fd = testing::connect_loopback(s.port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  ASSERT_TRUE(wait_stats(s, [](const HttpServerStats& st) { return st.connections_accepted == 6; }));
+  EXPECT_EQ(s.stats().connections_rejected, 2u);
+  // A request on a new connection: 503 with an OpenAI error body, now (the idle timeout is 60 s).
+  std::string out = raw_exchange(s.port(), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n")) << out;
+  EXPECT_NE(out.find("Retry-After: 1\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("Connection: close\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"code\":\"too_many_connections\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"type\":\"server_error\""), std::string::npos) << out;
+  EXPECT_EQ(s.stats().connections_rejected, 3u);
+  // The idle connections inside the cap still work.
+  testing::send_all(idle[0], "GET /hello?kept HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(testing::recv_until(idle[0], "hello kept").find("hello kept"), std::string::npos);
+  for (int fd : idle) ::close(fd);
+  // Once they are closed the server serves again.
+  ASSERT_TRUE(wait_stats(s, [](const HttpServerStats& st) { return st.connections_open == 0; }));
+  auto ok = http_request(url(s, "/hello?after"), "GET");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->body, "hello after");
+}
+
+TEST(HttpServer, DefaultConnectionCapLeavesAReserveOfDescriptors) {
+  EXPECT_EQ(max_connections_for_fd_limit(1024), 896u);
+  EXPECT_EQ(max_connections_for_fd_limit(64), 32u);
+  EXPECT_EQ(max_connections_for_fd_limit(4), 2u);
+  EXPECT_EQ(max_connections_for_fd_limit(1), 1u);
+  EXPECT_EQ(max_connections_for_fd_limit(0), 1u);
+  EXPECT_EQ(max_connections_for_fd_limit(UINT64_MAX), (1u << 20) - 128u);
+  EXPECT_GE(default_max_connections(), 1u);
+}
+
+TEST(LogThrottle, AllowsOncePerIntervalAndCountsWhatItHeldBack) {
+  LogThrottle t(std::chrono::seconds(1));
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  uint64_t n = 99;
+  EXPECT_TRUE(t.allow(t0, &n));
+  EXPECT_EQ(n, 0u);
+  for (int i = 1; i <= 19; ++i) EXPECT_FALSE(t.allow(t0 + i * 50ms, &n));  // 20 a second
+  EXPECT_EQ(t.pending(), 19u);
+  EXPECT_TRUE(t.allow(t0 + 1000ms, &n));
+  EXPECT_EQ(n, 19u);
+  EXPECT_FALSE(t.allow(t0 + 1500ms, &n));
+  EXPECT_EQ(t.take_pending(), 1u);
+  EXPECT_EQ(t.pending(), 0u);
+}
+
 TEST(HttpServer, SlowRequestHeadTimesOut) {
   HttpServerOptions o;
   o.header_timeout = 100ms;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "net/sse.h"
 
 namespace plumb::server {
@@ -86,6 +88,136 @@ TEST_F(Api, ErrorsNameTheField) {
             "messages");
   auto body = nf.body();
   EXPECT_NE(body.find("\"param\":\"model\""), std::string::npos);
+}
+
+TEST_F(Api, LenientValuesAreRefusedNamingTheField) {
+  auto param = [&](const char* body, bool chat = false) {
+    auto ct = engine::ChatTemplate::for_tokenizer(*tok_);
+    ParseContext c = ctx(200);
+    if (ct.ok()) c.chat_template = &*ct;
+    ApiError e = err(parse_completion(body, chat, c));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.type, "invalid_request_error") << body;
+    return e.param;
+  };
+  EXPECT_EQ(param(R"({"prompt": "a", "temperature": 1e29})"), "temperature");
+  EXPECT_EQ(param(R"({"prompt": "a", "temperature": 1e38})"), "temperature");
+  EXPECT_EQ(param(R"({"prompt": "a", "temperature": 2.0001})"), "temperature");
+  EXPECT_EQ(param(R"({"prompt": "a", "temperature": -0.5})"), "temperature");
+  EXPECT_EQ(param(R"({"prompt": "a", "top_p": 0})"), "top_p");
+  EXPECT_EQ(param(R"({"prompt": "a", "top_p": 1.5})"), "top_p");
+  EXPECT_EQ(param(R"({"prompt": "a", "top_k": -2})"), "top_k");
+  EXPECT_EQ(param(R"({"prompt": "a", "stop": ""})"), "stop");
+  EXPECT_EQ(param(R"({"prompt": "a", "stop": ["x", ""]})"), "stop");
+  EXPECT_EQ(param(R"({"model": null, "prompt": "a"})"), "model");
+  EXPECT_EQ(param(R"({"messages": [{"role": "bogus", "content": "hi"}]})", true), "messages.[0].role");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "a"}, {"role": "", "content": "hi"}]})", true),
+            "messages.[1].role");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user"}]})", true), "messages.[0].content");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": null}]})", true), "messages.[0].content");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": []}]})", true), "messages.[0].content");
+  EXPECT_EQ(param(R"({"messages": [{"content": "hi"}]})", true), "messages.[0].role");
+  // Still accepted: the edges of the ranges, top_k -1, the four roles, empty content text.
+  auto ct = engine::ChatTemplate::for_tokenizer(*tok_);
+  ASSERT_TRUE(ct.ok());
+  ParseContext c = ctx(400);
+  c.chat_template = &*ct;
+  for (const char* ok : {R"({"prompt": "a", "temperature": 0, "top_p": 1, "top_k": -1})",
+                         R"({"prompt": "a", "temperature": 2, "top_p": 1e-9, "stop": ["x"]})"}) {
+    auto v = parse_completion(ok, false, c);
+    EXPECT_TRUE(std::holds_alternative<CompletionRequest>(v)) << ok << " " << err(v).body();
+  }
+  auto v = parse_completion(
+      R"({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "q"},
+                       {"role": "assistant", "content": "a"}, {"role": "user", "content": "q2"}]})",
+      true, c);
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+}
+
+TEST_F(Api, SamplingFieldsReachTheEngine) {
+  auto v = parse_completion(
+      R"({"prompt": "a", "max_tokens": 8, "logit_bias": {"7": 100, "12": -100, "3": 0.5},
+          "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.3, "min_tokens": 4})",
+      false, ctx());
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+  const auto& r = std::get<CompletionRequest>(v);
+  auto bias = r.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{3, 0.5f}, {7, 100.0f}, {12, -100.0f}}));
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(r.sampling.min_tokens, 4);
+  EXPECT_EQ(r.min_tokens, 4);
+  // The defaults ask for no processing (the sampler's fast path).
+  auto d = parse_completion(R"({"prompt": "a"})", false, ctx());
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(d));
+  EXPECT_FALSE(std::get<CompletionRequest>(d).sampling.processes_logits());
+
+  auto param = [&](const char* body) { return err(parse_completion(body, false, ctx())).param; };
+  EXPECT_EQ(param(R"({"prompt": "a", "logit_bias": {"7": 100.5}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"prompt": "a", "logit_bias": {"-1": 1}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"prompt": "a", "logit_bias": {"99999999": 1}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"prompt": "a", "logit_bias": {"7": "x"}})"), "logit_bias");
+  EXPECT_EQ(param(R"({"prompt": "a", "logit_bias": [7]})"), "logit_bias");
+  EXPECT_EQ(param(R"({"prompt": "a", "presence_penalty": 2.1})"), "presence_penalty");
+  EXPECT_EQ(param(R"({"prompt": "a", "frequency_penalty": -3})"), "frequency_penalty");
+  EXPECT_EQ(param(R"({"prompt": "a", "repetition_penalty": -1})"), "repetition_penalty");
+  EXPECT_EQ(param(R"({"prompt": "a", "min_tokens": -1})"), "min_tokens");
+  EXPECT_EQ(param(R"({"prompt": "a", "max_tokens": 3, "min_tokens": 4})"), "min_tokens");
+}
+
+TEST_F(Api, FieldsPlumbDoesNotImplementAreRefusedNotIgnored) {
+  auto ct = engine::ChatTemplate::for_tokenizer(*tok_);
+  ASSERT_TRUE(ct.ok());
+  ParseContext c = ctx(400);
+  c.chat_template = &*ct;
+  const std::string chat_prefix = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  for (const char* f :
+       {R"("response_format": {"type": "json_object"})",
+        R"("response_format": {"type": "json_schema", "json_schema": {}})",
+        R"("tools": [{"type": "function", "function": {"name": "f"}}])", R"("tool_choice": "required")",
+        R"("n": 2)", R"("min_p": 0.1)", R"("guided_json": {"type": "object"})", R"("stop_token_ids": [5])",
+        R"("echo": true)", R"("add_generation_prompt": false)",
+        R"("chat_template_kwargs": {"enable_thinking": false})", R"("use_beam_search": true)"}) {
+    std::string body = chat_prefix + f + "}";
+    ApiError e = err(parse_completion(body, true, c));
+    EXPECT_EQ(e.status, 400) << body;
+    std::string field(f);
+    field = field.substr(1, field.find('"', 1) - 1);
+    EXPECT_EQ(e.param, field) << body;
+  }
+  for (const char* f : {R"("best_of": 3)", R"("suffix": "end")", R"("include_stop_str_in_output": true)",
+                        R"("prompt_logprobs": 1)", R"("response_format": {"type": "json_object"})"}) {
+    std::string body = std::string(R"({"prompt": "a", )") + f + "}";
+    ApiError e = err(parse_completion(body, false, c));
+    EXPECT_EQ(e.status, 400) << body;
+    std::string field(f);
+    EXPECT_EQ(e.param, field.substr(1, field.find('"', 1) - 1)) << body;
+  }
+  // Their neutral values change nothing and pass.
+  std::string neutral = chat_prefix +
+                        R"("response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "n": 1,
+                           "min_p": 0, "echo": false, "add_generation_prompt": true, "user": "u"})";
+  auto v = parse_completion(neutral, true, c);
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+  auto w = parse_completion(R"({"prompt": "a", "best_of": 1, "suffix": null})", false, c);
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(w)) << err(w).body();
+}
+
+TEST_F(Api, MinTokensHoldsStopStringsBack) {
+  // "b" would stop at the first token; with min_tokens 2 it stops only from the second on.
+  std::vector<int32_t> ids = tok_->encode("b b b", false);
+  ASSERT_GE(ids.size(), 2u);
+  TextAssembler early(*tok_, {"b"}, false, true, 0);
+  early.push(ids, {});
+  EXPECT_TRUE(early.stopped());
+  EXPECT_EQ(early.tokens(), 1);
+  TextAssembler held(*tok_, {"b"}, false, true, 2);
+  std::string out = held.push({ids[0]}, {});
+  EXPECT_FALSE(held.stopped());
+  held.push({ids[1]}, {});
+  EXPECT_TRUE(held.stopped());
 }
 
 TEST_F(Api, ChatDefaultMaxTokensIsTheRestOfTheContext) {

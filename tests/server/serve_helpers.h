@@ -122,8 +122,9 @@ inline json::object obj(const std::string& text) {
 // A running `plumb serve`.
 class ServeProcess {
  public:
-  // Starts plumb serve with `args` (plus --port 0) and waits for the ready line.
-  bool start(std::vector<std::string> args, std::string* error) {
+  // Starts plumb serve with `args` (plus --port 0) and waits for the ready line. `nofile` > 0 runs
+  // it under that soft file-descriptor limit (through sh's ulimit).
+  bool start(std::vector<std::string> args, std::string* error, int nofile = 0) {
     static int counter = 0;
     out_path_ = (std::filesystem::temp_directory_path() / ("plumb_serve_test_" + std::to_string(::getpid()) +
                                                            "_" + std::to_string(counter++) + ".log"))
@@ -131,6 +132,10 @@ class ServeProcess {
     SpawnOptions o;
     o.argv = {PLUMB_BINARY, "--log-level", "warn", "serve", "--port", "0"};
     for (auto& a : args) o.argv.push_back(a);
+    if (nofile > 0) {
+      o.argv.insert(o.argv.begin(),
+                    {"/bin/sh", "-c", "ulimit -n " + std::to_string(nofile) + " && exec \"$0\" \"$@\""});
+    }
     o.stdout_path = out_path_;
     o.stderr_path = "=stdout";
     auto p = Subprocess::spawn(o);

@@ -160,6 +160,10 @@ TEST(IbRequests, ReadsMessagesWithFallbacksAndComputesPlumbHashes) {
   // Written as a plumb set, it reads back byte for byte (and is no longer taken for an IB file).
   std::string jsonl = to_jsonl(f->set);
   EXPECT_FALSE(looks_like_ib_requests(jsonl));
+  // OpenAI-style request files (plumb's "max_tokens", no hash) are not IB's either.
+  EXPECT_FALSE(
+      looks_like_ib_requests(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})"));
+  EXPECT_FALSE(looks_like_ib_requests(R"({"prompt": "x", "max_tokens": 4})"));
   auto again = parse_jsonl(jsonl);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->set_hash, f->set.set_hash);

@@ -112,6 +112,8 @@ typedef struct plumb_swiglu_args {
  *    mass first exceeds u * (mass of the candidates kept).
  * Screening accepts an id the reference would return for some u' with |u' - u| <= 1e-5 (float
  * arithmetic moves the boundaries between ids by about that much) and nothing else.
+ * The logits are the row after the request's logit processing (logit_bias, penalties; min_tokens
+ * sets the stop ids to -inf), engine/sampling.h: a kernel sees the same contract either way.
  * scratch is caller-owned memory (16 * vocab bytes, 16-byte aligned) the kernel may use freely. */
 typedef struct plumb_sample_args {
   const float* logits; /* [vocab] */

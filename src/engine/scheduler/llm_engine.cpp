@@ -146,7 +146,7 @@ Result<RequestId> LlmEngine::submit(GenerationRequest request) {
                               std::to_string(config_.max_queue) + ")");
   }
   s->id = next_id_++;
-  s->sampler.emplace(s->req.sampling);
+  s->sampler.emplace(s->req.sampling, nullptr, s->req.prompt);
   RequestId id = s->id;
   inbox_.push_back(std::move(s));
   queued_++;
@@ -423,7 +423,14 @@ bool LlmEngine::step() {
         row += 1;
       }
       if (last_row.empty()) continue;
-      engine::SampledToken sampled = s.sampler->sample(last_row);
+      Result<engine::SampledToken> next = s.sampler->sample(last_row);
+      if (!next.ok()) {  // non-finite logits: the request fails, the others go on
+        log::error("event=sampling_failed request={} error=\"{}\"", s.id, next.status().to_string());
+        finish(s, FinishReason::kError, next.status(), out);
+        ended.push_back(&s);
+        continue;
+      }
+      engine::SampledToken sampled = std::move(next).value();
       int32_t tok = sampled.id;
       TokenEvent ev;
       ev.tokens.push_back(tok);

@@ -921,7 +921,9 @@ void pre_tokenize(const Tokenizer::Impl& impl, size_t step, std::string_view pie
     const std::string& mk = impl.word_marker;
     size_t start = 0;
     for (size_t pos = piece.find(mk); pos != std::string_view::npos; pos = piece.find(mk, pos + mk.size())) {
-      if (pos > start && piece.compare(pos - mk.size(), mk.size(), mk) != 0) {
+      // Fewer bytes than a marker before pos (e.g. "a" in "a\u2581b" when no Prepend normalizer
+      // adds a leading marker) cannot be a marker.
+      if (pos > start && (pos < mk.size() || piece.compare(pos - mk.size(), mk.size(), mk) != 0)) {
         impl.bpe_word(piece.substr(start, pos - start), out);
         start = pos;
       }
