@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/ib_interop.h"
 #include "compare/measure.h"
 #include "core/file.h"
 #include "core/json.h"
@@ -74,6 +75,7 @@ struct BenchArgs {
   std::string csv_path;
   std::string html_path;
   bool quiet = false;
+  IbFlags ib;  // --ib-scenario, --ib-concurrency, --ib-json (cli/ib_interop.h)
 };
 
 void print_progress(const loadgen::ProgressInfo& p) {
@@ -116,6 +118,8 @@ json::object settings_json(const BenchArgs& a) {
   s["slo"] = a.slo;
   s["timeout_s"] = a.timeout_s;
   s["realtime_pacing"] = !a.no_realtime_pacing;
+  s["ib_scenario"] = a.ib.scenario_file;
+  s["ib_concurrency"] = a.ib.concurrency;
   if (!a.launched.empty()) s["launched_server"] = a.launched;
   return s;
 }
@@ -126,6 +130,8 @@ struct Plan {
   std::vector<workload::ArrivalSpec> profiles;
   metrics::ValidityBounds bounds;
   std::optional<protocol::Scenario> scenario;
+  std::vector<std::string> profile_names;  // InferenceBench profile names (--ib-scenario); else empty
+  json::object ib_info;                    // the "plumb" object of --ib-json
 };
 
 Result<std::vector<workload::Request>> synthetic_warmup(const workload::SyntheticSpec& base, int n,
@@ -139,6 +145,23 @@ Result<std::vector<workload::Request>> synthetic_warmup(const workload::Syntheti
 
 Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   Plan plan;
+  if (!a.ib.scenario_file.empty()) {
+    if (!a.scenario.empty() || !a.dataset.empty())
+      return invalid_argument("--ib-scenario replaces --scenario and --dataset: give one");
+    PLUMB_ASSIGN_OR_RETURN(auto w, ib_workload(a.ib, a.seed, a.requests_file, a.warmup, counter));
+    // Said even with --quiet: how plumb's run departs from IB's (seeding, concurrency, hashes).
+    for (const auto& n : w.notes) std::fprintf(stderr, "plumb bench: %s\n", n.c_str());
+    plan.set = std::move(w.set);
+    plan.warmup = std::move(w.warmup);
+    plan.profiles = std::move(w.profiles);
+    plan.profile_names = std::move(w.profile_names);
+    plan.ib_info = std::move(w.info);
+    plan.bounds.min_completed = w.scenario.min_completed;
+    plan.scenario = std::move(w.scenario);
+    return plan;
+  }
+  if (a.ib.concurrency != "declared")
+    return invalid_argument("--ib-concurrency applies only with --ib-scenario");
   if (!a.scenario.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(a.size));
     PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(a.scenario, size));
@@ -163,14 +186,13 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   if (a.num_prompts == 0 && a.duration_s > 0 && a.rate > 0)
     spec.num_requests = a.num_prompts = size_t(std::ceil(a.duration_s * a.rate));
   if (!a.requests_file.empty()) {
-    PLUMB_ASSIGN_OR_RETURN(plan.set,
-                           workload::read_request_set(a.requests_file, &a.requests_hashes_computed));
-    if (a.requests_hashes_computed > 0)
-      std::fprintf(
-          stderr,
-          "plumb bench: --requests: %zu of %zu requests had no \"hash\": computed their content hashes "
-          "(set %s); --save-requests FILE writes the set with them\n",
-          a.requests_hashes_computed, plan.set.requests.size(), plan.set.set_hash.substr(0, 16).c_str());
+    // A plumb request set (with hashes, or OpenAI-style without: hashes computed), or an
+    // InferenceBench request file (IB's defaults fill missing fields).
+    PLUMB_ASSIGN_OR_RETURN(auto loaded, load_requests(a.requests_file, workload::IbRequestDefaults{}));
+    a.requests_hashes_computed = loaded.hashes_computed;
+    if (!loaded.note.empty()) std::fprintf(stderr, "plumb bench: %s\n", loaded.note.c_str());
+    if (loaded.ib_format) plan.ib_info["request_file"] = request_file_json(loaded);
+    plan.set = std::move(loaded.set);
   } else if (!a.dataset.empty()) {
     PLUMB_ASSIGN_OR_RETURN(auto fmt, workload::parse_source_format(a.dataset_format));
     workload::SourceOptions so{
@@ -410,7 +432,7 @@ int run_bench(BenchArgs a) {
       if (!st.ok()) output_error = st.with_context("--csv");
     }
     results.push_back(m);
-    if (!a.html_path.empty()) {
+    if (!a.html_path.empty() || !a.ib.json_path.empty()) {
       runs.push_back(std::move(run));
       validities.push_back(cs);
     }
@@ -489,6 +511,29 @@ int run_bench(BenchArgs a) {
       return kExitError;
     }
   }
+  if (!a.ib.json_path.empty()) {
+    IbRunOutput ib{.scenario = plan->scenario ? plan->scenario->id : "custom",
+                   .name = plan->scenario ? plan->scenario->name : "",
+                   .model = a.model,
+                   .target = a.target,
+                   .profile_names = plan->profile_names,
+                   .metrics = results};
+    for (const auto& r : runs) ib.runs.push_back(&r);
+    ib.plumb = plan->ib_info;
+    ib.plumb["request_set_hash"] = w.set.set_hash;
+    ib.plumb["valid"] = valid;
+    ib.plumb["seed"] = a.seed;
+    ib.plumb["summary"] = summary_line;
+    if (plan->scenario) ib.plumb["size_class"] = std::string(protocol::size_class_name(plan->scenario->size));
+    Status st = write_ib_json(a.ib.json_path, ib);
+    if (!st.ok()) {
+      std::cerr << "plumb bench: --ib-json: " << st.to_string() << "\n";
+      return kExitError;
+    }
+    if (!a.quiet)
+      std::fprintf(stderr, "plumb bench: InferenceBench metrics JSON written to %s\n",
+                   a.ib.json_path.c_str());
+  }
   if (!a.html_path.empty()) {
     Status st = write_html_report(a, w.set.set_hash, summary_line, valid, runs, results, validities);
     if (!st.ok()) {
@@ -520,8 +565,9 @@ void setup_bench(CLI::App& root) {
   c->add_option("--seed", args->seed, "run seed (lengths, documents, arrivals)")->capture_default_str();
   c->add_option(
       "--requests", args->requests_file,
-      "a request file to replay byte for byte: a saved set (JSONL with hashes), or OpenAI-style "
-      "requests (\"messages\" or \"prompt\", \"max_tokens\") whose hashes plumb computes and says so");
+      "a request file to replay byte for byte: a saved set (JSONL with hashes), OpenAI-style requests "
+      "(\"messages\" or \"prompt\", \"max_tokens\") or an InferenceBench request file (\"messages\", "
+      "\"max_new_tokens\"); plumb computes missing hashes and says so");
   c->add_option("--dataset", args->dataset, "a JSONL dataset to draw requests from");
   c->add_option("--dataset-format", args->dataset_format, "generic | longbench | sharegpt")
       ->capture_default_str();
@@ -570,6 +616,7 @@ void setup_bench(CLI::App& root) {
       "--ledger", args->ledger_path,
       "record the run (with --scenario) in this ledger with its provenance, as plumb compare records "
       "its runs");
+  args->ib.add_to(c);
   c->add_flag("--quiet", args->quiet, "no progress line");
   c->callback([args] { set_exit_code(run_bench(*args)); });
 }

@@ -9,7 +9,17 @@
 
 namespace plumb::protocol {
 
-std::string_view size_class_name(SizeClass c) { return c == SizeClass::kGpu ? "gpu" : "small"; }
+std::string_view size_class_name(SizeClass c) {
+  switch (c) {
+    case SizeClass::kGpu:
+      return "gpu";
+    case SizeClass::kSmall:
+      return "small";
+    case SizeClass::kCustom:
+      return "custom";
+  }
+  return "?";
+}
 
 Result<SizeClass> parse_size_class(std::string_view s) {
   if (s == "gpu") return SizeClass::kGpu;

@@ -24,8 +24,11 @@ inline constexpr int kVersion = 2;
 // ---------------------------------------------------------------------------------------------
 // §1 Scenarios
 
-enum class SizeClass { kGpu, kSmall };
-std::string_view size_class_name(SizeClass c);  // "gpu" | "small"
+// kCustom: a scenario that is not one of the protocol's eight, read from a file (e.g. an
+// InferenceBench scenario file, docs/inferencebench.md); scenarios() holds none of that class.
+enum class SizeClass { kGpu, kSmall, kCustom };
+std::string_view size_class_name(SizeClass c);  // "gpu" | "small" | "custom"
+// Accepts "gpu" and "small", the classes a scenario can be named by.
 Result<SizeClass> parse_size_class(std::string_view s);
 
 enum class LoadKind { kBurst, kPoisson, kConstant };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <optional>
 
 #include "core/file.h"
@@ -29,6 +30,22 @@ Result<std::vector<int64_t>> sample_lengths(uint64_t seed, std::string_view dime
   std::vector<int64_t> out;
   out.reserve(n);
   const int64_t lo = length_floor(L);
+  for (size_t i = 0; i < n; ++i) out.push_back(rng.uniform_int(lo, L));
+  return out;
+}
+
+Result<std::vector<int64_t>> sample_lengths(uint64_t seed, std::string_view dimension, int64_t L, size_t n,
+                                            double ratio) {
+  if (ratio == kDefaultRangeRatio) return sample_lengths(seed, dimension, L, n);
+  if (!(ratio > 0.0 && ratio <= 1.0))
+    return invalid_argument(std::string(dimension) + " range ratio must be in (0, 1], got " +
+                            std::to_string(ratio));
+  if (L < 1)
+    return invalid_argument(std::string(dimension) + " length must be >= 1, got " + std::to_string(L));
+  Rng rng(derive_seed(seed, dimension));
+  std::vector<int64_t> out;
+  out.reserve(n);
+  const int64_t lo = std::clamp<int64_t>(int64_t(std::ceil(ratio * double(L))), 1, L);
   for (size_t i = 0; i < n; ++i) out.push_back(rng.uniform_int(lo, L));
   return out;
 }
@@ -131,8 +148,10 @@ Result<Lengths> draw_lengths(const SyntheticSpec& spec) {
     l.out.assign(spec.num_requests, spec.output_len);
     return l;
   }
-  PLUMB_ASSIGN_OR_RETURN(l.in, sample_lengths(spec.seed, "input_len", spec.input_len, spec.num_requests));
-  PLUMB_ASSIGN_OR_RETURN(l.out, sample_lengths(spec.seed, "output_len", spec.output_len, spec.num_requests));
+  PLUMB_ASSIGN_OR_RETURN(
+      l.in, sample_lengths(spec.seed, "input_len", spec.input_len, spec.num_requests, spec.range_ratio));
+  PLUMB_ASSIGN_OR_RETURN(
+      l.out, sample_lengths(spec.seed, "output_len", spec.output_len, spec.num_requests, spec.range_ratio));
   return l;
 }
 }  // namespace

@@ -27,6 +27,12 @@ int64_t length_floor(int64_t L);
 // n integers uniform in [length_floor(L), L], from Rng(derive_seed(seed, dimension)) in order:
 // dimension is "input_len" or "output_len". InvalidArgument if L < 1.
 Result<std::vector<int64_t>> sample_lengths(uint64_t seed, std::string_view dimension, int64_t L, size_t n);
+// The same draw from [max(1, ceil(ratio * L)), L] (InferenceBench's range_ratio); ratio 0.8 gives
+// exactly the draws above. InvalidArgument if L < 1 or ratio is not in (0, 1].
+Result<std::vector<int64_t>> sample_lengths(uint64_t seed, std::string_view dimension, int64_t L, size_t n,
+                                            double ratio);
+// The protocol's ratio: lengths from [0.8 L, L] (docs/protocol.md §1).
+inline constexpr double kDefaultRangeRatio = 0.8;
 
 // A synthetic document: random words from a fixed vocabulary, cut to a token budget.
 struct Document {
@@ -45,6 +51,7 @@ struct SyntheticSpec {
   int64_t input_len = 0;                 // L_in, tokens, >= 1
   int64_t output_len = 0;                // L_out, tokens, >= 1
   bool fixed_lengths = false;            // true: every length is exactly L instead of [0.8 L, L]
+  double range_ratio = 0.8;              // lengths from [ceil(range_ratio L), L], in (0, 1]
   int64_t template_overhead_tokens = 0;  // tokens the chat template adds around the content; the
                                          // document gets input_len - overhead (at least 1)
   double temperature = 0.0;              // per request

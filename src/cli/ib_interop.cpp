@@ -1,0 +1,225 @@
+#include "cli/ib_interop.h"
+
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "core/file.h"
+#include "core/random.h"
+#include "net/http_client.h"
+#include "plumb_build_info.h"
+#include "report/inferencebench.h"
+
+namespace plumb::cli {
+
+void IbFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--ib-scenario", scenario_file,
+                  "an InferenceBench scenario.json: its lengths, request count, temperature and load "
+                  "profiles become the workload (Poisson arrivals seeded by --seed; docs/inferencebench.md)");
+  cmd->add_option("--ib-concurrency", concurrency,
+                  "with --ib-scenario, a profile without its own concurrency runs at: declared (the "
+                  "scenario's top-level concurrency, else 1) | runner (1, as IB's runner does)")
+      ->capture_default_str();
+  cmd->add_option("--ib-json", json_path,
+                  "also write InferenceBench's metrics JSON (profiles.<name>.ttft/itl/tpot in seconds, ...; "
+                  "IB's definitions, plumb's own figures under \"plumb\")");
+}
+
+namespace {
+std::string short_num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+}  // namespace
+
+Result<LoadedRequests> load_requests(const std::string& path, const workload::IbRequestDefaults& defaults) {
+  PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  LoadedRequests r;
+  if (!workload::looks_like_ib_requests(text)) {
+    auto set = workload::parse_jsonl(text, &r.hashes_computed);
+    if (!set.ok()) return set.status().with_context(path);
+    r.set = std::move(set).value();
+    if (r.hashes_computed > 0)
+      r.note = "--requests: " + std::to_string(r.hashes_computed) + " of " +
+               std::to_string(r.set.requests.size()) +
+               " requests had no \"hash\": computed their content hashes (set " +
+               r.set.set_hash.substr(0, 16) + "); --save-requests FILE writes the set with them";
+    return r;
+  }
+  auto ib = workload::parse_ib_requests(text, defaults);
+  if (!ib.ok())
+    return ib.status().with_context(path + " (read as an InferenceBench request file: no 'hash')");
+  r.ib_format = true;
+  r.set = std::move(ib->set);
+  r.hashes_computed = r.set.requests.size();
+  r.meta = std::move(ib->meta);
+  r.ib_hashes = ib->ib_hashes;
+  r.defaulted = ib->defaulted;
+  r.note = "read " + path + " as an InferenceBench request file: " + std::to_string(r.set.requests.size()) +
+           " requests; plumb content hashes computed (docs/protocol.md §2), set " +
+           r.set.set_hash.substr(0, 16) + "; IB content_hash kept as metadata on " +
+           std::to_string(r.ib_hashes) + ", not verified; " + std::to_string(r.defaulted) +
+           " lines took a field from the defaults (max_new_tokens " +
+           std::to_string(defaults.max_new_tokens) + ", temperature " + short_num(defaults.temperature) +
+           ", ignore_eos " + (defaults.ignore_eos ? "true" : "false") + ")";
+  return r;
+}
+
+namespace {
+
+// IB's scoring of its scenarios (its README): A 1/TTFT p50, B 1/TPOT p50, C the geometric mean of
+// the profiles' req/s, D the geometric mean of the three. Another id: C's rule with several profiles,
+// D's with one.
+protocol::Objective objective_for(const workload::IbScenario& s) {
+  if (s.scenario_id == "A") return protocol::Objective::kInvMedianTtft;
+  if (s.scenario_id == "B") return protocol::Objective::kInvMedianTpot;
+  if (s.scenario_id == "C") return protocol::Objective::kGeomeanReqPerSec;
+  if (s.scenario_id == "D") return protocol::Objective::kGeneral;
+  return s.profiles.size() > 1 ? protocol::Objective::kGeomeanReqPerSec : protocol::Objective::kGeneral;
+}
+
+}  // namespace
+
+json::object request_file_json(const LoadedRequests& lr) {
+  if (!lr.ib_format) return {};
+  json::array hashes;
+  for (size_t i = 0; i < lr.meta.size(); ++i) {
+    json::object h;
+    h["index"] = int64_t(i);
+    h["plumb_hash"] = lr.set.hashes[i];
+    if (!lr.meta[i].content_hash.empty()) h["ib_content_hash"] = lr.meta[i].content_hash;
+    if (!lr.meta[i].sample_id.empty()) h["sample_id"] = lr.meta[i].sample_id;
+    if (lr.meta[i].target_input_token_count >= 0)
+      h["target_input_token_count"] = lr.meta[i].target_input_token_count;
+    hashes.emplace_back(std::move(h));
+  }
+  return json::object{
+      {"format", "inferencebench"},
+      {"hashes", "computed by plumb (docs/protocol.md §2); IB's content_hash kept, not verified"},
+      {"lines_with_ib_content_hash", int64_t(lr.ib_hashes)},
+      {"lines_defaulted", int64_t(lr.defaulted)},
+      {"requests", std::move(hashes)}};
+}
+
+Result<IbWorkload> ib_workload(const IbFlags& flags, uint64_t seed, const std::string& requests_file,
+                               int warmup, const workload::TokenCounter& counter) {
+  auto rule = workload::parse_ib_concurrency(flags.concurrency);
+  if (!rule.ok()) return rule.status().with_context("--ib-concurrency");
+  PLUMB_ASSIGN_OR_RETURN(auto ib, workload::read_ib_scenario(flags.scenario_file));
+  IbWorkload w;
+  json::object info;
+  info["ib_scenario_file"] = flags.scenario_file;
+  info["seed"] = seed;
+  info["concurrency_rule"] = flags.concurrency;
+  if (!requests_file.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(auto lr, load_requests(requests_file, workload::ib_request_defaults(ib)));
+    w.notes.push_back(lr.note);
+    if (lr.ib_format) info["request_file"] = request_file_json(lr);
+    w.set = std::move(lr.set);
+    // Warmup reuses the first requests of the file: it may warm caches for those.
+    for (int i = 0; i < warmup && size_t(i) < w.set.requests.size(); ++i)
+      w.warmup.push_back(w.set.requests[size_t(i)]);
+  } else {
+    workload::SyntheticSpec spec = workload::ib_synthetic_spec(ib, seed);
+    PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
+    PLUMB_ASSIGN_OR_RETURN(w.set, workload::make_request_set(std::move(reqs)));
+    if (warmup > 0) {
+      workload::SyntheticSpec ws = spec;
+      ws.seed = derive_seed(seed, "warmup");
+      ws.num_requests = size_t(warmup);
+      PLUMB_ASSIGN_OR_RETURN(w.warmup, workload::synthetic_requests(ws, counter));
+    }
+    w.notes.push_back("InferenceBench scenario " + ib.scenario_id + ": " +
+                      std::to_string(w.set.requests.size()) + " requests drawn by plumb from seed " +
+                      std::to_string(seed) +
+                      " (plumb's synthetic documents at IB's lengths, not IB's LongBench-v2 samples)");
+  }
+  w.profiles = workload::ib_arrivals(ib, seed, *rule);
+  protocol::Scenario& sc = w.scenario;
+  sc.id = ib.scenario_id.empty() ? "custom" : ib.scenario_id;
+  sc.name = ib.name.empty() ? "InferenceBench scenario" : ib.name;
+  sc.size = protocol::SizeClass::kCustom;
+  sc.input_len = int(ib.input_len);
+  sc.output_len = int(ib.output_len);
+  sc.requests = int(w.set.requests.size());
+  sc.warmup_requests = int(w.warmup.size());
+  sc.temperature = ib.temperature;
+  sc.objective = objective_for(ib);
+  // As the protocol scenarios: the most failures the 1% error-rate bound allows.
+  sc.min_completed = sc.requests - sc.requests / 100;
+  json::array profiles;
+  for (size_t i = 0; i < ib.profiles.size(); ++i) {
+    const auto& p = ib.profiles[i];
+    const auto& a = w.profiles[i];
+    protocol::LoadProfile lp;
+    lp.kind = p.pattern == workload::ArrivalKind::kPoisson    ? protocol::LoadKind::kPoisson
+              : p.pattern == workload::ArrivalKind::kConstant ? protocol::LoadKind::kConstant
+                                                              : protocol::LoadKind::kBurst;
+    lp.concurrency = a.max_concurrency;
+    lp.rate_rps = a.rate;
+    sc.profiles.push_back(lp);
+    w.profile_names.push_back(p.name);
+    const int runner = workload::ib_profile_concurrency(ib, i, workload::IbConcurrency::kRunner);
+    if (runner != a.max_concurrency)
+      w.notes.push_back("profile '" + p.name + "': runs at the declared concurrency " +
+                        std::to_string(a.max_concurrency) +
+                        "; IB's runner reads only the profile's own and runs it at " +
+                        std::to_string(runner) + " (--ib-concurrency runner to do the same)");
+    if (p.pattern == workload::ArrivalKind::kPoisson)
+      w.notes.push_back("profile '" + p.name + "': Poisson arrivals seeded (seed " + std::to_string(seed) +
+                        ", dimension " + a.seed_dimension + "); IB's runner draws them unseeded");
+    json::object pj;
+    pj["name"] = p.name;
+    pj["pattern"] = std::string(workload::arrival_kind_name(p.pattern));
+    pj["rate_per_s"] = a.rate;
+    pj["concurrency"] = a.max_concurrency;
+    pj["ib_runner_concurrency"] = runner;
+    pj["arrival_seed_dimension"] = a.seed_dimension;
+    profiles.emplace_back(std::move(pj));
+  }
+  info["profiles"] = std::move(profiles);
+  info["size_class"] = "custom";
+  w.info = std::move(info);
+  return w;
+}
+
+namespace {
+
+// IB's model detection: the first id the target's /v1/models lists.
+std::string detect_model(const std::string& target) {
+  if (target.empty() || target == "null") return "null";
+  auto r = net::http_request(target + "/v1/models", "GET", {}, std::chrono::milliseconds{5000});
+  if (!r.ok() || r->status != 200) return "unknown";
+  auto o = json::parse_object(r->body);
+  if (!o.ok() || !o->contains("data") || !o->at("data").is_array() || o->at("data").as_array().empty())
+    return "unknown";
+  const auto& first = o->at("data").as_array()[0];
+  if (!first.is_object() || !first.as_object().contains("id") || !first.as_object().at("id").is_string())
+    return "unknown";
+  return std::string(first.as_object().at("id").as_string());
+}
+
+}  // namespace
+
+Status write_ib_json(const std::string& path, const IbRunOutput& out) {
+  report::IbReport r;
+  r.scenario = out.scenario.empty() ? "custom" : out.scenario;
+  r.name = out.name;
+  r.model_id = out.model.empty() ? detect_model(out.target) : out.model;
+  r.plumb_version = std::string(PLUMB_VERSION) + " " + PLUMB_GIT_COMMIT;
+  std::set<std::string> used;
+  for (size_t i = 0; i < out.runs.size(); ++i) {
+    std::string name = i < out.profile_names.size() && !out.profile_names[i].empty()
+                           ? out.profile_names[i]
+                           : out.runs[i]->load.arrival;
+    // Profile keys must be distinct (IB's JSON is an object keyed by name).
+    if (!used.insert(name).second) name += "_" + std::to_string(i);
+    used.insert(name);
+    r.profiles.push_back({.name = name, .run = out.runs[i], .metrics = out.metrics[i]});
+  }
+  r.plumb = out.plumb;
+  return write_file_atomic(path, json::dump_pretty(report::render_ib_metrics(r)) + "\n");
+}
+
+}  // namespace plumb::cli
