@@ -53,7 +53,8 @@ for r in get("decode"):
     b, ctx = r["batch"], r["context"]
     roof = (w_bytes + b * ctx * kv_tok) / bw * 1e3
     print(f"decode batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), roofline {roof:.3f} ms, "
-          f"ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s")
+          f"ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; without the logits copy "
+          f"{r['no_logits_median_ms']:.3f} ms (ratio {r['no_logits_median_ms']/roof:.3f})")
 for r in get("prefill"):
     T, t = r["tokens"], r["median_ms"] / 1e3
     gemm = 2 * (lin * T + V * d)                      # linear layers over T rows + lm_head for the last row

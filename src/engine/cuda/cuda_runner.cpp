@@ -43,7 +43,8 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   }
 
   static Result<std::unique_ptr<CudaModelRunner>> create(std::unique_ptr<engine::Model> model, int device,
-                                                         std::string description);
+                                                         std::string description,
+                                                         const CudaRunnerOptions& opts);
 
   int32_t vocab_size() const override { return int32_t(c_.vocab_size); }
   int64_t max_context() const override { return c_.max_context(); }
@@ -67,6 +68,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   std::string description_;
   int device_ = 0;
   int sm_count_ = 0;
+  CudaRunnerOptions opts_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 
@@ -141,7 +143,8 @@ Result<DeviceBuffer> upload_matrices(std::initializer_list<const engine::WeightM
 }
 
 Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr<engine::Model> model,
-                                                                 int device, std::string description) {
+                                                                 int device, std::string description,
+                                                                 const CudaRunnerOptions& opts) {
   const engine::ModelConfig& c = model->config();
   PLUMB_RETURN_IF_ERROR(check_fits(c, device));
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) {
@@ -151,11 +154,13 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr
   std::unique_ptr<CudaModelRunner> r(new CudaModelRunner());
   r->c_ = c;
   r->device_ = device;
+  r->opts_ = opts;
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   cudaDeviceProp prop{};
   PLUMB_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
   r->sm_count_ = prop.multiProcessorCount;
-  r->description_ = description + " on cuda:" + std::to_string(device) + " (" + prop.name + ", bf16)";
+  r->description_ =
+      std::move(description) + " on cuda:" + std::to_string(device) + " (" + prop.name + ", bf16)";
   PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasCreate(&r->cublas_));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(r->cublas_, r->stream_));
@@ -288,6 +293,10 @@ Status CudaModelRunner::validate(std::span<const scheduler::StepSeq> batch) cons
 
 Status CudaModelRunner::gemm(const DeviceBuffer& w, const uint16_t* x, float* y, int64_t T, int64_t n,
                              int64_t k, float beta) {
+  if (!opts_.reference_kernels && gemv_supports(T, k)) {
+    PLUMB_CUDA_LAUNCH(launch_gemv(w.as<uint16_t>(), x, y, T, n, k, beta, stream_));
+    return Status::Ok();
+  }
   // Column-major view: yᵀ [n, T] = W [n, k] (row-major W read transposed) · xᵀ [k, T].
   const float alpha = 1.0f;
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(T), int(k), &alpha,
@@ -308,10 +317,12 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   // The step's metadata, built once on the host: per row ids, pos, slot, row_seq; per sequence the
   // offset of its block table; the rows that want logits; the prefill rows; the decode rows; the
   // block tables. One copy to the device.
-  int64_t T = 0, R = 0, n_pre = 0, n_dec = 0, n_bt = 0, max_dec_ctx = 0;
+  const int64_t tile = prefill_tile_rows();
+  int64_t T = 0, R = 0, n_pre = 0, n_dec = 0, n_bt = 0, max_dec_ctx = 0, n_tiles = 0;
   for (const auto& in : batch) {
     const auto n = int64_t(in.tokens.size());
     T += n;
+    if (n > 1) n_tiles += (n + tile - 1) / tile;
     R += in.logits == scheduler::StepSeq::Logits::kAll    ? n
          : in.logits == scheduler::StepSeq::Logits::kLast ? 1
                                                           : 0;
@@ -320,16 +331,20 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
     n_bt += int64_t(in.block_table.size());
   }
   const int64_t o_ids = 0, o_pos = T, o_slot = 2 * T, o_rowseq = 3 * T, o_btoff = 4 * T,
-                o_lrows = o_btoff + S, o_pre = o_lrows + R, o_dec = o_pre + n_pre, o_bt = o_dec + n_dec,
-                n_meta = o_bt + n_bt;
+                o_lrows = o_btoff + S, o_pre = o_lrows + R, o_dec = o_pre + n_pre, o_tiles = o_dec + n_dec,
+                o_bt = o_tiles + 2 * n_tiles, n_meta = o_bt + n_bt;
   meta_build_.assign(size_t(n_meta), 0);
   int32_t* m = meta_build_.data();
   {
-    int64_t row = 0, lr = 0, pr = 0, dr = 0, bt = 0;
+    int64_t row = 0, lr = 0, pr = 0, dr = 0, bt = 0, ti = 0;
     for (int64_t s = 0; s < S; ++s) {
       const scheduler::StepSeq& in = batch[size_t(s)];
       const auto n = int64_t(in.tokens.size());
       m[o_btoff + s] = int32_t(bt);
+      for (int64_t j = 0; n > 1 && j < n; j += tile, ++ti) {
+        m[o_tiles + 2 * ti] = int32_t(row + j);
+        m[o_tiles + 2 * ti + 1] = int32_t(std::min(tile, n - j));
+      }
       for (int64_t j = 0; j < n; ++j, ++row) {
         const int32_t p = in.start_pos + int32_t(j);
         m[o_ids + row] = in.tokens[size_t(j)];
@@ -383,8 +398,13 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
     PLUMB_CUDA_LAUNCH(launch_qkv_rope(qkv, T, dm + o_pos, dm + o_slot, L.qkv_bias.as<float>(),
                                       L.q_norm.as<float>(), L.k_norm.as<float>(), eps, inv_freq_.as<float>(),
                                       g, kc, vc, stream_));
-    PLUMB_CUDA_LAUNCH(
-        launch_attention_rows(qkv, qkv_w, dm + o_pre, n_pre, ab, kc, vc, g, scale, attn, stream_));
+    if (opts_.reference_kernels) {
+      PLUMB_CUDA_LAUNCH(
+          launch_attention_rows(qkv, qkv_w, dm + o_pre, n_pre, ab, kc, vc, g, scale, attn, stream_));
+    } else {
+      PLUMB_CUDA_LAUNCH(
+          launch_attention_prefill(qkv, qkv_w, dm + o_tiles, n_tiles, ab, kc, vc, g, scale, attn, stream_));
+    }
     PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + o_dec, n_dec, ab, kc, vc, g, scale, n_split,
                                               partial_.as<float>(), attn, stream_));
     PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, 1.0f));
@@ -450,8 +470,10 @@ Status check_fits(const engine::ModelConfig& c, int device) {
 }
 
 Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr<engine::Model> model,
-                                                                 int device, std::string description) {
-  PLUMB_ASSIGN_OR_RETURN(auto r, CudaModelRunner::create(std::move(model), device, std::move(description)));
+                                                                 int device, std::string description,
+                                                                 const CudaRunnerOptions& opts) {
+  PLUMB_ASSIGN_OR_RETURN(auto r,
+                         CudaModelRunner::create(std::move(model), device, std::move(description), opts));
   return std::unique_ptr<scheduler::ModelRunner>(std::move(r));
 }
 

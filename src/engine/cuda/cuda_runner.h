@@ -33,9 +33,16 @@ int64_t weight_bytes(const engine::ModelConfig& c);
 // set. InvalidArgument naming the devices there are, or ResourceExhausted naming both sizes.
 Status check_fits(const engine::ModelConfig& c, int device);
 
+struct CudaRunnerOptions {
+  // The plain kernels only: cuBLAS for every GEMM (no decode GEMV) and the one-warp-per-row
+  // attention kernel for prefill (no tensor-core kernel). What the fast kernels are tested against.
+  bool reference_kernels = false;
+};
+
 // Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.
 // Unimplemented for quantized weights (int8/int4 are CPU-only) or a head_dim other than 64, 128, 256.
 Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr<engine::Model> model,
-                                                                 int device, std::string description);
+                                                                 int device, std::string description,
+                                                                 const CudaRunnerOptions& opts = {});
 
 }  // namespace plumb::cuda

@@ -66,6 +66,19 @@ cudaError_t launch_attention_decode(const float* q, int64_t q_stride, const int3
                                     const AttnGeometry& g, float scale, int32_t n_split, float* partial,
                                     uint16_t* out, cudaStream_t stream);
 
+// attention_prefill.cu: the tensor-core prefill kernel. tiles: [n_tiles, 2] (first row, rows) of
+// up to prefill_tile_rows() consecutive rows of one sequence each; q, out as above.
+int32_t prefill_tile_rows();
+cudaError_t launch_attention_prefill(const float* q, int64_t q_stride, const int32_t* tiles, int64_t n_tiles,
+                                     const AttnBatch& b, const uint16_t* k_cache, const uint16_t* v_cache,
+                                     const AttnGeometry& g, float scale, uint16_t* out, cudaStream_t stream);
+
+// gemv.cu: y[t, :] = x[t, :] · W[n, k]ᵀ + beta · y[t, :] for decode-sized T. x: bf16 [T, k]; W: bf16
+// [n, k]; y: f32 [T, n] (not read when beta == 0). gemv_supports: T in [1, 8] and k % 8 == 0.
+bool gemv_supports(int64_t T, int64_t k);
+cudaError_t launch_gemv(const uint16_t* w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
+                        float beta, cudaStream_t stream);
+
 // swiglu.cu: out[t, i] = bf16(silu(gu[t, i]) * gu[t, ff + i]). gu: f32 [T, 2 ff] (gate then up);
 // out: bf16 [T, ff].
 cudaError_t launch_swiglu(const float* gu, int64_t T, int64_t ff, uint16_t* out, cudaStream_t stream);

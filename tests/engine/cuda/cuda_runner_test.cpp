@@ -239,8 +239,7 @@ TEST(CudaRunner, ShippedModelGreedyTokensMatchCpu) {
   const int64_t V = r.cpu->vocab_size();
   const int n_new = 32;
   int64_t same = 0, total = 0;
-  for (const char* text :
-       {"Once upon a time", "Q: What is 2 + 3? A:", "The capital of", "Alice has a pet"}) {
+  for (const char* text : {"Once upon a time", "Q: What is 2 + 3? A:", "The capital of", "Alice has a pet"}) {
     std::vector<int32_t> ids = (*tok)->encode(text);
     std::vector<int32_t> out[2];
     ModelRunner* runners[2] = {r.cpu.get(), r.gpu.get()};
@@ -302,6 +301,48 @@ TEST(CudaRunner, BatchInvariance) {
   Diff d;
   for (size_t i = 0; i < alone.size(); ++i) d.add(alone[i], mixed[i], V);
   report("batch invariance (alone vs with two batch-mates)", d);
+  EXPECT_LE(d.rel(), kBatchTol);
+}
+
+// The fast kernels (tensor-core prefill attention, decode GEMV) against the plain ones (the
+// one-warp-per-row attention, cuBLAS for every GEMM) on the same weights and steps: prompts of
+// several 64-row tiles in two chunks, then decode steps of a batch of three.
+TEST(CudaRunner, FastKernelsMatchReferenceKernels) {
+  SKIP_WITHOUT_GPU();
+  auto fast = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "fast");
+  CudaRunnerOptions ro;
+  ro.reference_kernels = true;
+  auto ref = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "reference", ro);
+  ASSERT_TRUE(fast.ok() && ref.ok());
+  ASSERT_TRUE((*fast)->init_kv(64, 16).ok() && (*ref)->init_kv(64, 16).ok());
+  const int64_t V = (*fast)->vocab_size();
+  Rng rng(9);
+  std::vector<Seq> seqs(3);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int t = 0; t < 150 + 40 * int(i); ++t) seqs[i].tokens.push_back(int32_t(rng.next_u64() % 2048));
+    for (int b = 0; b < 16; ++b) seqs[i].block_table.push_back(int32_t(i) * 16 + 15 - b);
+    seqs[i].logits = StepSeq::Logits::kAll;
+  }
+  Diff d;
+  // Prefill: the first 100 tokens of each, then the rest over the cached prefix.
+  std::vector<Seq> part = seqs;
+  for (auto& s : part) s.tokens.resize(100);
+  d.add(run(**ref, part), run(**fast, part), V);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    part[i].start_pos = 100;
+    part[i].tokens.assign(seqs[i].tokens.begin() + 100, seqs[i].tokens.end());
+  }
+  auto last = run(**ref, part);
+  d.add(last, run(**fast, part), V);
+  for (int step = 0; step < 6; ++step) {
+    for (auto& s : part) {
+      s.start_pos += int32_t(s.tokens.size());
+      s.tokens = {int32_t(rng.next_u64() % 2048)};
+      s.logits = StepSeq::Logits::kLast;
+    }
+    d.add(run(**ref, part), run(**fast, part), V);
+  }
+  report("fast vs reference kernels (llama3-gqa dummy)", d);
   EXPECT_LE(d.rel(), kBatchTol);
 }
 
