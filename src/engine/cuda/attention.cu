@@ -166,14 +166,14 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (p0 + u < end) mx = fmaxf(mx, s[u]);
-      const float corr = expf(m[hh] - mx);
+      const float corr = __expf(m[hh] - mx);
       l[hh] *= corr;
 #pragma unroll
       for (int e = 0; e < EPL; ++e) acc[hh][e] *= corr;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (p0 + u >= end) continue;
-        const float pu = expf(s[u] - mx);
+        const float pu = __expf(s[u] - mx);
         l[hh] += pu;
 #pragma unroll
         for (int e = 0; e < EPL; ++e) acc[hh][e] += pu * v[u][e];
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     float L = 0.0f, A = 0.0f;
     for (int w = 0; w < kDecodeWarps; ++w) {
       if (sm_m[w][hh] == -INFINITY) continue;
-      const float f = expf(sm_m[w][hh] - M);
+      const float f = __expf(sm_m[w][hh] - M);
       L += sm_l[w][hh] * f;
       A += sm_acc[w][hh][d] * f;
     }
@@ -216,7 +216,7 @@ __global__ void attention_combine_kernel(const int32_t* rows, AttnGeometry g, in
     for (int s = 0; s < n_split; ++s) {
       const float ms = base[s * (hd + 2) + hd];
       if (ms == -INFINITY) continue;
-      const float f = expf(ms - M);
+      const float f = __expf(ms - M);
       L += base[s * (hd + 2) + hd + 1] * f;
       A += base[s * (hd + 2) + d] * f;
     }
@@ -276,16 +276,28 @@ cudaError_t launch_attention_decode(const float* q, int64_t q_stride, const int3
   const auto* kc = reinterpret_cast<const __nv_bfloat16*>(k_cache);
   const auto* vc = reinterpret_cast<const __nv_bfloat16*>(v_cache);
   auto* o = reinterpret_cast<__nv_bfloat16*>(out);
+  // The kernel's head arrays are sized by MAXG: the exact GQA group where it is a small power of
+  // two keeps registers (and so occupancy) to what the model needs.
+  const int group = g.n_heads / g.n_kv_heads;
+#define PLUMB_DECODE(EPL, G) \
+  decode<EPL, G>(q, q_stride, rows, n_rows, b, kc, vc, g, scale, n_split, partial, o, stream)
   switch (g.head_dim) {
     case 64:
-      return decode<2, 8>(q, q_stride, rows, n_rows, b, kc, vc, g, scale, n_split, partial, o, stream);
+      return group == 1   ? PLUMB_DECODE(2, 1)
+             : group == 2 ? PLUMB_DECODE(2, 2)
+             : group == 4 ? PLUMB_DECODE(2, 4)
+                          : PLUMB_DECODE(2, 8);
     case 128:
-      return decode<4, 8>(q, q_stride, rows, n_rows, b, kc, vc, g, scale, n_split, partial, o, stream);
+      return group == 1   ? PLUMB_DECODE(4, 1)
+             : group == 2 ? PLUMB_DECODE(4, 2)
+             : group == 4 ? PLUMB_DECODE(4, 4)
+                          : PLUMB_DECODE(4, 8);
     case 256:
-      return decode<8, 4>(q, q_stride, rows, n_rows, b, kc, vc, g, scale, n_split, partial, o, stream);
+      return group == 1 ? PLUMB_DECODE(8, 1) : group == 2 ? PLUMB_DECODE(8, 2) : PLUMB_DECODE(8, 4);
     default:
       return cudaErrorInvalidValue;
   }
+#undef PLUMB_DECODE
 }
 
 }  // namespace plumb::cuda

@@ -111,9 +111,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (!valid || k0 + lane + 32 > qpos) s1 = -INFINITY;
       const float m_old = Ms[row], m_new = fmaxf(m_old, warp_max(fmaxf(s0, s1)));
       const bool live = m_new != -INFINITY;
-      const float e0 = live && s0 != -INFINITY ? expf(s0 - m_new) : 0.0f;
-      const float e1 = live && s1 != -INFINITY ? expf(s1 - m_new) : 0.0f;
-      const float corr = live && m_old != -INFINITY ? expf(m_old - m_new) : (live ? 0.0f : 1.0f);
+      const float e0 = live && s0 != -INFINITY ? __expf(s0 - m_new) : 0.0f;
+      const float e1 = live && s1 != -INFINITY ? __expf(s1 - m_new) : 0.0f;
+      const float corr = live && m_old != -INFINITY ? __expf(m_old - m_new) : (live ? 0.0f : 1.0f);
       const float sum = warp_sum(e0 + e1);
       Pw[r * L::ldp + lane] = __float2bfloat16(e0);
       Pw[r * L::ldp + lane + 32] = __float2bfloat16(e1);

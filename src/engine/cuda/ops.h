@@ -74,7 +74,8 @@ cudaError_t launch_attention_prefill(const float* q, int64_t q_stride, const int
                                      const AttnGeometry& g, float scale, uint16_t* out, cudaStream_t stream);
 
 // gemv.cu: y[t, :] = x[t, :] · W[n, k]ᵀ + beta · y[t, :] for decode-sized T. x: bf16 [T, k]; W: bf16
-// [n, k]; y: f32 [T, n] (not read when beta == 0). gemv_supports: T in [1, 8] and k % 8 == 0.
+// [n, k]; y: f32 [T, n] (not read when beta == 0). gemv_supports: T in [1, 2] (where it beats cuBLAS) and k %
+// 8 == 0.
 bool gemv_supports(int64_t T, int64_t k);
 cudaError_t launch_gemv(const uint16_t* w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
                         float beta, cudaStream_t stream);
