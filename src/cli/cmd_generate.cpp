@@ -1,7 +1,10 @@
 // `plumb generate`: run the reference engine on one prompt and stream the text.
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cli/command.h"
@@ -11,6 +14,7 @@
 #include "core/log.h"
 #include "engine/generate.h"
 #include "engine/model.h"
+#include "engine/scheduler/llm_engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -35,6 +39,85 @@ struct GenerateArgs {
 int fail(int code, const Status& s) {
   std::cerr << "plumb generate: " << s.to_string() << "\n";
   return code;
+}
+
+// A device other than the CPU: the prompt runs through the serving engine (engine/scheduler/) over
+// the runner scheduler::make_runner builds, with the default preset's settings. Streams the text as
+// run() does and reports prefill and decode speed from the request's server-side timings.
+int run_on_device(const GenerateArgs& a, std::unique_ptr<engine::Model> model,
+                  const std::vector<int32_t>& ids, engine::TextStream& stream,
+                  const std::vector<int32_t>& eos_ids, double load_s) {
+  scheduler::LlmEngineConfig c;
+  c.device = a.model.device;
+  c.kv_block_size = a.block_size;
+  const int64_t context = model->config().max_context();
+  c.kv_cache_tokens = std::min<int64_t>(c.kv_cache_tokens, context);
+  c.kv_cache_tokens = std::max<int64_t>(c.kv_cache_tokens, a.block_size);
+  auto eff = scheduler::normalize(c, context);
+  if (!eff.ok()) return fail(kExitUsage, eff.status());
+  log::info("event=settings effective={}", scheduler::llm_engine_config_json(*eff));
+  const std::string name = a.model.model_config.empty() ? a.model.model_dir : a.model.model_config;
+  auto runner =
+      scheduler::make_runner(a.model.device_spec(), std::move(model), name.empty() ? "plumb-tiny" : name);
+  if (!runner.ok()) return fail(kExitError, runner.status());
+  const std::string described = (*runner)->describe();
+  auto engine = scheduler::LlmEngine::create(*eff, std::move(runner).value());
+  if (!engine.ok()) return fail(kExitError, engine.status());
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<scheduler::TokenEvent> events;
+  scheduler::GenerationRequest req;
+  req.prompt = ids;
+  req.sampling.temperature = a.temperature;
+  req.sampling.top_p = a.top_p;
+  req.sampling.top_k = a.top_k;
+  req.sampling.seed = a.seed;
+  req.sampling.max_tokens = a.max_tokens;
+  req.sampling.ignore_eos = a.ignore_eos;
+  req.sampling.stop_token_ids = eos_ids;
+  req.sink = [&](scheduler::TokenEvent&& ev) {
+    std::lock_guard lock(mu);
+    events.push_back(std::move(ev));
+    cv.notify_one();
+  };
+  auto id = (*engine)->submit(std::move(req));
+  if (!id.ok())
+    return fail(id.status().code() == Code::kInvalidArgument ? kExitUsage : kExitError, id.status());
+  int64_t generated = 0;
+  scheduler::TokenEvent last;
+  for (bool done = false; !done;) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !events.empty(); });
+    scheduler::TokenEvent ev = std::move(events.front());
+    events.pop_front();
+    lock.unlock();
+    for (int32_t t : ev.tokens) {
+      const std::string text = stream.push(t);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    std::fflush(stdout);
+    generated += int64_t(ev.tokens.size());
+    done = ev.finished;
+    if (done) last = std::move(ev);
+  }
+  const std::string tail = stream.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::cout << "\n";
+  (*engine)->stop();
+  if (last.reason == scheduler::FinishReason::kError) return fail(kExitError, last.error);
+  const double prefill_ms = last.timings.prefill_ms(), decode_ms = last.timings.decode_ms();
+  std::cout << "---\n"
+            << "model: " << described << ", loaded in " << load_s << " s\n"
+            << "prompt tokens: " << ids.size() << "\n"
+            << "generated tokens: " << generated << " (finish: " << scheduler::finish_reason_name(last.reason)
+            << ")\n"
+            << "prefill: " << (prefill_ms > 0 ? double(ids.size()) / (prefill_ms / 1e3) : 0.0)
+            << " tokens/s (" << prefill_ms << " ms, queue and first token included)\n"
+            << "decode: " << (decode_ms > 0 ? double(generated - 1) / (decode_ms / 1e3) : 0.0)
+            << " tokens/s (" << decode_ms << " ms for " << (generated > 0 ? generated - 1 : 0)
+            << " tokens)\n";
+  return kExitOk;
 }
 
 int run(const GenerateArgs& a) {
@@ -89,6 +172,16 @@ int run(const GenerateArgs& a) {
       return fail(kExitUsage, invalid_argument("no tokenizer, and the vocabulary is too small for bytes"));
     }
     ids = byte_encode(a.prompt);
+  }
+
+  if (a.model.device_spec().kind != scheduler::Device::Kind::kCpu) {
+    std::vector<int32_t> eos;
+    for (int64_t e : model->config().eos_token_ids) eos.push_back(int32_t(e));
+    if (tok) {
+      for (int32_t e : tok->eos_ids()) eos.push_back(e);
+    }
+    auto text = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
+    return run_on_device(a, std::move(model), ids, *text, eos, load_s);
   }
 
   GenerateOptions go;

@@ -163,6 +163,7 @@ int run(const ServeArgs& a) {
     if (a.max_queue) c.max_queue = *a.max_queue;
     if (a.threads) c.threads = *a.threads;
     if (a.kernels) c.kernels = *a.kernels;
+    c.device = a.model.device;
     std::vector<std::string> notes;
     auto eff = scheduler::normalize(c, cfg->max_context(), &notes);
     if (!eff.ok()) return fail(kExitUsage, eff.status());
@@ -179,7 +180,9 @@ int run(const ServeArgs& a) {
                        std::to_string(cfg->num_hidden_layers) + " layers, " +
                        std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
                        ", quantization " + model->weights().quantization().name() + ")";
-    auto e = scheduler::LlmEngine::create(*eff, scheduler::make_model_runner(std::move(model), desc));
+    auto runner = scheduler::make_runner(a.model.device_spec(), std::move(model), desc);
+    if (!runner.ok()) return fail(kExitError, runner.status());
+    auto e = scheduler::LlmEngine::create(*eff, std::move(runner).value());
     if (!e.ok()) return fail(kExitError, e.status());
     backend = std::move(e).value();
     summary = "preset " + a.preset +

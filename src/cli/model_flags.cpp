@@ -25,6 +25,10 @@ void ModelFlags::add_to(CLI::App* cmd) {
   cmd->add_flag("--check-weights", check_weights,
                 "scan every weight for NaN/Inf before loading; a bad one fails the command naming the tensor "
                 "and the element (dummy weights are generated finite and not scanned)");
+  cmd->add_option("--device", device,
+                  "where the model runs: cpu | cuda | cuda:N (an NVIDIA GPU; needs a build with CUDA, "
+                  "docs/cuda.md)")
+      ->capture_default_str();
 }
 
 Status ModelFlags::check() const {
@@ -39,7 +43,26 @@ Status ModelFlags::check() const {
   if (auto d = engine::parse_weight_dtype(dtype); !d.ok()) return d.status().with_context("--dtype");
   if (auto q = engine::parse_quantization(quantization); !q.ok())
     return q.status().with_context("--quantization");
+  auto dev = scheduler::parse_device(device);
+  if (!dev.ok()) return dev.status().with_context("--device");
+  if (dev->kind == scheduler::Device::Kind::kCuda) {
+    if (!scheduler::cuda_built()) {
+      return failed_precondition("--device " + device +
+                                 ": plumb was built without CUDA; rebuild on a machine with the CUDA toolkit "
+                                 "(nvcc in /usr/local/cuda/bin or CMAKE_CUDA_COMPILER) with -DPLUMB_CUDA=on "
+                                 "(docs/cuda.md)");
+    }
+    if (quantization != "none") {
+      return invalid_argument("--quantization " + quantization +
+                              " is CPU-only: the CUDA runner takes bf16 weights");
+    }
+  }
   return Status::Ok();
+}
+
+scheduler::Device ModelFlags::device_spec() const {
+  auto dev = scheduler::parse_device(device);
+  return dev.ok() ? *dev : scheduler::Device{};
 }
 
 Result<std::string> ModelFlags::folder() const {

@@ -1,6 +1,6 @@
 // The model-choosing flags `plumb serve` and `plumb generate` share (--model, --model-config,
-// --load-format, --dtype, --quantization), their checks, and loading the model they name: one
-// place, so the two commands cannot drift apart.
+// --load-format, --dtype, --quantization, --device), their checks, and loading the model they
+// name: one place, so the two commands cannot drift apart.
 //
 // Which model: --model DIR (a Hugging Face folder), or --model-config NAME --load-format dummy (a
 // shipped config under models/configs/ on seeded random weights), or neither: the shipped small
@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "core/status.h"
 #include "engine/model.h"
+#include "engine/scheduler/model_runner.h"
 
 namespace plumb::cli {
 
@@ -24,13 +25,18 @@ struct ModelFlags {
   std::string dtype = "auto";         // --dtype: linear weights in memory
   std::string quantization = "none";  // --quantization: none | int8 | int4 | int4-g64
   bool check_weights = false;         // --check-weights: scan the safetensors for NaN/Inf before loading
+  std::string device = "cpu";         // --device: cpu | cuda | cuda:N (scheduler::make_runner)
 
   // Adds the six options to `cmd` (the help text of each names its values and default).
   void add_to(CLI::App* cmd);
 
   // Usage errors (InvalidArgument naming the flag): --model with --model-config, an unknown
-  // --load-format, --model-config without --load-format dummy, a bad --dtype or --quantization.
+  // --load-format, --model-config without --load-format dummy, a bad --dtype, --quantization or
+  // --device, --quantization with a CUDA device; FailedPrecondition for --device cuda in a build
+  // without CUDA (the message says how to build with it).
   Status check() const;
+  // The parsed --device (after check()).
+  scheduler::Device device_spec() const;
 
   // The folder with the tokenizer (and weights unless dummy): --model, the shipped model when
   // neither flag is given (NotFound saying what to pass if it is missing), or "" for --model-config.

@@ -230,9 +230,11 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
   }
   const int64_t ctx_len = model->config().max_context();
   PLUMB_ASSIGN_OR_RETURN(auto eff, scheduler::normalize(cfg, ctx_len));
+  // The CPU kernels are what the loop profiles and swaps: the runner is the CPU one.
+  PLUMB_ASSIGN_OR_RETURN(auto runner,
+                         scheduler::make_runner(scheduler::Device{}, std::move(model), "profile"));
   PLUMB_ASSIGN_OR_RETURN(
-      auto eng, scheduler::LlmEngine::create(eff, scheduler::make_model_runner(std::move(model), "profile"),
-                                             scheduler::LlmEngine::Mode::kThread));
+      auto eng, scheduler::LlmEngine::create(eff, std::move(runner), scheduler::LlmEngine::Mode::kThread));
 
   std::vector<Job> jobs;
   for (size_t i = 0; i < requests.size(); ++i) {

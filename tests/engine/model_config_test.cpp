@@ -54,6 +54,7 @@ TEST(ModelConfig, ShippedConfigsMatchPublishedModels) {
       {"tinyllama-1.1b", Architecture::kLlama, 1100048384, 32, 4, 64, 22},
       {"qwen3-0.6b", Architecture::kQwen3, 596049920, 16, 8, 128, 28},
       {"mistral-7b", Architecture::kMistral, 7241732096, 32, 8, 128, 32},
+      {"llama-3-8b", Architecture::kLlama, 8030261248, 32, 8, 128, 32},
   };
   for (const auto& s : all) {
     SCOPED_TRACE(s.name);

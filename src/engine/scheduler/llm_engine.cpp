@@ -42,6 +42,11 @@ Result<LlmEngineConfig> normalize(const LlmEngineConfig& requested, int64_t mode
     return invalid_argument("scheduling policy '" + c.scheduling_policy + "' is not supported (fcfs)");
   }
   if (model_context < 2) return invalid_argument("model context must be >= 2 tokens");
+  PLUMB_ASSIGN_OR_RETURN(Device device, parse_device(c.device));
+  if (device.name() != c.device) {
+    note("device " + c.device + " is " + device.name());
+    c.device = device.name();
+  }
   if (!c.enable_chunked_prefill && c.max_num_batched_tokens < model_context) {
     note("max_num_batched_tokens raised from " + std::to_string(c.max_num_batched_tokens) +
          " to the context " + std::to_string(model_context) +
@@ -74,6 +79,7 @@ std::string llm_engine_config_json(const LlmEngineConfig& c) {
   o["max_queue"] = c.max_queue;
   o["threads"] = c.threads;
   o["kernels"] = c.kernels;
+  o["device"] = c.device;
   return json::dump(o);
 }
 

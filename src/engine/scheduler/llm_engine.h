@@ -49,7 +49,8 @@ struct LlmEngineConfig {
   // Model-side knobs, carried here so one struct is the whole effective setting; the caller uses
   // them to build the ModelRunner (the engine does not read them).
   int32_t threads = 0;           // compute threads; 0 = all cores
-  std::string kernels = "auto";  // kernel selection: "auto", "reference" or a file
+  std::string kernels = "auto";  // kernel selection: "auto", "reference" or a file (CPU runner)
+  std::string device = "cpu";    // where the runner computes: cpu | cuda | cuda:N (model_runner.h)
 };
 
 // "naive": one request at a time, no prefix caching, no chunked prefill, reference kernels (the
@@ -60,7 +61,8 @@ Result<LlmEngineConfig> llm_engine_preset(const std::string& name);
 // that make no sense (< 1, unknown policy); adjustments are listed in `notes`:
 //  - without chunked prefill the batch budget is raised to the context (a whole prompt must fit);
 //  - prefill_chunk_size is capped at max_num_batched_tokens;
-//  - kv_cache_tokens is rounded up to whole blocks.
+//  - kv_cache_tokens is rounded up to whole blocks;
+//  - device is written in its normalized form ("cuda" -> "cuda:0").
 Result<LlmEngineConfig> normalize(const LlmEngineConfig& requested, int64_t model_context,
                                   std::vector<std::string>* notes = nullptr);
 // The settings as a JSON object text.

@@ -4,6 +4,9 @@
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#ifdef PLUMB_HAVE_CUDA
+#include "engine/cuda/cuda_runner.h"
+#endif
 
 namespace plumb::scheduler {
 namespace {
@@ -63,6 +66,43 @@ class EngineModelRunner final : public ModelRunner {
 std::unique_ptr<ModelRunner> make_model_runner(std::unique_ptr<engine::Model> model,
                                                std::string description) {
   return std::make_unique<EngineModelRunner>(std::move(model), std::move(description));
+}
+
+std::string Device::name() const { return kind == Kind::kCpu ? "cpu" : "cuda:" + std::to_string(index); }
+
+Result<Device> parse_device(const std::string& s) {
+  Device d;
+  if (s == "cpu") return d;
+  d.kind = Device::Kind::kCuda;
+  if (s == "cuda") return d;
+  const std::string prefix = "cuda:";
+  if (s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 && s.size() - prefix.size() <= 4 &&
+      s.find_first_not_of("0123456789", prefix.size()) == std::string::npos) {
+    d.index = std::stoi(s.substr(prefix.size()));
+    return d;
+  }
+  return invalid_argument("device '" + s + "' is not one of: cpu, cuda, cuda:N (N a device ordinal)");
+}
+
+bool cuda_built() {
+#ifdef PLUMB_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
+                                                 std::string description) {
+  if (device.kind == Device::Kind::kCpu) return make_model_runner(std::move(model), std::move(description));
+#ifdef PLUMB_HAVE_CUDA
+  return cuda::make_cuda_runner(std::move(model), device.index, std::move(description));
+#else
+  return failed_precondition("device " + device.name() +
+                             ": plumb was built without CUDA; rebuild on a machine with the CUDA toolkit "
+                             "(nvcc in /usr/local/cuda/bin or CMAKE_CUDA_COMPILER) with -DPLUMB_CUDA=on "
+                             "(docs/cuda.md)");
+#endif
 }
 
 }  // namespace plumb::scheduler

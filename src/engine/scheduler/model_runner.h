@@ -52,4 +52,27 @@ class ModelRunner {
 // `description` is what describe() returns (e.g. the model's name and kernels).
 std::unique_ptr<ModelRunner> make_model_runner(std::unique_ptr<engine::Model> model, std::string description);
 
+// Where a runner computes: the CPU, or CUDA device `index` (engine/cuda/, docs/cuda.md).
+struct Device {
+  enum class Kind : uint8_t { kCpu, kCuda } kind = Kind::kCpu;
+  int32_t index = 0;  // CUDA device ordinal; 0 for the CPU
+  // "cpu" or "cuda:N": the normalized name, as the effective settings carry it.
+  std::string name() const;
+};
+
+// "cpu" | "cuda" (device 0) | "cuda:N". InvalidArgument naming the accepted forms otherwise.
+Result<Device> parse_device(const std::string& s);
+
+// Whether this build carries the CUDA runner (CMake found nvcc: PLUMB_CUDA=auto|on).
+bool cuda_built();
+
+// The runner factory every command uses (serve, generate, bench's launched server, the kernel
+// loop): the CPU runner (make_model_runner) or the CUDA runner on device.index. Errors:
+// FailedPrecondition for CUDA in a build without it (saying how to build with it); for CUDA,
+// InvalidArgument for a device that does not exist, ResourceExhausted when the weights do not
+// fit (naming both sizes), Unimplemented for what the CUDA runner does not support (quantized
+// weights). The model is consumed either way.
+Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
+                                                 std::string description);
+
 }  // namespace plumb::scheduler

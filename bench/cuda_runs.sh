@@ -1,0 +1,70 @@
+#!/bin/bash
+# The CUDA runner's figures, in one call on the device host, from the repository root with
+# .dev/cuda_bundle.tar.xz (bench/cuda_bundle.sh) carried along:
+#  1. the GPU tests (tests/engine/cuda: logits against the CPU runner, greedy tokens, batch
+#     invariance, refusals) and `plumb generate --device cuda` beside `--device cpu`;
+#  2. the device's ceilings (bench/cuda_ceilings.py: device-to-device copy bandwidth, bf16 GEMM peak);
+#  3. bench/cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16
+#     weights): decode step time at batch 1/8/64 after 1,024-token prompts, prefill of 8,192 tokens;
+#  4. the ratios: decode step time over its HBM roofline (the bytes a step reads: every weight but
+#     the embedding table, plus the KV of every sequence, over the measured copy bandwidth), and
+#     prefill FLOP/s over the measured GEMM peak;
+#  5. compute-sanitizer memcheck over a subset of the GPU tests.
+# Usage: bench/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was built in (it
+# finds models/ there): linked to this checkout when it does not exist here. Outputs under $OUT.
+set -u
+R=$(pwd)
+O=${OUT:-$R/.dev/out}
+mkdir -p "$O"
+tar xJf .dev/cuda_bundle.tar.xz -C /tmp
+B=/tmp/cbundle
+if [ -n "${1:-}" ] && [ ! -e "$1" ]; then mkdir -p "$(dirname "$1")" && ln -s "$R" "$1"; fi
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$O/device.txt"
+export PLUMB_MODELS_DIR=$R/models
+
+echo "== 1. GPU tests"
+"$B/cuda_runner_test" --gtest_color=no 2>&1 | tee "$O/gpu_tests.txt" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED|measured) |FAILED|Failure|error" | cut -c1-240
+for dev in cpu cuda; do
+  echo "-- plumb generate --device $dev"
+  "$B/plumb" generate --device $dev --prompt "Q: What is 2 + 3?" --chat --max-tokens 24 --temperature 0 2>&1 | tail -7
+done | tee "$O/generate.txt"
+
+echo "== 2. ceilings"
+python3 bench/cuda_ceilings.py | tee "$O/ceilings.jsonl"
+
+echo "== 3. Llama-3-8B shape, dummy bf16 weights"
+"$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,8,64 \
+  --prefill 8192 | tee "$O/bench.jsonl"
+
+echo "== 4. ratios"
+python3 - "$O" <<'PY' | tee "$O/summary.txt"
+import json, sys
+o = sys.argv[1]
+rows = [json.loads(l) for f in ("ceilings.jsonl", "bench.jsonl") for l in open(f"{o}/{f}") if l.startswith("{")]
+get = lambda m: [r for r in rows if r["measure"] == m]
+bw = get("copy")[0]["bytes_per_s"]; peak = get("gemm")[0]["flops_per_s"]
+V, d, ff, L, nh, nkv, hd = 128256, 4096, 14336, 32, 32, 8, 128
+lin = L * ((nh + 2 * nkv) * hd * d + d * nh * hd + 3 * ff * d)           # linear weights per token
+w_bytes = 2 * (lin + V * d) + 4 * (L * 2 * d + d)                        # + lm_head, norms; no embedding
+kv_tok = 2 * L * nkv * hd * 2                                            # bf16 K and V, bytes per token
+print(f"device {get('copy')[0]['device']}: copy {bw/1e12:.3f} TB/s, bf16 GEMM {peak/1e12:.1f} TFLOP/s")
+print(f"weights read per step (no embedding) {w_bytes/1e9:.3f} GB, KV {kv_tok/1e3:.0f} kB per token of context")
+for r in get("decode"):
+    b, ctx = r["batch"], r["context"]
+    roof = (w_bytes + b * ctx * kv_tok) / bw * 1e3
+    roof_nl = (w_bytes - 2 * V * d + b * ctx * kv_tok) / bw * 1e3   # a step with no logits skips lm_head
+    print(f"decode batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), roofline {roof:.3f} ms, "
+          f"ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; with no logits (no lm_head, no copy) "
+          f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f})")
+for r in get("prefill"):
+    T, t = r["tokens"], r["median_ms"] / 1e3
+    gemm = 2 * (lin * T + V * d)                      # linear layers over T rows + lm_head for the last row
+    attn = 4 * (T * (T + 1) / 2) * nh * hd * L        # QK and PV over the causal triangle
+    print(f"prefill {T} tokens: {r['median_ms']:.1f} ms = {T/t:.0f} tok/s; GEMM FLOPs {gemm/t/1e12:.1f} TFLOP/s = "
+          f"{gemm/t/peak:.3f} of peak; with attention {(gemm+attn)/t/1e12:.1f} TFLOP/s = {(gemm+attn)/t/peak:.3f}")
+PY
+
+echo "== 5. compute-sanitizer memcheck (small models)"
+timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/cuda_runner_test" --gtest_color=no \
+  --gtest_filter='*Qwen2*:*HeadDim256*:*BatchInvariance*:*BadInput*' > "$O/memcheck.txt" 2>&1
+echo "memcheck rc=$? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$O/memcheck.txt") problem lines); $(grep 'ERROR SUMMARY' "$O/memcheck.txt" | tail -1)"

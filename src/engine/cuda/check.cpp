@@ -1,0 +1,21 @@
+#include "engine/cuda/check.h"
+
+#include <string>
+
+namespace plumb::cuda {
+
+Status cuda_status(cudaError_t e, const char* call, const char* file, int line) {
+  std::string msg = std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                    ") in " + call + " at " + file + ":" + std::to_string(line);
+  if (e == cudaErrorMemoryAllocation) return resource_exhausted(msg);
+  return internal_error(msg);
+}
+
+Status cublas_status(cublasStatus_t s, const char* call, const char* file, int line) {
+  std::string msg = std::string("cuBLAS error ") + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) +
+                    ") in " + call + " at " + file + ":" + std::to_string(line);
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) return resource_exhausted(msg);
+  return internal_error(msg);
+}
+
+}  // namespace plumb::cuda

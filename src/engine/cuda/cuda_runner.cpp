@@ -1,0 +1,480 @@
+#include "engine/cuda/cuda_runner.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/ops.h"
+#include "engine/kernels/packed.h"
+
+namespace plumb::cuda {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(1LL << 30));
+  return buf;
+}
+
+// Device memory kept free beside the weights for the KV cache's minimum and the step workspace.
+constexpr int64_t kWorkingSetReserve = 512LL << 20;
+
+struct DeviceLayer {
+  DeviceBuffer qkv_w;                  // bf16 [(nh + 2 nkv) hd, d]: q_proj, k_proj, v_proj rows
+  DeviceBuffer o_w;                    // bf16 [d, nh hd]
+  DeviceBuffer gu_w;                   // bf16 [2 ff, d]: gate_proj rows, then up_proj rows
+  DeviceBuffer down_w;                 // bf16 [d, ff]
+  DeviceBuffer input_norm, post_norm;  // f32 [d]
+  DeviceBuffer q_norm, k_norm;         // f32 [hd]; empty unless qk_norm
+  DeviceBuffer qkv_bias;               // f32 [(nh + 2 nkv) hd]; empty without attention_bias
+};
+
+class CudaModelRunner final : public scheduler::ModelRunner {
+ public:
+  ~CudaModelRunner() override {
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  static Result<std::unique_ptr<CudaModelRunner>> create(std::unique_ptr<engine::Model> model, int device,
+                                                         std::string description,
+                                                         const CudaRunnerOptions& opts);
+
+  int32_t vocab_size() const override { return int32_t(c_.vocab_size); }
+  int64_t max_context() const override { return c_.max_context(); }
+  int64_t kv_bytes_per_token() const override {
+    return 2 * c_.num_hidden_layers * c_.num_key_value_heads * c_.head_dim * int64_t(sizeof(uint16_t));
+  }
+  std::string describe() const override { return description_; }
+  Status init_kv(int32_t num_blocks, int32_t block_size) override;
+  Status forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) override;
+
+ private:
+  CudaModelRunner() = default;
+  Status upload(const engine::Model& model);
+  Status reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats);
+  Status validate(std::span<const scheduler::StepSeq> batch) const;
+  // y[T, n] = x[T, k] · W[n, k]ᵀ + beta · y (bf16 inputs, float32 accumulate and output).
+  Status gemm(const DeviceBuffer& w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
+              float beta);
+
+  engine::ModelConfig c_;
+  std::string description_;
+  int device_ = 0;
+  int sm_count_ = 0;
+  CudaRunnerOptions opts_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+
+  DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
+  bool tied_ = false;
+  std::vector<DeviceLayer> layers_;
+
+  // Paged KV cache (bf16), one allocation each for K and V over all layers.
+  DeviceBuffer k_cache_, v_cache_;
+  int32_t num_blocks_ = 0, block_size_ = 0;
+
+  // Step workspace, grown to the largest step seen.
+  int64_t cap_rows_ = 0, cap_logit_rows_ = 0, cap_meta_ = 0, cap_partial_ = 0;
+  DeviceBuffer x_;        // f32 [T, d]       residual stream
+  DeviceBuffer h_;        // bf16 [T, d]      normed input of a block (and of lm_head)
+  DeviceBuffer qkv_;      // f32 [T, (nh + 2 nkv) hd]
+  DeviceBuffer attn_;     // bf16 [T, nh hd]  attention output
+  DeviceBuffer gu_;       // f32 [T, 2 ff]
+  DeviceBuffer act_;      // bf16 [T, ff]     SwiGLU output
+  DeviceBuffer logits_;   // f32 [R, V]
+  DeviceBuffer meta_;     // int32 step metadata (layout in forward())
+  DeviceBuffer partial_;  // f32 split-KV partial results
+  PinnedBuffer meta_host_, logits_host_;
+  std::vector<int32_t> meta_build_;
+};
+
+Status upload_bytes(void* dst, const void* src, size_t bytes) {
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+Result<DeviceBuffer> upload_floats(const std::vector<float>& v, const char* what) {
+  PLUMB_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(v.size() * sizeof(float), what));
+  if (!v.empty()) PLUMB_RETURN_IF_ERROR(upload_bytes(b.get(), v.data(), v.size() * sizeof(float)));
+  return b;
+}
+
+// Copies the matrices' rows, one after the other, as bf16 into a new device buffer.
+Result<DeviceBuffer> upload_matrices(std::initializer_list<const engine::WeightMatrix*> ms,
+                                     const char* what) {
+  int64_t elems = 0;
+  for (const auto* m : ms) {
+    if (m->quant != engine::QuantScheme::kNone) {
+      return unimplemented("the CUDA runner takes float weights: --quantization int8/int4 is CPU-only");
+    }
+    elems += m->rows * m->cols;
+  }
+  PLUMB_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(size_t(elems) * 2, what));
+  auto* dst = b.as<uint16_t>();
+  std::vector<uint16_t> staging;
+  for (const auto* m : ms) {
+    const int64_t n = m->rows * m->cols;
+    if (m->layout == engine::WeightLayout::kPacked16) {  // a CPU GEMM's layout (engine/kernels/packed.h)
+      staging.resize(size_t(n));
+      engine::unpack16(static_cast<const uint16_t*>(m->data), m->rows, m->cols, staging.data(), nullptr);
+      PLUMB_RETURN_IF_ERROR(upload_bytes(dst, staging.data(), size_t(n) * 2));
+    } else if (m->dtype == engine::DType::kBF16) {
+      PLUMB_RETURN_IF_ERROR(upload_bytes(dst, m->data, size_t(n) * 2));
+    } else {
+      staging.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const float f = m->dtype == engine::DType::kF32
+                            ? static_cast<const float*>(m->data)[i]
+                            : engine::f16_to_f32(static_cast<const uint16_t*>(m->data)[i]);
+        staging[size_t(i)] = engine::f32_to_bf16(f);
+      }
+      PLUMB_RETURN_IF_ERROR(upload_bytes(dst, staging.data(), size_t(n) * 2));
+    }
+    dst += n;
+  }
+  return b;
+}
+
+Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr<engine::Model> model,
+                                                                 int device, std::string description,
+                                                                 const CudaRunnerOptions& opts) {
+  const engine::ModelConfig& c = model->config();
+  PLUMB_RETURN_IF_ERROR(check_fits(c, device));
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) {
+    return unimplemented("the CUDA runner supports head_dim 64, 128 and 256; this model has " +
+                         std::to_string(c.head_dim));
+  }
+  std::unique_ptr<CudaModelRunner> r(new CudaModelRunner());
+  r->c_ = c;
+  r->device_ = device;
+  r->opts_ = opts;
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  r->sm_count_ = prop.multiProcessorCount;
+  r->description_ =
+      std::move(description) + " on cuda:" + std::to_string(device) + " (" + prop.name + ", bf16)";
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasCreate(&r->cublas_));
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(r->cublas_, r->stream_));
+  PLUMB_RETURN_IF_ERROR(r->upload(*model));
+  model.reset();  // the host copy is no longer needed
+  return r;
+}
+
+Status CudaModelRunner::upload(const engine::Model& model) {
+  const engine::ModelWeights& w = model.weights();
+  PLUMB_ASSIGN_OR_RETURN(embed_, upload_matrices({&w.embed}, "the embedding table"));
+  tied_ = w.lm_head.data == w.embed.data;
+  if (!tied_) {
+    PLUMB_ASSIGN_OR_RETURN(lm_head_, upload_matrices({&w.lm_head}, "lm_head"));
+  }
+  PLUMB_ASSIGN_OR_RETURN(final_norm_, upload_floats(w.final_norm, "the final norm"));
+  PLUMB_ASSIGN_OR_RETURN(inv_freq_, upload_floats(engine::rope_inv_freq(c_), "RoPE frequencies"));
+  layers_.resize(w.layers.size());
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const engine::LayerWeights& L = w.layers[i];
+    DeviceLayer& D = layers_[i];
+    PLUMB_ASSIGN_OR_RETURN(D.qkv_w, upload_matrices({&L.q_proj, &L.k_proj, &L.v_proj}, "q/k/v_proj"));
+    PLUMB_ASSIGN_OR_RETURN(D.o_w, upload_matrices({&L.o_proj}, "o_proj"));
+    PLUMB_ASSIGN_OR_RETURN(D.gu_w, upload_matrices({&L.gate_proj, &L.up_proj}, "gate/up_proj"));
+    PLUMB_ASSIGN_OR_RETURN(D.down_w, upload_matrices({&L.down_proj}, "down_proj"));
+    PLUMB_ASSIGN_OR_RETURN(D.input_norm, upload_floats(L.input_norm, "input_norm"));
+    PLUMB_ASSIGN_OR_RETURN(D.post_norm, upload_floats(L.post_attention_norm, "post_attention_norm"));
+    if (c_.qk_norm) {
+      PLUMB_ASSIGN_OR_RETURN(D.q_norm, upload_floats(L.q_norm, "q_norm"));
+      PLUMB_ASSIGN_OR_RETURN(D.k_norm, upload_floats(L.k_norm, "k_norm"));
+    }
+    if (!L.q_bias.empty()) {
+      std::vector<float> bias(L.q_bias);
+      bias.insert(bias.end(), L.k_bias.begin(), L.k_bias.end());
+      bias.insert(bias.end(), L.v_bias.begin(), L.v_bias.end());
+      PLUMB_ASSIGN_OR_RETURN(D.qkv_bias, upload_floats(bias, "q/k/v bias"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::init_kv(int32_t num_blocks, int32_t block_size) {
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const int64_t per_cache = int64_t(num_blocks) * block_size * c_.num_hidden_layers * c_.num_key_value_heads *
+                            c_.head_dim * int64_t(sizeof(uint16_t));
+  size_t free_b = 0, total_b = 0;
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+  if (2 * per_cache + kWorkingSetReserve > int64_t(free_b)) {
+    return resource_exhausted("the KV cache of " + std::to_string(int64_t(num_blocks) * block_size) +
+                              " tokens needs " + gib(2 * per_cache) + " of device memory (plus " +
+                              gib(kWorkingSetReserve) +
+                              " of working set) but cuda:" + std::to_string(device_) + " has " +
+                              gib(int64_t(free_b)) + " free after the weights; lower --kv-cache-tokens");
+  }
+  PLUMB_ASSIGN_OR_RETURN(k_cache_, DeviceBuffer::allocate(size_t(per_cache), "the K cache"));
+  PLUMB_ASSIGN_OR_RETURN(v_cache_, DeviceBuffer::allocate(size_t(per_cache), "the V cache"));
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats) {
+  const int64_t d = c_.hidden_size, ff = c_.intermediate_size, hd = c_.head_dim;
+  const int64_t qkv_w = (c_.num_attention_heads + 2 * c_.num_key_value_heads) * hd;
+  if (rows > cap_rows_) {
+    const auto n = size_t(rows);
+    x_ = {}, h_ = {}, qkv_ = {}, attn_ = {}, gu_ = {}, act_ = {};  // free before allocating the larger set
+    PLUMB_ASSIGN_OR_RETURN(x_, DeviceBuffer::allocate(n * size_t(d) * 4, "the residual stream"));
+    PLUMB_ASSIGN_OR_RETURN(h_, DeviceBuffer::allocate(n * size_t(d) * 2, "normed activations"));
+    PLUMB_ASSIGN_OR_RETURN(qkv_, DeviceBuffer::allocate(n * size_t(qkv_w) * 4, "q/k/v"));
+    PLUMB_ASSIGN_OR_RETURN(
+        attn_, DeviceBuffer::allocate(n * size_t(c_.num_attention_heads * hd) * 2, "attention output"));
+    PLUMB_ASSIGN_OR_RETURN(gu_, DeviceBuffer::allocate(n * size_t(2 * ff) * 4, "gate/up"));
+    PLUMB_ASSIGN_OR_RETURN(act_, DeviceBuffer::allocate(n * size_t(ff) * 2, "SwiGLU output"));
+    cap_rows_ = rows;
+  }
+  if (logit_rows > cap_logit_rows_) {
+    const size_t bytes = size_t(logit_rows) * size_t(c_.vocab_size) * 4;
+    logits_ = {}, logits_host_ = {};
+    PLUMB_ASSIGN_OR_RETURN(logits_, DeviceBuffer::allocate(bytes, "logits"));
+    PLUMB_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::allocate(bytes, "logits"));
+    cap_logit_rows_ = logit_rows;
+  }
+  if (meta_ints > cap_meta_) {
+    const int64_t n = std::max<int64_t>(meta_ints, 2 * cap_meta_);
+    PLUMB_ASSIGN_OR_RETURN(meta_, DeviceBuffer::allocate(size_t(n) * 4, "step metadata"));
+    PLUMB_ASSIGN_OR_RETURN(meta_host_, PinnedBuffer::allocate(size_t(n) * 4, "step metadata"));
+    cap_meta_ = n;
+  }
+  if (partial_floats > cap_partial_) {
+    PLUMB_ASSIGN_OR_RETURN(partial_, DeviceBuffer::allocate(size_t(partial_floats) * 4, "split-KV partials"));
+    cap_partial_ = partial_floats;
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::validate(std::span<const scheduler::StepSeq> batch) const {
+  if (num_blocks_ == 0) return failed_precondition("init_kv() was not called");
+  if (batch.empty()) return invalid_argument("forward: empty batch");
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const scheduler::StepSeq& in = batch[s];
+    const std::string who = "forward: sequence " + std::to_string(s) + ": ";
+    if (in.tokens.empty()) return invalid_argument(who + "no new tokens");
+    if (in.start_pos < 0) return invalid_argument(who + "negative start_pos");
+    const int64_t end = int64_t(in.start_pos) + int64_t(in.tokens.size());
+    if (end > c_.max_context()) {
+      return invalid_argument(who + std::to_string(end) + " tokens exceed the model's context of " +
+                              std::to_string(c_.max_context()) + " tokens");
+    }
+    if (end > int64_t(in.block_table.size()) * block_size_) {
+      return invalid_argument(who + "its block table covers " +
+                              std::to_string(int64_t(in.block_table.size()) * block_size_) +
+                              " tokens, it needs " + std::to_string(end));
+    }
+    for (int32_t b : in.block_table) {
+      if (b < 0 || b >= num_blocks_) {
+        return invalid_argument(who + "block id " + std::to_string(b) + " is outside the cache's " +
+                                std::to_string(num_blocks_) + " blocks");
+      }
+    }
+    for (int32_t id : in.tokens) {
+      if (id < 0 || id >= c_.vocab_size) {
+        return invalid_argument(who + "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                std::to_string(c_.vocab_size) + ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::gemm(const DeviceBuffer& w, const uint16_t* x, float* y, int64_t T, int64_t n,
+                             int64_t k, float beta) {
+  if (!opts_.reference_kernels && gemv_supports(T, k)) {
+    PLUMB_CUDA_LAUNCH(launch_gemv(w.as<uint16_t>(), x, y, T, n, k, beta, stream_));
+    return Status::Ok();
+  }
+  // Column-major view: yᵀ [n, T] = W [n, k] (row-major W read transposed) · xᵀ [k, T].
+  const float alpha = 1.0f;
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(T), int(k), &alpha,
+                                            w.get(), CUDA_R_16BF, int(k), x, CUDA_R_16BF, int(k), &beta, y,
+                                            CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) {
+  logits.clear();
+  PLUMB_RETURN_IF_ERROR(validate(batch));
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads,
+                hd = c_.head_dim, ff = c_.intermediate_size, V = c_.vocab_size;
+  const int64_t qkv_w = (nh + 2 * nkv) * hd;
+  const auto S = int64_t(batch.size());
+
+  // The step's metadata, built once on the host: per row ids, pos, slot, row_seq; per sequence the
+  // offset of its block table; the rows that want logits; the prefill rows; the decode rows; the
+  // block tables. One copy to the device.
+  const int64_t tile = prefill_tile_rows();
+  int64_t T = 0, R = 0, n_pre = 0, n_dec = 0, n_bt = 0, max_dec_ctx = 0, n_tiles = 0;
+  for (const auto& in : batch) {
+    const auto n = int64_t(in.tokens.size());
+    T += n;
+    if (n > 1) n_tiles += (n + tile - 1) / tile;
+    R += in.logits == scheduler::StepSeq::Logits::kAll    ? n
+         : in.logits == scheduler::StepSeq::Logits::kLast ? 1
+                                                          : 0;
+    (n > 1 ? n_pre : n_dec) += n > 1 ? n : 1;
+    if (n == 1) max_dec_ctx = std::max<int64_t>(max_dec_ctx, in.start_pos + 1);
+    n_bt += int64_t(in.block_table.size());
+  }
+  const int64_t o_ids = 0, o_pos = T, o_slot = 2 * T, o_rowseq = 3 * T, o_btoff = 4 * T,
+                o_lrows = o_btoff + S, o_pre = o_lrows + R, o_dec = o_pre + n_pre, o_tiles = o_dec + n_dec,
+                o_bt = o_tiles + 2 * n_tiles, n_meta = o_bt + n_bt;
+  meta_build_.assign(size_t(n_meta), 0);
+  int32_t* m = meta_build_.data();
+  {
+    int64_t row = 0, lr = 0, pr = 0, dr = 0, bt = 0, ti = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      const scheduler::StepSeq& in = batch[size_t(s)];
+      const auto n = int64_t(in.tokens.size());
+      m[o_btoff + s] = int32_t(bt);
+      for (int64_t j = 0; n > 1 && j < n; j += tile, ++ti) {
+        m[o_tiles + 2 * ti] = int32_t(row + j);
+        m[o_tiles + 2 * ti + 1] = int32_t(std::min(tile, n - j));
+      }
+      for (int64_t j = 0; j < n; ++j, ++row) {
+        const int32_t p = in.start_pos + int32_t(j);
+        m[o_ids + row] = in.tokens[size_t(j)];
+        m[o_pos + row] = p;
+        m[o_slot + row] = in.block_table[size_t(p / block_size_)] * block_size_ + p % block_size_;
+        m[o_rowseq + row] = int32_t(s);
+        if (n > 1) m[o_pre + pr++] = int32_t(row);
+        if (in.logits == scheduler::StepSeq::Logits::kAll ||
+            (in.logits == scheduler::StepSeq::Logits::kLast && j == n - 1)) {
+          m[o_lrows + lr++] = int32_t(row);
+        }
+      }
+      if (n == 1) m[o_dec + dr++] = int32_t(row - 1);
+      for (int32_t b : in.block_table) m[o_bt + bt++] = b;
+    }
+  }
+  // Split the decode rows' contexts so that about four blocks per multiprocessor run.
+  const AttnGeometry g{int32_t(nh), int32_t(nkv), int32_t(hd), block_size_};
+  const int64_t maxg = hd == 256 ? 4 : 8, group = nh / nkv, chunks = (group + maxg - 1) / maxg;
+  int32_t n_split = 1;
+  if (n_dec > 0) {
+    const int64_t base = n_dec * nkv * chunks;
+    const int64_t want = (4 * int64_t(sm_count_) + base - 1) / base;
+    n_split = int32_t(std::clamp<int64_t>(std::min<int64_t>(want, max_dec_ctx / 32), 1, 64));
+  }
+  PLUMB_RETURN_IF_ERROR(reserve(T, R, n_meta, decode_partial_floats(n_dec, g, n_split)));
+  std::memcpy(meta_host_.get(), m, size_t(n_meta) * 4);
+  PLUMB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
+  const int32_t* dm = meta_.as<int32_t>();
+  const AttnBatch ab{dm + o_pos, dm + o_rowseq, dm + o_btoff, dm + o_bt};
+
+  float* x = x_.as<float>();
+  auto* h = h_.as<uint16_t>();
+  float* qkv = qkv_.as<float>();
+  auto* attn = attn_.as<uint16_t>();
+  float* gu = gu_.as<float>();
+  auto* act = act_.as<uint16_t>();
+  const auto eps = float(c_.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int64_t layer_kv = int64_t(num_blocks_) * block_size_ * nkv * hd;
+
+  PLUMB_CUDA_LAUNCH(launch_embedding(dm + o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const DeviceLayer& L = layers_[li];
+    uint16_t* kc = k_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
+    uint16_t* vc = v_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
+    // x += o_proj(attention(rope(q), rope(k), v)) over h = rmsnorm(x)
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
+    PLUMB_CUDA_LAUNCH(launch_qkv_rope(qkv, T, dm + o_pos, dm + o_slot, L.qkv_bias.as<float>(),
+                                      L.q_norm.as<float>(), L.k_norm.as<float>(), eps, inv_freq_.as<float>(),
+                                      g, kc, vc, stream_));
+    if (opts_.reference_kernels) {
+      PLUMB_CUDA_LAUNCH(
+          launch_attention_rows(qkv, qkv_w, dm + o_pre, n_pre, ab, kc, vc, g, scale, attn, stream_));
+    } else {
+      PLUMB_CUDA_LAUNCH(
+          launch_attention_prefill(qkv, qkv_w, dm + o_tiles, n_tiles, ab, kc, vc, g, scale, attn, stream_));
+    }
+    PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + o_dec, n_dec, ab, kc, vc, g, scale, n_split,
+                                              partial_.as<float>(), attn, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, 1.0f));
+    // x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
+    PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, x, T, d, ff, 1.0f));
+  }
+  if (R > 0) {
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + o_lrows, R, d, final_norm_.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), R, V, d, 0.0f));
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(R * V) * 4,
+                                               cudaMemcpyDeviceToHost, stream_));
+  }
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const float* lh = logits_host_.as<float>();
+  logits.assign(lh, lh + R * V);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "the CUDA runtime reports no device";
+  return n;
+}
+
+int64_t weight_bytes(const engine::ModelConfig& c) {
+  const int64_t d = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads,
+                ff = c.intermediate_size;
+  const int64_t per_layer =
+      ((nh + 2 * nkv) * hd * d + d * nh * hd + 3 * ff * d) * 2 + (2 * d + 2 * hd + (nh + 2 * nkv) * hd) * 4;
+  const int64_t embeddings = c.vocab_size * d * 2 * (c.tie_word_embeddings ? 1 : 2);
+  return embeddings + c.num_hidden_layers * per_layer + d * 4;
+}
+
+Status check_fits(const engine::ModelConfig& c, int device) {
+  std::string why;
+  const int n = device_count(&why);
+  if (device < 0 || device >= n) {
+    return invalid_argument("device cuda:" + std::to_string(device) + " does not exist: this machine has " +
+                            std::to_string(n) + " CUDA device(s)" + (why.empty() ? "" : " (" + why + ")"));
+  }
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t need = weight_bytes(c);
+  if (need + kWorkingSetReserve > int64_t(free_b)) {
+    return resource_exhausted("the model's weights need " + gib(need) + " of device memory in bf16 (plus " +
+                              gib(kWorkingSetReserve) + " of working set) but cuda:" +
+                              std::to_string(device) + " has " + gib(int64_t(free_b)) + " free of " +
+                              gib(int64_t(total_b)) + "; use a smaller model or a larger device");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr<engine::Model> model,
+                                                                 int device, std::string description,
+                                                                 const CudaRunnerOptions& opts) {
+  PLUMB_ASSIGN_OR_RETURN(auto r,
+                         CudaModelRunner::create(std::move(model), device, std::move(description), opts));
+  return std::unique_ptr<scheduler::ModelRunner>(std::move(r));
+}
+
+}  // namespace plumb::cuda

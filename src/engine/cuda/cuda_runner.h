@@ -1,0 +1,48 @@
+// The CUDA model runner: scheduler::ModelRunner (engine/scheduler/model_runner.h) on one NVIDIA GPU.
+//
+// Weights are uploaded once as bf16 from the host model (engine/model.h) and the host copy is
+// dropped; q/k/v and gate/up are fused into one matrix each. The paged KV cache is bf16 in device
+// memory, [n_layers][num_blocks * block_size][n_kv_heads][head_dim] for K and for V. Each forward()
+// builds the step's metadata (token ids, positions, cache slots, block tables, the rows that want
+// logits) on the host once and copies it in one transfer, runs the layers on one stream (cuBLAS
+// GEMMs, bf16 in and float32 accumulate; the kernels of engine/cuda/ops.h), and copies the float32
+// logits back. Made only through scheduler::make_runner with a "cuda[:N]" device.
+//
+// Threading: as ModelRunner, one caller thread; the runner makes its device current on each call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "engine/model.h"
+#include "engine/scheduler/model_runner.h"
+
+namespace plumb::cuda {
+
+// CUDA devices this process sees; 0 when there is no driver or no device, and then *why (if
+// given) says what the runtime reported.
+int device_count(std::string* why = nullptr);
+
+// Device memory the runner needs for a model's weights (bf16, tied embeddings once, norms and
+// biases in float32).
+int64_t weight_bytes(const engine::ModelConfig& c);
+
+// Whether `device` exists and the weights of `c` fit in its free memory with room for a working
+// set. InvalidArgument naming the devices there are, or ResourceExhausted naming both sizes.
+Status check_fits(const engine::ModelConfig& c, int device);
+
+struct CudaRunnerOptions {
+  // The plain kernels only: cuBLAS for every GEMM (no decode GEMV) and the one-warp-per-row
+  // attention kernel for prefill (no tensor-core kernel). What the fast kernels are tested against.
+  bool reference_kernels = false;
+};
+
+// Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.
+// Unimplemented for quantized weights (int8/int4 are CPU-only) or a head_dim other than 64, 128, 256.
+Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr<engine::Model> model,
+                                                                 int device, std::string description,
+                                                                 const CudaRunnerOptions& opts = {});
+
+}  // namespace plumb::cuda

@@ -1,0 +1,406 @@
+// The CUDA runner against the CPU runner (label gpu; every test skips, saying why, where no CUDA
+// device is visible). Both runners get the same weights and the same steps; the CPU runner's
+// float32 logits are the reference.
+//
+// Tolerance. The CUDA runner rounds GEMM inputs (normed activations, attention and SwiGLU outputs)
+// and the KV cache to bf16, where the CPU model keeps float32 activations over the same bf16
+// weights. Its logits are held to max |cuda - cpu| <= 5e-2 * max |cpu| over every row compared
+// (kRelTol); a dropped bias or norm weight or a wrong rotation moves them by far more (the tests
+// scale biases and q/k norm weights up so that each matters at that size). The measured error of
+// each case is printed. Batch invariance: a sequence's logits with batch-mates stay within
+// kBatchTol of its logits alone (cuBLAS picks kernels by shape, so the bits may differ).
+#include "engine/cuda/cuda_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/model.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace plumb::cuda {
+namespace {
+
+using engine::Model;
+using engine::ModelConfig;
+using scheduler::ModelRunner;
+using scheduler::StepSeq;
+
+constexpr double kRelTol = 5e-2;
+constexpr double kBatchTol = 1e-2;
+
+#define SKIP_WITHOUT_GPU()                                                          \
+  do {                                                                              \
+    std::string why;                                                                \
+    if (device_count(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why; \
+  } while (0)
+
+std::string tiny_dir() { return std::string(PLUMB_SOURCE_DIR) + "/models/plumb-tiny"; }
+
+// Small configs of each code path: GQA with head_dim 128 and llama3 rope scaling (untied lm_head),
+// Qwen3's q/k norm with head_dim != hidden / heads, Qwen2's q/k/v bias with head_dim 64, and
+// head_dim 256 (the decode kernel's 4-head groups).
+const char* kLlama3Gqa =
+    R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 3, "num_attention_heads": 8,
+  "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 2048, "max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": false, "attention_bias": false,
+  "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 256, "rope_type": "llama3"}})";
+const char* kQwen3 = R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+  "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+  "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 1024, "max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true, "attention_bias": false,
+  "use_sliding_window": false})";
+const char* kQwen2 = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+  "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+  "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true, "use_sliding_window": false})";
+const char* kHd256 = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 1024, "intermediate_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 1024, "max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true, "attention_bias": false})";
+
+// Dummy weights with biases and q/k norm weights scaled up so that each moves the logits well past
+// the tolerance if a kernel ignored it.
+std::unique_ptr<Model> dummy_model(const char* json) {
+  auto c = engine::parse_model_config(json);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  engine::ModelOptions o;
+  o.seed = 7;
+  engine::ThreadPool pool(4);
+  auto w = engine::ModelWeights::dummy(*c, o.seed, engine::WeightDType::kAsStored, &pool);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  Rng rng(11);
+  for (auto& L : w->layers) {
+    for (auto* b : {&L.q_bias, &L.k_bias, &L.v_bias})
+      for (float& x : *b) x *= 25.0f;
+    for (auto* n : {&L.q_norm, &L.k_norm})
+      for (float& x : *n) x = 0.5f + float(rng.next_u64() % 1000) / 1000.0f;
+  }
+  auto m = Model::from_weights(*c, std::move(w).value(), o);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(m).value();
+}
+
+std::unique_ptr<Model> tiny_model() {
+  auto m = Model::load(tiny_dir(), {});
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(m).value();
+}
+
+using Loader = std::function<std::unique_ptr<Model>()>;
+
+struct Runners {
+  std::unique_ptr<ModelRunner> cpu, gpu;
+};
+
+Runners make_runners(const Loader& load, int32_t num_blocks, int32_t block_size) {
+  Runners r;
+  r.cpu = scheduler::make_model_runner(load(), "cpu");
+  auto g = make_cuda_runner(load(), 0, "gpu");
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  if (!g.ok()) return r;
+  r.gpu = std::move(g).value();
+  EXPECT_TRUE(r.cpu->init_kv(num_blocks, block_size).ok());
+  EXPECT_TRUE(r.gpu->init_kv(num_blocks, block_size).ok());
+  return r;
+}
+
+// One sequence's share of a step, owning its spans' storage.
+struct Seq {
+  std::vector<int32_t> tokens;
+  int32_t start_pos = 0;
+  std::vector<int32_t> block_table;
+  StepSeq::Logits logits = StepSeq::Logits::kLast;
+};
+
+std::vector<float> run(ModelRunner& r, const std::vector<Seq>& seqs) {
+  std::vector<StepSeq> batch;
+  for (const Seq& s : seqs) batch.push_back({s.tokens, s.start_pos, s.block_table, s.logits});
+  std::vector<float> out;
+  const Status st = r.forward(batch, out);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+
+struct Diff {
+  double max_abs = 0, max_ref = 0;
+  int64_t rows = 0, argmax_same = 0;
+  void add(const std::vector<float>& ref, const std::vector<float>& got, int64_t V) {
+    ASSERT_EQ(ref.size(), got.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+      max_abs = std::max(max_abs, double(std::fabs(ref[i] - got[i])));
+      max_ref = std::max(max_ref, double(std::fabs(ref[i])));
+    }
+    for (size_t r = 0; r < ref.size() / size_t(V); ++r, ++rows) {
+      auto a = std::max_element(ref.begin() + r * V, ref.begin() + (r + 1) * V) - ref.begin();
+      auto b = std::max_element(got.begin() + r * V, got.begin() + (r + 1) * V) - got.begin();
+      argmax_same += a == b;
+    }
+  }
+  double rel() const { return max_ref > 0 ? max_abs / max_ref : 0; }
+};
+
+int32_t argmax_last(const std::vector<float>& logits, int64_t V) {
+  return int32_t(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
+}
+
+// A prompt in two prefill chunks (the second over a cached prefix), then decode steps fed the CPU's
+// greedy token. Blocks are handed out in reverse so that the block table is not the identity.
+Diff prefill_then_decode(const Loader& load, int32_t prompt_len, int32_t vocab_limit, int decode_steps) {
+  const int32_t bs = 16, nb = 96;
+  Runners r = make_runners(load, nb, bs);
+  Diff diff;
+  if (!r.gpu) return diff;
+  const int64_t V = r.cpu->vocab_size();
+  Rng rng(3);
+  Seq s;
+  for (int i = 0; i < prompt_len; ++i) s.tokens.push_back(int32_t(rng.next_u64() % uint64_t(vocab_limit)));
+  const int32_t total = prompt_len + decode_steps;
+  for (int32_t b = 0; b * bs < total; ++b) s.block_table.push_back(nb - 1 - b);
+  const std::vector<int32_t> prompt = s.tokens;
+  const int32_t first = prompt_len * 2 / 3;
+  s.tokens.assign(prompt.begin(), prompt.begin() + first);
+  s.logits = StepSeq::Logits::kAll;
+  diff.add(run(*r.cpu, {s}), run(*r.gpu, {s}), V);
+  s.tokens.assign(prompt.begin() + first, prompt.end());
+  s.start_pos = first;
+  s.logits = StepSeq::Logits::kLast;
+  auto ref = run(*r.cpu, {s});
+  diff.add(ref, run(*r.gpu, {s}), V);
+  for (int i = 0; i < decode_steps; ++i) {
+    s.start_pos += int32_t(s.tokens.size());
+    s.tokens = {argmax_last(ref, V)};
+    ref = run(*r.cpu, {s});
+    diff.add(ref, run(*r.gpu, {s}), V);
+  }
+  return diff;
+}
+
+void report(const char* name, const Diff& d) {
+  std::printf(
+      "[ measured ] %s: max|cuda - cpu| = %.4g, max|cpu| = %.4g, relative %.4g; argmax agrees on %lld of "
+      "%lld rows\n",
+      name, d.max_abs, d.max_ref, d.rel(), (long long)d.argmax_same, (long long)d.rows);
+}
+
+TEST(CudaRunner, ShippedModelMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Diff d = prefill_then_decode(tiny_model, 120, 1207, 16);
+  report("plumb-tiny", d);
+  EXPECT_LE(d.rel(), kRelTol);
+  EXPECT_GE(double(d.argmax_same), 0.95 * double(d.rows));
+}
+
+TEST(CudaRunner, GqaLlama3RopeMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Diff d = prefill_then_decode([] { return dummy_model(kLlama3Gqa); }, 600, 2048, 8);
+  report("llama3-gqa hd128 (dummy)", d);
+  EXPECT_LE(d.rel(), kRelTol);
+}
+
+TEST(CudaRunner, Qwen3QkNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Diff d = prefill_then_decode([] { return dummy_model(kQwen3); }, 200, 1024, 8);
+  report("qwen3 q/k norm (dummy)", d);
+  EXPECT_LE(d.rel(), kRelTol);
+}
+
+TEST(CudaRunner, Qwen2BiasMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Diff d = prefill_then_decode([] { return dummy_model(kQwen2); }, 200, 1024, 8);
+  report("qwen2 qkv bias hd64 (dummy)", d);
+  EXPECT_LE(d.rel(), kRelTol);
+}
+
+TEST(CudaRunner, HeadDim256MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Diff d = prefill_then_decode([] { return dummy_model(kHd256); }, 300, 1024, 8);
+  report("hd256 (dummy)", d);
+  EXPECT_LE(d.rel(), kRelTol);
+}
+
+// Greedy generation on the shipped model, each runner choosing its own tokens.
+TEST(CudaRunner, ShippedModelGreedyTokensMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  auto tok = engine::Tokenizer::load(tiny_dir());
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  Runners r = make_runners(tiny_model, 64, 16);
+  ASSERT_TRUE(r.gpu);
+  const int64_t V = r.cpu->vocab_size();
+  const int n_new = 32;
+  int64_t same = 0, total = 0;
+  for (const char* text : {"Once upon a time", "Q: What is 2 + 3? A:", "The capital of", "Alice has a pet"}) {
+    std::vector<int32_t> ids = (*tok)->encode(text);
+    std::vector<int32_t> out[2];
+    ModelRunner* runners[2] = {r.cpu.get(), r.gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      Seq s{ids, 0, {0, 1, 2, 3, 4, 5}, StepSeq::Logits::kLast};
+      for (int i = 0; i < n_new; ++i) {
+        const int32_t t = argmax_last(run(*runners[k], {s}), V);
+        out[k].push_back(t);
+        s.start_pos += int32_t(s.tokens.size());
+        s.tokens = {t};
+      }
+    }
+    int prefix = 0;
+    while (prefix < n_new && out[0][size_t(prefix)] == out[1][size_t(prefix)]) ++prefix;
+    std::printf("[ measured ] greedy '%s': the first %d of %d tokens agree\n", text, prefix, n_new);
+    same += prefix;
+    total += n_new;
+  }
+  EXPECT_GE(double(same), 0.75 * double(total));
+}
+
+// A sequence's logits do not depend on what else is in the batch (prefills and decodes mixed).
+TEST(CudaRunner, BatchInvariance) {
+  SKIP_WITHOUT_GPU();
+  Runners r = make_runners([] { return dummy_model(kLlama3Gqa); }, 64, 16);
+  ASSERT_TRUE(r.gpu);
+  ModelRunner& g = *r.gpu;
+  const int64_t V = g.vocab_size();
+  Rng rng(5);
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(int32_t(rng.next_u64() % 2048));
+    return t;
+  };
+  Seq a{tokens(70), 0, {0, 1, 2, 3, 4, 5}, StepSeq::Logits::kAll};
+  Seq b{tokens(45), 0, {10, 11, 12, 13}, StepSeq::Logits::kLast};
+  Seq c{tokens(130), 0, {20, 21, 22, 23, 24, 25, 26, 27, 28, 29}, StepSeq::Logits::kLast};
+  std::vector<std::vector<float>> alone, mixed;
+  Seq s = a;
+  for (int step = 0; step < 4; ++step) {
+    alone.push_back(run(g, {s}));
+    s.start_pos += int32_t(s.tokens.size());
+    s.tokens = {int32_t(step * 7 + 1)};
+    s.logits = StepSeq::Logits::kLast;
+  }
+  s = a;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> out = run(g, {b, s, c});
+    // b's and c's rows come first and last: one row each.
+    mixed.emplace_back(out.begin() + V, out.end() - V);
+    for (Seq* o : {&b, &c}) {
+      o->start_pos += int32_t(o->tokens.size());
+      o->tokens = {int32_t(step + 3)};
+    }
+    s.start_pos += int32_t(s.tokens.size());
+    s.tokens = {int32_t(step * 7 + 1)};
+    s.logits = StepSeq::Logits::kLast;
+  }
+  Diff d;
+  for (size_t i = 0; i < alone.size(); ++i) d.add(alone[i], mixed[i], V);
+  report("batch invariance (alone vs with two batch-mates)", d);
+  EXPECT_LE(d.rel(), kBatchTol);
+}
+
+// The fast kernels (tensor-core prefill attention, decode GEMV) against the plain ones (the
+// one-warp-per-row attention, cuBLAS for every GEMM) on the same weights and steps: prompts of
+// several 64-row tiles in two chunks, then decode steps of one to three sequences.
+TEST(CudaRunner, FastKernelsMatchReferenceKernels) {
+  SKIP_WITHOUT_GPU();
+  auto fast = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "fast");
+  CudaRunnerOptions ro;
+  ro.reference_kernels = true;
+  auto ref = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "reference", ro);
+  ASSERT_TRUE(fast.ok() && ref.ok());
+  ASSERT_TRUE((*fast)->init_kv(64, 16).ok() && (*ref)->init_kv(64, 16).ok());
+  const int64_t V = (*fast)->vocab_size();
+  Rng rng(9);
+  std::vector<Seq> seqs(3);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int t = 0; t < 150 + 40 * int(i); ++t) seqs[i].tokens.push_back(int32_t(rng.next_u64() % 2048));
+    for (int b = 0; b < 16; ++b) seqs[i].block_table.push_back(int32_t(i) * 16 + 15 - b);
+    seqs[i].logits = StepSeq::Logits::kAll;
+  }
+  Diff d;
+  // Prefill: the first 100 tokens of each, then the rest over the cached prefix.
+  std::vector<Seq> part = seqs;
+  for (auto& s : part) s.tokens.resize(100);
+  d.add(run(**ref, part), run(**fast, part), V);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    part[i].start_pos = 100;
+    part[i].tokens.assign(seqs[i].tokens.begin() + 100, seqs[i].tokens.end());
+  }
+  auto last = run(**ref, part);
+  d.add(last, run(**fast, part), V);
+  // Decode steps of one, two and three rows (the GEMV serves one and two, cuBLAS three).
+  for (int step = 0; step < 6; ++step) {
+    std::vector<Seq> batch;
+    for (size_t i = 0; i <= size_t(step % 3); ++i) {
+      Seq& s = part[i];
+      s.start_pos += int32_t(s.tokens.size());
+      s.tokens = {int32_t(rng.next_u64() % 2048)};
+      s.logits = StepSeq::Logits::kLast;
+      batch.push_back(s);
+    }
+    d.add(run(**ref, batch), run(**fast, batch), V);
+  }
+  report("fast vs reference kernels (llama3-gqa dummy)", d);
+  EXPECT_LE(d.rel(), kBatchTol);
+}
+
+TEST(CudaRunner, DeviceThatDoesNotExistIsRefused) {
+  SKIP_WITHOUT_GPU();
+  auto r = scheduler::make_runner({scheduler::Device::Kind::kCuda, 99}, dummy_model(kQwen2), "x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("cuda:99 does not exist"), std::string::npos) << r.status().to_string();
+}
+
+TEST(CudaRunner, ModelThatDoesNotFitIsRefusedNamingSizes) {
+  SKIP_WITHOUT_GPU();
+  // About 1.2 TB of bf16 weights: more than any single GPU holds. Checked from the config alone.
+  auto c = engine::parse_model_config(kLlama3Gqa);
+  ASSERT_TRUE(c.ok());
+  c->hidden_size = 16384;
+  c->intermediate_size = 53248;
+  c->num_attention_heads = 128;
+  c->num_key_value_heads = 8;
+  c->num_hidden_layers = 400;
+  const Status st = check_fits(*c, 0);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("GiB of device memory"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("free of"), std::string::npos) << st.to_string();
+}
+
+TEST(CudaRunner, KvCacheThatDoesNotFitIsRefused) {
+  SKIP_WITHOUT_GPU();
+  auto g = make_cuda_runner(dummy_model(kQwen2), 0, "x");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const Status st = (*g)->init_kv(1 << 30, 1024);
+  EXPECT_EQ(st.code(), Code::kResourceExhausted) << st.to_string();
+  EXPECT_NE(st.message().find("lower --kv-cache-tokens"), std::string::npos) << st.to_string();
+}
+
+TEST(CudaRunner, BadInputIsRefusedBeforeTheDevice) {
+  SKIP_WITHOUT_GPU();
+  auto g = make_cuda_runner(dummy_model(kQwen2), 0, "x");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  std::vector<float> out;
+  Seq s{{1, 2, 3}, 0, {0}, StepSeq::Logits::kLast};
+  std::vector<StepSeq> batch{{s.tokens, 0, s.block_table, s.logits}};
+  EXPECT_EQ((*g)->forward(batch, out).code(), Code::kFailedPrecondition);  // init_kv not called
+  ASSERT_TRUE((*g)->init_kv(4, 16).ok());
+  s.tokens = {1, 5000};
+  batch = {{s.tokens, 0, s.block_table, s.logits}};
+  EXPECT_EQ((*g)->forward(batch, out).code(), Code::kInvalidArgument);  // token outside the vocabulary
+  s.tokens = {1, 2};
+  s.block_table = {9};
+  batch = {{s.tokens, 0, s.block_table, s.logits}};
+  EXPECT_EQ((*g)->forward(batch, out).code(), Code::kInvalidArgument);  // block outside the cache
+}
+
+}  // namespace
+}  // namespace plumb::cuda

@@ -1,0 +1,93 @@
+// The runner factory and the device setting (model_runner.h, llm_engine.h): parsing, the CPU
+// runner, and CUDA refused with the reason in a build without it or for a device that does not
+// exist. Runs everywhere (no GPU needed).
+#include <gtest/gtest.h>
+
+#include "engine/model.h"
+#include "engine/scheduler/llm_engine.h"
+#include "engine/scheduler/model_runner.h"
+
+namespace plumb::scheduler {
+namespace {
+
+std::unique_ptr<engine::Model> tiny_dummy() {
+  auto c = engine::parse_model_config(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true})");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  engine::ModelOptions o;
+  o.threads = 1;
+  auto m = engine::Model::dummy(*c, o);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(m).value();
+}
+
+TEST(Device, ParsesTheThreeForms) {
+  auto cpu = parse_device("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->kind, Device::Kind::kCpu);
+  EXPECT_EQ(cpu->name(), "cpu");
+  auto cuda = parse_device("cuda");
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_EQ(cuda->kind, Device::Kind::kCuda);
+  EXPECT_EQ(cuda->name(), "cuda:0");
+  auto three = parse_device("cuda:3");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->index, 3);
+  EXPECT_EQ(three->name(), "cuda:3");
+  for (const char* bad : {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cuda:1:2", "cuda:99999"}) {
+    auto d = parse_device(bad);
+    EXPECT_FALSE(d.ok()) << bad;
+    if (!d.ok()) {
+      EXPECT_NE(d.status().message().find("cpu, cuda, cuda:N"), std::string::npos) << bad;
+    }
+  }
+}
+
+TEST(Device, CpuRunnerComesFromTheFactory) {
+  auto r = make_runner(Device{}, tiny_dummy(), "tiny");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->vocab_size(), 256);
+  EXPECT_EQ((*r)->describe(), "tiny");
+  ASSERT_TRUE((*r)->init_kv(4, 16).ok());
+  std::vector<int32_t> tokens{1, 2, 3}, table{0};
+  std::vector<StepSeq> batch{{tokens, 0, table, StepSeq::Logits::kLast}};
+  std::vector<float> logits;
+  ASSERT_TRUE((*r)->forward(batch, logits).ok());
+  EXPECT_EQ(logits.size(), 256u);
+}
+
+TEST(Device, CudaIsRefusedWithTheReason) {
+  auto r = make_runner(Device{Device::Kind::kCuda, 99}, tiny_dummy(), "tiny");
+  ASSERT_FALSE(r.ok());
+  if (cuda_built()) {
+    // No machine has a 100th GPU: the device check answers before any upload.
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("cuda:99 does not exist"), std::string::npos)
+        << r.status().to_string();
+  } else {
+    EXPECT_EQ(r.status().code(), Code::kFailedPrecondition) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("built without CUDA"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("PLUMB_CUDA=on"), std::string::npos) << r.status().to_string();
+  }
+}
+
+TEST(Device, EffectiveSettingsCarryTheNormalizedDevice) {
+  LlmEngineConfig c;
+  EXPECT_EQ(c.device, "cpu");
+  c.device = "cuda";
+  std::vector<std::string> notes;
+  auto eff = normalize(c, 128, &notes);
+  ASSERT_TRUE(eff.ok()) << eff.status().to_string();
+  EXPECT_EQ(eff->device, "cuda:0");
+  bool noted = false;
+  for (const auto& n : notes) noted |= n.find("cuda:0") != std::string::npos;
+  EXPECT_TRUE(noted);
+  EXPECT_NE(llm_engine_config_json(*eff).find(R"("device":"cuda:0")"), std::string::npos);
+  c.device = "tpu";
+  EXPECT_EQ(normalize(c, 128).status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace plumb::scheduler
