@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
 done
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(http_request http_chunked response_parser sse openai_request safetensors model_config
-           tokenizer_json tokenizer_encode chat_template request_set dataset search_space)
+           tokenizer_json tokenizer_encode chat_template request_set dataset inferencebench search_space)
 fi
 
 # The dictionary each target mutates with (fuzz/dict/).
@@ -42,7 +42,7 @@ dict_for() {
     http_request | http_chunked | response_parser) echo fuzz/dict/http.dict ;;
     sse) echo fuzz/dict/sse.dict ;;
     search_space) echo fuzz/dict/toml.dict ;;
-    openai_request | safetensors | model_config | tokenizer_json | request_set | dataset) echo fuzz/dict/json.dict ;;
+    openai_request | safetensors | model_config | tokenizer_json | request_set | dataset | inferencebench) echo fuzz/dict/json.dict ;;
     *) echo "" ;;
   esac
 }
