@@ -2,9 +2,8 @@
 // accepted config, as the header and the model code rely on them: every size positive, the KV
 // heads dividing the query heads, head_dim even, the EOS ids inside the vocabulary, a positive
 // context, and RoPE inverse frequencies (what the model computes from the config first) finite
-// and not negative. Not required: that they are positive. A rope_theta beyond float range (JSON
-// 1e39, or 501e4000, which parses as infinity) passes the parser's "> 1" check and gives zero
-// frequencies, i.e. no rotation: a gap in the parser's validation, reported, not a crash.
+// and not negative (the parser refuses a rope_theta beyond float range, which would give zero
+// frequencies).
 #include <cmath>
 #include <string>
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <numbers>
 
 #include "core/file.h"
@@ -196,7 +197,10 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
   if (!(c.rms_norm_eps > 0)) return invalid_argument("config.json: field 'rms_norm_eps' must be > 0");
   PLUMB_ASSIGN_OR_RETURN(auto theta, json::opt_double(o, "rope_theta"));
   if (theta) c.rope_theta = *theta;
-  if (!(c.rope_theta > 1.0)) return invalid_argument("config.json: field 'rope_theta' must be > 1");
+  // The model computes its RoPE frequencies in float32 (rope_inv_freq): a base beyond float range
+  // would give zero frequencies, i.e. no rotation at all.
+  if (!(c.rope_theta > 1.0) || !(c.rope_theta <= double(std::numeric_limits<float>::max())))
+    return invalid_argument("config.json: field 'rope_theta' must be > 1 and finite in float32 (at most 3.4e38)");
   PLUMB_ASSIGN_OR_RETURN(c.rope_scaling, parse_rope_scaling(o));
 
   // transformers' class defaults: LlamaConfig and Qwen3Config tie=False, Qwen2Config tie=False,

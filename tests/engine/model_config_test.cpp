@@ -169,6 +169,7 @@ TEST(ModelConfig, ErrorsNameTheField) {
        },
        Code::kInvalidArgument, "low_freq_factor"},
       {[](json::object& o) { o["head_dim"] = 5; }, Code::kInvalidArgument, "'head_dim'"},
+      {[](json::object& o) { o["rope_theta"] = 1e39; }, Code::kInvalidArgument, "'rope_theta'"},
   };
   for (const auto& c : cases) {
     Status s = parse_modified(c.edit);
