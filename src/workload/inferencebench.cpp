@@ -281,27 +281,16 @@ Result<Request> parse_ib_line(const json::object& o, const IbRequestDefaults& d,
 Result<IbRequestFile> parse_ib_requests(std::string_view text, const IbRequestDefaults& defaults) {
   IbRequestFile f;
   std::vector<Request> requests;
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line =
-        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    auto where = "line " + std::to_string(line_no);
-    auto obj = json::parse_object(line);
-    if (!obj.ok()) return obj.status().with_context(where);
+  PLUMB_RETURN_IF_ERROR(for_each_jsonl_object(text, [&](const json::object& obj, size_t) -> Status {
     IbRequestMeta meta;
     bool defaulted = false;
-    auto req = parse_ib_line(*obj, defaults, meta, defaulted);
-    if (!req.ok()) return req.status().with_context(where);
+    PLUMB_ASSIGN_OR_RETURN(auto req, parse_ib_line(obj, defaults, meta, defaulted));
     f.ib_hashes += !meta.content_hash.empty();
     f.defaulted += defaulted;
     f.meta.push_back(std::move(meta));
-    requests.push_back(std::move(req).value());
-  }
+    requests.push_back(std::move(req));
+    return Status();
+  }));
   if (requests.empty()) return invalid_argument("request file has no requests");
   PLUMB_ASSIGN_OR_RETURN(f.set, make_request_set(std::move(requests)));
   return f;

@@ -110,8 +110,8 @@ std::string to_jsonl(const RequestSet& set) {
   return out;
 }
 
-Result<RequestSet> parse_jsonl(std::string_view text, size_t* hashes_computed) {
-  RequestSet set;
+Status for_each_jsonl_object(std::string_view text,
+                             const std::function<Status(const json::object& obj, size_t line_no)>& fn) {
   size_t line_no = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -124,22 +124,29 @@ Result<RequestSet> parse_jsonl(std::string_view text, size_t* hashes_computed) {
     auto where = "line " + std::to_string(line_no);
     auto obj = json::parse_object(line);
     if (!obj.ok()) return obj.status().with_context(where);
-    auto req = from_json(*obj);
-    if (!req.ok()) return req.status().with_context(where);
-    auto claimed = json::opt_string(*obj, "hash");
-    if (!claimed.ok()) return claimed.status().with_context(where);
-    std::string actual = content_hash(*req);
-    if (!claimed.value() && hashes_computed != nullptr) {
-      ++*hashes_computed;
-      claimed.value() = actual;
-    }
-    if (!claimed.value()) return invalid_argument(where + ": missing 'hash'");
-    if (*claimed.value() != actual)
-      return corrupt(where + ": content hash mismatch (file says " + *claimed.value() +
-                     ", content hashes to " + actual + "); the request was edited or the file is damaged");
-    set.hashes.push_back(std::move(actual));
-    set.requests.push_back(std::move(req).value());
+    PLUMB_RETURN_IF_ERROR(fn(*obj, line_no).with_context(where));
   }
+  return Status();
+}
+
+Result<RequestSet> parse_jsonl(std::string_view text, size_t* hashes_computed) {
+  RequestSet set;
+  PLUMB_RETURN_IF_ERROR(for_each_jsonl_object(text, [&](const json::object& obj, size_t) -> Status {
+    PLUMB_ASSIGN_OR_RETURN(auto req, from_json(obj));
+    PLUMB_ASSIGN_OR_RETURN(auto claimed, json::opt_string(obj, "hash"));
+    std::string actual = content_hash(req);
+    if (!claimed && hashes_computed != nullptr) {
+      ++*hashes_computed;
+      claimed = actual;
+    }
+    if (!claimed) return invalid_argument("missing 'hash'");
+    if (*claimed != actual)
+      return corrupt("content hash mismatch (file says " + *claimed + ", content hashes to " + actual +
+                     "); the request was edited or the file is damaged");
+    set.hashes.push_back(std::move(actual));
+    set.requests.push_back(std::move(req));
+    return Status();
+  }));
   if (set.requests.empty()) return invalid_argument("request set is empty");
   set.set_hash = set_hash_of(set.hashes);
   return set;

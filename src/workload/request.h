@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +61,12 @@ struct RequestSet {
 Result<RequestSet> make_request_set(std::vector<Request> requests);
 // SHA-256 of the concatenation of the given hex hashes.
 std::string set_hash_of(const std::vector<std::string>& hashes);
+
+// Calls `fn` with each non-blank line of JSONL `text` parsed as a JSON object, with its 1-based line
+// number, in order. Stops at the first error: a line that is not a JSON object, or an error `fn`
+// returns; either comes back prefixed "line N: ". The reader under every JSONL format plumb reads.
+Status for_each_jsonl_object(std::string_view text,
+                             const std::function<Status(const json::object& obj, size_t line_no)>& fn);
 
 // JSONL text of a set: one to_json line per request, each ending in '\n'.
 std::string to_jsonl(const RequestSet& set);
