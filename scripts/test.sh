@@ -29,9 +29,9 @@ if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then
   # (PLUMB_CLI_COMMANDS): all that these tests run.
   stage "ASan+UBSan build (engine and server path)"
   if cmake --preset asan -DPLUMB_CLI_COMMANDS="serve;generate" >/dev/null &&
-    cmake --build --preset asan --target plumb server_api_test server_fault_test serve_test; then
+    cmake --build --preset asan --target plumb server_api_test server_fault_test serve_test server_edges_test; then
     stage "ASan+UBSan server tests"
-    ctest --preset asan -R '^(Api|Faults|ServeLimits)\.' --no-tests=error || failed+=("asan tests")
+    ctest --preset asan -R '^(Api|Faults|ServeLimits|Edges[A-Za-z]*)\.' --no-tests=error || failed+=("asan tests")
   else
     failed+=("asan build")
   fi

@@ -127,7 +127,7 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, c
   };
 
   Clock& clock = opts.clock ? *opts.clock : static_cast<Clock&>(SteadyClock::instance());
-  Sampler sampler(sp, nullptr, prompt);
+  Sampler sampler(sp, model.kernel_sets()[size_t(Phase::kDecode)].sample, prompt);
   GenerateResult res;
   res.prompt_tokens = int64_t(prompt.size());
   res.finish_reason = "length";

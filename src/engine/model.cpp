@@ -49,7 +49,6 @@ Status Model::set_kernels(const KernelSelection& sel) {
   PLUMB_ASSIGN_OR_RETURN(kernels_, resolve_kernels(sel));
   // Every matmul gets the weight layout it reads (packed where both phases' variant reads it).
   weights_.set_layout(kernels_[0].packed16 ? WeightLayout::kPacked16 : WeightLayout::kRowMajor, pool_.get());
-  set_default_sample_kernel(kernels_[size_t(Phase::kDecode)].sample);  // samplers of this process follow it
   return Status::Ok();
 }
 

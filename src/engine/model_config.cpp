@@ -200,7 +200,8 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
   // The model computes its RoPE frequencies in float32 (rope_inv_freq): a base beyond float range
   // would give zero frequencies, i.e. no rotation at all.
   if (!(c.rope_theta > 1.0) || !(c.rope_theta <= double(std::numeric_limits<float>::max())))
-    return invalid_argument("config.json: field 'rope_theta' must be > 1 and finite in float32 (at most 3.4e38)");
+    return invalid_argument(
+        "config.json: field 'rope_theta' must be > 1 and finite in float32 (at most 3.4e38)");
   PLUMB_ASSIGN_OR_RETURN(c.rope_scaling, parse_rope_scaling(o));
 
   // transformers' class defaults: LlamaConfig and Qwen3Config tie=False, Qwen2Config tie=False,

@@ -1,7 +1,6 @@
 #include "engine/sampling.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -110,14 +109,7 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
   return out;
 }
 
-namespace {
-std::atomic<SampleFn> g_default_sample{nullptr};
-}
-
-void set_default_sample_kernel(SampleFn fn) { g_default_sample.store(fn); }
-
 SampleFn default_sample_kernel() {
-  if (SampleFn f = g_default_sample.load()) return f;
   return reinterpret_cast<SampleFn>(KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->fn);
 }
 

@@ -25,9 +25,9 @@
 // sampled: sample() returns Corrupt (is_nonfinite_logits() is true for it) naming the first bad id.
 //
 // Dispatch: the choice itself is a registry kernel (Op::kSample, engine/kernels/kernels.h; every
-// variant returns the same id). A Sampler uses the kernel it is given, else the process default:
-// the decode-phase sampling kernel of the most recently configured Model (Model::set_kernels sets
-// it; one model per process in plumb serve/generate), else the registry's best. Calls are timed
+// variant returns the same id). A Sampler uses the kernel it is given (the serving engine passes its
+// runner's, scheduler::ModelRunner::sample_kernel(); generate() the model's decode-phase one), else
+// the registry's best. Calls are timed
 // through the profiling observer when one is installed (engine/kernels/observer.h).
 //
 // Not thread-safe: one Sampler per request.
@@ -102,9 +102,7 @@ bool is_nonfinite_logits(const Status& s);
 // The first index of `x` holding a NaN or an infinity, or -1 when all are finite.
 int64_t first_nonfinite(std::span<const float> x);
 
-// The process default sampling kernel (see above). set_default_sample_kernel(nullptr) restores the
-// registry's best. Thread-safe.
-void set_default_sample_kernel(SampleFn fn);
+// The registry's best sampling kernel: what a Sampler given none uses. Thread-safe.
 SampleFn default_sample_kernel();
 
 // log-softmax of the raw logits at `ids`, and the top-k (id, logprob) pairs (ties: lower id first).

@@ -152,7 +152,7 @@ Result<RequestId> LlmEngine::submit(GenerationRequest request) {
                               std::to_string(config_.max_queue) + ")");
   }
   s->id = next_id_++;
-  s->sampler.emplace(s->req.sampling, nullptr, s->req.prompt);
+  s->sampler.emplace(s->req.sampling, runner_->sample_kernel(), s->req.prompt);
   RequestId id = s->id;
   inbox_.push_back(std::move(s));
   queued_++;

@@ -20,6 +20,9 @@ class EngineModelRunner final : public ModelRunner {
   int64_t max_context() const override { return model_->config().max_context(); }
   int64_t kv_bytes_per_token() const override { return model_->kv_config(1, 1).bytes(); }
   std::string describe() const override { return description_; }
+  engine::SampleFn sample_kernel() const override {
+    return model_->kernel_sets()[size_t(engine::Phase::kDecode)].sample;
+  }
 
   Status init_kv(int32_t num_blocks, int32_t block_size) override {
     PLUMB_ASSIGN_OR_RETURN(engine::KvCache cache,

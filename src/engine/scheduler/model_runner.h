@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/kernels/kernels.h"
 
 namespace plumb::engine {
 class Model;
@@ -44,6 +45,9 @@ class ModelRunner {
   // requested logits rows to `logits` ([rows, vocab_size] row-major, in batch order: kAll gives
   // tokens.size() rows, kLast 1, kNone 0). `logits` is cleared first.
   virtual Status forward(std::span<const StepSeq> batch, std::vector<float>& logits) = 0;
+  // The sampling kernel the engine's Samplers use for this runner's logits (the model's decode-phase
+  // kSample variant, engine/kernels/kernels.h); nullptr: the registry's best.
+  virtual engine::SampleFn sample_kernel() const { return nullptr; }
   // A one-line description for logs and /health ("plumb-tiny, 2 layers, kernels auto").
   virtual std::string describe() const = 0;
 };
