@@ -31,7 +31,10 @@ if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then
   if cmake --preset asan -DPLUMB_CLI_COMMANDS="serve;generate" >/dev/null &&
     cmake --build --preset asan --target plumb server_api_test server_fault_test serve_test server_edges_test; then
     stage "ASan+UBSan server tests"
-    ctest --preset asan -R '^(Api|Faults|ServeLimits|Edges[A-Za-z]*)\.' --no-tests=error || failed+=("asan tests")
+    # Not EdgesLimits.AcceptErrors...: it runs the server out of file descriptors, and UBSan's vptr
+    # check, which reads /proc/self/maps, then reports a false "invalid vptr" in the log call.
+    ctest --preset asan -R '^(Api|Faults|ServeLimits|Edges[A-Za-z]*)\.' -E 'AcceptErrorsAreLogged' \
+      --no-tests=error || failed+=("asan tests")
   else
     failed+=("asan build")
   fi
