@@ -9,6 +9,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "fuzz/fuzz_target.h"
+#include "fuzz/tokenizer_checks.h"
 
 namespace {
 
@@ -67,18 +68,7 @@ PLUMB_FUZZ_TARGET(tokenizer_encode) {
   const plumb::engine::Tokenizer& t = *l.tok;
   bool special = (mode & 0x10) != 0;
   std::vector<int32_t> ids = t.encode(text, special);
-  for (int32_t id : ids) {
-    if (id < 0 || id >= t.vocab_size())
-      return "encode gave id " + std::to_string(id) + " outside the vocabulary";
-  }
-  for (bool skip : {false, true}) {
-    std::string whole = t.decode(ids, skip);
-    plumb::engine::StreamDecoder dec(t, skip);
-    std::string streamed;
-    for (int32_t id : ids) streamed += dec.push(id);
-    streamed += dec.flush();
-    if (streamed != whole) return "StreamDecoder's text differs from decode()";
-  }
+  if (std::string broke = plumb::fuzz::check_ids_and_streaming(t, ids); !broke.empty()) return broke;
   if (l.lossless && !special && valid_utf8(text)) {
     std::string back = t.decode(ids, false);
     if (back != text) return "decode(encode(text)) differs from the text";

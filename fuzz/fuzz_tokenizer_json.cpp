@@ -8,6 +8,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "fuzz/fuzz_target.h"
+#include "fuzz/tokenizer_checks.h"
 
 PLUMB_FUZZ_TARGET(tokenizer_json) {
   // Fields separated by a 0x00 byte: tokenizer.json, tokenizer_config.json, generation_config.json,
@@ -25,18 +26,7 @@ PLUMB_FUZZ_TARGET(tokenizer_json) {
   for (const std::string& s : texts) {
     for (bool special : {false, true}) {
       std::vector<int32_t> ids = t.encode(s, special);
-      for (int32_t id : ids) {
-        if (id < 0 || id >= t.vocab_size())
-          return "encode gave id " + std::to_string(id) + " outside the vocabulary";
-      }
-      for (bool skip : {false, true}) {
-        std::string whole = t.decode(ids, skip);
-        plumb::engine::StreamDecoder dec(t, skip);
-        std::string streamed;
-        for (int32_t id : ids) streamed += dec.push(id);
-        streamed += dec.flush();
-        if (streamed != whole) return "StreamDecoder's text differs from decode()";
-      }
+      if (std::string broke = plumb::fuzz::check_ids_and_streaming(t, ids); !broke.empty()) return broke;
     }
   }
   (void)t.eos_ids();

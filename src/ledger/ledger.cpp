@@ -390,6 +390,7 @@ Status seal_existing_runs(sqlite3* db) {
 class SqliteLedger final : public Ledger {
  public:
   explicit SqliteLedger(sqlite3* db) : db_(db) {}
+  sqlite3* db() const { return db_; }
   ~SqliteLedger() override { sqlite3_close_v2(db_); }
   Result<int64_t> schema_version() override;
   Result<int64_t> insert_machine(const MachineRow& m) override;
@@ -506,12 +507,11 @@ Status check_validator(const std::string& path, int64_t have, const Schema& obje
                              std::to_string(have) + " defines: " + list + "." + damaged_advice(path));
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
+// Opens the file with `flags` and the settings every connection gets (5 s busy wait, extended
+// result codes); the ledger owns the connection from here on.
+Result<std::unique_ptr<SqliteLedger>> open_connection(const std::string& path, int flags) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = "cannot open ledger '" + path + "': " + (db ? sqlite3_errmsg(db) : "out of memory");
     sqlite3_close(db);
@@ -520,6 +520,15 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
   std::unique_ptr<SqliteLedger> l(new SqliteLedger(db));
   sqlite3_busy_timeout(db, 5000);
   sqlite3_extended_result_codes(db, 1);
+  return l;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
+  PLUMB_ASSIGN_OR_RETURN(std::unique_ptr<SqliteLedger> l,
+                         open_connection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
+  sqlite3* db = l->db();
   // WAL: readers never block the writer; synchronous=NORMAL in WAL mode loses nothing committed
   // when the process dies (only an OS crash can lose the last transactions).
   PLUMB_RETURN_IF_ERROR(exec(db,
@@ -573,16 +582,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
 }
 
 Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& path) {
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string msg = "cannot open ledger '" + path + "': " + (db ? sqlite3_errmsg(db) : "out of memory");
-    sqlite3_close(db);
-    return io_error(msg);
-  }
-  std::unique_ptr<SqliteLedger> l(new SqliteLedger(db));
-  sqlite3_busy_timeout(db, 5000);
-  sqlite3_extended_result_codes(db, 1);
+  PLUMB_ASSIGN_OR_RETURN(std::unique_ptr<SqliteLedger> l, open_connection(path, SQLITE_OPEN_READONLY));
   return std::unique_ptr<Ledger>(std::move(l));
 }
 

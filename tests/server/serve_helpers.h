@@ -119,6 +119,15 @@ inline json::object obj(const std::string& text) {
   return v.ok() ? *v : json::object();
 }
 
+// The generated text of a completion or chat completion reply (non-streamed).
+inline std::string text_of(const HttpReply& r) {
+  auto o = obj(r.body);
+  if (!o.contains("choices")) return "<no choices: " + r.body + ">";
+  const auto& c = o.at("choices").as_array().at(0).as_object();
+  if (c.contains("message")) return std::string(c.at("message").as_object().at("content").as_string());
+  return std::string(c.at("text").as_string());
+}
+
 // A running `plumb serve`.
 class ServeProcess {
  public:

@@ -30,14 +30,6 @@ std::string completion_body(const std::string& prompt, int max_tokens, const std
   return s;
 }
 
-std::string text_of(const HttpReply& r) {
-  auto o = obj(r.body);
-  if (!o.contains("choices")) return "<no choices: " + r.body + ">";
-  const auto& c = o.at("choices").as_array().at(0).as_object();
-  if (c.contains("message")) return std::string(c.at("message").as_object().at("content").as_string());
-  return std::string(c.at("text").as_string());
-}
-
 // Text of a streamed response (completions or chat) and its payloads.
 std::string stream_text(const std::vector<std::string>& data) {
   std::string t;
