@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/kernels/kernels.h"
-#include "engine/kernels/packed.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/packed.h"
 
 namespace plumb::bench {
 
@@ -66,7 +66,7 @@ struct DummyMatmulWeights {
   int64_t total_params = 0;
 };
 
-// packed16: bf16 matrices in engine::WeightLayout::kPacked16 (engine/kernels/packed.h), the layout
+// packed16: bf16 matrices in engine::WeightLayout::kPacked16 (engine/cpu/packed.h), the layout
 // the model gives a matmul variant with reads_packed16; the same values.
 inline DummyMatmulWeights make_dummy_weights(const DecoderShapes& s, engine::DType dtype, int64_t layers,
                                              bool packed16 = false) {

@@ -22,8 +22,8 @@
 #include <memory>
 
 #include "bench_util.h"
-#include "engine/kernels/ceilings.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/ceilings.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace plumb::bench {
 namespace {

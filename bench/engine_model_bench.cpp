@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "engine/kernels/ceilings.h"
-#include "engine/kernels/observer.h"
+#include "engine/cpu/ceilings.h"
+#include "engine/cpu/observer.h"
 #include "engine/model.h"
 
 namespace plumb::engine {

@@ -4,7 +4,7 @@
 //
 // For each batch size, every configuration decodes `steps` steps per round; rounds interleave the
 // configurations (the order rotates each round) and each round first measures the read bandwidth
-// (engine/kernels/ceilings.h, 512 MiB, best of 3), because the machine is shared and its bandwidth
+// (engine/cpu/ceilings.h, 512 MiB, best of 3), because the machine is shared and its bandwidth
 // drifts. Reported per (configuration, batch): median tokens/s over rounds (and min..max), the
 // median of the per-round ratios to bf16, bytes read per step (linear weights + lm_head + the KV
 // cache at the mean context) and per token, and the median of per-round "achieved read GB/s /
@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "engine/kernels/ceilings.h"
-#include "engine/kernels/quant.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/ceilings.h"
+#include "engine/cpu/quant.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/model.h"
 
 namespace plumb::engine {

@@ -51,7 +51,7 @@ double median(std::vector<double> v) {
 }
 
 // In-process: one request straight into the backend.
-double tpot_in_process(scheduler::InferenceBackend& be, const std::vector<int32_t>& prompt, int n) {
+double tpot_in_process(scheduler::ServingEngine& be, const std::vector<int32_t>& prompt, int n) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", engine.status().to_string().c_str());
     return 1;
   }
-  scheduler::InferenceBackend& be = **engine;
+  scheduler::ServingEngine& be = **engine;
   server::ServerOptions so;
   so.port = 0;
   so.served_model_name = "bench";

@@ -21,7 +21,7 @@
 #include "core/subprocess.h"
 #include "gates/checks.h"
 #include "gates/gate.h"
-#include "gates/record.h"
+#include "gates/gate_record.h"
 #include "ledger/ledger.h"
 #include "protocol/provenance.h"
 

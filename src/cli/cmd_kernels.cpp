@@ -12,7 +12,7 @@
 #include "cli/command.h"
 #include "core/file.h"
 #include "core/json.h"
-#include "engine/kernels/kernels.h"
+#include "engine/cpu/kernels.h"
 #include "kernels/accept.h"
 #include "kernels/profile.h"
 #include "kernels/screen.h"

@@ -8,7 +8,7 @@
 
 #include "cli/command.h"
 #include "core/json.h"
-#include "engine/kernels/ceilings.h"
+#include "engine/cpu/ceilings.h"
 #include "ledger/ledger.h"
 #include "protocol/provenance.h"
 
@@ -42,7 +42,7 @@ int run_machine(const MachineArgs& a) {
         m->cpu_model.c_str(), (long long)m->cores, double(m->memory_bytes) / (1024.0 * 1024 * 1024),
         m->gpu_model.c_str(), m->gpu_driver.c_str(), m->kernel.c_str());
   }
-  // Ceilings: rates the CPU backend reaches here (see engine/kernels/ceilings.h for definitions).
+  // Ceilings: rates the CPU backend reaches here (see engine/cpu/ceilings.h for definitions).
   struct Ceiling {
     const char* name;
     double value;

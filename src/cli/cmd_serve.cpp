@@ -115,7 +115,7 @@ int run(const ServeArgs& a) {
     }
   }
 
-  std::unique_ptr<scheduler::InferenceBackend> backend;
+  std::unique_ptr<scheduler::ServingEngine> backend;
   std::string summary;
   if (a.engine == "synthetic") {
     scheduler::SyntheticConfig sc;

@@ -12,7 +12,7 @@
 #include "core/json.h"
 #include "core/status.h"
 #include "metrics/metrics.h"
-#include "metrics/record.h"
+#include "metrics/request_record.h"
 #include "protocol/protocol.h"
 #include "workload/inferencebench.h"
 #include "workload/request.h"

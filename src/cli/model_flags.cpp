@@ -3,7 +3,7 @@
 
 #include "core/file.h"
 #include "core/log.h"
-#include "engine/kernels/quant.h"
+#include "engine/cpu/quant.h"
 #include "engine/safetensors.h"
 
 namespace plumb::cli {

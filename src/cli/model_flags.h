@@ -55,7 +55,7 @@ struct ModelFlags {
 };
 
 // --kernels: "auto" (empty selection), "reference" (every op's reference), or a kernel selection
-// JSON file (engine/kernels/kernels.h). Errors name the file.
+// JSON file (engine/cpu/kernels.h). Errors name the file.
 Result<engine::KernelSelection> load_kernel_selection(const std::string& spec);
 
 }  // namespace plumb::cli

@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "core/file.h"
-#include "engine/kernels/observer.h"
-#include "engine/kernels/packed.h"
+#include "engine/cpu/observer.h"
+#include "engine/cpu/packed.h"
 #include "engine/sampling.h"
 
 namespace plumb::engine {
@@ -134,7 +134,7 @@ void add_inplace(float* x, const float* y, int64_t n) {
 
 Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, ForwardOutput* out) {
   PLUMB_RETURN_IF_ERROR(check_batch(config_, batch, cache));
-  // Profiling (engine/kernels/observer.h): null unless `plumb kernels profile` installed one.
+  // Profiling (engine/cpu/observer.h): null unless `plumb kernels profile` installed one.
   KernelObserver* const obs = kernel_observer();
   if (obs) {
     int64_t rows = 0;
@@ -196,9 +196,9 @@ Status Model::forward_impl(std::span<const SequenceInput> batch, KvCache& cache,
 
   // x = embed[ids]
   const Phase ph = ctx.phase;
-  // Linear layers with quantized weights go to Op::kMatmulQuant (engine/kernels/quant.h).
+  // Linear layers with quantized weights go to Op::kMatmulQuant (engine/cpu/quant.h).
   const Op lin_op = weights_.quantization().scheme != QuantScheme::kNone ? Op::kMatmulQuant : Op::kMatmul;
-  // A packed (tied) table, engine/kernels/packed.h: the registered lookups read row-major tables.
+  // A packed (tied) table, engine/cpu/packed.h: the registered lookups read row-major tables.
   const bool packed_embed = weights_.embed.layout != WeightLayout::kRowMajor;
   PLUMB_OBSERVED_CALL(
       obs, (KernelCall{Op::kEmbedding, ph, "embedding", -1, T, d, 0, nullptr}),

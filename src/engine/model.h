@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/kernels/kernels.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "engine/weights.h"
@@ -38,7 +38,7 @@ struct ModelOptions {
   uint64_t seed = 0;                           // dummy weights' seed
   int threads = 0;                             // kernel threads including the caller; 0 = all cores
   KernelSelection kernels;                     // variant per op and phase; empty = "auto" everywhere
-  Quantization quantization;                   // linear layers: none | int8 | int4 (engine/kernels/quant.h)
+  Quantization quantization;                   // linear layers: none | int8 | int4 (engine/cpu/quant.h)
 };
 
 // One sequence's part of a batch. Spans are borrowed for the duration of forward().
@@ -107,7 +107,7 @@ class Model {
     std::vector<int32_t> ids;  // [T]            token id of each row
   };
   void reserve_workspace(int64_t tokens);
-  // forward() after validation; obs: the profiling observer or null (engine/kernels/observer.h).
+  // forward() after validation; obs: the profiling observer or null (engine/cpu/observer.h).
   Status forward_impl(std::span<const SequenceInput> batch, KvCache& cache, ForwardOutput* out,
                       class KernelObserver* obs);
 

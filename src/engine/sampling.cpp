@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "engine/kernels/observer.h"
+#include "engine/cpu/observer.h"
 
 namespace plumb::engine {
 

@@ -24,11 +24,11 @@
 // Non-finite logits: a row holding a NaN or an infinity (a broken model, e.g. NaN weights) is not
 // sampled: sample() returns Corrupt (is_nonfinite_logits() is true for it) naming the first bad id.
 //
-// Dispatch: the choice itself is a registry kernel (Op::kSample, engine/kernels/kernels.h; every
+// Dispatch: the choice itself is a registry kernel (Op::kSample, engine/cpu/kernels.h; every
 // variant returns the same id). A Sampler uses the kernel it is given (the serving engine passes its
 // runner's, scheduler::ModelRunner::sample_kernel(); generate() the model's decode-phase one), else
 // the registry's best. Calls are timed
-// through the profiling observer when one is installed (engine/kernels/observer.h).
+// through the profiling observer when one is installed (engine/cpu/observer.h).
 //
 // Not thread-safe: one Sampler per request.
 #pragma once
@@ -40,7 +40,7 @@
 
 #include "core/random.h"
 #include "core/status.h"
-#include "engine/kernels/kernels.h"
+#include "engine/cpu/kernels.h"
 
 namespace plumb::engine {
 

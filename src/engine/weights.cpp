@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "core/random.h"
-#include "engine/kernels/packed.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/packed.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace plumb::engine {
 

@@ -7,7 +7,7 @@
 //
 // Quantization (--quantization int8|int4): the seven linear matrices of every layer (q/k/v/o,
 // gate/up/down) are quantized once at load from their stored (or dummy) f32/f16/bf16 values into
-// buffers this object owns, in the formats of engine/kernels/quant.h (WeightMatrix::quant != kNone;
+// buffers this object owns, in the formats of engine/cpu/quant.h (WeightMatrix::quant != kNone;
 // the model multiplies them with Op::kMatmulQuant). The embedding table and lm_head stay as stored
 // (or as `dtype` asks): the embedding is read one row per token, and lm_head (tied to it in most
 // small models) is the layer whose error reaches the logits directly.
@@ -36,9 +36,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/kernels/huge_pages.h"
-#include "engine/kernels/kernels.h"
-#include "engine/kernels/quant.h"
+#include "engine/cpu/huge_pages.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/quant.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 
@@ -91,7 +91,7 @@ class ModelWeights {
   // Bytes of the quantized (or float) linear layers alone, and the quantization they carry.
   int64_t linear_bytes() const;
   const Quantization& quantization() const { return quant_; }
-  // Puts every bf16 matrix that can take it (engine/kernels/packed.h: can_pack16) in `layout`, the
+  // Puts every bf16 matrix that can take it (engine/cpu/packed.h: can_pack16) in `layout`, the
   // one the selected matmul reads (Model::set_kernels). Owned buffers convert in place; a view into
   // the memory map is packed into an owned buffer and its pages released from this process
   // (MADV_DONTNEED), so resident memory does not double. Values never change.
@@ -105,7 +105,7 @@ class ModelWeights {
     ~Buffer();
   };
   // Owns 64-byte-aligned memory for converted or generated weights. Buffers of 4 MiB and more are
-  // HugeBuffers (engine/kernels/huge_pages.h): a decode step streams every weight.
+  // HugeBuffers (engine/cpu/huge_pages.h): a decode step streams every weight.
   void* own(size_t bytes);
   bool owns(const void* p) const;  // p is the start of one of owned_
   // Quantizes `src` (a float WeightMatrix) into owned buffers; InvalidArgument naming `name` and

@@ -9,7 +9,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/sha256.h"
-#include "engine/kernels/plugin.h"
+#include "engine/cpu/plugin.h"
 #include "engine/model_config.h"
 #include "ledger/ledger.h"
 

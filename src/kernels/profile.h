@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/kernels/kernels.h"
+#include "engine/cpu/kernels.h"
 
 namespace plumb::kernels {
 

@@ -21,14 +21,14 @@
 #include "core/random.h"
 #include "core/sha256.h"
 #include "core/subprocess.h"
-#include "engine/kernels/packed.h"
-#include "engine/kernels/plugin.h"
-#include "engine/kernels/reference.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/packed.h"
+#include "engine/cpu/plugin.h"
+#include "engine/cpu/reference.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace plumb::kernels {
 
-extern const char* const kPluginAbiHeaderText;  // generated from engine/kernels/plugin_abi.h
+extern const char* const kPluginAbiHeaderText;  // generated from engine/cpu/plugin_abi.h
 
 using engine::DType;
 using engine::Op;
@@ -55,7 +55,7 @@ ScreenResult compile_candidate(const Candidate& c, const std::string& work_dir, 
   ScreenResult r;
   const std::string dir = work_dir + "/" + c.name;
   std::error_code ec;
-  std::filesystem::create_directories(dir + "/include/engine/kernels", ec);
+  std::filesystem::create_directories(dir + "/include/engine/cpu", ec);
   if (ec) {
     r.verdict = "compile_error";
     r.signature = "io";
@@ -64,7 +64,7 @@ ScreenResult compile_candidate(const Candidate& c, const std::string& work_dir, 
   }
   const std::string src = dir + "/" + c.name + ".cpp",
                     so = dir + "/" + c.name + (o.asan ? ".asan.so" : ".so"), log = dir + "/compile.log";
-  Status st = write_file_atomic(dir + "/include/engine/kernels/plugin_abi.h", plugin_abi_header_text());
+  Status st = write_file_atomic(dir + "/include/engine/cpu/plugin_abi.h", plugin_abi_header_text());
   if (st.ok()) st = write_file_atomic(src, c.source);
   if (!st.ok()) {
     r.verdict = "compile_error";
@@ -606,7 +606,7 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     st->ex = engine::plugin_exec(ctx);
     st->wm = engine::WeightMatrix{st->c.w.data(), st->c.w_dtype, st->c.n, st->c.k};
     // The baseline gets its weights in the layout the model gives it (tasks store them row-major):
-    // packed 16 features wide for variants that read that layout (engine/kernels/packed.h).
+    // packed 16 features wide for variants that read that layout (engine/cpu/packed.h).
     if (v && v->reads_packed16 && st->c.op == Op::kMatmul && engine::can_pack16(st->wm)) {
       auto* w16 = reinterpret_cast<uint16_t*>(st->c.w.data());
       engine::pack16(w16, st->c.n, st->c.k, w16, nullptr);

@@ -1,6 +1,6 @@
 // Screening of one kernel candidate against a task (`plumb kernels search` and `screen`):
 //  1. compile: the C++ source with g++ into a shared library against the plugin ABI
-//     (engine/kernels/plugin_abi.h, shipped inside plumb and written next to the source);
+//     (engine/cpu/plugin_abi.h, shipped inside plumb and written next to the source);
 //  2. in a CHILD PROCESS (fork), so that a crash, a hang or a stray write is a verdict and never
 //     takes plumb down:
 //     - correctness on fresh random inputs over the task's observed shape range (m_min, m_max and
@@ -19,7 +19,7 @@
 //     else 0.
 // An ASan build (asan = true) compiles with -fsanitize=address and runs the child as
 // `plumb kernels screen-child` with libasan preloaded (exec, not only fork).
-// A pass writes the screening certificate next to the library (engine/kernels/plugin.h).
+// A pass writes the screening certificate next to the library (engine/cpu/plugin.h).
 #pragma once
 
 #include <chrono>

@@ -7,7 +7,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
-#include "engine/kernels/reference.h"
+#include "engine/cpu/reference.h"
 
 namespace plumb::kernels {
 

@@ -1,6 +1,6 @@
 // The open-loop driver: sends each request of a request set at its scheduled time, whatever the
 // completions, under the schedule's concurrency cap, and records everything each request did
-// (metrics/record.h). Warmup is a separate phase before the measured one, recorded apart.
+// (metrics/request_record.h). Warmup is a separate phase before the measured one, recorded apart.
 #pragma once
 
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "loadgen/target.h"
-#include "metrics/record.h"
+#include "metrics/request_record.h"
 #include "workload/request.h"
 #include "workload/schedule.h"
 

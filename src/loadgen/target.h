@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "core/clock.h"
-#include "metrics/record.h"
+#include "metrics/request_record.h"
 #include "workload/request.h"
 
 namespace plumb::loadgen {

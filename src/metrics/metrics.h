@@ -1,5 +1,5 @@
 // The metrics of a run, each defined once in docs/metrics.md, computed from per-request records
-// (metrics/record.h) with the statistics of stats/. Also: SLOs and goodput, scenario objectives,
+// (metrics/request_record.h) with the statistics of stats/. Also: SLOs and goodput, scenario objectives,
 // the validity constraints of docs/protocol.md §3, and the outputs (JSON, per-request CSV, console).
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include "core/json.h"
 #include "core/status.h"
-#include "metrics/record.h"
+#include "metrics/request_record.h"
 #include "stats/stats.h"
 
 namespace plumb::metrics {

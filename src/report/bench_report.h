@@ -13,7 +13,7 @@
 
 #include "core/json.h"
 #include "metrics/metrics.h"
-#include "metrics/record.h"
+#include "metrics/request_record.h"
 
 namespace plumb::report {
 

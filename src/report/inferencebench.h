@@ -1,5 +1,5 @@
 // InferenceBench (IB) interoperability, writing side: IB's metrics JSON computed from plumb's
-// per-request records (metrics/record.h), so a user of IB can read plumb's results with IB's tools.
+// per-request records (metrics/request_record.h), so a user of IB can read plumb's results with IB's tools.
 //
 // Each of IB's fields is written with IB's definition where plumb's records allow it honestly;
 // plumb's own figures sit beside them under "plumb" (per profile and at the top). The field-by-field
@@ -18,7 +18,7 @@
 
 #include "core/json.h"
 #include "metrics/metrics.h"
-#include "metrics/record.h"
+#include "metrics/request_record.h"
 #include "stats/stats.h"
 
 namespace plumb::report {

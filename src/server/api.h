@@ -13,7 +13,7 @@
 
 #include "core/json.h"
 #include "core/status.h"
-#include "engine/scheduler/backend.h"
+#include "engine/scheduler/serving_engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 

@@ -52,7 +52,7 @@ void ServerMetrics::record(const scheduler::RequestTimings& t, int64_t completio
   if (completion_tokens >= 2) tpot.observe(t.decode_ms() / 1000.0 / double(completion_tokens - 1));
 }
 
-std::string ServerMetrics::render(const std::string& model, const scheduler::BackendStats& s) const {
+std::string ServerMetrics::render(const std::string& model, const scheduler::ServingStats& s) const {
   std::string labels = fmt::format("model_name=\"{}\"", model);
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, auto value) {

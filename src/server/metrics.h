@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler/backend.h"
+#include "engine/scheduler/serving_engine.h"
 
 namespace plumb::server {
 
@@ -38,7 +38,7 @@ struct ServerMetrics {
   // A request that completed (length or stop): TTFT = arrival -> first token, E2E = arrival ->
   // finished, TPOT = decode time / (completion_tokens - 1) when there are at least two tokens.
   void record(const scheduler::RequestTimings& t, int64_t completion_tokens);
-  std::string render(const std::string& model, const scheduler::BackendStats& s) const;
+  std::string render(const std::string& model, const scheduler::ServingStats& s) const;
 
   Histogram ttft, tpot, e2e, queue;
   std::atomic<uint64_t> success{0};           // completed requests

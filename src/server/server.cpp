@@ -52,7 +52,7 @@ std::string_view finish_reason_text(FinishReason r, bool stopped_by_string) {
 
 struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
   ServerOptions options;
-  scheduler::InferenceBackend& backend;
+  scheduler::ServingEngine& backend;
   const engine::Tokenizer& tokenizer;
   std::optional<engine::ChatTemplate> chat_template;
   std::unique_ptr<net::HttpServer> http;
@@ -64,7 +64,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
   mutable std::mutex live_mu;
   std::map<uint64_t, std::shared_ptr<Stream>> live;  // responses still open
 
-  Impl(ServerOptions o, scheduler::InferenceBackend& b, const engine::Tokenizer& t)
+  Impl(ServerOptions o, scheduler::ServingEngine& b, const engine::Tokenizer& t)
       : options(std::move(o)), backend(b), tokenizer(t) {
     auto ct = engine::ChatTemplate::for_tokenizer(tokenizer);
     if (ct.ok()) chat_template.emplace(std::move(ct).value());
@@ -395,7 +395,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
   }
 
   void health(const std::shared_ptr<net::ResponseWriter>& w) {
-    scheduler::BackendStats st = backend.stats();
+    scheduler::ServingStats st = backend.stats();
     json::object o;
     bool d = draining.load();
     o["status"] = d ? "draining" : "ok";
@@ -536,7 +536,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
   }
 };
 
-OpenAiServer::OpenAiServer(ServerOptions options, scheduler::InferenceBackend& backend,
+OpenAiServer::OpenAiServer(ServerOptions options, scheduler::ServingEngine& backend,
                            const engine::Tokenizer& tokenizer)
     : impl_(std::make_shared<Impl>(std::move(options), backend, tokenizer)) {
   net::HttpServerOptions ho;

@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP server: a thin adapter from net/'s HttpServer to an InferenceBackend.
+// The OpenAI-compatible HTTP server: a thin adapter from net/'s HttpServer to an ServingEngine.
 //
 // Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (stream and not),
 // POST /tokenize, POST /detokenize, GET /health, GET /metrics (Prometheus text). Every completion
@@ -20,7 +20,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/scheduler/backend.h"
+#include "engine/scheduler/serving_engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -44,7 +44,7 @@ class OpenAiServer {
  public:
   // The backend and tokenizer are borrowed and must outlive the server. The chat template comes
   // from the tokenizer; without one, chat requests get 400.
-  OpenAiServer(ServerOptions options, scheduler::InferenceBackend& backend,
+  OpenAiServer(ServerOptions options, scheduler::ServingEngine& backend,
                const engine::Tokenizer& tokenizer);
   ~OpenAiServer();
   OpenAiServer(const OpenAiServer&) = delete;

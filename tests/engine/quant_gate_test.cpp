@@ -23,7 +23,7 @@
 #include "core/file.h"
 #include "core/subprocess.h"
 #include "gates/checks.h"
-#include "gates/record.h"
+#include "gates/gate_record.h"
 #include "launch/adapter.h"
 
 namespace plumb::gates {

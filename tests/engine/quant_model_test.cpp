@@ -13,8 +13,8 @@
 
 #include "core/file.h"
 #include "core/json.h"
-#include "engine/kernels/packed.h"
-#include "engine/kernels/quant.h"
+#include "engine/cpu/packed.h"
+#include "engine/cpu/quant.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
@@ -75,7 +75,7 @@ TEST(QuantModel, LinearsQuantizedFromTheModelsOwnWeightsEmbeddingsKept) {
         const auto* f = static_cast<const uint16_t*>(fm.data);
         for (int64_t e = 0; e < fm.rows * fm.cols; e += 7) {
           const int64_t r = e / fm.cols, col = e % fm.cols;
-          // The unquantized model's bf16 matrices may be packed (engine/kernels/packed.h).
+          // The unquantized model's bf16 matrices may be packed (engine/cpu/packed.h).
           const int64_t at = fm.layout == WeightLayout::kPacked16 ? packed16_index(r, col, fm.cols) : e;
           ASSERT_LE(std::fabs(dequant_weight(qm, r, col) - bf16_to_f32(f[at])), quant_error_bound(qm, r, col))
               << q << " layer " << li << " matrix " << i << " (" << r << ", " << col << ")";

@@ -18,10 +18,10 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
-#include "engine/kernels/kernels.h"
+#include "engine/cpu/kernels.h"
 #include "engine/safetensors.h"
 #include "gates/checks.h"
-#include "gates/record.h"
+#include "gates/gate_record.h"
 #include "ledger/ledger.h"
 
 namespace plumb::gates {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/file.h"
-#include "engine/kernels/plugin.h"
+#include "engine/cpu/plugin.h"
 #include "test_util.h"
 
 namespace plumb::kernels {

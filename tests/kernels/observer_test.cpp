@@ -1,7 +1,7 @@
 // The profiling observer on the real forward pass (shipped model): with an observer installed every
 // module boundary reports once per layer per call, with its phase and shapes, and the inputs it
 // sees are the kernel's inputs; with none installed nothing is reported and the logits are the same.
-#include "engine/kernels/observer.h"
+#include "engine/cpu/observer.h"
 
 #include <gtest/gtest.h>
 

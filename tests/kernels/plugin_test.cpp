@@ -1,7 +1,7 @@
 // The plugin ABI and loader: a tiny correct plugin is refused before screening, loaded after it,
 // selectable per phase through a kernel selection, and matches the reference; a library changed
 // after screening is refused; an ABI-version mismatch is a clear error; the sampling kernels agree.
-#include "engine/kernels/plugin.h"
+#include "engine/cpu/plugin.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "core/random.h"
-#include "engine/kernels/reference.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/reference.h"
+#include "engine/cpu/thread_pool.h"
 #include "test_util.h"
 
 namespace plumb::kernels {

@@ -10,7 +10,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
-#include "engine/kernels/plugin.h"
+#include "engine/cpu/plugin.h"
 #include "kernels/accept.h"
 #include "kernels/search.h"
 #include "test_util.h"

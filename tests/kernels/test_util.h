@@ -156,7 +156,7 @@ inline Task sample_task(const std::string& dir) {
 //  "read_past":   reads logits[vocab] (one past the end) while finding the maximum.
 inline std::string sample_source(const std::string& name, const std::string& flaw = "") {
   auto on = [&](const char* f) { return flaw == f ? "1" : "0"; };
-  return std::string(R"(#include "engine/kernels/plugin_abi.h"
+  return std::string(R"(#include "engine/cpu/plugin_abi.h"
 #include <algorithm>
 #include <cmath>
 #define IGNORE_CUTS )") +
@@ -210,7 +210,7 @@ PLUMB_KERNEL_EXPORT const plumb_kernel_plugin* plumb_kernel_plugin_entry(void) {
 // `abi` overrides the descriptor's version.
 inline std::string rmsnorm_source(const std::string& name, const std::string& body = "",
                                   const std::string& abi = "PLUMB_KERNEL_ABI_VERSION") {
-  return R"(#include "engine/kernels/plugin_abi.h"
+  return R"(#include "engine/cpu/plugin_abi.h"
 #include <cmath>
 static void run(const plumb_exec*, const void* args) {
   const plumb_rmsnorm_args* a = static_cast<const plumb_rmsnorm_args*>(args);

@@ -11,7 +11,7 @@
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/ops.h"
-#include "engine/kernels/packed.h"
+#include "engine/cpu/packed.h"
 
 namespace plumb::cuda {
 namespace {
@@ -121,7 +121,7 @@ Result<DeviceBuffer> upload_matrices(std::initializer_list<const engine::WeightM
   std::vector<uint16_t> staging;
   for (const auto* m : ms) {
     const int64_t n = m->rows * m->cols;
-    if (m->layout == engine::WeightLayout::kPacked16) {  // a CPU GEMM's layout (engine/kernels/packed.h)
+    if (m->layout == engine::WeightLayout::kPacked16) {  // a CPU GEMM's layout (engine/cpu/packed.h)
       staging.resize(size_t(n));
       engine::unpack16(static_cast<const uint16_t*>(m->data), m->rows, m->cols, staging.data(), nullptr);
       PLUMB_RETURN_IF_ERROR(upload_bytes(dst, staging.data(), size_t(n) * 2));

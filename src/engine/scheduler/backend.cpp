@@ -1,4 +1,4 @@
-#include "engine/scheduler/backend.h"
+#include "engine/scheduler/serving_engine.h"
 
 namespace plumb::scheduler {
 

@@ -167,7 +167,7 @@ void LlmEngine::cancel(RequestId id) {
   cv_.notify_one();
 }
 
-BackendStats LlmEngine::stats() const {
+ServingStats LlmEngine::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
 }
@@ -488,7 +488,7 @@ bool LlmEngine::step() {
 void LlmEngine::publish_stats() {
   std::lock_guard lock(mu_);
   queued_ = int64_t(inbox_.size() + waiting_.size());
-  BackendStats s = counters_;
+  ServingStats s = counters_;
   s.requests_rejected = stats_.requests_rejected;
   s.running = int64_t(running_.size());
   s.waiting = queued_;

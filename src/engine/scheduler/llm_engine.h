@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/scheduler/backend.h"
+#include "engine/scheduler/serving_engine.h"
 #include "engine/scheduler/block_manager.h"
 #include "engine/scheduler/model_runner.h"
 
@@ -68,7 +68,7 @@ Result<LlmEngineConfig> normalize(const LlmEngineConfig& requested, int64_t mode
 // The settings as a JSON object text.
 std::string llm_engine_config_json(const LlmEngineConfig& c);
 
-class LlmEngine final : public InferenceBackend {
+class LlmEngine final : public ServingEngine {
  public:
   enum class Mode : uint8_t {
     kThread,  // an engine thread runs steps whenever there is work (serving)
@@ -82,7 +82,7 @@ class LlmEngine final : public InferenceBackend {
 
   Result<RequestId> submit(GenerationRequest request) override;
   void cancel(RequestId id) override;
-  BackendStats stats() const override;
+  ServingStats stats() const override;
   int64_t max_context() const override { return max_context_; }
   std::string describe() const override;
   void stop() override;
@@ -117,12 +117,12 @@ class LlmEngine final : public InferenceBackend {
   std::vector<std::unique_ptr<Seq>> inbox_;
   std::vector<RequestId> cancels_;
   int64_t queued_ = 0;  // inbox + waiting, for the queue bound
-  BackendStats stats_;
+  ServingStats stats_;
 
   // Engine-thread state.
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
-  BackendStats counters_;
+  ServingStats counters_;
   std::vector<float> logits_;
   std::thread thread_;
 };

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/kernels/kernels.h"
+#include "engine/cpu/kernels.h"
 
 namespace plumb::engine {
 class Model;
@@ -46,7 +46,7 @@ class ModelRunner {
   // tokens.size() rows, kLast 1, kNone 0). `logits` is cleared first.
   virtual Status forward(std::span<const StepSeq> batch, std::vector<float>& logits) = 0;
   // The sampling kernel the engine's Samplers use for this runner's logits (the model's decode-phase
-  // kSample variant, engine/kernels/kernels.h); nullptr: the registry's best.
+  // kSample variant, engine/cpu/kernels.h); nullptr: the registry's best.
   virtual engine::SampleFn sample_kernel() const { return nullptr; }
   // A one-line description for logs and /health ("plumb-tiny, 2 layers, kernels auto").
   virtual std::string describe() const = 0;

@@ -225,9 +225,9 @@ void SyntheticEngine::run() {
   }
 }
 
-BackendStats SyntheticEngine::stats() const {
+ServingStats SyntheticEngine::stats() const {
   std::lock_guard lock(mu_);
-  BackendStats s = counters_;
+  ServingStats s = counters_;
   s.running = int64_t(streams_.size());
   s.waiting = 0;
   return s;

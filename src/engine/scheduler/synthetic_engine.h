@@ -1,4 +1,4 @@
-// SyntheticEngine: an InferenceBackend with no model compute. Each request streams its tokens on a
+// SyntheticEngine: an ServingEngine with no model compute. Each request streams its tokens on a
 // configured, seeded schedule (time to first token, then one chunk of `tokens_per_chunk` tokens per
 // inter-token interval), so a server whose true timings are known can be measured, and the client
 // can be pushed to its limits. One timing thread serves every request (a priority queue of due
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/scheduler/backend.h"
+#include "engine/scheduler/serving_engine.h"
 
 namespace plumb::scheduler {
 
@@ -56,7 +56,7 @@ struct SyntheticPlan {
   std::vector<int32_t> tokens;     // tokens per chunk; they sum to max_tokens
 };
 
-class SyntheticEngine final : public InferenceBackend {
+class SyntheticEngine final : public ServingEngine {
  public:
   // InvalidArgument for a negative delay, tokens_per_chunk < 1, max_queue < 1.
   // Times come from std::chrono::steady_clock (the timing thread waits on it).
@@ -68,7 +68,7 @@ class SyntheticEngine final : public InferenceBackend {
 
   Result<RequestId> submit(GenerationRequest request) override;
   void cancel(RequestId id) override;
-  BackendStats stats() const override;
+  ServingStats stats() const override;
   int64_t max_context() const override { return config_.max_context; }
   std::string describe() const override;
   void stop() override;
@@ -87,7 +87,7 @@ class SyntheticEngine final : public InferenceBackend {
   uint64_t next_index_ = 0;
   std::map<RequestId, std::unique_ptr<Stream>> streams_;
   std::multimap<SteadyTime, RequestId> due_;  // next chunk time -> request
-  BackendStats counters_;
+  ServingStats counters_;
   std::thread thread_;
 };
 

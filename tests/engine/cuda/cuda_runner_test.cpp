@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/random.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 

@@ -207,7 +207,7 @@ TEST(LlmEngine, PrefixCacheReusesFullBlocksAcrossRequests) {
   EXPECT_EQ(f.log[second].start_pos, std::vector<int32_t>{16});
   EXPECT_EQ(a->tokens, toy_reference(p1, 3, kVocab));
   EXPECT_EQ(b->tokens, toy_reference(p2, 3, kVocab));
-  BackendStats s = f.engine->stats();
+  ServingStats s = f.engine->stats();
   EXPECT_EQ(s.prefix_cache_queries, 38);
   EXPECT_EQ(s.prefix_cache_hits, 16);
   EXPECT_EQ(s.kv_blocks_used, 0);
@@ -266,7 +266,7 @@ TEST(LlmEngine, PreemptionUnderATinyKvBudgetKeepsTheAnswers) {
     ASSERT_TRUE(cs[size_t(i)]->finished);
     EXPECT_EQ(cs[size_t(i)]->tokens, toy_reference(prompts[size_t(i)], 24, kVocab)) << "request " << i;
   }
-  BackendStats s = f.engine->stats();
+  ServingStats s = f.engine->stats();
   EXPECT_GT(s.preemptions, 0);
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.requests_finished, 8);
@@ -436,7 +436,7 @@ TEST(LlmEngine, ThreadModeServesConcurrentSubmitters) {
     EXPECT_EQ(cs[size_t(i)]->tokens, toy_reference(prompt_of(4 + i, 200 + i), 16, kVocab)) << i;
   }
   // Stats are published after the step, before the sinks run; all steps are done now.
-  BackendStats s = f.engine->stats();
+  ServingStats s = f.engine->stats();
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.running + s.waiting, 0);
   EXPECT_EQ(s.requests_finished, 16);

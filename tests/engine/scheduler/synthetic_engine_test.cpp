@@ -96,7 +96,7 @@ TEST(SyntheticEngine, StreamsChunksInOrderWithTheConfiguredCounts) {
     EXPECT_EQ(s->timings.completion_tokens, 5);
     for (size_t i = 1; i < s->at.size(); ++i) EXPECT_LE(s->at[i - 1], s->at[i]);
   }
-  BackendStats st = (*e)->stats();
+  ServingStats st = (*e)->stats();
   EXPECT_EQ(st.generation_tokens, 100);
   EXPECT_EQ(st.requests_finished, 20);
   EXPECT_EQ(st.running, 0);

@@ -1,0 +1,340 @@
+// Registry, kernel selection, and element conversions.
+#include "engine/cpu/kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/json.h"
+#include "engine/cpu/plugin.h"
+#include "engine/cpu/quant.h"
+#include "engine/cpu/reference.h"
+
+namespace plumb::engine {
+
+namespace detail {
+void register_sample_kernels(KernelRegistry& r);  // engine/cpu/sample.cpp
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+const char* quant_scheme_name(QuantScheme q) {
+  return q == QuantScheme::kInt8 ? "int8" : q == QuantScheme::kInt4 ? "int4" : "none";
+}
+
+const char* phase_name(Phase p) { return p == Phase::kPrefill ? "prefill" : "decode"; }
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kMatmul:
+      return "matmul";
+    case Op::kRmsNorm:
+      return "rmsnorm";
+    case Op::kRope:
+      return "rope";
+    case Op::kSwiglu:
+      return "swiglu";
+    case Op::kEmbedding:
+      return "embedding";
+    case Op::kAttention:
+      return "attention";
+    case Op::kMatmulQuant:
+      return "matmul_quant";
+    case Op::kSample:
+      return "sampling";
+    case Op::kCount:
+      break;
+  }
+  return "?";
+}
+
+Result<Op> op_from_name(std::string_view name) {
+  std::string known;
+  for (int i = 0; i < int(Op::kCount); ++i) {
+    Op op = Op(i);
+    if (name == op_name(op)) return op;
+    known += (i ? ", " : "") + std::string(op_name(op));
+  }
+  return invalid_argument("unknown kernel op '" + std::string(name) + "' (known: " + known + ")");
+}
+
+// ---- conversions -------------------------------------------------------------------------------
+
+namespace {
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+float bf16_to_f32(uint16_t v) { return float_of(uint32_t(v) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u = bits_of(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // NaN stays a quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                          // round to nearest, ties to even
+  return uint16_t(u >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    if (mant == 0) return float_of(sign);
+    return float_of(sign | bits_of(float(mant) * 5.9604644775390625e-8f));  // mant * 2^-24, exact
+  }
+  if (exp == 31) return float_of(sign | 0x7f800000u | (mant << 13));
+  return float_of(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+  // After F. Giesen's float_to_half_fast3_rtne (public domain).
+  uint32_t u = bits_of(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x7f800000u)
+    return uint16_t(sign | 0x7c00u | (u > 0x7f800000u ? 0x200u | ((u >> 13) & 0x3ffu) : 0u));
+  if (u >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to infinity
+  if (u < 0x38800000u) {
+    // Below the smallest normal half: adding 0.5 aligns the half's subnormal unit (2^-24) with the
+    // float's last mantissa bit, so the FPU does the round-to-nearest-even for us.
+    float g = float_of(u) + 0.5f;
+    return uint16_t(sign | (bits_of(g) - bits_of(0.5f)));
+  }
+  uint32_t mant_odd = (u >> 13) & 1u;
+  u += (uint32_t(15 - 127) << 23) + 0xfffu + mant_odd;
+  return uint16_t(sign | (u >> 13));
+}
+
+// ---- registry ----------------------------------------------------------------------------------
+
+KernelRegistry& KernelRegistry::instance() {
+  static KernelRegistry* r = [] {
+    auto* reg = new KernelRegistry();
+    detail::register_reference_kernels(*reg);
+    detail::register_avx2_kernels(*reg);
+    detail::register_avx512_kernels(*reg);
+    detail::register_amx_kernels(*reg);
+    detail::register_avx512_attention(*reg);
+    detail::register_onednn_kernels(*reg);
+    detail::register_onednn_bf16_kernels(*reg);
+    detail::register_quant_kernels(*reg);
+    detail::register_sample_kernels(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+void KernelRegistry::add(Op op, KernelVariant v) { variants_[op].push_back(std::move(v)); }
+
+Result<const KernelVariant*> KernelRegistry::find(Op op, const std::string& name) const {
+  auto it = variants_.find(op);
+  std::string known;
+  if (it != variants_.end()) {
+    for (const KernelVariant& v : it->second) {
+      if (v.name == name) {
+        if (v.supported && !v.supported()) {
+          return failed_precondition(std::string(op_name(op)) + " variant '" + name +
+                                     "' is not supported on this CPU");
+        }
+        return &v;
+      }
+      known += (known.empty() ? "" : ", ") + v.name;
+    }
+  }
+  return not_found("unknown " + std::string(op_name(op)) + " variant '" + name + "' (known: auto, " + known +
+                   ")");
+}
+
+std::vector<const KernelVariant*> KernelRegistry::list(Op op) const {
+  std::vector<const KernelVariant*> out;
+  auto it = variants_.find(op);
+  if (it != variants_.end()) {
+    for (const KernelVariant& v : it->second) out.push_back(&v);
+  }
+  return out;
+}
+
+const KernelVariant* KernelRegistry::best(Op op) const { return best(op, Phase::kDecode); }
+
+const KernelVariant* KernelRegistry::best(Op op, Phase phase) const {
+  const KernelVariant* best = nullptr;
+  auto it = variants_.find(op);
+  if (it == variants_.end()) return nullptr;
+  for (const KernelVariant& v : it->second) {
+    if (v.supported && !v.supported()) continue;
+    if (!best || v.rank[size_t(phase)] >= best->rank[size_t(phase)]) best = &v;
+  }
+  return best;
+}
+
+// ---- selection ---------------------------------------------------------------------------------
+
+KernelSelection KernelSelection::all_reference() {
+  KernelSelection s;
+  for (int i = 0; i < int(Op::kCount); ++i) {
+    s.prefill[Op(i)] = "reference";
+    s.decode[Op(i)] = "reference";
+  }
+  return s;
+}
+
+Result<KernelSelection> KernelSelection::parse_json(std::string_view text) {
+  PLUMB_ASSIGN_OR_RETURN(json::object obj, json::parse_object(text));
+  KernelSelection sel;
+  for (const auto& [key, val] : obj) {
+    if (key == "plugins") {
+      if (!val.is_array())
+        return invalid_argument("kernel selection: 'plugins' must be an array of .so paths");
+      for (const auto& p : val.as_array()) {
+        if (!p.is_string() || p.as_string().empty() || p.as_string()[0] != '/') {
+          return invalid_argument("kernel selection: every 'plugins' entry must be an absolute .so path");
+        }
+        sel.plugins.emplace_back(p.as_string());
+      }
+      continue;
+    }
+    auto op = op_from_name(key);
+    if (!op.ok()) return op.status().with_context("kernel selection");
+    std::string field = "kernel selection: field '" + std::string(key) + "'";
+    if (val.is_string()) {
+      std::string name(val.as_string());
+      if (name.empty()) return invalid_argument(field + " must name a variant");
+      sel.prefill[*op] = name;
+      sel.decode[*op] = name;
+    } else if (val.is_object()) {
+      for (const auto& [phase, name] : val.as_object()) {
+        if (phase != "prefill" && phase != "decode") {
+          return invalid_argument(field + ": unknown key '" + std::string(phase) +
+                                  "' (expected \"prefill\" and/or \"decode\")");
+        }
+        if (!name.is_string() || name.as_string().empty()) {
+          return invalid_argument(field + "." + std::string(phase) + " must be a variant name (string)");
+        }
+        (phase == "prefill" ? sel.prefill : sel.decode)[*op] = std::string(name.as_string());
+      }
+    } else {
+      return invalid_argument(field + " must be a variant name or {\"prefill\": ..., \"decode\": ...}");
+    }
+  }
+  return sel;
+}
+
+std::string KernelSelection::to_json() const {
+  json::object obj;
+  for (int i = 0; i < int(Op::kCount); ++i) {
+    Op op = Op(i);
+    auto p = prefill.find(op);
+    auto d = decode.find(op);
+    std::string pn = p == prefill.end() ? "auto" : p->second;
+    std::string dn = d == decode.end() ? "auto" : d->second;
+    if (p == prefill.end() && d == decode.end()) continue;
+    if (pn == dn) {
+      obj[op_name(op)] = pn;
+    } else {
+      json::object phases;
+      phases["prefill"] = pn;
+      phases["decode"] = dn;
+      obj[op_name(op)] = std::move(phases);
+    }
+  }
+  if (!plugins.empty()) {
+    json::array arr;
+    for (const auto& p : plugins) arr.emplace_back(p);
+    obj["plugins"] = std::move(arr);
+  }
+  return json::canonical(obj);
+}
+
+Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
+  for (const auto& path : sel.plugins) PLUMB_RETURN_IF_ERROR(load_screened_plugin(path).status());
+  const KernelRegistry& reg = KernelRegistry::instance();
+  std::array<KernelSet, 2> sets;
+  bool packed16 = true;  // both phases' matmul reads kPacked16
+  for (Phase phase : {Phase::kPrefill, Phase::kDecode}) {
+    const auto& chosen = phase == Phase::kPrefill ? sel.prefill : sel.decode;
+    KernelSet& set = sets[size_t(phase)];
+    for (int i = 0; i < int(Op::kCount); ++i) {
+      Op op = Op(i);
+      auto it = chosen.find(op);
+      std::string name = it == chosen.end() ? "auto" : it->second;
+      const KernelVariant* v = nullptr;
+      if (name == "auto") {
+        v = reg.best(op, phase);
+        if (!v) return internal_error(std::string("no kernel registered for ") + op_name(op));
+      } else {
+        auto found = reg.find(op, name);
+        if (!found.ok()) {
+          return found.status().with_context(std::string("kernel selection, ") + phase_name(phase) + " " +
+                                             op_name(op));
+        }
+        v = *found;
+      }
+      set.names[op] = v->name;
+      switch (op) {
+        case Op::kMatmul:
+          set.matmul = reinterpret_cast<MatmulFn>(v->fn);
+          packed16 = packed16 && v->reads_packed16;
+          break;
+        case Op::kRmsNorm:
+          set.rmsnorm = reinterpret_cast<RmsNormFn>(v->fn);
+          break;
+        case Op::kRope:
+          set.rope = reinterpret_cast<RopeFn>(v->fn);
+          break;
+        case Op::kSwiglu:
+          set.swiglu = reinterpret_cast<SwigluFn>(v->fn);
+          break;
+        case Op::kEmbedding:
+          set.embedding = reinterpret_cast<EmbeddingFn>(v->fn);
+          break;
+        case Op::kAttention:
+          set.attention = reinterpret_cast<AttentionFn>(v->fn);
+          break;
+        case Op::kMatmulQuant:
+          set.matmul_quant = reinterpret_cast<MatmulFn>(v->fn);
+          break;
+        case Op::kSample:
+          set.sample = reinterpret_cast<SampleFn>(v->fn);
+          break;
+        case Op::kCount:
+          break;
+      }
+    }
+  }
+  for (KernelSet& set : sets) set.packed16 = packed16;
+  return sets;
+}
+
+const int32_t* attention_row_owners(std::span<const AttentionSeq> seqs, int64_t* rows) {
+  int64_t n = 0;
+  for (const AttentionSeq& s : seqs) n = std::max<int64_t>(n, int64_t(s.q_row) + s.n_q);
+  thread_local std::vector<int32_t> owner;
+  owner.assign(size_t(n), -1);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int32_t j = 0; j < seqs[i].n_q; ++j) owner[size_t(seqs[i].q_row) + size_t(j)] = int32_t(i);
+  }
+  *rows = n;
+  return owner.data();
+}
+
+}  // namespace plumb::engine
