@@ -44,8 +44,7 @@ class OpenAiServer {
  public:
   // The backend and tokenizer are borrowed and must outlive the server. The chat template comes
   // from the tokenizer; without one, chat requests get 400.
-  OpenAiServer(ServerOptions options, scheduler::ServingEngine& backend,
-               const engine::Tokenizer& tokenizer);
+  OpenAiServer(ServerOptions options, scheduler::ServingEngine& backend, const engine::Tokenizer& tokenizer);
   ~OpenAiServer();
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;

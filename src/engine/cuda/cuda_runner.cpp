@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/cpu/packed.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/ops.h"
-#include "engine/cpu/packed.h"
 
 namespace plumb::cuda {
 namespace {

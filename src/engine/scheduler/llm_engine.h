@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/scheduler/serving_engine.h"
 #include "engine/scheduler/block_manager.h"
 #include "engine/scheduler/model_runner.h"
+#include "engine/scheduler/serving_engine.h"
 
 namespace plumb::scheduler {
 
