@@ -11,6 +11,7 @@ PACKAGES=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libdnnl-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
   libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
+  postgresql libpqxx-dev  # the shared ledger (postgresql:// ledgers) and the server its tests run against
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes: scripts/fuzz.sh (fuzz/)

@@ -21,6 +21,15 @@ cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset"
 
 stage "tests ($preset)"
+# A throwaway PostgreSQL cluster for the shared-ledger tests (scripts/pg_test_cluster.sh), stopped at
+# exit; the tests that need it skip, saying why, only where it cannot be started.
+pg_dir=$(mktemp -d /tmp/plumb_pg_XXXXXX)
+trap 'bash scripts/pg_test_cluster.sh stop "$pg_dir"' EXIT
+if url=$(bash scripts/pg_test_cluster.sh start "$pg_dir"); then
+  export PLUMB_TEST_POSTGRES="$url"
+else
+  echo "tests: no PostgreSQL cluster could be started; the shared-ledger tests will skip" >&2
+fi
 ctest --preset "$preset" "$@" || failed+=("tests")
 
 if [ "${PLUMB_SKIP_ASAN:-0}" != 1 ]; then

@@ -15,6 +15,9 @@
 #include "core/json.h"
 #include "core/sha256.h"
 #include "ledger/schema.h"
+#ifdef PLUMB_HAVE_POSTGRES
+#include "ledger/pg_ledger.h"
+#endif
 
 namespace plumb::ledger {
 namespace {
@@ -525,7 +528,26 @@ Result<std::unique_ptr<SqliteLedger>> open_connection(const std::string& path, i
 
 }  // namespace
 
+bool is_postgres_url(const std::string& where) {
+  return where.rfind("postgresql://", 0) == 0 || where.rfind("postgres://", 0) == 0;
+}
+
+namespace {
+// A postgresql:// ledger in a build without the PostgreSQL backend (libpqxx was not found).
+Result<std::unique_ptr<Ledger>> open_shared(const std::string& url, bool inspect) {
+#ifdef PLUMB_HAVE_POSTGRES
+  return open_postgres(url, inspect);
+#else
+  (void)inspect;
+  return unimplemented("ledger '" + url +
+                       "': this plumb was built without the PostgreSQL backend (libpqxx-dev was not found at "
+                       "configure time; scripts/setup.sh installs it)");
+#endif
+}
+}  // namespace
+
 Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
+  if (is_postgres_url(path)) return open_shared(path, false);
   PLUMB_ASSIGN_OR_RETURN(std::unique_ptr<SqliteLedger> l,
                          open_connection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
   sqlite3* db = l->db();
@@ -582,6 +604,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
 }
 
 Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& path) {
+  if (is_postgres_url(path)) return open_shared(path, true);
   PLUMB_ASSIGN_OR_RETURN(std::unique_ptr<SqliteLedger> l, open_connection(path, SQLITE_OPEN_READONLY));
   return std::unique_ptr<Ledger>(std::move(l));
 }

@@ -13,9 +13,13 @@
 // must be exactly those its schema version defines; a file that differs (a dropped trigger, an edit
 // through PRAGMA writable_schema, deleted schema_version rows) is refused with what changed.
 //
-// Backends: Ledger is an interface; Ledger::open gives the SQLite backend (ledger.cpp, the validator
-// in schema.cpp). A second SQL backend (PostgreSQL) implements the same interface with the same
-// rules in its dialect; no SQL and no database handle leave src/ledger/.
+// Backends: Ledger is an interface. Ledger::open("FILE.db") gives the SQLite backend (ledger.cpp, the
+// validator in schema.cpp); Ledger::open("postgresql://user@host/db") the PostgreSQL backend
+// (pg_ledger.cpp, the same schema and validator in PostgreSQL's dialect in pg_schema.cpp), which
+// several machines can share: the database serializes what must not interleave (the seal chain, a
+// study's trial indexes, a comparison's runs). It is built where libpqxx is found; elsewhere a
+// postgresql:// ledger is Unimplemented. The seal content hash is the same on both backends. No SQL
+// and no database handle leave src/ledger/.
 //
 // Ownership and threads: a Ledger owns one database connection; use one Ledger per thread (several
 // processes may open the same file; writers wait up to 5 s for the lock). Move-only.
@@ -308,9 +312,15 @@ struct Table {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Whether `where` names a PostgreSQL ledger (postgresql:// or postgres://) rather than a file.
+bool is_postgres_url(const std::string& where);
+
 class Ledger {
  public:
-  // Opens or creates the database at `path`, sets WAL, foreign_keys=ON, busy_timeout, and applies
+  // A postgresql:// URL (is_postgres_url) opens the PostgreSQL backend: it creates the schema in an
+  // empty database and checks an existing one's triggers and trigger functions against this
+  // build's (FailedPrecondition naming each difference); IoError if it cannot connect.
+  // Otherwise opens or creates the database at `path`, sets WAL, foreign_keys=ON, busy_timeout, and applies
   // any missing schema migrations (each in its own transaction). FailedPrecondition if the file's
   // schema is newer than this build knows; IoError if it cannot be opened.
   // Also FailedPrecondition, naming each difference and what to do, when the file's validator is

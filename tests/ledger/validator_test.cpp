@@ -15,7 +15,7 @@ using testing::hex64;
 
 constexpr const char* kReg = "2026-01-01T00:00:00.000Z";  // registration time in these tests
 
-class ValidatorTest : public testing::LedgerTest {
+class ValidatorFixture : public testing::LedgerTest {
  protected:
   // INSERT INTO runs with good values, some replaced by `over` (column -> SQL literal); then, unless
   // `seal` is false, the 32 per-request rows that back its objective (raw SQL too) and its seal, so
@@ -50,9 +50,9 @@ class ValidatorTest : public testing::LedgerTest {
       cols += (cols.empty() ? "" : ", ") + k;
       vals += (vals.empty() ? "" : ", ") + x;
     }
-    std::string e = raw("INSERT INTO runs (" + cols + ") VALUES (" + vals + ")");
+    int64_t id = 0;
+    std::string e = raw_insert("INSERT INTO runs (" + cols + ") VALUES (" + vals + ")", &id);
     if (!e.empty() || !seal) return e;
-    int64_t id = sqlite3_last_insert_rowid(raw_);
     double objective = v["objective"] == "NULL" ? 100.0 : std::stod(v["objective"]);
     e = raw(testing::backed_requests_sql(id, 32, objective));
     if (!e.empty()) return "backing rows: " + e;
@@ -109,17 +109,20 @@ class ValidatorTest : public testing::LedgerTest {
   }
 };
 
+using ValidatorTest = testing::OnBothBackends<ValidatorFixture>;
+PLUMB_ON_BOTH_BACKENDS(ValidatorTest);
+
 constexpr const char* kLater = "2026-01-02T00:00:00.000Z";
 
 bool has(const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; }
 
-TEST_F(ValidatorTest, GoodRowsPass) {
+TEST_P(ValidatorTest, GoodRowsPass) {
   EXPECT_EQ(insert_run(), "");
   good_comparison();
   EXPECT_EQ(insert_readout(1, "better", kLater, hex64('9')), "");
 }
 
-TEST_F(ValidatorTest, RunWithoutProvenance) {
+TEST_P(ValidatorTest, RunWithoutProvenance) {
   for (const char* col :
        {"model_identity", "target_engine", "effective_settings", "engine_config", "scenario"}) {
     std::string e = insert_run({{col, "''"}});
@@ -143,7 +146,7 @@ TEST_F(ValidatorTest, RunWithoutProvenance) {
   EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 0);
 }
 
-TEST_F(ValidatorTest, NoUpdateOrDeleteOfMeasurements) {
+TEST_P(ValidatorTest, NoUpdateOrDeleteOfMeasurements) {
   ASSERT_EQ(insert_run({}, /*seal=*/false), "");
   ASSERT_EQ(
       raw("INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
@@ -158,7 +161,7 @@ TEST_F(ValidatorTest, NoUpdateOrDeleteOfMeasurements) {
       "");
   good_comparison();
   ASSERT_EQ(insert_readout(1, "better", kLater, hex64('9')), "");
-  const char* stmts[] = {
+  const std::string stmts[] = {
       "UPDATE runs SET objective = 200 WHERE id = 1",
       "DELETE FROM runs WHERE id = 1",
       "UPDATE requests SET end_ns = 1",
@@ -172,33 +175,43 @@ TEST_F(ValidatorTest, NoUpdateOrDeleteOfMeasurements) {
       "UPDATE scores SET value = 2.0",
       "DELETE FROM scores",
       "UPDATE machines SET cores = 64",
-      "INSERT OR REPLACE INTO runs (id, machine_id) VALUES (1, 1)",
-      "INSERT OR REPLACE INTO metrics (run_id, name, value, unit) VALUES (1, 'ttft_p50_ms', 0.1, 'ms')",
-      "INSERT OR REPLACE INTO requests (run_id, idx, profile, request_hash, status, input_tokens, "
-      "output_requested, "
-      "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) "
-      "VALUES (1, 0, 0, 'h', 'ok', 10, 8, 8, 8, 0, 1, 2, 1)",
+      // SQLite's INSERT OR REPLACE; PostgreSQL's upsert.
+      sql("INSERT OR REPLACE INTO runs (id, machine_id) VALUES (1, 1)",
+          "INSERT INTO runs (id, machine_id) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET machine_id = 1"),
+      sql("INSERT OR REPLACE INTO metrics (run_id, name, value, unit) VALUES (1, 'ttft_p50_ms', 0.1, 'ms')",
+          "INSERT INTO metrics (run_id, name, value, unit) VALUES (1, 'ttft_p50_ms', 0.1, 'ms') "
+          "ON CONFLICT (run_id, name) DO UPDATE SET value = 0.1"),
+      sql("INSERT OR REPLACE INTO requests (run_id, idx, profile, request_hash, status, input_tokens, "
+          "output_requested, "
+          "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) "
+          "VALUES (1, 0, 0, 'h', 'ok', 10, 8, 8, 8, 0, 1, 2, 1)",
+          "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
+          "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) "
+          "VALUES (1, 0, 0, 'h', 'ok', 10, 8, 8, 8, 0, 1, 2, 1) "
+          "ON CONFLICT (run_id, profile, idx) DO UPDATE SET end_ns = 1"),
+      // PostgreSQL's TRUNCATE deletes without DELETE triggers; it is refused too.
+      sql("DELETE FROM requests WHERE run_id = 1", "TRUNCATE requests CASCADE"),
   };
-  for (const char* sql : stmts) {
-    std::string e = raw(sql);
-    EXPECT_TRUE(has(e, "append-only")) << sql << " -> " << e;
+  for (const std::string& stmt : stmts) {
+    std::string e = raw(stmt);
+    EXPECT_TRUE(has(e, "append-only")) << stmt << " -> " << e;
   }
   EXPECT_DOUBLE_EQ(double(raw_int("SELECT objective FROM runs WHERE id = 1")), 100.0);
   EXPECT_EQ(raw_int("SELECT end_ns FROM requests"), 3);
 }
 
-TEST_F(ValidatorTest, ReadoutWithoutRegistration) {
+TEST_P(ValidatorTest, ReadoutWithoutRegistration) {
   std::string e = insert_readout(42, "inconclusive", kLater, hex64('9'));
   EXPECT_TRUE(has(e, "registration is missing or changed")) << e;
 }
 
-TEST_F(ValidatorTest, ReadoutWithChangedRegistration) {
+TEST_P(ValidatorTest, ReadoutWithChangedRegistration) {
   good_comparison();
   std::string e = insert_readout(1, "inconclusive", kLater, hex64('8'));  // not the stored hash
   EXPECT_TRUE(has(e, "registration is missing or changed")) << e;
 }
 
-TEST_F(ValidatorTest, ReadoutBeforeRegistration) {
+TEST_P(ValidatorTest, ReadoutBeforeRegistration) {
   good_comparison();
   std::string e = insert_readout(1, "inconclusive", "2025-12-31T23:59:59.999Z", hex64('9'));
   EXPECT_TRUE(has(e, "not earlier than the readout")) << e;
@@ -206,31 +219,35 @@ TEST_F(ValidatorTest, ReadoutBeforeRegistration) {
   EXPECT_TRUE(has(e, "not earlier than the readout")) << e;
 }
 
-TEST_F(ValidatorTest, RunBeforeRegistration) {
+TEST_P(ValidatorTest, RunBeforeRegistration) {
   ASSERT_EQ(insert_registration("2026-01-01T03:00:00.000Z"), "");
   std::string e = insert_pair_run(1, 0, "A", 100);  // starts 02:10, before 03:00
   EXPECT_TRUE(has(e, "started before its registration")) << e;
   // A registration back-dated after its runs exist is caught at readout: drop the run-time check to
   // simulate a writer that bypassed it, then the readout still refuses.
-  ASSERT_EQ(raw("DROP TRIGGER runs_after_registration"), "");
+  // (PostgreSQL: the run checks are one trigger; disabling it bypasses them all.)
+  ASSERT_EQ(raw(sql("DROP TRIGGER runs_after_registration", "ALTER TABLE runs DISABLE TRIGGER runs_check")),
+            "");
   ASSERT_EQ(insert_pair_run(1, 0, "A", 100), "");
   e = insert_readout(1, "inconclusive", kLater, hex64('9'));
   EXPECT_TRUE(has(e, "not earlier than the readout")) << e;
 }
 
-TEST_F(ValidatorTest, ComparisonOnTwoMachines) {
+TEST_P(ValidatorTest, ComparisonOnTwoMachines) {
   ASSERT_EQ(insert_registration(), "");
   ASSERT_EQ(insert_pair_run(1, 0, "A", 100), "");
   std::string e = insert_pair_run(1, 0, "B", 120, {{"machine_id", std::to_string(machine2_)}});
   EXPECT_TRUE(has(e, "two machine fingerprints")) << e;
   // Defence in depth: with the run-time trigger gone, the readout still refuses.
-  ASSERT_EQ(raw("DROP TRIGGER runs_one_machine_per_comparison"), "");
+  ASSERT_EQ(
+      raw(sql("DROP TRIGGER runs_one_machine_per_comparison", "ALTER TABLE runs DISABLE TRIGGER runs_check")),
+      "");
   ASSERT_EQ(insert_pair_run(1, 0, "B", 120, {{"machine_id", std::to_string(machine2_)}}), "");
   e = insert_readout(1, "inconclusive", kLater, hex64('9'));
   EXPECT_TRUE(has(e, "two machine fingerprints")) << e;
 }
 
-TEST_F(ValidatorTest, PairUsesOneRequestSetAndSeed) {
+TEST_P(ValidatorTest, PairUsesOneRequestSetAndSeed) {
   ASSERT_EQ(insert_registration(), "");
   ASSERT_EQ(insert_pair_run(1, 0, "A", 100), "");
   std::string e = insert_pair_run(1, 0, "B", 120, {{"request_set_id", std::to_string(set2_)}});
@@ -242,7 +259,7 @@ TEST_F(ValidatorTest, PairUsesOneRequestSetAndSeed) {
   EXPECT_NE(insert_pair_run(1, 0, "A", 100), "");  // one run per arm and pair
 }
 
-TEST_F(ValidatorTest, VerdictFromNoisyArm) {
+TEST_P(ValidatorTest, VerdictFromNoisyArm) {
   ASSERT_EQ(insert_registration(), "");
   // Arm B jitters by ~10% run to run.
   double a[] = {100, 101, 99, 100.5, 99.5};
@@ -268,7 +285,7 @@ TEST_F(ValidatorTest, VerdictFromNoisyArm) {
             "");
 }
 
-TEST_F(ValidatorTest, VerdictNeedsRegisteredPairs) {
+TEST_P(ValidatorTest, VerdictNeedsRegisteredPairs) {
   ASSERT_EQ(insert_registration(), "");
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(insert_pair_run(1, i, "A", 100 + i), "");
@@ -284,7 +301,7 @@ TEST_F(ValidatorTest, VerdictNeedsRegisteredPairs) {
   EXPECT_TRUE(has(insert_readout(1, "better", kLater, hex64('9')), "registered number of valid pairs"));
 }
 
-TEST_F(ValidatorTest, ScoreFromFailedGate) {
+TEST_P(ValidatorTest, ScoreFromFailedGate) {
   ASSERT_EQ(insert_run(), "");                             // 1: baseline
   ASSERT_EQ(insert_run({{"gate_status", "'fail'"}}), "");  // 2: failed the gate
   std::string e =

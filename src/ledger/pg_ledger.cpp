@@ -1,0 +1,971 @@
+// The PostgreSQL backend: the Ledger interface over libpqxx, for a ledger that several machines
+// share (a study's trials on several nodes write to one database). The validator is the database's
+// (pg_schema.cpp): this file writes rows and reads them, and the triggers decide what is admitted.
+//
+// Values are sent as quoted literals (transaction_base::quote escapes text); doubles as %.17g, which
+// round-trips. Per-request rows go through COPY (pqxx::stream_to): one statement per run.
+// Errors: SQLSTATE class 22 (bad data), 23 (a constraint) and P0001 (a trigger's RAISE) are the
+// validator refusing a row: FailedPrecondition with the database's message; anything else is
+// IoError.
+#include "ledger/pg_ledger.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <optional>
+#include <pqxx/pqxx>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/json.h"
+#include "core/sha256.h"
+#include "ledger/pg_schema.h"
+
+namespace plumb::ledger {
+
+std::string redact_url(const std::string& url) {
+  // scheme://user:password@host -> scheme://user:***@host
+  size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  size_t at = url.find('@', scheme + 3);
+  size_t colon = url.find(':', scheme + 3);
+  if (at == std::string::npos || colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
+namespace {
+
+using Tx = pqxx::work;
+using Txb = pqxx::transaction_base;
+
+// The database's primary message: the first line, without the "ERROR:  " prefix.
+std::string primary_message(const char* what) {
+  std::string m = what;
+  if (m.rfind("ERROR:", 0) == 0) m = m.substr(6);
+  size_t b = m.find_first_not_of(' ');
+  m = b == std::string::npos ? "" : m.substr(b);
+  size_t nl = m.find('\n');
+  return nl == std::string::npos ? m : m.substr(0, nl);
+}
+
+Status pg_error(const std::exception& e, const std::string& what) {
+  std::string msg = what + ": " + primary_message(e.what());
+  if (const auto* se = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    const std::string& st = se->sqlstate();
+    if (st.rfind("22", 0) == 0 || st.rfind("23", 0) == 0 || st == "P0001") return failed_precondition(msg);
+  }
+  return io_error(msg);
+}
+
+// Runs `f`, turning a libpqxx exception into a Status.
+template <typename F>
+auto guarded(const std::string& what, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return pg_error(e, what);
+  }
+}
+
+// ---- literals ---------------------------------------------------------------------------------
+std::string lit(int64_t v) { return std::to_string(v); }
+std::string lit(double v) {
+  if (std::isnan(v)) return "'NaN'::float8";
+  if (std::isinf(v)) return v > 0 ? "'Infinity'::float8" : "'-Infinity'::float8";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return std::string(b) + "::float8";
+}
+std::string lit(const std::optional<double>& v) { return v ? lit(*v) : "NULL"; }
+std::string lit(const std::optional<int64_t>& v) { return v ? lit(*v) : "NULL"; }
+std::string lit(Txb& w, const std::string& s) { return w.quote(s); }
+std::string lit_or_null(Txb& w, const std::string& s) { return s.empty() ? "NULL" : w.quote(s); }
+
+// ---- fields -----------------------------------------------------------------------------------
+constexpr unsigned kOidBool = 16, kOidInt8 = 20, kOidInt2 = 21, kOidInt4 = 23, kOidFloat4 = 700,
+                   kOidFloat8 = 701;
+
+int64_t I(const pqxx::field& f) { return f.is_null() ? 0 : f.as<int64_t>(); }
+double D(const pqxx::field& f) { return f.is_null() ? 0 : std::strtod(f.c_str(), nullptr); }
+std::string T(const pqxx::field& f) { return f.is_null() ? "" : std::string(f.c_str(), f.size()); }
+bool B(const pqxx::field& f) { return !f.is_null() && f.as<bool>(); }
+std::optional<double> OD(const pqxx::field& f) {
+  return f.is_null() ? std::nullopt : std::optional<double>(D(f));
+}
+std::optional<int64_t> OI(const pqxx::field& f) {
+  return f.is_null() ? std::nullopt : std::optional<int64_t>(I(f));
+}
+
+// One row into the hash, cell by cell, exactly as the SQLite backend writes it (ledger.cpp
+// hash_row): NULL "n", integer "i<decimal>", real "r<%.17g>", text "t<bytes>:<text>"; ';' after
+// each cell, '\n' after the row. So one run's content hashes alike on both backends.
+void hash_row(Sha256& h, const pqxx::row& r) {
+  char buf[64];
+  for (pqxx::row::size_type i = 0; i < r.size(); ++i) {
+    const pqxx::field f = r[i];
+    if (f.is_null()) {
+      h.update("n;");
+      continue;
+    }
+    unsigned oid = unsigned(f.type());
+    if (oid == kOidInt8 || oid == kOidInt4 || oid == kOidInt2 || oid == kOidBool) {
+      int64_t v = oid == kOidBool ? int64_t(B(f)) : I(f);
+      std::snprintf(buf, sizeof buf, "i%" PRId64 ";", v);
+      h.update(buf);
+    } else if (oid == kOidFloat8 || oid == kOidFloat4) {
+      std::snprintf(buf, sizeof buf, "r%.17g;", D(f));
+      h.update(buf);
+    } else {
+      std::snprintf(buf, sizeof buf, "t%zu:", size_t(f.size()));
+      h.update(buf);
+      h.update(std::string_view(f.c_str(), f.size()));
+      h.update(";");
+    }
+  }
+  h.update("\n");
+}
+
+Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
+  Sha256 h;
+  h.update("plumb-seal/1\nrun\n");
+  pqxx::result r = w.exec(
+      "SELECT r.id, r.machine_id, r.build_id, r.protocol_id, r.request_set_id, r.registration_id, r.arm, "
+      "r.pair_index, r.scenario, r.size_class, r.target_engine, r.engine_config, r.engine_config_hash, "
+      "r.model_identity, r.seed, r.effective_settings, r.started_at, r.ended_at, r.valid, r.validity_json, "
+      "r.gate_status, r.objective, m.fingerprint_hash, m.cpu_model, m.cores, m.memory_bytes, m.gpu_model, "
+      "m.gpu_driver, m.kernel, b.version, b.git_commit, b.build_type, b.compiler, p.version, p.hash, "
+      "s.set_hash, s.scenario, s.size_class, s.seed, s.num_requests, g.registration_hash "
+      "FROM runs r JOIN machines m ON m.id = r.machine_id JOIN builds b ON b.id = r.build_id "
+      "JOIN protocols p ON p.id = r.protocol_id JOIN request_sets s ON s.id = r.request_set_id "
+      "LEFT JOIN registrations g ON g.id = r.registration_id WHERE r.id = " +
+      lit(run_id));
+  if (r.empty())
+    return not_found("run " + std::to_string(run_id) +
+                     " or a row it refers to (machine, build, protocol, request set) is missing");
+  hash_row(h, r[0]);
+  h.update("requests\n");
+  // In pages by key: a run may hold a million rows.
+  std::string after = "";
+  while (true) {
+    pqxx::result page = w.exec(
+        "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
+        "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = " +
+        lit(run_id) + after + " ORDER BY profile, idx LIMIT 100000");
+    for (const auto& row : page) hash_row(h, row);
+    if (page.size() < 100000) break;
+    const auto last = page[page.size() - 1];
+    after = " AND (profile, idx) > (" + lit(I(last[0])) + ", " + lit(I(last[1])) + ")";
+  }
+  h.update("metrics\n");
+  for (const auto& m :
+       w.exec("SELECT name, value, unit FROM metrics WHERE run_id = " + lit(run_id) + " ORDER BY name"))
+    hash_row(h, m);
+  return h.hex_digest();
+}
+
+std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content) {
+  return sha256_hex("plumb-seal/1 " + std::to_string(seq) + " " + std::to_string(run_id) + " " + prev + " " +
+                    content);
+}
+
+// The chain is one sequence for every writer: a seal takes this lock before it reads the head, and
+// holds it to commit (the trigger takes it too, for writers other than plumb).
+void lock_chain(Txb& w) { w.exec("SELECT pg_advisory_xact_lock(7301, 0)"); }
+
+Result<SealRow> seal_in_tx(Txb& w, int64_t run_id) {
+  pqxx::result p = w.exec(
+      "SELECT p.id, p.hash, p.canonical_json FROM runs r JOIN protocols p ON p.id = r.protocol_id WHERE "
+      "r.id = " +
+      lit(run_id));
+  if (p.empty())
+    return not_found("seal: no run " + std::to_string(run_id) + " (or its protocol row is missing)");
+  if (sha256_hex(T(p[0][2])) != T(p[0][1]))
+    return failed_precondition("seal: run " + std::to_string(run_id) + "'s protocol row " +
+                               std::to_string(I(p[0][0])) +
+                               " is not what its hash says (SHA-256 of its text differs)");
+  SealRow seal;
+  seal.run_id = run_id;
+  PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(w, run_id));
+  lock_chain(w);
+  pqxx::row head = w.exec1("SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
+  seal.seq = I(head[0]);
+  seal.prev_hash = head[1].is_null() ? kGenesisHash : T(head[1]);
+  seal.hash = link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
+  seal.sealed_at = utc_timestamp_now();
+  w.exec("INSERT INTO seals (seq, run_id, content_hash, prev_hash, hash, sealed_at) VALUES (" +
+         lit(seal.seq) + ", " + lit(run_id) + ", " + lit(w, seal.content_hash) + ", " +
+         lit(w, seal.prev_hash) + ", " + lit(w, seal.hash) + ", " + lit(w, seal.sealed_at) + ")");
+  return seal;
+}
+
+int64_t insert_id(Txb& w, const std::string& sql) { return I(w.exec1(sql + " RETURNING id")[0]); }
+
+Result<int64_t> insert_run_rows(Txb& w, const RunRow& r, std::span<const RequestRow> requests,
+                                std::span<const MetricRow> metrics) {
+  for (const MetricRow& x : metrics)
+    if (!std::isfinite(x.value)) return invalid_argument("metric '" + x.name + "' is not finite");
+  int64_t run_id = insert_id(
+      w,
+      "INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, registration_id, arm, "
+      "pair_index, "
+      "scenario, size_class, target_engine, engine_config, engine_config_hash, model_identity, seed, "
+      "effective_settings, started_at, ended_at, valid, validity_json, gate_status, objective) VALUES (" +
+          lit(r.machine_id) + ", " + lit(r.build_id) + ", " + lit(r.protocol_id) + ", " +
+          lit(r.request_set_id) + ", " + lit(r.registration_id) + ", " + lit_or_null(w, r.arm) + ", " +
+          lit(r.pair_index) + ", " + lit(w, r.scenario) + ", " + lit(w, r.size_class) + ", " +
+          lit(w, r.target_engine) + ", " + lit(w, r.engine_config) + ", " + lit(w, r.engine_config_hash) +
+          ", " + lit(w, r.model_identity) + ", " + lit(r.seed) + ", " + lit(w, r.effective_settings) + ", " +
+          lit(w, r.started_at) + ", " + lit(w, r.ended_at) + ", " + lit(int64_t(r.valid ? 1 : 0)) + ", " +
+          lit(w, r.validity_json) + ", " + lit(w, r.gate_status) + ", " + lit(r.objective) + ")");
+  if (!requests.empty()) {
+    pqxx::stream_to s(
+        w, "requests",
+        std::vector<std::string>{"run_id", "idx", "profile", "request_hash", "status", "input_tokens",
+                                 "output_requested", "output_server", "output_local", "scheduled_ns",
+                                 "sent_ns", "first_token_ns", "end_ns"});
+    for (const RequestRow& x : requests)
+      s << std::make_tuple(run_id, x.idx, x.profile, x.request_hash, x.status, x.input_tokens,
+                           x.output_requested, x.output_server, x.output_local, x.scheduled_ns, x.sent_ns,
+                           x.first_token_ns, x.end_ns);
+    s.complete();
+  }
+  if (!metrics.empty()) {
+    std::string sql = "INSERT INTO metrics (run_id, name, value, unit) VALUES ";
+    for (size_t i = 0; i < metrics.size(); ++i)
+      sql += (i ? ", (" : "(") + lit(run_id) + ", " + lit(w, metrics[i].name) + ", " + lit(metrics[i].value) +
+             ", " + lit(w, metrics[i].unit) + ")";
+    w.exec(sql);
+  }
+  return run_id;
+}
+
+std::string now_or(const std::string& ts) { return ts.empty() ? utc_timestamp_now() : ts; }
+
+bool known_table(const std::string& t) {
+  const auto& v = table_names();
+  return std::find(v.begin(), v.end(), t) != v.end();
+}
+
+Table read_table(const pqxx::result& r) {
+  Table t;
+  for (pqxx::row::size_type i = 0; i < r.columns(); ++i) t.columns.emplace_back(r.column_name(i));
+  for (const auto& row : r) {
+    std::vector<Cell> cells(row.size());
+    for (pqxx::row::size_type i = 0; i < row.size(); ++i) {
+      const pqxx::field f = row[i];
+      Cell& c = cells[size_t(i)];
+      if (f.is_null()) continue;
+      unsigned oid = unsigned(r.column_type(i));
+      if (oid == kOidInt8 || oid == kOidInt4 || oid == kOidInt2) {
+        c.type = Cell::Type::kInt;
+        c.i = I(f);
+      } else if (oid == kOidBool) {
+        c.type = Cell::Type::kInt;
+        c.i = B(f) ? 1 : 0;
+      } else if (oid == kOidFloat8 || oid == kOidFloat4) {
+        c.type = Cell::Type::kReal;
+        c.d = D(f);
+      } else {
+        c.type = Cell::Type::kText;
+        c.s = T(f);
+      }
+    }
+    t.rows.push_back(std::move(cells));
+  }
+  return t;
+}
+
+constexpr const char* kRunSummarySelect =
+    "SELECT r.id, r.started_at, r.scenario, r.size_class, r.target_engine, r.valid, r.gate_status, "
+    "r.objective, r.registration_id, coalesce(r.arm, ''), (SELECT count(*) FROM requests q WHERE q.run_id = "
+    "r.id), EXISTS (SELECT 1 FROM seals s WHERE s.run_id = r.id) FROM runs r ";
+
+std::vector<RunSummary> read_runs(const pqxx::result& res) {
+  std::vector<RunSummary> out;
+  for (const auto& s : res) {
+    RunSummary r;
+    r.id = I(s[0]);
+    r.started_at = T(s[1]);
+    r.scenario = T(s[2]);
+    r.size_class = T(s[3]);
+    r.target_engine = T(s[4]);
+    r.valid = I(s[5]) != 0;
+    r.gate_status = T(s[6]);
+    r.objective = OD(s[7]);
+    r.registration_id = OI(s[8]);
+    r.arm = T(s[9]);
+    r.requests = I(s[10]);
+    r.sealed = B(s[11]);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+constexpr const char* kRegistrationColumns =
+    "id, created_at, arm_a_config, arm_b_config, scenario, size_class, metric, direction, min_effect, delta, "
+    "pairs, seeds, rule, protocol_id, registration_hash";
+
+Result<Registration> read_registration(const pqxx::row& s) {
+  Registration r;
+  r.id = I(s[0]);
+  r.created_at = T(s[1]);
+  r.arm_a_config = T(s[2]);
+  r.arm_b_config = T(s[3]);
+  r.scenario = T(s[4]);
+  r.size_class = T(s[5]);
+  r.metric = T(s[6]);
+  r.direction = T(s[7]);
+  r.min_effect = D(s[8]);
+  r.delta = D(s[9]);
+  r.pairs = I(s[10]);
+  auto seeds = json::parse(T(s[11]));
+  if (!seeds.ok() || !seeds->is_array())
+    return corrupt("registration " + std::to_string(r.id) + ": bad seeds");
+  for (const auto& v : seeds->as_array()) {
+    if (!v.is_int64()) return corrupt("registration " + std::to_string(r.id) + ": bad seeds");
+    r.seeds.push_back(v.as_int64());
+  }
+  r.rule = T(s[12]);
+  r.protocol_id = I(s[13]);
+  r.registration_hash = T(s[14]);
+  if (registration_hash(r) != r.registration_hash)
+    return corrupt("registration " + std::to_string(r.id) +
+                   " changed after it was registered (hash mismatch)");
+  return r;
+}
+
+constexpr const char* kStudyColumns =
+    "id, created_at, name, adapter, space_json, strategy, strategy_seed, scenario, size_class, dev_seed, "
+    "eval_seed, budget_trials, budget_seconds, options_json, protocol_id, machine_id";
+
+StudyRow read_study(const pqxx::row& s) {
+  StudyRow r;
+  r.id = I(s[0]);
+  r.created_at = T(s[1]);
+  r.name = T(s[2]);
+  r.adapter = T(s[3]);
+  r.space_json = T(s[4]);
+  r.strategy = T(s[5]);
+  r.strategy_seed = I(s[6]);
+  r.scenario = T(s[7]);
+  r.size_class = T(s[8]);
+  r.dev_seed = I(s[9]);
+  r.eval_seed = I(s[10]);
+  r.budget_trials = I(s[11]);
+  r.budget_seconds = D(s[12]);
+  r.options_json = T(s[13]);
+  r.protocol_id = I(s[14]);
+  r.machine_id = I(s[15]);
+  return r;
+}
+
+// What differs between the database's validator (trigger functions and triggers in the current
+// schema) and this build's, one line each.
+std::vector<std::string> validator_differences(Txb& w) {
+  std::vector<std::string> out;
+  std::map<std::string, std::string> have_fn;
+  for (const auto& r : w.exec("SELECT proname, prosrc FROM pg_proc WHERE pronamespace = "
+                              "current_schema()::regnamespace AND proname LIKE 'plumb\\_%'"))
+    have_fn[T(r[0])] = T(r[1]);
+  for (const auto& f : pg::functions()) {
+    auto it = have_fn.find(f.name);
+    if (it == have_fn.end())
+      out.push_back("function " + f.name + " is missing (dropped?)");
+    else if (it->second != f.body)
+      out.push_back("function " + f.name + " differs from schema v" + std::to_string(pg::kVersion) +
+                    "'s definition (replaced)");
+    if (it != have_fn.end()) have_fn.erase(it);
+  }
+  for (const auto& [name, body] : have_fn)
+    out.push_back("function " + name + " is not part of schema v" + std::to_string(pg::kVersion) +
+                  " (added outside plumb)");
+  struct Have {
+    std::string table, function, enabled;
+    int type;
+  };
+  std::map<std::string, Have> have_tg;
+  for (const auto& r :
+       w.exec("SELECT t.tgname, c.relname, t.tgtype, p.proname, t.tgenabled FROM pg_trigger t "
+              "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid "
+              "WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace"))
+    have_tg[T(r[0])] = {T(r[1]), T(r[3]), T(r[4]), int(I(r[2]))};
+  for (const auto& t : pg::triggers()) {
+    auto it = have_tg.find(t.name);
+    if (it == have_tg.end()) {
+      out.push_back("trigger " + t.name + " is missing (dropped?)");
+      continue;
+    }
+    const Have& h = it->second;
+    if (h.table != t.table || h.function != t.function || h.type != t.type)
+      out.push_back("trigger " + t.name + " differs from schema v" + std::to_string(pg::kVersion) +
+                    "'s definition (recreated)");
+    if (h.enabled != "O")
+      out.push_back("trigger " + t.name + " is disabled (ALTER TABLE ... DISABLE TRIGGER, or replica mode)");
+    have_tg.erase(it);
+  }
+  for (const auto& [name, h] : have_tg)
+    out.push_back("trigger " + name + " on " + h.table + " is not part of schema v" +
+                  std::to_string(pg::kVersion) + " (added outside plumb)");
+  for (const auto& t : table_names())
+    if (w.exec1("SELECT to_regclass(" + w.quote(t) + ") IS NULL")[0].as<bool>())
+      out.push_back("table " + t + " is missing (dropped?)");
+  return out;
+}
+
+std::string damaged_advice() {
+  return " The database was changed outside plumb, so the validator no longer vouches for its rows. Restore "
+         "it from a backup; otherwise keep it for inspection (plumb ledger verify --ledger URL lists every "
+         "finding) and record new results in a new database.";
+}
+
+// ---------------------------------------------------------------------------------------------
+class PostgresLedger final : public Ledger {
+ public:
+  PostgresLedger(std::unique_ptr<pqxx::connection> c, std::string url)
+      : c_(std::move(c)), url_(std::move(url)) {}
+  pqxx::connection& conn() { return *c_; }
+  const std::string& url() const { return url_; }
+
+  Result<int64_t> schema_version() override {
+    return guarded("reading schema version", [&]() -> Result<int64_t> {
+      Tx w(*c_);
+      return I(w.exec1("SELECT coalesce(max(version), 0) FROM schema_version")[0]);
+    });
+  }
+
+  Result<int64_t> insert_machine(const MachineRow& m) override {
+    return find_or_insert(
+        "inserting machine", "SELECT id FROM machines WHERE fingerprint_hash = ", [&](Txb& w) {
+          return std::make_pair(lit(w, m.fingerprint_hash),
+                                "INSERT INTO machines (fingerprint_hash, cpu_model, cores, memory_bytes, "
+                                "gpu_model, gpu_driver, "
+                                "kernel) VALUES (" +
+                                    lit(w, m.fingerprint_hash) + ", " + lit(w, m.cpu_model) + ", " +
+                                    lit(m.cores) + ", " + lit(m.memory_bytes) + ", " + lit(w, m.gpu_model) +
+                                    ", " + lit(w, m.gpu_driver) + ", " + lit(w, m.kernel) + ")");
+        });
+  }
+  Result<int64_t> insert_build(const BuildRow& b) override {
+    return find_or_insert("inserting build", "SELECT id FROM builds WHERE ", [&](Txb& w) {
+      return std::make_pair(
+          "version = " + lit(w, b.version) + " AND git_commit = " + lit(w, b.git_commit) +
+              " AND build_type = " + lit(w, b.build_type) + " AND compiler = " + lit(w, b.compiler),
+          "INSERT INTO builds (version, git_commit, build_type, compiler) VALUES (" + lit(w, b.version) +
+              ", " + lit(w, b.git_commit) + ", " + lit(w, b.build_type) + ", " + lit(w, b.compiler) + ")");
+    });
+  }
+  Result<int64_t> insert_protocol(const ProtocolRow& p) override {
+    return find_or_insert("inserting protocol", "SELECT id FROM protocols WHERE hash = ", [&](Txb& w) {
+      return std::make_pair(lit(w, p.hash), "INSERT INTO protocols (version, hash, canonical_json) VALUES (" +
+                                                lit(p.version) + ", " + lit(w, p.hash) + ", " +
+                                                lit(w, p.canonical_json) + ")");
+    });
+  }
+  Result<int64_t> insert_request_set(const RequestSetRow& r) override {
+    return find_or_insert(
+        "inserting request set", "SELECT id FROM request_sets WHERE set_hash = ", [&](Txb& w) {
+          return std::make_pair(
+              lit(w, r.set_hash),
+              "INSERT INTO request_sets (set_hash, scenario, size_class, seed, num_requests) VALUES (" +
+                  lit(w, r.set_hash) + ", " + lit(w, r.scenario) + ", " + lit(w, r.size_class) + ", " +
+                  lit(r.seed) + ", " + lit(r.num_requests) + ")");
+        });
+  }
+
+  Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
+                             std::span<const MetricRow> metrics) override {
+    return guarded("inserting run", [&]() -> Result<int64_t> {
+      Tx w(*c_);
+      PLUMB_ASSIGN_OR_RETURN(int64_t id, insert_run_rows(w, run, requests, metrics));
+      PLUMB_RETURN_IF_ERROR(seal_in_tx(w, id).status());
+      w.commit();
+      return id;
+    });
+  }
+
+  Result<int64_t> register_comparison(const Registration& in) override {
+    Registration r = in;
+    r.created_at = now_or(r.created_at);
+    r.registration_hash = registration_hash(r);
+    json::array seeds;
+    for (int64_t x : r.seeds) seeds.push_back(x);
+    return guarded("registering comparison", [&]() -> Result<int64_t> {
+      Tx w(*c_);
+      int64_t id = insert_id(
+          w,
+          "INSERT INTO registrations (created_at, arm_a_config, arm_b_config, scenario, size_class, metric, "
+          "direction, min_effect, delta, pairs, seeds, rule, protocol_id, registration_hash) VALUES (" +
+              lit(w, r.created_at) + ", " + lit(w, r.arm_a_config) + ", " + lit(w, r.arm_b_config) + ", " +
+              lit(w, r.scenario) + ", " + lit(w, r.size_class) + ", " + lit(w, r.metric) + ", " +
+              lit(w, r.direction) + ", " + lit(r.min_effect) + ", " + lit(r.delta) + ", " + lit(r.pairs) +
+              ", " + lit(w, json::dump(seeds)) + ", " + lit(w, r.rule) + ", " + lit(r.protocol_id) + ", " +
+              lit(w, r.registration_hash) + ")");
+      w.commit();
+      return id;
+    });
+  }
+  Result<Registration> get_registration(int64_t id) override {
+    return guarded("reading registration", [&]() -> Result<Registration> {
+      Tx w(*c_);
+      auto r =
+          w.exec(std::string("SELECT ") + kRegistrationColumns + " FROM registrations WHERE id = " + lit(id));
+      if (r.empty()) return not_found("no registration with id " + std::to_string(id));
+      return read_registration(r[0]);
+    });
+  }
+  Result<std::vector<Registration>> list_registrations() override {
+    return guarded("listing registrations", [&]() -> Result<std::vector<Registration>> {
+      Tx w(*c_);
+      std::vector<Registration> out;
+      for (const auto& row :
+           w.exec(std::string("SELECT ") + kRegistrationColumns + " FROM registrations ORDER BY id")) {
+        PLUMB_ASSIGN_OR_RETURN(Registration r, read_registration(row));
+        out.push_back(std::move(r));
+      }
+      return out;
+    });
+  }
+  Result<int64_t> record_readout(const ReadoutRow& r) override {
+    return guarded("recording readout", [&]() -> Result<int64_t> {
+      Tx w(*c_);
+      int64_t id =
+          insert_id(w,
+                    "INSERT INTO readouts (registration_id, registration_hash, created_at, verdict, ratio, "
+                    "ci_lo, ci_hi, "
+                    "boot_lo, boot_hi, cv_a, cv_b, cv_cap, pairs, more_pairs_needed, reason) VALUES (" +
+                        lit(r.registration_id) + ", " + lit(w, r.registration_hash) + ", " +
+                        lit(w, now_or(r.created_at)) + ", " + lit(w, r.verdict) + ", " + lit(r.ratio) + ", " +
+                        lit(r.ci_lo) + ", " + lit(r.ci_hi) + ", " + lit(r.boot_lo) + ", " + lit(r.boot_hi) +
+                        ", " + lit(r.cv_a) + ", " + lit(r.cv_b) + ", " + lit(r.cv_cap) + ", " + lit(r.pairs) +
+                        ", " + lit(r.more_pairs_needed) + ", " + lit(w, r.reason) + ")");
+      w.commit();
+      return id;
+    });
+  }
+  Result<std::vector<ReadoutRow>> readouts_for(int64_t registration_id) override {
+    return guarded("listing readouts", [&]() -> Result<std::vector<ReadoutRow>> {
+      Tx w(*c_);
+      std::vector<ReadoutRow> out;
+      for (const auto& s :
+           w.exec("SELECT id, registration_id, registration_hash, created_at, verdict, ratio, ci_lo, ci_hi, "
+                  "boot_lo, "
+                  "boot_hi, cv_a, cv_b, cv_cap, pairs, more_pairs_needed, reason FROM readouts WHERE "
+                  "registration_id = " +
+                  lit(registration_id) + " ORDER BY id")) {
+        ReadoutRow r;
+        r.id = I(s[0]);
+        r.registration_id = I(s[1]);
+        r.registration_hash = T(s[2]);
+        r.created_at = T(s[3]);
+        r.verdict = T(s[4]);
+        r.ratio = OD(s[5]);
+        r.ci_lo = OD(s[6]);
+        r.ci_hi = OD(s[7]);
+        r.boot_lo = OD(s[8]);
+        r.boot_hi = OD(s[9]);
+        r.cv_a = OD(s[10]);
+        r.cv_b = OD(s[11]);
+        r.cv_cap = D(s[12]);
+        r.pairs = I(s[13]);
+        r.more_pairs_needed = I(s[14]);
+        r.reason = T(s[15]);
+        out.push_back(std::move(r));
+      }
+      return out;
+    });
+  }
+
+  Result<int64_t> insert_score(const ScoreRow& r) override {
+    return insert_one("recording score", [&](Txb& w) {
+      return "INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (" + lit(r.run_id) +
+             ", " + lit(r.baseline_run_id) + ", " + lit(w, r.baseline_name) + ", " + lit(r.value) + ")";
+    });
+  }
+  Result<int64_t> insert_ceiling(const CeilingRow& r) override {
+    return insert_one("recording ceiling", [&](Txb& w) {
+      return "INSERT INTO machine_ceilings (machine_id, name, value, unit, measured_at) VALUES (" +
+             lit(r.machine_id) + ", " + lit(w, r.name) + ", " + lit(r.value) + ", " + lit(w, r.unit) + ", " +
+             lit(w, now_or(r.measured_at)) + ")";
+    });
+  }
+  Result<int64_t> insert_anchor(const AnchorRow& a) override {
+    return insert_one("recording anchor", [&](Txb& w) {
+      return "INSERT INTO anchors (source, hardware, engine, model, scenario, metric, value, unit, status, "
+             "note) "
+             "VALUES (" +
+             lit(w, a.source) + ", " + lit(w, a.hardware) + ", " + lit(w, a.engine) + ", " + lit(w, a.model) +
+             ", " + lit(w, a.scenario) + ", " + lit(w, a.metric) + ", " + lit(a.value) + ", " +
+             lit(w, a.unit) + ", " + lit(w, a.status) + ", " + lit(w, a.note) + ")";
+    });
+  }
+
+  Result<int64_t> create_study(const StudyRow& in) override {
+    StudyRow r = in;
+    r.created_at = now_or(r.created_at);
+    return insert_one("inserting study", [&](Txb& w) {
+      return "INSERT INTO studies (created_at, name, adapter, space_json, strategy, strategy_seed, scenario, "
+             "size_class, dev_seed, eval_seed, budget_trials, budget_seconds, options_json, protocol_id, "
+             "machine_id) VALUES (" +
+             lit(w, r.created_at) + ", " + lit(w, r.name) + ", " + lit(w, r.adapter) + ", " +
+             lit(w, r.space_json) + ", " + lit(w, r.strategy) + ", " + lit(r.strategy_seed) + ", " +
+             lit(w, r.scenario) + ", " + lit(w, r.size_class) + ", " + lit(r.dev_seed) + ", " +
+             lit(r.eval_seed) + ", " + lit(r.budget_trials) + ", " + lit(r.budget_seconds) + ", " +
+             lit(w, r.options_json) + ", " + lit(r.protocol_id) + ", " + lit(r.machine_id) + ")";
+    });
+  }
+  Result<StudyRow> get_study(int64_t id) override {
+    return guarded("reading study", [&]() -> Result<StudyRow> {
+      Tx w(*c_);
+      auto r = w.exec(std::string("SELECT ") + kStudyColumns + " FROM studies WHERE id = " + lit(id));
+      if (r.empty())
+        return not_found("no study " + std::to_string(id) + " in this ledger (plumb tune --list shows them)");
+      return read_study(r[0]);
+    });
+  }
+  Result<std::vector<StudyRow>> list_studies() override {
+    return guarded("listing studies", [&]() -> Result<std::vector<StudyRow>> {
+      Tx w(*c_);
+      std::vector<StudyRow> out;
+      for (const auto& r : w.exec(std::string("SELECT ") + kStudyColumns + " FROM studies ORDER BY id"))
+        out.push_back(read_study(r));
+      return out;
+    });
+  }
+  Result<int64_t> insert_trial(const TrialRow& in, const RunRow* run, std::span<const RequestRow> requests,
+                               std::span<const MetricRow> metrics) override {
+    TrialRow t = in;
+    if (t.config_hash.empty()) t.config_hash = sha256_hex(t.config_json);
+    return guarded("inserting trial " + std::to_string(t.idx), [&]() -> Result<int64_t> {
+      Tx w(*c_);
+      if (run) {
+        PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(w, *run, requests, metrics));
+        PLUMB_RETURN_IF_ERROR(seal_in_tx(w, run_id).status());
+        t.run_id = run_id;
+      }
+      int64_t id = insert_id(
+          w,
+          "INSERT INTO trials (study_id, idx, stage, config_json, config_hash, status, feasible, objective, "
+          "failure, run_id, rationale, notes, metrics_json, started_at, ended_at, elapsed_s) VALUES (" +
+              lit(t.study_id) + ", " + lit(t.idx) + ", " + lit(w, t.stage) + ", " + lit(w, t.config_json) +
+              ", " + lit(w, t.config_hash) + ", " + lit(w, t.status) + ", " +
+              lit(int64_t(t.feasible ? 1 : 0)) + ", " + lit(t.objective) + ", " + lit(w, t.failure) + ", " +
+              lit(t.run_id) + ", " + lit(w, t.rationale) + ", " + lit(w, t.notes) + ", " +
+              lit(w, t.metrics_json) + ", " + lit(w, t.started_at) + ", " + lit(w, t.ended_at) + ", " +
+              lit(t.elapsed_s) + ")");
+      w.commit();
+      return id;
+    });
+  }
+  Result<std::vector<TrialRow>> trials_for(int64_t study_id) override {
+    return guarded("listing trials", [&]() -> Result<std::vector<TrialRow>> {
+      Tx w(*c_);
+      std::vector<TrialRow> out;
+      for (const auto& s : w.exec(
+               "SELECT id, study_id, idx, stage, config_json, config_hash, status, feasible, objective, "
+               "failure, run_id, rationale, notes, metrics_json, started_at, ended_at, elapsed_s FROM trials "
+               "WHERE study_id = " +
+               lit(study_id) + " ORDER BY idx")) {
+        TrialRow t;
+        t.id = I(s[0]);
+        t.study_id = I(s[1]);
+        t.idx = I(s[2]);
+        t.stage = T(s[3]);
+        t.config_json = T(s[4]);
+        t.config_hash = T(s[5]);
+        t.status = T(s[6]);
+        t.feasible = I(s[7]) != 0;
+        t.objective = OD(s[8]);
+        t.failure = T(s[9]);
+        t.run_id = OI(s[10]);
+        t.rationale = T(s[11]);
+        t.notes = T(s[12]);
+        t.metrics_json = T(s[13]);
+        t.started_at = T(s[14]);
+        t.ended_at = T(s[15]);
+        t.elapsed_s = D(s[16]);
+        out.push_back(std::move(t));
+      }
+      return out;
+    });
+  }
+
+  Result<SealRow> seal_run(int64_t run_id) override {
+    return guarded("sealing run " + std::to_string(run_id), [&]() -> Result<SealRow> {
+      Tx w(*c_);
+      PLUMB_ASSIGN_OR_RETURN(SealRow s, seal_in_tx(w, run_id));
+      w.commit();
+      return s;
+    });
+  }
+  Result<std::string> chain_head() override {
+    return guarded("reading the chain head", [&]() -> Result<std::string> {
+      Tx w(*c_);
+      auto r = w.exec("SELECT hash FROM seals ORDER BY seq DESC LIMIT 1");
+      return r.empty() ? kGenesisHash : T(r[0][0]);
+    });
+  }
+  Result<VerifyReport> verify() override;
+
+  Result<std::vector<RunSummary>> list_runs(int64_t limit) override {
+    return query_runs("ORDER BY r.id DESC LIMIT " + (limit > 0 ? std::to_string(limit) : std::string("ALL")));
+  }
+  Result<std::vector<RunSummary>> comparison_runs(int64_t registration_id) override {
+    return query_runs("WHERE r.registration_id = " + lit(registration_id) + " ORDER BY r.pair_index, r.arm");
+  }
+  Result<Table> row(const std::string& table, int64_t id) override {
+    if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
+    return guarded("reading " + table, [&]() -> Result<Table> {
+      Tx w(*c_);
+      std::string key = table == "seals" ? "seq" : "id";
+      Table t = read_table(w.exec("SELECT * FROM " + table + " WHERE " + key + " = " + lit(id)));
+      if (t.rows.empty()) return not_found("no row " + std::to_string(id) + " in " + table);
+      return t;
+    });
+  }
+  Result<Table> dump(const std::string& table, int64_t run_id) override {
+    if (!known_table(table)) return invalid_argument("unknown ledger table '" + table + "'");
+    return guarded("reading " + table, [&]() -> Result<Table> {
+      Tx w(*c_);
+      bool per_run = run_id > 0 && (table == "requests" || table == "metrics");
+      std::string order = table == "requests" ? "run_id, profile, idx" : table == "seals" ? "seq" : "id";
+      return read_table(w.exec("SELECT * FROM " + table + (per_run ? " WHERE run_id = " + lit(run_id) : "") +
+                               " ORDER BY " + order));
+    });
+  }
+  Result<std::vector<MetricRow>> metrics_for(int64_t run_id) override {
+    return guarded("listing metrics", [&]() -> Result<std::vector<MetricRow>> {
+      Tx w(*c_);
+      std::vector<MetricRow> out;
+      for (const auto& r :
+           w.exec("SELECT name, value, unit FROM metrics WHERE run_id = " + lit(run_id) + " ORDER BY id"))
+        out.push_back({T(r[0]), D(r[1]), T(r[2])});
+      return out;
+    });
+  }
+  Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) override {
+    return guarded("finding machine", [&]() -> Result<std::optional<int64_t>> {
+      Tx w(*c_);
+      auto r = w.exec("SELECT id FROM machines WHERE fingerprint_hash = " + lit(w, fingerprint_hash));
+      if (r.empty()) return std::optional<int64_t>();
+      return std::optional<int64_t>(I(r[0][0]));
+    });
+  }
+  Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id) override {
+    return guarded("listing ceilings", [&]() -> Result<std::vector<CeilingRow>> {
+      Tx w(*c_);
+      std::vector<CeilingRow> out;
+      for (const auto& r :
+           w.exec("SELECT machine_id, name, value, unit, measured_at FROM machine_ceilings WHERE id IN "
+                  "(SELECT max(id) FROM machine_ceilings WHERE machine_id = " +
+                  lit(machine_id) + " GROUP BY name) ORDER BY name"))
+        out.push_back({I(r[0]), T(r[1]), D(r[2]), T(r[3]), T(r[4])});
+      return out;
+    });
+  }
+  Result<std::vector<RunSummary>> find_runs(const RunQuery& q) override {
+    pqxx::connection& c = *c_;
+    std::string where = "WHERE true";
+    if (q.machine_id) where += " AND r.machine_id = " + lit(*q.machine_id);
+    if (q.request_set_id) where += " AND r.request_set_id = " + lit(*q.request_set_id);
+    if (!q.scenario.empty()) where += " AND r.scenario = " + c.quote(q.scenario);
+    if (!q.size_class.empty()) where += " AND r.size_class = " + c.quote(q.size_class);
+    if (!q.target_engine.empty()) where += " AND r.target_engine = " + c.quote(q.target_engine);
+    if (!q.engine_preset.empty())
+      where +=
+          " AND CASE WHEN plumb_json_valid(r.engine_config) THEN r.engine_config::jsonb #>> "
+          "'{params,preset}' END = " +
+          c.quote(q.engine_preset);
+    if (q.valid_only) where += " AND r.valid = 1";
+    if (q.sealed_only) where += " AND EXISTS (SELECT 1 FROM seals x WHERE x.run_id = r.id)";
+    return query_runs(where + " ORDER BY r.id");
+  }
+  Result<std::optional<double>> latest_metric(const MetricQuery& q) override {
+    return guarded("reading the latest " + q.metric, [&]() -> Result<std::optional<double>> {
+      Tx w(*c_);
+      auto r = w.exec(
+          "SELECT m.value FROM runs r JOIN request_sets s ON s.id = r.request_set_id JOIN metrics m ON "
+          "m.run_id = "
+          "r.id WHERE s.set_hash = " +
+          lit(w, q.set_hash) + " AND r.model_identity = " + lit(w, q.model_identity) +
+          " AND r.machine_id = " + lit(q.machine_id) + " AND m.name = " + lit(w, q.metric) +
+          " AND EXISTS (SELECT 1 FROM seals x WHERE x.run_id = r.id) ORDER BY r.id DESC LIMIT 1");
+      if (r.empty()) return std::optional<double>();
+      return std::optional<double>(D(r[0][0]));
+    });
+  }
+
+ private:
+  // Finds a reference row by its natural key or inserts it, in one transaction. `sqls` gives the
+  // key condition (appended to `find`) and the INSERT. Two writers inserting the same new row: the
+  // loser's unique violation is retried once, and then finds the winner's.
+  template <typename F>
+  Result<int64_t> find_or_insert(const std::string& what, const std::string& find, F sqls) {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        Tx w(*c_);
+        auto [key, insert] = sqls(w);
+        auto r = w.exec(find + key);
+        if (!r.empty()) return I(r[0][0]);
+        int64_t id = insert_id(w, insert);
+        w.commit();
+        return id;
+      } catch (const pqxx::unique_violation& e) {
+        if (attempt > 0) return pg_error(e, what);
+      } catch (const std::exception& e) {
+        return pg_error(e, what);
+      }
+    }
+  }
+  template <typename F>
+  Result<int64_t> insert_one(const std::string& what, F sql) {
+    return guarded(what, [&]() -> Result<int64_t> {
+      Tx w(*c_);
+      int64_t id = insert_id(w, sql(w));
+      w.commit();
+      return id;
+    });
+  }
+  Result<std::vector<RunSummary>> query_runs(const std::string& tail) {
+    return guarded("listing runs", [&]() -> Result<std::vector<RunSummary>> {
+      Tx w(*c_);
+      return read_runs(w.exec(std::string(kRunSummarySelect) + tail));
+    });
+  }
+
+  std::unique_ptr<pqxx::connection> c_;
+  std::string url_;
+};
+
+Result<VerifyReport> PostgresLedger::verify() {
+  return guarded("verifying", [&]() -> Result<VerifyReport> {
+    VerifyReport rep;
+    rep.chain_head = kGenesisHash;
+    // One snapshot for the whole check.
+    pqxx::transaction<pqxx::isolation_level::repeatable_read> w(*c_);
+    if (w.exec1("SELECT to_regclass('schema_version') IS NULL")[0].as<bool>()) {
+      rep.problems.push_back("no schema_version table: not a plumb ledger, or the table was dropped");
+      return rep;
+    }
+    rep.schema_version = I(w.exec1("SELECT coalesce(max(version), 0) FROM schema_version")[0]);
+    if (rep.schema_version > pg::kVersion) {
+      rep.problems.push_back("schema version " + std::to_string(rep.schema_version) +
+                             " is newer than this plumb knows; verify with a newer plumb");
+      return rep;
+    }
+    for (auto& d : validator_differences(w)) rep.problems.push_back("validator: " + d);
+    int64_t expect = 1;
+    for (const auto& r : w.exec("SELECT version FROM schema_version ORDER BY ctid")) {
+      if (I(r[0]) != expect)
+        rep.problems.push_back("schema_version: row " + std::to_string(expect) + " records version " +
+                               std::to_string(I(r[0])) + " (rows missing, out of order or edited)");
+      ++expect;
+    }
+    if (expect - 1 != pg::kVersion && rep.schema_version == pg::kVersion && expect - 1 < pg::kVersion)
+      rep.problems.push_back("schema_version: rows missing");
+    if (w.exec1("SELECT to_regclass('seals') IS NULL OR to_regclass('runs') IS NULL")[0].as<bool>())
+      return rep;
+    for (const auto& r : w.exec("SELECT id, hash, canonical_json FROM protocols ORDER BY id"))
+      if (sha256_hex(T(r[2])) != T(r[1]))
+        rep.problems.push_back("protocol row " + std::to_string(I(r[0])) +
+                               ": its text does not hash to its stored hash (edited or forged)");
+    int64_t next = 0;
+    std::string prev = kGenesisHash;
+    for (const auto& s :
+         w.exec("SELECT seq, run_id, content_hash, prev_hash, hash FROM seals ORDER BY seq")) {
+      int64_t seq = I(s[0]), run = I(s[1]);
+      std::string content = T(s[2]), prev_hash = T(s[3]), hash = T(s[4]);
+      std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
+      if (seq != next)
+        rep.problems.push_back(where + ": seals " + std::to_string(next) + ".." + std::to_string(seq - 1) +
+                               " are missing (deleted)");
+      if (prev_hash != prev)
+        rep.problems.push_back(
+            where +
+            ": its prev_hash is not the previous seal's hash (a seal was deleted, inserted or "
+            "edited before it)");
+      if (link_hash(seq, run, prev_hash, content) != hash)
+        rep.problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
+      auto now = run_content_hash(w, run);
+      if (!now.ok())
+        rep.problems.push_back(where + ": " + now.status().message());
+      else if (*now != content)
+        rep.problems.push_back(where +
+                               ": the run's content changed after it was sealed (its run row, a per-request "
+                               "row, a metric or a row it refers to was edited, inserted or deleted)");
+      prev = hash;
+      next = seq + 1;
+      ++rep.seals;
+    }
+    rep.chain_head = prev;
+    for (const auto& u : w.exec("SELECT id, id IN (SELECT run_id FROM seals) FROM runs ORDER BY id")) {
+      ++rep.runs;
+      if (!B(u[1])) rep.unsealed_runs.push_back(I(u[0]));
+    }
+    return rep;
+  });
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Ledger>> open_postgres(const std::string& url, bool inspect) {
+  const std::string shown = redact_url(url);
+  std::unique_ptr<pqxx::connection> c;
+  try {
+    c = std::make_unique<pqxx::connection>(url);
+    c->set_variable("client_min_messages", "warning");
+  } catch (const std::exception& e) {
+    return io_error("cannot open ledger '" + shown + "': " + primary_message(e.what()));
+  }
+  auto l = std::make_unique<PostgresLedger>(std::move(c), url);
+  if (inspect) return std::unique_ptr<Ledger>(std::move(l));
+  Status s = guarded("opening ledger '" + shown + "'", [&]() -> Status {
+    Tx w(l->conn());
+    // One process creates the schema; the others wait here and then find it.
+    w.exec("SELECT pg_advisory_xact_lock(7300, 0)");
+    if (w.exec1("SELECT to_regclass('schema_version') IS NULL")[0].as<bool>()) {
+      for (const auto& t : table_names())
+        if (!w.exec1("SELECT to_regclass(" + w.quote(t) + ") IS NULL")[0].as<bool>())
+          return failed_precondition("'" + shown +
+                                     "' is not a plumb ledger, or its schema_version table was "
+                                     "dropped (it holds table " +
+                                     t + " but no schema_version)." + damaged_advice());
+      w.exec(pg::create_script());
+      std::string now = utc_timestamp_now();
+      for (int v = 1; v <= pg::kVersion; ++v)
+        w.exec("INSERT INTO schema_version (version, applied_at) VALUES (" + std::to_string(v) + ", " +
+               w.quote(now) + ")");
+      w.commit();
+      return Status::Ok();
+    }
+    int64_t have = I(w.exec1("SELECT coalesce(max(version), 0) FROM schema_version")[0]);
+    if (have > pg::kVersion)
+      return failed_precondition("ledger '" + shown + "' has schema version " + std::to_string(have) +
+                                 ", newer than this plumb knows (" + std::to_string(pg::kVersion) +
+                                 "); upgrade plumb");
+    if (have < pg::kVersion)
+      return failed_precondition("ledger '" + shown + "' records schema version " + std::to_string(have) +
+                                 " but a PostgreSQL ledger is created at v" + std::to_string(pg::kVersion) +
+                                 " (schema_version rows were deleted or edited)." + damaged_advice());
+    auto diffs = validator_differences(w);
+    if (!diffs.empty()) {
+      std::string list;
+      for (size_t i = 0; i < diffs.size() && i < 8; ++i) list += (i ? "; " : "") + diffs[i];
+      if (diffs.size() > 8) list += "; and " + std::to_string(diffs.size() - 8) + " more";
+      return failed_precondition("ledger '" + shown + "': its validator is not the one schema v" +
+                                 std::to_string(pg::kVersion) + " defines: " + list + "." + damaged_advice());
+    }
+    w.commit();
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return std::unique_ptr<Ledger>(std::move(l));
+}
+
+}  // namespace plumb::ledger

@@ -1,0 +1,37 @@
+// The ledger's schema in PostgreSQL's dialect (internal to ledger/): the same tables, columns and
+// rules as the SQLite schema (schema.cpp), enforced by the database for every writer. Tests read it
+// to check a database's validator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace plumb::ledger::pg {
+
+// A trigger function: CREATE FUNCTION <name>() RETURNS trigger LANGUAGE plpgsql AS $$<body>$$.
+struct Function {
+  std::string name;
+  std::string body;  // pg_proc.prosrc after creation
+};
+
+// A trigger as pg_trigger records it: tgtype bits (1 row, 2 before, 4 insert, 8 delete, 16 update,
+// 32 truncate), the table and the function it runs.
+struct Trigger {
+  std::string name;
+  std::string table;
+  int type = 0;
+  std::string function;
+};
+
+// The schema version the PostgreSQL backend creates (the SQLite schema's current version; a
+// PostgreSQL ledger is created at it, never migrated through earlier ones).
+inline constexpr int kVersion = 3;
+
+// The whole schema as one script: tables, the trigger functions and triggers below, the role
+// plumb_writer (created when the connecting role may, granted SELECT and INSERT only), and the
+// revocation of UPDATE, DELETE and TRUNCATE from PUBLIC. Run in one transaction on an empty schema.
+std::string create_script();
+const std::vector<Function>& functions();
+const std::vector<Trigger>& triggers();
+
+}  // namespace plumb::ledger::pg
