@@ -13,6 +13,10 @@ namespace {
 using testing::hex64;
 using testing::LedgerTest;
 
+// The API tests run on both backends (ledger_fixture.h); those about the SQLite file itself on it alone.
+using LedgerBoth = testing::OnBothBackends<LedgerTest>;
+PLUMB_ON_BOTH_BACKENDS(LedgerBoth);
+
 TEST_F(LedgerTest, OpensWithSchemaAndWal) {
   EXPECT_EQ(*ledger_->schema_version(), Ledger::kSchemaVersion);
   EXPECT_EQ(int64_t(migrations().size()), Ledger::kSchemaVersion);
@@ -30,9 +34,9 @@ TEST_F(LedgerTest, OpensWithSchemaAndWal) {
   EXPECT_EQ(raw_int("SELECT count(*) FROM schema_version"), Ledger::kSchemaVersion);
 }
 
-TEST_F(LedgerTest, RefusesNewerSchema) {
+TEST_P(LedgerBoth, RefusesNewerSchema) {
   ASSERT_EQ(raw("INSERT INTO schema_version VALUES (99, '2030-01-01T00:00:00.000Z')"), "");
-  auto l = Ledger::open(path_);
+  auto l = Ledger::open(where_);
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), Code::kFailedPrecondition);
   EXPECT_NE(l.status().message().find("newer"), std::string::npos);
@@ -43,7 +47,7 @@ TEST_F(LedgerTest, OpenFailsOnUnwritablePath) {
   EXPECT_EQ(l.status().code(), Code::kIoError);
 }
 
-TEST_F(LedgerTest, ReferenceRowsAreIdempotent) {
+TEST_P(LedgerBoth, ReferenceRowsAreIdempotent) {
   EXPECT_EQ(
       *ledger_->insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux 6.1 x86_64"}),
       machine_);
@@ -55,7 +59,7 @@ TEST_F(LedgerTest, ReferenceRowsAreIdempotent) {
   EXPECT_EQ(bad.status().code(), Code::kFailedPrecondition);
 }
 
-TEST_F(LedgerTest, RunWithRequestsAndMetricsRoundTrip) {
+TEST_P(LedgerBoth, RunWithRequestsAndMetricsRoundTrip) {
   // A custom workload of three requests whose rows give the stated TTFT p50 (the seal checks it).
   std::vector<RequestRow> reqs(3);
   for (int i = 0; i < 3; ++i) {
@@ -94,7 +98,7 @@ TEST_F(LedgerTest, RunWithRequestsAndMetricsRoundTrip) {
   EXPECT_EQ(ledger_->dump("sqlite_master").status().code(), Code::kInvalidArgument);
 }
 
-TEST_F(LedgerTest, RunIsAllOrNothing) {
+TEST_P(LedgerBoth, RunIsAllOrNothing) {
   // The second request repeats idx 0: the whole run, with its first request, is rolled back.
   std::vector<RequestRow> reqs(2);
   reqs[0].request_hash = reqs[1].request_hash = hex64('1');
@@ -108,7 +112,7 @@ TEST_F(LedgerTest, RunIsAllOrNothing) {
   EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 0);
 }
 
-TEST_F(LedgerTest, RegistrationRoundTripAndTamperDetection) {
+TEST_P(LedgerBoth, RegistrationRoundTripAndTamperDetection) {
   Registration r;
   r.created_at = "2026-01-01T00:00:00.000Z";
   r.arm_a_config = R"({"preset":"default"})";
@@ -130,7 +134,9 @@ TEST_F(LedgerTest, RegistrationRoundTripAndTamperDetection) {
   EXPECT_EQ(ledger_->list_registrations()->size(), 1u);
   // The schema refuses the edit; a writer that drops the trigger first is caught by the hash.
   EXPECT_NE(raw("UPDATE registrations SET min_effect = 0.01"), "");
-  ASSERT_EQ(raw("DROP TRIGGER registrations_no_update"), "");
+  ASSERT_EQ(raw(sql("DROP TRIGGER registrations_no_update",
+                    "ALTER TABLE registrations DISABLE TRIGGER registrations_append_only")),
+            "");
   ASSERT_EQ(raw("UPDATE registrations SET min_effect = 0.01"), "");
   auto tampered = ledger_->get_registration(*id);
   EXPECT_EQ(tampered.status().code(), Code::kCorrupt);
@@ -139,7 +145,7 @@ TEST_F(LedgerTest, RegistrationRoundTripAndTamperDetection) {
   EXPECT_EQ(ledger_->register_comparison(r).status().code(), Code::kFailedPrecondition);
 }
 
-TEST_F(LedgerTest, CeilingsLatestPerName) {
+TEST_P(LedgerBoth, CeilingsLatestPerName) {
   ASSERT_TRUE(
       ledger_->insert_ceiling({machine_, "mem_read_bw", 10.0, "GB/s", "2026-01-01T00:00:00.000Z"}).ok());
   ASSERT_TRUE(
@@ -161,7 +167,7 @@ TEST_F(LedgerTest, CeilingsLatestPerName) {
 
 // ---- studies and trials (migration 2) -----------------------------------------------------------
 
-class StudyLedgerTest : public LedgerTest {
+class StudyFixture : public LedgerTest {
  protected:
   int64_t study() {
     StudyRow r;
@@ -198,7 +204,10 @@ class StudyLedgerTest : public LedgerTest {
   }
 };
 
-TEST_F(StudyLedgerTest, TrialsAndTheirRunsAreWrittenTogetherAndReadBack) {
+using StudyLedgerTest = testing::OnBothBackends<StudyFixture>;
+PLUMB_ON_BOTH_BACKENDS(StudyLedgerTest);
+
+TEST_P(StudyLedgerTest, TrialsAndTheirRunsAreWrittenTogetherAndReadBack) {
   int64_t sid = study();
   auto st = ledger_->get_study(sid);
   ASSERT_TRUE(st.ok());
@@ -222,7 +231,7 @@ TEST_F(StudyLedgerTest, TrialsAndTheirRunsAreWrittenTogetherAndReadBack) {
   EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 1);
 }
 
-TEST_F(StudyLedgerTest, TheDatabaseRefusesBadTrials) {
+TEST_P(StudyLedgerTest, TheDatabaseRefusesBadTrials) {
   int64_t sid = study();
   // A skipped index, then a repeated one.
   auto r = ledger_->insert_trial(trial(sid, 1, false), nullptr, {}, {});
