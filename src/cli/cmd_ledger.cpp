@@ -1,4 +1,5 @@
-// `plumb ledger runs|show|export|verify`: query, export and verify the results database.
+// `plumb ledger runs|show|export|verify|migrate`: query, export, verify and copy the results
+// database. --ledger takes a file or a postgresql:// URL (the shared ledger).
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "cli/command.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "ledger/copy.h"
 #include "ledger/ledger.h"
 
 namespace plumb::cli {
@@ -22,10 +24,13 @@ struct LedgerArgs {
   std::string table = "runs";
   int64_t run = 0;
   std::string out;
+  std::string from, to;  // migrate
 };
 
-// Opens an existing ledger; a query never creates a database as a side effect.
+// Opens an existing ledger; a query never creates a database file as a side effect. (A PostgreSQL
+// ledger is opened as is: an empty database gets the schema, which a query then finds empty.)
 Result<std::unique_ptr<ledger::Ledger>> open_existing(const std::string& path) {
+  if (ledger::is_postgres_url(path)) return ledger::Ledger::open(path);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     return not_found("no ledger at '" + path + "' (pass --ledger FILE; runs are recorded by plumb bench)");
@@ -109,7 +114,7 @@ json::value to_json(const std::string& name, const ledger::Table& t) {
 
 int cmd_verify(const LedgerArgs& a) {
   struct stat st {};
-  if (::stat(a.path.c_str(), &st) != 0)
+  if (!ledger::is_postgres_url(a.path) && ::stat(a.path.c_str(), &st) != 0)
     return fail(not_found("no ledger at '" + a.path + "' (pass --ledger FILE)"));
   // Read-only and without the check on open, so that a ledger open() refuses can be examined.
   auto l = ledger::Ledger::open_for_inspection(a.path);
@@ -224,11 +229,42 @@ int cmd_export(const LedgerArgs& a) {
   return s.ok() ? kExitOk : fail(s);
 }
 
+int cmd_migrate(const LedgerArgs& a) {
+  // The source is read without the check on open: every row is judged by the destination's validator,
+  // so a damaged file can still be copied, minus what the destination refuses.
+  struct stat st {};
+  if (!ledger::is_postgres_url(a.from) && ::stat(a.from.c_str(), &st) != 0)
+    return fail(not_found("no ledger at '" + a.from + "'"));
+  auto from = ledger::Ledger::open_for_inspection(a.from);
+  if (!from.ok()) return fail(from.status());
+  auto to = ledger::Ledger::open(a.to);
+  if (!to.ok()) return fail(to.status());
+  auto rep = ledger::copy_ledger(**from, **to);
+  if (!rep.ok()) return fail(rep.status());
+  int64_t total = 0;
+  for (const auto& [table, n] : rep->copied) {
+    std::printf("copied  %-18s %lld\n", table.c_str(), (long long)n);
+    total += n;
+  }
+  if (rep->copied.empty()) std::printf("copied  nothing (the source holds no rows)\n");
+  auto head = (*to)->chain_head();
+  if (head.ok()) std::printf("destination chain head %s\n", head->c_str());
+  if (rep->refused.empty()) {
+    std::printf("refused none: all %lld rows were admitted by the destination's validator\n",
+                (long long)total);
+    return kExitOk;
+  }
+  std::printf("refused %zu row%s (not copied):\n", rep->refused.size(), rep->refused.size() == 1 ? "" : "s");
+  for (const auto& r : rep->refused) std::printf("  - %s\n", r.c_str());
+  return kExitFailed;
+}
+
 void setup(CLI::App& root) {
   auto args = std::make_shared<LedgerArgs>();
   auto* cmd = root.add_subcommand(
       "ledger", "Query, export and verify the results database (runs, requests, comparisons, seals)");
-  cmd->add_option("--ledger", args->path, "ledger database file")->capture_default_str();
+  cmd->add_option("--ledger", args->path, "ledger database file, or postgresql://user@host/db (shared)")
+      ->capture_default_str();
   cmd->require_subcommand(1);
   cmd->fallthrough();
 
@@ -271,6 +307,20 @@ void setup(CLI::App& root) {
       "  plumb ledger verify --ledger plumb.db\n"
       "Details: docs/protocol.md, \"The database validator\" (seals, the hash chain, the check on open)");
   ver->callback([args] { set_exit_code(cmd_verify(*args)); });
+
+  auto* mig = cmd->add_subcommand("migrate", "Copy a ledger into another (a local file into the shared one)");
+  mig->add_option("from", args->from, "source ledger: FILE.db or postgresql://...")->required();
+  mig->add_option("to", args->to, "destination ledger: postgresql://... or FILE.db")->required();
+  mig->footer(
+      "Copies every row with its provenance (machine, build, protocol, request set, registration) through\n"
+      "the destination's validator, as new rows: ids are the destination's, and each run is sealed into its\n"
+      "chain. A run not sealed in the source is not copied; a row the destination refuses is listed with\n"
+      "the reason. Copying the same file twice copies its runs twice. Exit 0: all copied; 1: some "
+      "refused.\n\n"
+      "Example:\n"
+      "  plumb ledger migrate plumb.db postgresql://plumb@db.example/plumb\n"
+      "Details: docs/ledger.md");
+  mig->callback([args] { set_exit_code(cmd_migrate(*args)); });
 }
 
 PLUMB_COMMAND(60, setup);

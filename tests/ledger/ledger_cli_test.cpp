@@ -1,8 +1,10 @@
 // `plumb ledger verify` and the chain head in exports, through the real binary: exit 0 and the head
 // on a sound ledger; exit 1 naming the run whose row was edited (triggers dropped first); the same
-// head in `plumb ledger export --format json`.
+// head in `plumb ledger export --format json`; `plumb ledger migrate` into a SQLite file and into
+// PostgreSQL.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/subprocess.h"
@@ -10,6 +12,8 @@
 
 namespace plumb::ledger {
 namespace {
+
+using testing::hex64;
 
 class LedgerCliTest : public testing::LedgerTest {
  protected:
@@ -29,17 +33,52 @@ class LedgerCliTest : public testing::LedgerTest {
   }
 };
 
-TEST_F(LedgerCliTest, VerifyPrintsTheHeadAndExportCarriesIt) {
+using LedgerCliBoth = testing::OnBothBackends<LedgerCliTest>;
+PLUMB_ON_BOTH_BACKENDS(LedgerCliBoth);
+
+TEST_P(LedgerCliBoth, VerifyPrintsTheHeadAndExportCarriesIt) {
   if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built";
   add_runs();
   std::string head = *ledger_->chain_head();
-  auto v = plumb({"ledger", "verify", "--ledger", path_});
+  auto v = plumb({"ledger", "verify", "--ledger", where_});
   EXPECT_TRUE(v.exit.exited && v.exit.exit_code == 0) << v.out;
   EXPECT_NE(v.out.find("chain head  " + head), std::string::npos) << v.out;
   EXPECT_NE(v.out.find("verdict     OK"), std::string::npos) << v.out;
-  auto e = plumb({"ledger", "export", "--ledger", path_, "--format", "json", "--table", "seals"});
+  auto e = plumb({"ledger", "export", "--ledger", where_, "--format", "json", "--table", "seals"});
   EXPECT_TRUE(e.exit.exited && e.exit.exit_code == 0) << e.out;
   EXPECT_NE(e.out.find("\"chain_head\": \"" + head + "\""), std::string::npos) << e.out;
+  auto c = plumb({"ledger", "export", "--ledger", where_, "--table", "requests", "--run", "2"});
+  EXPECT_TRUE(c.exit.exited && c.exit.exit_code == 0) << c.out;
+  EXPECT_EQ(std::count(c.out.begin(), c.out.end(), '\n'), 33) << c.out;  // header and 32 rows
+}
+
+// A local file copied into the fixture's ledger (a second file, or the shared PostgreSQL one).
+TEST_P(LedgerCliBoth, MigrateCopiesALocalLedgerAndReportsCounts) {
+  if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built";
+  std::string src = dir_ + "/local.db";
+  {
+    auto l = Ledger::open(src);
+    ASSERT_TRUE(l.ok());
+    int64_t m =
+        *(*l)->insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux 6.1 x86_64"});
+    int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
+    int64_t p = *(*l)->insert_protocol(testing::real_protocol());
+    int64_t s = *(*l)->insert_request_set({hex64('d'), "A", "small", 21, 32});
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(
+          (*l)->insert_run(testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z"), backed(), {}).ok());
+  }
+  auto v = plumb({"ledger", "migrate", src, where_});
+  EXPECT_TRUE(v.exit.exited && v.exit.exit_code == 0) << v.out;
+  EXPECT_NE(v.out.find("copied  runs               3"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("refused none"), std::string::npos) << v.out;
+  auto runs = ledger_->list_runs(0);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 3u);
+  for (const auto& r : *runs) EXPECT_TRUE(r.sealed);
+  auto rep = ledger_->verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok());
 }
 
 TEST_F(LedgerCliTest, VerifyFindsAnEditedRowAndExitsOne) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "ledger/copy.h"
 #include "ledger/ledger_fixture.h"
 
 namespace plumb::ledger {
@@ -145,6 +146,94 @@ TEST_P(SharedLedgerTest, AStudyResumedWhileAnotherWriterStillWrites) {
   node.join();
   ASSERT_FALSE(failed);
   expect_intact(sid, 25);
+}
+
+// copy_ledger from a local file into the fixture's ledger: everything sealed arrives with its
+// provenance and verifies; what the source holds but the destination's validator refuses (a run
+// never sealed; a score stored after the source's trigger was dropped) is listed, not copied.
+TEST_P(SharedLedgerTest, CopyRefusesWhatTheDestinationsValidatorRefuses) {
+  std::string src = dir_ + "/local.db";
+  {
+    auto l = Ledger::open(src);
+    ASSERT_TRUE(l.ok());
+    int64_t m = *(*l)->insert_machine({testing::hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
+    int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
+    int64_t p = *(*l)->insert_protocol(testing::real_protocol());
+    int64_t s = *(*l)->insert_request_set({testing::hex64('d'), "A", "small", 21, 32});
+    RunRow good = testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z");
+    ASSERT_TRUE((*l)->insert_run(good, backed(), {}).ok());  // 1
+    RunRow failed_gate = good;
+    failed_gate.gate_status = "fail";
+    ASSERT_TRUE((*l)->insert_run(failed_gate, backed(), {}).ok());  // 2
+    // A study with a feasible and an infeasible trial.
+    StudyRow st;
+    st.name = "local";
+    st.adapter = "plumb";
+    st.space_json = st.options_json = "{}";
+    st.strategy = "grid";
+    st.scenario = "A";
+    st.size_class = "small";
+    st.dev_seed = 21;
+    st.eval_seed = 1337;
+    st.protocol_id = p;
+    st.machine_id = m;
+    int64_t sid = *(*l)->create_study(st);
+    TrialRow t;
+    t.study_id = sid;
+    t.config_json = "{}";
+    t.feasible = true;
+    t.objective = 100.0;
+    t.rationale = "grid point";
+    t.started_at = t.ended_at = "2026-01-01T00:00:00.000Z";
+    ASSERT_TRUE((*l)->insert_trial(t, &good, backed(), {}).ok());  // run 3
+    t.idx = 1;
+    t.feasible = false;
+    t.objective.reset();
+    t.status = "crashed";
+    t.failure = "engine exited";
+    ASSERT_TRUE((*l)->insert_trial(t, nullptr, {}, {}).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(src.c_str(), &db), SQLITE_OK);
+  const char* bypass =
+      "INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, scenario, size_class, "
+      "target_engine, "
+      "engine_config, engine_config_hash, model_identity, seed, effective_settings, started_at, ended_at, "
+      "valid, "
+      "validity_json, gate_status, objective) SELECT machine_id, build_id, protocol_id, request_set_id, "
+      "scenario, "
+      "size_class, target_engine, engine_config, engine_config_hash, model_identity, seed, "
+      "effective_settings, "
+      "started_at, ended_at, valid, validity_json, gate_status, objective FROM runs WHERE id = 1;"  // 4:
+                                                                                                    // unsealed
+      "DROP TRIGGER scores_failed_gate;"
+      "INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (2, 1, 'default', 1.4);"
+      "INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (1, 1, 'default', 1.0);";
+  ASSERT_EQ(sqlite3_exec(db, bypass, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+
+  auto from = Ledger::open_for_inspection(src);
+  ASSERT_TRUE(from.ok());
+  auto rep = copy_ledger(**from, *ledger_);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->copied["runs"], 3);
+  EXPECT_EQ(rep->copied["studies"], 1);
+  EXPECT_EQ(rep->copied["trials"], 2);
+  EXPECT_EQ(rep->copied["scores"], 1);
+  ASSERT_EQ(rep->refused.size(), 2u);
+  EXPECT_NE(rep->refused[0].find("run 4: not sealed"), std::string::npos) << rep->refused[0];
+  EXPECT_NE(rep->refused[1].find("failed a gate"), std::string::npos) << rep->refused[1];
+  auto v = ledger_->verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok());
+  EXPECT_EQ(v->seals, 3);
+  auto studies = ledger_->list_studies();
+  ASSERT_TRUE(studies.ok());
+  ASSERT_EQ(studies->size(), 1u);
+  auto trials = ledger_->trials_for((*studies)[0].id);
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 2u);
+  EXPECT_TRUE((*trials)[0].run_id.has_value());
 }
 
 // One run written to both backends seals to the same content hash and chain head.
