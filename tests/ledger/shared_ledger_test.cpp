@@ -333,6 +333,13 @@ TEST_P(PostgresOnly, OpenRefusesADisabledOrReplacedTrigger) {
   EXPECT_EQ(rep->problems.size(), 2u);
 }
 
+// Per-request rows need their run (PostgreSQL checks it per statement, not by a foreign key).
+TEST_P(PostgresOnly, RequestsOfNoRunAreRefused) {
+  std::string e = raw(testing::backed_requests_sql(42, 2, 100.0));
+  EXPECT_NE(e.find("requests: no such run"), std::string::npos) << e;
+  EXPECT_EQ(raw_int("SELECT count(*) FROM requests"), 0);
+}
+
 // What the triggers cannot stop (the owner disabling them) verify() finds from the hashes.
 TEST_P(PostgresOnly, VerifyFindsAnEditedRow) {
   auto id = ledger_->insert_run(run_at("2026-01-01T00:00:01.000Z"), backed(), {});
