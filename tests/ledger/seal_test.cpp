@@ -86,11 +86,16 @@ class SealTest : public testing::LedgerTest {
   }
   Result<VerifyReport> verify_fresh() {
     ledger_.reset();
-    auto l = Ledger::open_for_inspection(path_);
+    auto l = Ledger::open_for_inspection(where_);
     if (!l.ok()) return l.status();
     return (*l)->verify();
   }
 };
+
+// Most of these run on both backends (the triggers a test drops on SQLite are disabled on PostgreSQL,
+// where one trigger may carry several of SQLite's); those about SQLite's file on it alone.
+using SealBoth = testing::OnBothBackends<SealTest>;
+PLUMB_ON_BOTH_BACKENDS(SealBoth);
 
 // The forgery of the report that found it: a well-formed valid run with a passing gate and any
 // objective, no per-request rows, and a trial that points to it, written by the sqlite3 CLI.
@@ -129,18 +134,21 @@ TEST_F(SealTest, ForgedRunIsRefusedThroughTheSqliteCli) {
   EXPECT_TRUE(has(s.status().message(), "per-request rows")) << s.status().message();
 }
 
-TEST_F(SealTest, TooFewRowsOrCompletedRequestsAreRefused) {
+TEST_P(SealBoth, TooFewRowsOrCompletedRequestsAreRefused) {
   ASSERT_EQ(raw(forged_run_sql()), "");
   ASSERT_EQ(raw(testing::backed_requests_sql(1, 31, 1000.0)), "");  // the set has 32
   EXPECT_TRUE(has(raw(seal_sql(1)), "per-request rows"));
   ASSERT_EQ(raw(forged_run_sql()), "");
   ASSERT_EQ(raw(testing::backed_requests_sql(2, 32, 1000.0)), "");
-  ASSERT_EQ(raw("DROP TRIGGER requests_no_update"), "");  // to fail one request after the fact
+  // To fail one request after the fact.
+  ASSERT_EQ(raw(sql("DROP TRIGGER requests_no_update",
+                    "ALTER TABLE requests DISABLE TRIGGER requests_append_only")),
+            "");
   ASSERT_EQ(raw("UPDATE requests SET status = 'timeout' WHERE run_id = 2 AND idx = 5"), "");
   EXPECT_TRUE(has(raw(seal_sql(2)), "per-request rows"));  // A small needs all 32 completed
 }
 
-TEST_F(SealTest, StatedFiguresMustAgreeWithTheRows) {
+TEST_P(SealBoth, StatedFiguresMustAgreeWithTheRows) {
   // TTFT p50 stated 9 ms where the rows give 10 ms: refused through the API, nothing stored.
   RunRow r = run_at("2026-01-01T00:00:01.000Z");
   auto reqs = backed();
@@ -171,7 +179,7 @@ TEST_F(SealTest, StatedFiguresMustAgreeWithTheRows) {
                   "sealed"));
 }
 
-TEST_F(SealTest, PercentilesFollowTheDocumentedDefinition) {
+TEST_P(SealBoth, PercentilesFollowTheDocumentedDefinition) {
   // Even count: the median is the mean of the two middle values (type 7); TPOT uses the server's
   // token count; scenario B's objective is 1 / median TPOT.
   int64_t setb = *ledger_->insert_request_set({hex64('4'), "B", "small", 21, 16});
@@ -190,7 +198,7 @@ TEST_F(SealTest, PercentilesFollowTheDocumentedDefinition) {
   EXPECT_FALSE(ledger_->insert_run(r, reqs, ms).ok());
 }
 
-TEST_F(SealTest, TrialsScoresAndReadoutsUseOnlySealedRuns) {
+TEST_P(SealBoth, TrialsScoresAndReadoutsUseOnlySealedRuns) {
   int64_t sid = study();
   ASSERT_EQ(raw(forged_run_sql()), "");
   ASSERT_EQ(raw(testing::backed_requests_sql(1, 32, 1000.0)), "");
@@ -219,7 +227,7 @@ TEST_F(SealTest, TrialsScoresAndReadoutsUseOnlySealedRuns) {
   EXPECT_TRUE(any_has(rep->problems, "seal 1 (run 2)")) << joined(rep->problems);
 }
 
-TEST_F(SealTest, ChainVerifiesAndHeadIdentifiesTheLedger) {
+TEST_P(SealBoth, ChainVerifiesAndHeadIdentifiesTheLedger) {
   EXPECT_EQ(*ledger_->chain_head(), kGenesisHash);
   good_run_id(100);
   std::string h1 = *ledger_->chain_head();
@@ -235,10 +243,12 @@ TEST_F(SealTest, ChainVerifiesAndHeadIdentifiesTheLedger) {
   EXPECT_TRUE(rep->unsealed_runs.empty());
 }
 
-TEST_F(SealTest, VerifyFindsAnEditedRow) {
+TEST_P(SealBoth, VerifyFindsAnEditedRow) {
   good_run_id(100);
   good_run_id(120);
-  ASSERT_EQ(raw("DROP TRIGGER requests_no_update"), "");
+  ASSERT_EQ(raw(sql("DROP TRIGGER requests_no_update",
+                    "ALTER TABLE requests DISABLE TRIGGER requests_append_only")),
+            "");
   ASSERT_EQ(raw("UPDATE requests SET first_token_ns = first_token_ns - 1000 WHERE run_id = 2 AND idx = 7"),
             "");
   auto rep = verify_fresh();
@@ -248,21 +258,27 @@ TEST_F(SealTest, VerifyFindsAnEditedRow) {
   EXPECT_FALSE(any_has(rep->problems, "run 1)")) << joined(rep->problems);
 }
 
-TEST_F(SealTest, VerifyFindsAnEditedRunRowOrMetric) {
+TEST_P(SealBoth, VerifyFindsAnEditedRunRowOrMetric) {
   good_run_id(100);
-  ASSERT_EQ(raw("DROP TRIGGER runs_no_update; DROP TRIGGER metrics_no_update"), "");
+  ASSERT_EQ(raw(sql("DROP TRIGGER runs_no_update; DROP TRIGGER metrics_no_update",
+                    "ALTER TABLE runs DISABLE TRIGGER runs_append_only; "
+                    "ALTER TABLE metrics DISABLE TRIGGER metrics_append_only")),
+            "");
   ASSERT_EQ(raw("UPDATE metrics SET value = 10.5 WHERE name = 'ttft_p50_ms'"), "");
   auto rep = verify_fresh();
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(any_has(rep->problems, "content changed")) << joined(rep->problems);
-  ASSERT_TRUE(Ledger::open(path_).status().code() == Code::kFailedPrecondition);  // triggers are gone
+  ASSERT_TRUE(Ledger::open(where_).status().code() == Code::kFailedPrecondition);  // triggers are gone
 }
 
-TEST_F(SealTest, VerifyFindsDeletedAndInsertedRows) {
+TEST_P(SealBoth, VerifyFindsDeletedAndInsertedRows) {
   good_run_id(100);
   good_run_id(110);
   good_run_id(120);
-  ASSERT_EQ(raw("DROP TRIGGER requests_no_delete; DROP TRIGGER requests_closed_by_seal"), "");
+  ASSERT_EQ(raw(sql("DROP TRIGGER requests_no_delete; DROP TRIGGER requests_closed_by_seal",
+                    "ALTER TABLE requests DISABLE TRIGGER requests_append_only; "
+                    "ALTER TABLE requests DISABLE TRIGGER requests_closed_by_seal")),
+            "");
   ASSERT_EQ(raw("DELETE FROM requests WHERE run_id = 1 AND idx = 31"), "");
   ASSERT_EQ(
       raw("INSERT INTO requests SELECT 3, 32, profile, request_hash, status, input_tokens, output_requested, "
@@ -276,12 +292,13 @@ TEST_F(SealTest, VerifyFindsDeletedAndInsertedRows) {
   EXPECT_FALSE(any_has(rep->problems, "(run 2)")) << joined(rep->problems);
 }
 
-TEST_F(SealTest, VerifyFindsADeletedOrForgedSeal) {
+TEST_P(SealBoth, VerifyFindsADeletedOrForgedSeal) {
   good_run_id(100);
   good_run_id(110);
   good_run_id(120);
   std::string head = *ledger_->chain_head();
-  ASSERT_EQ(raw("DROP TRIGGER seals_no_delete"), "");
+  ASSERT_EQ(raw(sql("DROP TRIGGER seals_no_delete", "ALTER TABLE seals DISABLE TRIGGER seals_append_only")),
+            "");
   ASSERT_EQ(raw("DELETE FROM seals WHERE seq = 1"), "");
   auto rep = verify_fresh();
   ASSERT_TRUE(rep.ok());
@@ -333,14 +350,17 @@ TEST_F(SealTest, OpenRefusesAnAddedTrigger) {
   EXPECT_TRUE(has(l.status().message(), "trigger sneaky is not part of schema v3")) << l.status().message();
 }
 
-TEST_F(SealTest, SchemaVersionRowsAreAppendOnly) {
+TEST_P(SealBoth, SchemaVersionRowsAreAppendOnly) {
   EXPECT_TRUE(has(raw("DELETE FROM schema_version"), "append-only"));
   EXPECT_TRUE(has(raw("UPDATE schema_version SET version = 1"), "append-only"));
   EXPECT_EQ(raw_int("SELECT count(*) FROM schema_version"), Ledger::kSchemaVersion);
   // With the triggers dropped the rows can go: the error then says what is wrong and what to do.
-  ASSERT_EQ(raw("DROP TRIGGER schema_version_no_delete; DELETE FROM schema_version"), "");
+  ASSERT_EQ(raw(sql("DROP TRIGGER schema_version_no_delete; DELETE FROM schema_version",
+                    "ALTER TABLE schema_version DISABLE TRIGGER schema_version_append_only; "
+                    "DELETE FROM schema_version")),
+            "");
   ledger_.reset();
-  auto l = Ledger::open(path_);
+  auto l = Ledger::open(where_);
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), Code::kFailedPrecondition);
   EXPECT_TRUE(has(l.status().message(), "schema_version rows")) << l.status().message();
@@ -349,7 +369,7 @@ TEST_F(SealTest, SchemaVersionRowsAreAppendOnly) {
 }
 
 // The typed queries the rest of plumb uses in place of its own SQL see sealed runs only.
-TEST_F(SealTest, TypedQueriesSeeOnlySealedRuns) {
+TEST_P(SealBoth, TypedQueriesSeeOnlySealedRuns) {
   RunRow r = run_at("2026-01-01T00:00:01.000Z");
   r.engine_config = R"({"adapter":"plumb","params":{"preset":"default"}})";
   std::vector<MetricRow> ms{{"gate.quality.reference_accuracy", 0.5, "1"}};
