@@ -49,7 +49,7 @@ int run_anchors(const AnchorsArgs& a) {
   json::array ceilings;
   auto m = protocol::capture_machine();
   struct stat st {};
-  if (m.ok() && ::stat(a.ledger_path.c_str(), &st) == 0) {
+  if (m.ok() && (ledger::is_postgres_url(a.ledger_path) || ::stat(a.ledger_path.c_str(), &st) == 0)) {
     auto l = ledger::Ledger::open(a.ledger_path);
     if (l.ok()) {
       auto id = (*l)->find_machine(m->hash());
