@@ -121,7 +121,7 @@ int cmd_verify(const LedgerArgs& a) {
   if (!l.ok()) return fail(l.status());
   auto rep = (*l)->verify();
   if (!rep.ok()) return fail(rep.status());
-  std::printf("ledger      %s\n", a.path.c_str());
+  std::printf("ledger      %s\n", ledger::redact_url(a.path).c_str());
   std::printf("schema      v%lld (this plumb: v%lld)\n", (long long)rep->schema_version,
               (long long)ledger::Ledger::kSchemaVersion);
   std::printf("runs        %lld, sealed %lld, unsealed %zu\n", (long long)rep->runs, (long long)rep->seals,

@@ -532,6 +532,16 @@ bool is_postgres_url(const std::string& where) {
   return where.rfind("postgresql://", 0) == 0 || where.rfind("postgres://", 0) == 0;
 }
 
+std::string redact_url(const std::string& url) {
+  // scheme://user:password@host -> scheme://user:***@host
+  size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  size_t at = url.find('@', scheme + 3);
+  size_t colon = url.find(':', scheme + 3);
+  if (at == std::string::npos || colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
 namespace {
 // A postgresql:// ledger in a build without the PostgreSQL backend (libpqxx was not found).
 Result<std::unique_ptr<Ledger>> open_shared(const std::string& url, bool inspect) {

@@ -314,6 +314,8 @@ struct Table {
 // ---------------------------------------------------------------------------------------------
 // Whether `where` names a PostgreSQL ledger (postgresql:// or postgres://) rather than a file.
 bool is_postgres_url(const std::string& where);
+// `where` for messages and reports: a URL's password replaced by "***" (a path as it is).
+std::string redact_url(const std::string& where);
 
 class Ledger {
  public:

@@ -30,16 +30,6 @@
 
 namespace plumb::ledger {
 
-std::string redact_url(const std::string& url) {
-  // scheme://user:password@host -> scheme://user:***@host
-  size_t scheme = url.find("://");
-  if (scheme == std::string::npos) return url;
-  size_t at = url.find('@', scheme + 3);
-  size_t colon = url.find(':', scheme + 3);
-  if (at == std::string::npos || colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon + 1) + "***" + url.substr(at);
-}
-
 namespace {
 
 using Tx = pqxx::work;

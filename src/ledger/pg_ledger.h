@@ -15,7 +15,4 @@ namespace plumb::ledger {
 // existing one's validator is this build's, as Ledger::open does for a file.
 Result<std::unique_ptr<Ledger>> open_postgres(const std::string& url, bool inspect);
 
-// The URL with any password replaced by "***", for messages.
-std::string redact_url(const std::string& url);
-
 }  // namespace plumb::ledger

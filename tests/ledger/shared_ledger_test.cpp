@@ -236,6 +236,31 @@ TEST_P(SharedLedgerTest, CopyRefusesWhatTheDestinationsValidatorRefuses) {
   EXPECT_TRUE((*trials)[0].run_id.has_value());
 }
 
+TEST(SharedLedgerUrl, PasswordsAreRedactedForMessages) {
+  EXPECT_TRUE(is_postgres_url("postgresql://u@h/db"));
+  EXPECT_TRUE(is_postgres_url("postgres://u@h/db"));
+  EXPECT_FALSE(is_postgres_url("plumb.db"));
+  EXPECT_FALSE(is_postgres_url("/tmp/postgresql://x.db"));
+  EXPECT_EQ(redact_url("postgresql://u:s3cret@h:5432/db?sslmode=require"),
+            "postgresql://u:***@h:5432/db?sslmode=require");
+  EXPECT_EQ(redact_url("postgresql://u@h/db"), "postgresql://u@h/db");
+  EXPECT_EQ(redact_url("postgresql://h:5432/db"), "postgresql://h:5432/db");
+  EXPECT_EQ(redact_url("runs/plumb.db"), "runs/plumb.db");
+}
+
+// A wrong URL is an I/O error that names the server, without the password.
+TEST(SharedLedgerUrl, AnUnreachableServerIsAnIoErrorWithoutThePassword) {
+  auto l = Ledger::open("postgresql://u:s3cret@127.0.0.1:1/db?connect_timeout=2");
+#ifdef PLUMB_HAVE_POSTGRES
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kIoError);
+  EXPECT_EQ(l.status().message().find("s3cret"), std::string::npos) << l.status().message();
+  EXPECT_NE(l.status().message().find("u:***@127.0.0.1:1"), std::string::npos) << l.status().message();
+#else
+  EXPECT_EQ(l.status().code(), Code::kUnimplemented);
+#endif
+}
+
 // One run written to both backends seals to the same content hash and chain head.
 TEST(SharedLedgerHashes, TheSameRunSealsAlikeOnBothBackends) {
   testing::PostgresDatabase db;
