@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "compare/calibrate.h"
+#include "compare/preflight.h"
 #include "core/file.h"
 #include "core/subprocess.h"
 
@@ -67,6 +68,43 @@ TEST(CalibrateE2eTest, SelfComparisonIsNotAFindingAndTheSlowArmReadsWorse) {
   EXPECT_FALSE(r->placement.empty());
   EXPECT_NE(format_calibration(*r, o).find("power (A-vs-slow read worse):"), std::string::npos);
   l->reset();
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+// The pre-flight noise check on a steady synthetic engine reads quiet; with run-to-run jitter injected
+// (--launch-jitter 0.9: every delay of a launch scaled by one factor from [0.1, 1.9]) it reads too noisy
+// and says what to do.
+TEST(CalibrateE2eTest, PreflightNamesAMachineTooNoisyForAVerdict) {
+  if (!std::filesystem::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+  std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / ("plumb_preflight_e2e_" + std::to_string(::getpid())))
+          .lexically_normal()
+          .string();
+  std::filesystem::create_directories(dir);
+  std::string arm = "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = 10.0\nitl_ms = 1.0\n";
+  std::ofstream(dir + "/steady.toml") << arm;
+  std::ofstream(dir + "/jittery.toml") << arm << "launch_jitter = 0.9\n";
+  NoiseCheckOptions o;
+  o.runs = 4;
+  o.run.plumb_binary = PLUMB_BINARY;
+  o.run.work_dir = dir;
+  o.run.request_timeout = std::chrono::seconds(60);
+  o.config = dir + "/steady.toml";
+  auto quiet = noise_check(o);
+  ASSERT_TRUE(quiet.ok()) << quiet.status().to_string();
+  EXPECT_EQ(quiet->objectives.size(), 4u);
+  EXPECT_LE(quiet->cv, quiet->cap) << format_noise_check(*quiet, o);
+  EXPECT_EQ(quiet->noise, Noise::kQuiet);
+  EXPECT_TRUE(quiet->advice.empty());
+  o.config = dir + "/jittery.toml";
+  o.runs = 8;
+  auto noisy = noise_check(o);
+  ASSERT_TRUE(noisy.ok()) << noisy.status().to_string();
+  // The objective scales as 1/factor: 8 draws give a CV over 10% with probability 0.9999 (simulated).
+  EXPECT_GT(noisy->cv, 2 * noisy->cap) << format_noise_check(*noisy, o);
+  EXPECT_EQ(noisy->noise, Noise::kTooNoisy);
+  EXPECT_NE(noisy->advice.find("Quiet the machine"), std::string::npos);
+  EXPECT_EQ(noisy->suggested_pairs, o.max_pairs);
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "compare/preflight.h"
+
 namespace plumb::compare {
 namespace {
 
@@ -67,6 +69,23 @@ TEST(CalibrateTest, RefusesWhatCannotCalibrate) {
   EXPECT_EQ(calibrate(**l, o).status().code(), Code::kInvalidArgument);
   l->reset();
   std::filesystem::remove(path);
+}
+
+TEST(PreflightTest, SuggestedPairsNarrowTheIntervalToTheEffect) {
+  // Half-width t(n-1) * sqrt(2) * cv / sqrt(n): for cv 3%, n = 5 gives 5.27% and n = 6 gives 4.45%.
+  EXPECT_EQ(suggested_pairs(0.0, 0.05, 5, 12), 5);
+  EXPECT_EQ(suggested_pairs(0.02, 0.05, 5, 12), 5);
+  EXPECT_EQ(suggested_pairs(0.03, 0.05, 5, 12), 6);
+  EXPECT_EQ(suggested_pairs(0.20, 0.05, 5, 12), 12);  // not reachable: capped
+  EXPECT_EQ(suggested_pairs(std::nan(""), 0.05, 5, 12), 12);
+  EXPECT_EQ(noise_name(Noise::kTooNoisy), "too_noisy");
+}
+
+TEST(PreflightTest, RefusesTooFewRuns) {
+  NoiseCheckOptions o;
+  o.config = "/nonexistent.toml";
+  o.runs = 2;
+  EXPECT_EQ(noise_check(o).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace
