@@ -425,6 +425,12 @@ int run_tune(TuneArgs& a) {
       rv = std::move(*r);
   }
   std::fputs(tune::report_text(*st, rv ? &*rv : nullptr).c_str(), stdout);
+  // Where the re-validation's engine and client ran (launch/placement.h), from its stored runs.
+  std::string placement;
+  if (rv)
+    for (const auto& c : rv->comparisons)
+      if (c.readout && placement.empty()) placement = c.readout->placement;
+  if (!placement.empty()) std::printf("placement: %s\n", placement.c_str());
   std::fflush(stdout);  // the report before the "wrote FILE" lines on stderr, also when both are one file
   if (!a.json_path.empty()) {
     json::object j = tune::report_json(*st, rv ? &*rv : nullptr);
@@ -432,6 +438,7 @@ int run_tune(TuneArgs& a) {
     auto head = ledger.chain_head();
     if (!head.ok()) return fail(head.status());
     j["ledger"] = json::object{{"path", a.ledger_path}, {"chain_head", *head}};
+    if (!placement.empty()) j["placement"] = placement;
     auto s = write_file_atomic(a.json_path, json::dump_pretty(j) + "\n");
     if (!s.ok()) return fail(s);
     std::fprintf(stderr, "wrote %s\n", a.json_path.c_str());
