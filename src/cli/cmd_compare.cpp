@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "compare/calibrate.h"
 #include "compare/compare.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 
 namespace plumb::cli {
@@ -26,6 +27,7 @@ struct CompareArgs {
   std::string tokenizer;
   int request_timeout_s = 600;
   bool no_store = false;
+  std::string placement = "auto";
   compare::CalibrateOptions cal;
   std::string cal_scenarios = "B,D";
 };
@@ -64,6 +66,9 @@ int run_run(const CompareArgs& a) {
   o.work_dir = a.work_dir;
   o.tokenizer = a.tokenizer;
   o.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  auto placement = launch::parse_placement_mode(a.placement);
+  if (!placement.ok()) return fail("run", placement.status());
+  o.placement = *placement;
   o.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto s = compare::run_comparison(**l, a.id, o);
   if (!s.ok()) return fail("run", s.status());
@@ -103,6 +108,9 @@ int run_calibrate(CompareArgs a) {
   a.cal.run.plumb_binary = self_exe();
   a.cal.run.tokenizer = a.tokenizer;
   a.cal.run.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  auto placement = launch::parse_placement_mode(a.placement);
+  if (!placement.ok()) return fail("calibrate", placement.status());
+  a.cal.run.placement = *placement;
   a.cal.run.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto r = compare::calibrate(**l, a.cal);
   if (!r.ok()) return fail("calibrate", r.status());
@@ -183,6 +191,11 @@ void setup_compare(CLI::App& root) {
       "the same bytes");
   run->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
       ->capture_default_str();
+  run->add_option(
+         "--placement", a->placement,
+         "auto: on >= 2 CPUs the engine runs on all but the client's CPU(s), plumb's engine with one "
+         "compute thread per CPU it got (printed, and stored with each run); off: nothing is bound")
+      ->capture_default_str();
   ledger_opt(run);
   run->callback([a] { set_exit_code(run_run(*a)); });
 
@@ -214,6 +227,11 @@ void setup_compare(CLI::App& root) {
                   "where the arms' configs and engine logs go (default: current dir)");
   cal->add_option("--tokenizer", a->tokenizer, "as for run");
   cal->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
+      ->capture_default_str();
+  cal->add_option(
+         "--placement", a->placement,
+         "auto: on >= 2 CPUs the engine runs on all but the client's CPU(s), plumb's engine with one "
+         "compute thread per CPU it got (printed, and stored with each run); off: nothing is bound")
       ->capture_default_str();
   ledger_opt(cal);
   cal->callback([a] { set_exit_code(run_calibrate(*a)); });

@@ -17,6 +17,7 @@
 #include "compare/preflight.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
 #include "report/html.h"
@@ -48,6 +49,7 @@ struct TuneArgs {
   bool quiet = false;
   bool no_preflight = false;
   int preflight_runs = 4;
+  std::string placement = "auto";  // the pre-flight's (trials and comparisons place with auto)
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
   CLI::Option* no_revalidate_opt = nullptr;
@@ -307,6 +309,9 @@ Result<int> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, con
   no.run.tokenizer = st.options.tokenizer;
   no.run.request_timeout = std::chrono::seconds(st.options.request_timeout_s);
   no.run.progress = ctx.progress;
+  auto placement = launch::parse_placement_mode(a.placement);
+  if (!placement.ok()) return placement.status();
+  no.run.placement = *placement;
   PLUMB_ASSIGN_OR_RETURN(auto nc, compare::noise_check(no));
   std::fputs(compare::format_noise_check(nc, no).c_str(), stderr);
   if (nc.noise == compare::Noise::kTooNoisy) {
@@ -535,6 +540,9 @@ void setup_tune(CLI::App& root) {
               "that stop the job up front when the machine's cross-run CV is far over the protocol's cap, "
               "and size the re-validation's pairs)");
   c->add_option("--preflight-runs", a->preflight_runs, "runs of the pre-flight noise check (>= 3)")
+      ->capture_default_str();
+  c->add_option("--preflight-placement", a->placement,
+                "auto|off: placement of the pre-flight's runs (launch/placement.h), to see what it changes")
       ->capture_default_str();
   a->no_revalidate_opt =
       c->add_flag("--no-revalidate", a->no_revalidate,

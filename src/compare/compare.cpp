@@ -153,6 +153,7 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
   mo.work_dir = opt.work_dir;
   mo.request_timeout = opt.request_timeout;
   mo.progress = progress;
+  mo.placement = opt.placement;
   PLUMB_ASSIGN_OR_RETURN(auto existing, ledger.comparison_runs(id));
   std::map<std::pair<int64_t, std::string>, bool> have;  // (pair, arm) already recorded
   for (const auto& r : existing) {

@@ -25,6 +25,7 @@
 
 #include "core/status.h"
 #include "launch/adapter.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
 
@@ -60,8 +61,9 @@ struct RunOptions {
   // shipped plumb-tiny; "words" = whitespace words. Both arms of a pair always get the same bytes;
   // resuming a comparison with another tokenizer is refused by the ledger (pair_same_inputs).
   std::string tokenizer;
-  std::chrono::seconds request_timeout{600};         // per request
-  std::function<void(const std::string&)> progress;  // progress lines; null = log::info
+  std::chrono::seconds request_timeout{600};                       // per request
+  std::function<void(const std::string&)> progress;                // progress lines; null = log::info
+  launch::PlacementMode placement = launch::PlacementMode::kAuto;  // measure.h MeasureOptions::placement
 };
 
 struct RunSummary {

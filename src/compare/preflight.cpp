@@ -51,6 +51,7 @@ Result<NoiseCheck> noise_check(const NoiseCheckOptions& o) {
   mo.plumb_binary = o.run.plumb_binary;
   mo.work_dir = o.run.work_dir;
   mo.request_timeout = o.run.request_timeout;
+  mo.placement = o.run.placement;
   mo.progress = [](const std::string&) {};  // launch lines: the check prints one line per run
   NoiseCheck out;
   out.cap = protocol::kCvCap;
