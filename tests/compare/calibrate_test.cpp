@@ -88,5 +88,17 @@ TEST(PreflightTest, RefusesTooFewRuns) {
   EXPECT_EQ(noise_check(o).status().code(), Code::kInvalidArgument);
 }
 
+TEST(PlacementOfRunTest, ReadsThePlanAndTheThreadCountBack) {
+  std::string settings =
+      R"({"measure":{"placement":{"available":"0,1","client_cpus":"0","engine_cpus":"1","mode":"auto","note":""}}})";
+  EXPECT_EQ(placement_of_run(settings, R"({"adapter":"plumb","params":{"threads":1}})"),
+            "engine on CPUs 1 (1 thread), client on CPUs 0 (of 0,1)");
+  std::string off =
+      R"({"measure":{"placement":{"available":"0,1","client_cpus":"","engine_cpus":"","mode":"off","note":"placement off"}}})";
+  EXPECT_EQ(placement_of_run(off, R"({"adapter":"plumb","params":{}})"), "not pinned: placement off");
+  EXPECT_EQ(placement_of_run(R"({"measure":{}})", "{}"), "");  // runs stored before placement existed
+  EXPECT_EQ(placement_of_run("not json", "{}"), "");
+}
+
 }  // namespace
 }  // namespace plumb::compare
