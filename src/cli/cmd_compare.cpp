@@ -2,6 +2,8 @@
 // The logic lives in compare/compare.h; this file only parses flags and prints.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -9,7 +11,9 @@
 #include <string>
 
 #include "cli/command.h"
+#include "compare/calibrate.h"
 #include "compare/compare.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 
 namespace plumb::cli {
@@ -23,6 +27,9 @@ struct CompareArgs {
   std::string tokenizer;
   int request_timeout_s = 600;
   bool no_store = false;
+  std::string placement = "auto";
+  compare::CalibrateOptions cal;
+  std::string cal_scenarios = "B,D";
 };
 
 Result<std::unique_ptr<ledger::Ledger>> open_ledger(const CompareArgs& a) {
@@ -59,6 +66,9 @@ int run_run(const CompareArgs& a) {
   o.work_dir = a.work_dir;
   o.tokenizer = a.tokenizer;
   o.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  auto placement = launch::parse_placement_mode(a.placement);
+  if (!placement.ok()) return fail("run", placement.status());
+  o.placement = *placement;
   o.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto s = compare::run_comparison(**l, a.id, o);
   if (!s.ok()) return fail("run", s.status());
@@ -82,6 +92,29 @@ int run_readout(const CompareArgs& a) {
     return fail("readout", r.status());
   }
   std::fputs(compare::format_readout(*r).c_str(), stdout);
+  return kExitOk;
+}
+
+int run_calibrate(CompareArgs a) {
+  auto l = open_ledger(a);
+  if (!l.ok()) return fail("calibrate", l.status());
+  a.cal.scenarios.clear();
+  for (size_t p = 0; p <= a.cal_scenarios.size();) {
+    size_t c = std::min(a.cal_scenarios.find(',', p), a.cal_scenarios.size());
+    if (c > p) a.cal.scenarios.push_back(a.cal_scenarios.substr(p, c - p));
+    p = c + 1;
+  }
+  a.cal.work_dir = a.work_dir;
+  a.cal.run.plumb_binary = self_exe();
+  a.cal.run.tokenizer = a.tokenizer;
+  a.cal.run.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  auto placement = launch::parse_placement_mode(a.placement);
+  if (!placement.ok()) return fail("calibrate", placement.status());
+  a.cal.run.placement = *placement;
+  a.cal.run.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  auto r = compare::calibrate(**l, a.cal);
+  if (!r.ok()) return fail("calibrate", r.status());
+  std::fputs(compare::format_calibration(*r, a.cal).c_str(), stdout);
   return kExitOk;
 }
 
@@ -158,6 +191,11 @@ void setup_compare(CLI::App& root) {
       "the same bytes");
   run->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
       ->capture_default_str();
+  run->add_option(
+         "--placement", a->placement,
+         "auto: on >= 2 CPUs the engine runs on all but the client's CPU(s), plumb's engine with one "
+         "compute thread per CPU it got (printed, and stored with each run); off: nothing is bound")
+      ->capture_default_str();
   ledger_opt(run);
   run->callback([a] { set_exit_code(run_run(*a)); });
 
@@ -166,6 +204,37 @@ void setup_compare(CLI::App& root) {
   ro->add_flag("--no-store", a->no_store, "print only; do not store the readout");
   ledger_opt(ro);
   ro->callback([a] { set_exit_code(run_readout(*a)); });
+
+  auto* cal = c->add_subcommand(
+      "calibrate",
+      "Measure this machine's false-positive share (N comparisons of a configuration against itself) and "
+      "power (N against the same configuration made slower by --debug-step-slowdown), each a full "
+      "registered paired comparison in the ledger; prints both with exact binomial 95% CIs");
+  cal->add_option("--config", a->cal.config, "engine config (TOML, plumb adapter) of arm A")->required();
+  cal->add_option("--comparisons", a->cal.comparisons, "comparisons of each kind")->capture_default_str();
+  cal->add_option("--slowdown", a->cal.slowdown, "the slow arm's debug_step_slowdown (0.10: 10% slower)")
+      ->capture_default_str();
+  cal->add_option("--scenarios", a->cal_scenarios, "scenarios, alternated (comma-separated)")
+      ->capture_default_str();
+  cal->add_option("--size", a->cal.size, "small|gpu")->capture_default_str();
+  cal->add_option("--pairs", a->cal.pairs, "pairs per comparison (>= 5)")->capture_default_str();
+  cal->add_option("--min-effect", a->cal.min_effect,
+                  "registered rule: better/worse need the CI beyond 1 +- this")
+      ->capture_default_str();
+  cal->add_option("--delta", a->cal.delta, "registered rule: equivalence margin")->capture_default_str();
+  cal->add_option("--seed", a->cal.seed, "base seed of the comparisons' seeds")->capture_default_str();
+  cal->add_option("--work-dir", a->work_dir,
+                  "where the arms' configs and engine logs go (default: current dir)");
+  cal->add_option("--tokenizer", a->tokenizer, "as for run");
+  cal->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
+      ->capture_default_str();
+  cal->add_option(
+         "--placement", a->placement,
+         "auto: on >= 2 CPUs the engine runs on all but the client's CPU(s), plumb's engine with one "
+         "compute thread per CPU it got (printed, and stored with each run); off: nothing is bound")
+      ->capture_default_str();
+  ledger_opt(cal);
+  cal->callback([a] { set_exit_code(run_calibrate(*a)); });
 
   auto* ls = c->add_subcommand("list", "Registered comparisons with their runs and last verdict");
   ledger_opt(ls);

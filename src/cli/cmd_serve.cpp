@@ -43,6 +43,7 @@ struct ServeArgs {
   std::optional<int64_t> kv_cache_tokens;
   std::optional<bool> chunked_prefill, prefix_caching;
   std::optional<std::string> scheduling_policy, kernels;
+  double debug_step_slowdown = 0.0;  // both engines: every step (synthetic: every delay) takes 1 + x as long
   // Synthetic engine.
   double ttft_ms = 50.0;
   double itl_ms = 10.0;
@@ -132,6 +133,7 @@ int run(const ServeArgs& a) {
       log::info("synthetic: --launch-jitter {}: this process's delays are scaled by {:.4f}", a.launch_jitter,
                 scale);
     }
+    scale *= 1.0 + a.debug_step_slowdown;  // the debug slowdown: longer waits, nothing else
     sc.ttft = {*kind, a.ttft_ms * scale, a.jitter_ms * scale};
     sc.itl = {*kind, a.itl_ms * scale, a.jitter_ms * scale};
     sc.tokens_per_chunk = a.tokens_per_chunk;
@@ -163,6 +165,7 @@ int run(const ServeArgs& a) {
     if (a.max_queue) c.max_queue = *a.max_queue;
     if (a.threads) c.threads = *a.threads;
     if (a.kernels) c.kernels = *a.kernels;
+    c.debug_step_slowdown = a.debug_step_slowdown;
     c.device = a.model.device;
     std::vector<std::string> notes;
     auto eff = scheduler::normalize(c, cfg->max_context(), &notes);
@@ -275,6 +278,12 @@ void setup(CLI::App& root) {
       "--kernels", a->kernels,
       "auto | reference | a kernel selection JSON file (as plumb generate --kernels) [default auto, "
       "naive reference]");
+  cmd->add_option("--debug-step-slowdown", a->debug_step_slowdown,
+                  "debugging: make the engine this fraction slower by waiting and nothing else (llm: after "
+                  "each step, wait x times the step's duration; synthetic: every delay times 1 + x). A "
+                  "configuration known to be slower, for `plumb compare calibrate`")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--seed", a->seed, "dummy weights' seed; synthetic schedule seed")->capture_default_str();
   cmd->add_option("--io-threads", a->io_threads, "HTTP IO threads")->capture_default_str();
   cmd->add_option("--max-connections", a->max_connections,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,8 +14,10 @@
 #include <string>
 
 #include "cli/command.h"
+#include "compare/preflight.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
 #include "report/html.h"
@@ -44,6 +47,9 @@ struct TuneArgs {
   std::string json_path;
   std::string html_path;
   bool quiet = false;
+  bool no_preflight = false;
+  int preflight_runs = 4;
+  std::string placement = "auto";  // the pre-flight's (trials and comparisons place with auto)
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
   CLI::Option* no_revalidate_opt = nullptr;
@@ -54,7 +60,7 @@ struct TuneArgs {
 
 // What follows the search, as the study stored it; a flag given with this call (e.g. --no-revalidate
 // on a resume that should only search) applies on top, and is said.
-tune::StudyOptions followup_settings(const TuneArgs& a, const tune::StudyOptions& stored) {
+tune::StudyOptions followup_settings(const TuneArgs& a, const tune::StudyOptions& stored, bool say = true) {
   tune::StudyOptions o = stored;
   std::string now;
   if (a.no_revalidate_opt && a.no_revalidate_opt->count() > 0 && o.revalidate) {
@@ -73,7 +79,7 @@ tune::StudyOptions followup_settings(const TuneArgs& a, const tune::StudyOptions
     o.pairs = a.pairs;
     now += " --pairs " + std::to_string(a.pairs);
   }
-  if (!a.quiet || !now.empty())
+  if (say && (!a.quiet || !now.empty()))
     std::fprintf(
         stderr,
         "after the search: re-validation %s, gates %s, naive %s, %d pairs (stored with the study%s)\n",
@@ -281,6 +287,47 @@ int run_replay(ledger::Ledger& ledger, const TuneArgs& a) {
   return kExitOk;
 }
 
+// The pre-flight noise check (compare/preflight.h) on the study's default configuration, before the
+// search, when a re-validation will follow. Returns the pairs the re-validation should use (capped so
+// that it fits about four minutes), or -1 after saying why the machine is too noisy to go on.
+Result<int> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
+  PLUMB_ASSIGN_OR_RETURN(auto st, tune::load_study(ledger, id));
+  tune::StudyOptions after = followup_settings(a, st.options, /*say=*/false);
+  if (!after.revalidate) return 0;
+  tune::Config def;
+  if (st.space.adapter == "plumb") def["preset"] = std::string("default");
+  std::string dir = ctx.work_dir.empty() ? std::string(".") : ctx.work_dir;
+  compare::NoiseCheckOptions no;
+  no.config = dir + "/study-" + std::to_string(id) + "-preflight.toml";
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(no.config, tune::engine_config_toml(st.space, def)));
+  no.scenario = st.row.scenario;
+  no.size = st.row.size_class;
+  no.runs = a.preflight_runs;
+  no.seed = uint64_t(st.row.dev_seed);
+  no.run.plumb_binary = ctx.plumb_binary;
+  no.run.work_dir = ctx.work_dir;
+  no.run.tokenizer = st.options.tokenizer;
+  no.run.request_timeout = std::chrono::seconds(st.options.request_timeout_s);
+  no.run.progress = ctx.progress;
+  auto placement = launch::parse_placement_mode(a.placement);
+  if (!placement.ok()) return placement.status();
+  no.run.placement = *placement;
+  PLUMB_ASSIGN_OR_RETURN(auto nc, compare::noise_check(no));
+  std::fputs(compare::format_noise_check(nc, no).c_str(), stderr);
+  if (nc.noise == compare::Noise::kTooNoisy) {
+    std::fprintf(
+        stderr,
+        "plumb tune: stopping before the search, since a verdict is unlikely on this machine now. "
+        "Study %lld is kept: `plumb tune --resume %lld --ledger %s` after quieting the machine, or add "
+        "--no-preflight to tune anyway.\n",
+        (long long)id, (long long)id, a.ledger_path.c_str());
+    return -1;
+  }
+  const int comparisons = after.naive ? 2 : 1;
+  const int fit = int(240.0 / std::max(1e-3, 2.0 * nc.mean_run_s * comparisons));
+  return std::max(protocol::kMinPairs, std::min(nc.suggested_pairs, fit));
+}
+
 int run_tune(TuneArgs& a) {
   if (!a.print_space.empty()) {
     auto t = tune::builtin_space_text(a.print_space);
@@ -342,6 +389,13 @@ int run_tune(TuneArgs& a) {
         "study %lld created in %s (resume after an interruption: plumb tune --resume %lld --ledger %s)\n",
         (long long)id, a.ledger_path.c_str(), (long long)id, a.ledger_path.c_str());
   }
+  int preflight_pairs = 0;
+  if (a.report_only == 0 && !a.no_preflight) {
+    auto pf = preflight(ledger, id, a, ctx);
+    if (!pf.ok()) return fail(pf.status());
+    if (*pf < 0) return kExitFailed;
+    preflight_pairs = *pf;
+  }
   if (a.report_only == 0) {
     auto r = tune::run_study(ledger, id, ctx);
     if (!r.ok()) {
@@ -360,6 +414,13 @@ int run_tune(TuneArgs& a) {
   if (after.revalidate && a.report_only == 0 && st->best()) {
     tune::RevalidateOptions ro;
     ro.pairs = after.pairs;
+    const bool pairs_given = a.pairs_opt && a.pairs_opt->count() > 0;
+    if (!pairs_given && preflight_pairs > ro.pairs) {
+      std::fprintf(stderr,
+                   "re-validation: %d pairs per comparison instead of %d (sized by the pre-flight CV)\n",
+                   preflight_pairs, ro.pairs);
+      ro.pairs = preflight_pairs;
+    }
     ro.against_naive = after.naive;
     ro.gates = after.gates;
     auto r = tune::revalidate(ledger, id, ctx, ro);
@@ -369,6 +430,12 @@ int run_tune(TuneArgs& a) {
       rv = std::move(*r);
   }
   std::fputs(tune::report_text(*st, rv ? &*rv : nullptr).c_str(), stdout);
+  // Where the re-validation's engine and client ran (launch/placement.h), from its stored runs.
+  std::string placement;
+  if (rv)
+    for (const auto& c : rv->comparisons)
+      if (c.readout && placement.empty()) placement = c.readout->placement;
+  if (!placement.empty()) std::printf("placement: %s\n", placement.c_str());
   std::fflush(stdout);  // the report before the "wrote FILE" lines on stderr, also when both are one file
   if (!a.json_path.empty()) {
     json::object j = tune::report_json(*st, rv ? &*rv : nullptr);
@@ -376,6 +443,7 @@ int run_tune(TuneArgs& a) {
     auto head = ledger.chain_head();
     if (!head.ok()) return fail(head.status());
     j["ledger"] = json::object{{"path", a.ledger_path}, {"chain_head", *head}};
+    if (!placement.empty()) j["placement"] = placement;
     auto s = write_file_atomic(a.json_path, json::dump_pretty(j) + "\n");
     if (!s.ok()) return fail(s);
     std::fprintf(stderr, "wrote %s\n", a.json_path.c_str());
@@ -467,6 +535,15 @@ void setup_tune(CLI::App& root) {
   a->pairs_opt = c->add_option("--pairs", a->pairs,
                                "pairs of each re-validation comparison (>= 5; stored with the study)")
                      ->capture_default_str();
+  c->add_flag("--no-preflight", a->no_preflight,
+              "skip the pre-flight noise check (a few runs of the default configuration before the search "
+              "that stop the job up front when the machine's cross-run CV is far over the protocol's cap, "
+              "and size the re-validation's pairs)");
+  c->add_option("--preflight-runs", a->preflight_runs, "runs of the pre-flight noise check (>= 3)")
+      ->capture_default_str();
+  c->add_option("--preflight-placement", a->placement,
+                "auto|off: placement of the pre-flight's runs (launch/placement.h), to see what it changes")
+      ->capture_default_str();
   a->no_revalidate_opt =
       c->add_flag("--no-revalidate", a->no_revalidate,
                   "skip the winner's re-validation (stored with the study: a --resume skips it too)");

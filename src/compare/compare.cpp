@@ -153,6 +153,7 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
   mo.work_dir = opt.work_dir;
   mo.request_timeout = opt.request_timeout;
   mo.progress = progress;
+  mo.placement = opt.placement;
   PLUMB_ASSIGN_OR_RETURN(auto existing, ledger.comparison_runs(id));
   std::map<std::pair<int64_t, std::string>, bool> have;  // (pair, arm) already recorded
   for (const auto& r : existing) {
@@ -178,6 +179,9 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
       auto m = measure(arms[arm == 'A' ? 0 : 1], sc, w, mo);
       if (!m.ok()) return m.status().with_context("pair " + std::to_string(i) + " arm " + arm_s);
       if (!m->started) return m->start_error.with_context("pair " + std::to_string(i) + " arm " + arm_s);
+      if (sum.runs_recorded == 0)
+        progress("placement: " + m->placement.describe() +
+                 (m->engine_threads > 0 ? ", engine threads " + std::to_string(m->engine_threads) : ""));
       ledger::RunRow& row = m->row;
       fill_provenance(row, ids, set_id, sc, seed);
       row.registration_id = id;
@@ -222,8 +226,13 @@ Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, boo
     }
     PLUMB_ASSIGN_OR_RETURN(auto t, ledger.row("runs", r.id));
     int64_t pair = -1;
-    for (size_t c = 0; c < t.columns.size(); ++c)
-      if (t.columns[c] == "pair_index" && !t.rows.empty()) pair = t.rows[0][c].i;
+    std::string settings, engine_config;
+    for (size_t c = 0; c < t.columns.size() && !t.rows.empty(); ++c) {
+      if (t.columns[c] == "pair_index") pair = t.rows[0][c].i;
+      if (t.columns[c] == "effective_settings") settings = t.rows[0][c].s;
+      if (t.columns[c] == "engine_config") engine_config = t.rows[0][c].s;
+    }
+    if (out.placement.empty()) out.placement = placement_of_run(settings, engine_config);
     auto& slot = by_pair[pair];
     (r.arm == "A" ? slot.first : slot.second) = r.objective;
   }
@@ -290,8 +299,29 @@ std::string format_readout(const ReadoutResult& r) {
   s += buf;
   s += "  verdict      " + std::string(protocol::verdict_name(ro.verdict)) + " — " + ro.reason + "\n";
   if (ro.more_pairs_needed >= 0) s += "  pairs needed " + std::to_string(ro.more_pairs_needed) + " more\n";
+  if (!r.placement.empty()) s += "  placement    " + r.placement + "\n";
   if (r.readout_id > 0) s += "  stored as readout " + std::to_string(r.readout_id) + "\n";
   return s;
+}
+
+std::string placement_of_run(const std::string& effective_settings, const std::string& engine_config) {
+  auto settings = json::parse_object(effective_settings);
+  if (!settings.ok()) return "";
+  const auto* measure = settings->if_contains("measure");
+  if (measure == nullptr || !measure->is_object()) return "";
+  const auto* p = measure->as_object().if_contains("placement");
+  if (p == nullptr || !p->is_object()) return "";
+  const auto& po = p->as_object();
+  auto text = [&](std::string_view k) { return json::string_at(po, k).value_or(""); };
+  std::string threads;
+  if (auto cfg = json::parse_object(engine_config); cfg.ok())
+    if (const auto* params = cfg->if_contains("params"); params && params->is_object())
+      if (auto n = json::number_at(params->as_object(), "threads"))
+        threads = " (" + std::to_string(int64_t(*n)) + (*n == 1 ? " thread)" : " threads)");
+  std::string engine = text("engine_cpus");
+  if (engine.empty()) return "not pinned: " + text("note") + threads;
+  return "engine on CPUs " + engine + threads + ", client on CPUs " + text("client_cpus") + " (of " +
+         text("available") + ")";
 }
 
 }  // namespace plumb::compare

@@ -25,6 +25,7 @@
 
 #include "core/status.h"
 #include "launch/adapter.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
 
@@ -60,8 +61,9 @@ struct RunOptions {
   // shipped plumb-tiny; "words" = whitespace words. Both arms of a pair always get the same bytes;
   // resuming a comparison with another tokenizer is refused by the ledger (pair_same_inputs).
   std::string tokenizer;
-  std::chrono::seconds request_timeout{600};         // per request
-  std::function<void(const std::string&)> progress;  // progress lines; null = log::info
+  std::chrono::seconds request_timeout{600};                       // per request
+  std::function<void(const std::string&)> progress;                // progress lines; null = log::info
+  launch::PlacementMode placement = launch::PlacementMode::kAuto;  // measure.h MeasureOptions::placement
 };
 
 struct RunSummary {
@@ -82,13 +84,20 @@ struct ReadoutResult {
   int64_t pairs_registered = 0;       // registration.pairs
   int64_t pairs_complete = 0;         // pairs with both arms valid (used)
   int64_t runs_invalid = 0;           // invalid runs of the comparison (excluded)
+  // Where the runs' engine and client ran, from the first valid run's stored settings and engine
+  // config ("engine on CPU 1 (1 thread), client on CPU 0"); "" when not recorded (older runs).
+  std::string placement;
 };
 
 // Computes the readout; stores it when `store`. NotFound for an unknown id; FailedPrecondition
 // with the database's message when the ledger refuses the readout (the result is not returned then).
 Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t registration_id, bool store = true);
 
-// Human-readable readout: ratio B/A with CI, per-arm CV, verdict, pairs still needed.
+// The placement line of a run from its stored effective settings and engine config JSON; "" when the
+// settings hold no placement.
+std::string placement_of_run(const std::string& effective_settings, const std::string& engine_config);
+
+// Human-readable readout: ratio B/A with CI, per-arm CV, verdict, pairs still needed, placement.
 std::string format_readout(const ReadoutResult& r);
 
 }  // namespace plumb::compare

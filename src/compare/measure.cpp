@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <variant>
 
 #include "core/clock.h"
 #include "core/file.h"
@@ -17,6 +18,7 @@
 #include "engine/model_config.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "launch/launcher.h"
+#include "launch/placement.h"
 #include "launch/port.h"
 #include "loadgen/driver.h"
 #include "loadgen/null_target.h"
@@ -155,7 +157,8 @@ json::object settings_json(const MeasureOptions& o) {
                       {"warmup_concurrency", int64_t(1)},
                       {"slo_ttft_ms", json::number_or_null(o.slo.ttft_ms)},
                       {"slo_tpot_ms", json::number_or_null(o.slo.tpot_ms)},
-                      {"slo_e2e_ms", json::number_or_null(o.slo.e2e_ms)}};
+                      {"slo_e2e_ms", json::number_or_null(o.slo.e2e_ms)},
+                      {"placement", launch::plan_placement(launch::available_cpus(), o.placement).to_json()}};
 }
 
 std::string effective_settings(const MeasureOptions& o, json::object caller) {
@@ -289,6 +292,22 @@ void describe_engine(Measurement& out, const launch::EngineConfig& cfg, const la
   out.row.model_identity = model_identity(cfg);
 }
 
+// plumb's engine sizes "0 = all cores" by the machine, not by its affinity mask, so a pinned engine
+// would run more compute threads than it has CPUs: give it one per CPU unless the configuration
+// chose a positive count.
+void size_thread_count(launch::EngineConfig& cfg, Measurement& out) {
+  if (cfg.resolved.name != "plumb") return;
+  auto it = cfg.params.find("threads");
+  int64_t asked = 0;
+  if (it != cfg.params.end())
+    if (const auto* v = std::get_if<int64_t>(&it->second)) asked = *v;
+  if (asked <= 0 && out.placement.pinned()) {
+    asked = int64_t(out.placement.engine_cpus.size());
+    cfg.params["threads"] = asked;
+  }
+  out.engine_threads = asked;
+}
+
 // The load, metrics and validity of every profile against `target`; `engine` (null when plumb did
 // not launch the target) is re-verified as the port owner after each profile.
 Status run_profiles(loadgen::Target& target, launch::Engine* engine, const metrics::ValidityBounds& bounds_in,
@@ -354,10 +373,13 @@ Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenari
     if (opt.model.empty())
       if (auto it = cfg.params.find("served_model_name"); it != cfg.params.end())
         opt.model = launch::format_value(it->second);
+    out.placement = launch::plan_placement(launch::available_cpus(), opt.placement);
+    size_thread_count(cfg, out);
     PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
     PLUMB_ASSIGN_OR_RETURN(spec, launch::render(cfg.resolved, cfg.params, port));
     launch::LaunchOptions lo;
     lo.work_dir = opt.work_dir;
+    lo.cpus = out.placement.engine_cpus;
     lo.progress = opt.progress;
     out.row.started_at = utc_timestamp_now();
     auto t_launch = std::chrono::steady_clock::now();
@@ -391,7 +413,12 @@ Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenari
   json::array validity;
   int64_t timeouts = 0;
   bool reached = false;
-  Status ran = run_profiles(*target, engine.get(), bounds, w, opt, out, validity, timeouts, reached);
+  Status ran = [&] {
+    // The client threads run_load starts inherit this thread's mask.
+    launch::ScopedAffinity bind(out.placement.client_cpus);
+    if (!bind.status().ok()) log::warn("client placement not applied: {}", bind.status().message());
+    return run_profiles(*target, engine.get(), bounds, w, opt, out, validity, timeouts, reached);
+  }();
   target.reset();
   if (watchdog) out.timed_out = watchdog->stop();
   bool alive = true;

@@ -46,6 +46,7 @@
 #include "core/status.h"
 #include "launch/adapter.h"
 #include "launch/launcher.h"
+#include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "loadgen/driver.h"
 #include "loadgen/openai_target.h"
@@ -111,8 +112,13 @@ struct MeasureOptions {
   // Sends skip_special_tokens=false so an EOS generated under ignore_eos reaches the local re-count
   // (off only for servers that reject unknown fields: `plumb bench --hide-special-tokens`).
   bool show_special_tokens = true;
-  bool realtime_pacing = true;        // loadgen::DriverOptions::realtime_pacing
-  metrics::Slo slo;                   // goodput SLOs (none by default)
+  bool realtime_pacing = true;  // loadgen::DriverOptions::realtime_pacing
+  metrics::Slo slo;             // goodput SLOs (none by default)
+  // Where a launched engine and the client run (launch/placement.h). auto: on >= 2 CPUs the engine's
+  // process is bound to all but the client's CPU(s) and the measuring thread (with the client threads
+  // it starts) to the rest; plumb's own engine then gets `threads` = its CPU count unless the
+  // configuration sets a positive value. off: nothing is bound. Not applied to Subject::url.
+  launch::PlacementMode placement = launch::PlacementMode::kAuto;
   int32_t null_tokens_per_chunk = 1;  // Subject::url "null": tokens per chunk of the null target
   // Hooks (all optional). progress: launch lines (null = log::info). on_progress: the driver's
   // progress (driver thread). on_launched: once the engine is ready. on_profile: after each profile,
@@ -126,7 +132,7 @@ struct MeasureOptions {
 };
 
 // The effective measurement settings (what the run used, not the hooks), for the run's stored
-// effective settings and logs.
+// effective settings and logs; "placement" is the plan for this machine (launch/placement.h to_json).
 json::object settings_json(const MeasureOptions& options);
 // `caller` (the command's own fields) plus "measure": settings_json(options), canonical JSON: what
 // a run row's effective_settings holds.
@@ -162,6 +168,8 @@ struct Measurement {
   std::string base_url;                 // what was measured ("null" for the null target)
   std::string target;                   // the target's description
   std::optional<bool> target_verified;  // launched: the port owner was the launched group throughout
+  launch::Placement placement;          // where the engine and the client ran (not pinned: url subjects)
+  int64_t engine_threads = 0;           // plumb engine: its compute threads as launched; 0 = not set
 };
 
 // Measures `subject` on `w` (see the header comment for outcomes and errors).

@@ -6,6 +6,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "launch/placement.h"
 #include "launch/port.h"
 #include "net/http_client.h"
 
@@ -128,7 +129,14 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
   so.new_process_group = true;
   so.die_with_parent = true;
   auto t0 = Steady::now();
-  auto proc = Subprocess::spawn(so);
+  auto proc = [&] {
+    ScopedAffinity bind(options.cpus);
+    if (!bind.status().ok())
+      return Result<Subprocess>(failed_precondition("launch " + spec.adapter +
+                                                    ": cannot bind the engine to CPUs " +
+                                                    cpu_list(options.cpus) + ": " + bind.status().message()));
+    return Subprocess::spawn(so);
+  }();
   if (!proc.ok()) return failed(StartFailure::kSpawn, proc.status().with_context("launch " + spec.adapter));
   e->proc_ = std::move(proc).value();
   const pid_t pgid = e->proc_.pid();

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/subprocess.h"
@@ -41,6 +42,9 @@ struct LaunchOptions {
   std::chrono::milliseconds port_release_timeout{5000};  // after stop, wait this long for the port
   // After the launcher exits with code 0, watch the port this long for a detached server.
   std::chrono::milliseconds detach_watch{3000};
+  // The CPUs the engine's process group is bound to (launch/placement.h); empty = not bound. The
+  // mask is set on the launching thread around the fork, so the engine inherits it from its start.
+  std::vector<int> cpus;
   // Called with progress lines ("waiting for vllm on port 8000: 5.0 s of 900 s"); null = log::info.
   std::function<void(const std::string&)> progress;
 };

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/file.h"
+#include "launch/placement.h"
 #include "launch/port.h"
 #include "net/http_client.h"
 
@@ -212,6 +213,24 @@ TEST_F(LauncherTest, PortAlreadyInUseIsRefusedUpFront) {
             std::string::npos)
       << second.status().message();
   EXPECT_TRUE((*first)->stop().ok());
+}
+
+TEST_F(LauncherTest, EngineIsBoundToItsCpusFromTheStartAndTheLauncherKeepsItsOwn) {
+  auto avail = available_cpus();
+  if (avail.size() < 2) GTEST_SKIP() << "one CPU: nothing to bind apart";
+  auto before = available_cpus();
+  auto o = options();
+  o.cpus = {avail.back()};
+  // The engine writes its own mask at start: it must already be the bound one.
+  std::string script = "grep Cpus_allowed_list /proc/self/status > mask.txt; " + std::string(kHttpServer);
+  auto e = start(script_adapter(script), o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  auto mask = read_file(dir_ + "/mask.txt");
+  ASSERT_TRUE(mask.ok());
+  EXPECT_NE(mask->find(std::to_string(avail.back())), std::string::npos) << *mask;
+  EXPECT_EQ(mask->find(cpu_list(avail)), std::string::npos) << *mask;
+  EXPECT_EQ(available_cpus(), before);  // the launching thread got its mask back
+  ASSERT_TRUE((*e)->stop().ok());
 }
 
 TEST_F(LauncherTest, LogTail) {

@@ -38,6 +38,8 @@ Result<LlmEngineConfig> normalize(const LlmEngineConfig& requested, int64_t mode
     return invalid_argument("kv_cache_tokens must be >= kv_block_size");
   if (c.max_queue < 1) return invalid_argument("max_queue must be >= 1");
   if (c.threads < 0) return invalid_argument("threads must be >= 0");
+  if (!(c.debug_step_slowdown >= 0 && c.debug_step_slowdown <= 100))
+    return invalid_argument("debug_step_slowdown must be in [0, 100]");
   if (c.scheduling_policy != "fcfs") {
     return invalid_argument("scheduling policy '" + c.scheduling_policy + "' is not supported (fcfs)");
   }
@@ -80,6 +82,7 @@ std::string llm_engine_config_json(const LlmEngineConfig& c) {
   o["threads"] = c.threads;
   o["kernels"] = c.kernels;
   o["device"] = c.device;
+  if (c.debug_step_slowdown > 0) o["debug_step_slowdown"] = c.debug_step_slowdown;
   return json::dump(o);
 }
 
@@ -508,7 +511,12 @@ void LlmEngine::run() {
       });
       if (stopping_) break;
     }
-    if (!step()) {
+    const auto t_step = std::chrono::steady_clock::now();
+    const bool stepped = step();
+    // The debug slowdown hook (config comment): a wait proportional to the step just run, and nothing else.
+    if (stepped && config_.debug_step_slowdown > 0)
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - t_step) * config_.debug_step_slowdown);
+    if (!stepped) {
       // Work exists but nothing could be scheduled (should not happen: a lone sequence always
       // fits); wait briefly instead of spinning.
       std::unique_lock lock(mu_);

@@ -51,6 +51,11 @@ struct LlmEngineConfig {
   int32_t threads = 0;           // compute threads; 0 = all cores
   std::string kernels = "auto";  // kernel selection: "auto", "reference" or a file (CPU runner)
   std::string device = "cpu";    // where the runner computes: cpu | cuda | cuda:N (model_runner.h)
+  // Debug slowdown (>= 0; 0 = off): after each step the engine thread waits this fraction of the
+  // step's own duration, doing nothing else, so every step takes (1 + x) times as long. It changes no
+  // output: it exists to make a configuration known to be slower, for measuring a comparison's power
+  // (`plumb compare calibrate`). Only the kThread loop waits; step() itself is unchanged.
+  double debug_step_slowdown = 0.0;
 };
 
 // "naive": one request at a time, no prefix caching, no chunked prefill, reference kernels (the

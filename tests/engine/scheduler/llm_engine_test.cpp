@@ -457,5 +457,22 @@ TEST(LlmEngine, StopCancelsWhatIsLeft) {
   EXPECT_EQ(f.engine->stats().kv_blocks_used, 0);
 }
 
+// The debug slowdown (`plumb serve --debug-step-slowdown`) only waits: the same tokens come out, and
+// the setting is validated and shown in the effective settings.
+TEST(LlmEngine, DebugStepSlowdownWaitsAndChangesNoOutput) {
+  LlmEngineConfig c = small_config();
+  c.debug_step_slowdown = 0.5;
+  Fixture f(c, 96, LlmEngine::Mode::kThread);
+  auto a = std::make_shared<Collected>();
+  ASSERT_TRUE(f.engine->submit(greedy(prompt_of(6, 300), 12, a)).ok());
+  a->wait();
+  EXPECT_EQ(a->tokens, toy_reference(prompt_of(6, 300), 12, kVocab));
+  EXPECT_NE(llm_engine_config_json(c).find("\"debug_step_slowdown\""), std::string::npos);
+  EXPECT_EQ(llm_engine_config_json(small_config()).find("debug_step_slowdown"), std::string::npos);
+  c.debug_step_slowdown = -0.1;
+  EXPECT_EQ(normalize(c, 64).status().code(), Code::kInvalidArgument);
+  f.engine->stop();
+}
+
 }  // namespace
 }  // namespace plumb::scheduler
