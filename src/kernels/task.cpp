@@ -164,8 +164,8 @@ Status write_task(const Task& t, const std::string& dir) {
 
 namespace {
 
-// task.json's fields other than the cases: op, phase, dtype, shapes (checked), and the optional ones.
-Status read_task_fields(const std::string& dir, const json::object& o, Task& t) {
+// task.json's module, op, phase, dtype and shapes, checked.
+Status read_task_shape(const std::string& dir, const json::object& o, Task& t) {
   auto str = [&](const char* k) -> Result<std::string> {
     PLUMB_ASSIGN_OR_RETURN(auto s, json::opt_string(o, k));
     if (!s) return invalid_argument(dir + "/task.json: missing field '" + std::string(k) + "'");
@@ -195,6 +195,11 @@ Status read_task_fields(const std::string& dir, const json::object& o, Task& t) 
   }
   if (t.op == Op::kRope && t.k % 2 != 0)
     return invalid_argument(dir + "/task.json: rope needs an even k (head_dim)");
+  return Status::Ok();
+}
+
+// task.json's optional fields: rows histogram, baseline variant, hardware, workload, tolerance, share.
+Status read_task_extras(const json::object& o, Task& t) {
   if (auto it = o.find("rows_histogram"); it != o.end() && it->value().is_object()) {
     for (const auto& [m, c] : it->value().as_object()) {
       if (c.is_int64()) t.rows_histogram[std::stoll(std::string(m))] = c.as_int64();
@@ -252,6 +257,28 @@ CaseSizes case_sizes(Op op, const CapturedCall& c) {
   }
 }
 
+// Case files at stem p: inputs, weights and bias (matmul), positions (rope), the reference output.
+Status read_case_files(const std::string& p, const Task& t, bool has_bias, CapturedCall& c,
+                       std::vector<float>* ref) {
+  const CaseSizes n = case_sizes(t.op, c);
+  PLUMB_ASSIGN_OR_RETURN(c.x, read_bin<float>(p + ".x.f32", n.x));
+  if (n.x2) {
+    PLUMB_ASSIGN_OR_RETURN(c.x2, read_bin<float>(p + ".x2.f32", n.x2));
+  }
+  if (t.op == Op::kMatmul) {
+    PLUMB_ASSIGN_OR_RETURN(
+        c.w, read_bin<uint8_t>(p + ".w.bin", size_t(c.n * c.k) * engine::dtype_size(c.w_dtype)));
+    if (has_bias) {
+      PLUMB_ASSIGN_OR_RETURN(c.bias, read_bin<float>(p + ".bias.f32", size_t(c.n)));
+    }
+  }
+  if (t.op == Op::kRope) {
+    PLUMB_ASSIGN_OR_RETURN(c.positions, read_bin<int32_t>(p + ".pos.i32", size_t(c.m)));
+  }
+  PLUMB_ASSIGN_OR_RETURN(*ref, read_bin<float>(p + ".ref.f32", n.out));
+  return Status::Ok();
+}
+
 // Case i: its entry of task.json and its binary files; the reference output into *ref.
 Result<CapturedCall> read_case(const std::string& dir, const Task& t, size_t i, const json::object& co,
                                std::vector<float>* ref) {
@@ -273,22 +300,7 @@ Result<CapturedCall> read_case(const std::string& dir, const Task& t, size_t i, 
   PLUMB_ASSIGN_OR_RETURN(auto has_bias, json::opt_bool(co, "has_bias"));
   const std::string p = dir + "/case-" + std::to_string(i);
   if (t.op == Op::kSample) PLUMB_RETURN_IF_ERROR(read_sample_params(dir, i, co, c));
-  const CaseSizes n = case_sizes(t.op, c);
-  PLUMB_ASSIGN_OR_RETURN(c.x, read_bin<float>(p + ".x.f32", n.x));
-  if (n.x2) {
-    PLUMB_ASSIGN_OR_RETURN(c.x2, read_bin<float>(p + ".x2.f32", n.x2));
-  }
-  if (t.op == Op::kMatmul) {
-    PLUMB_ASSIGN_OR_RETURN(
-        c.w, read_bin<uint8_t>(p + ".w.bin", size_t(c.n * c.k) * engine::dtype_size(c.w_dtype)));
-    if (has_bias.value_or(false)) {
-      PLUMB_ASSIGN_OR_RETURN(c.bias, read_bin<float>(p + ".bias.f32", size_t(c.n)));
-    }
-  }
-  if (t.op == Op::kRope) {
-    PLUMB_ASSIGN_OR_RETURN(c.positions, read_bin<int32_t>(p + ".pos.i32", size_t(c.m)));
-  }
-  PLUMB_ASSIGN_OR_RETURN(*ref, read_bin<float>(p + ".ref.f32", n.out));
+  PLUMB_RETURN_IF_ERROR(read_case_files(p, t, has_bias.value_or(false), c, ref));
   return c;
 }
 
@@ -302,7 +314,8 @@ Result<Task> load_task(const std::string& dir) {
   const json::object& o = v->as_object();
   Task t;
   t.dir = dir;
-  PLUMB_RETURN_IF_ERROR(read_task_fields(dir, o, t));
+  PLUMB_RETURN_IF_ERROR(read_task_shape(dir, o, t));
+  PLUMB_RETURN_IF_ERROR(read_task_extras(o, t));
   auto cit = o.find("cases");
   if (cit == o.end() || !cit->value().is_array())
     return invalid_argument(dir + "/task.json: missing 'cases' array");
