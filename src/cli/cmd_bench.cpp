@@ -143,48 +143,44 @@ Result<std::vector<workload::Request>> synthetic_warmup(const workload::Syntheti
   return workload::synthetic_requests(w, counter);
 }
 
-Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
+// --ib-scenario: the InferenceBench scenario's requests, profiles and notes.
+Result<Plan> ib_plan(const BenchArgs& a, const workload::TokenCounter& counter) {
   Plan plan;
-  if (!a.ib.scenario_file.empty()) {
-    if (!a.scenario.empty() || !a.dataset.empty())
-      return invalid_argument("--ib-scenario replaces --scenario and --dataset: give one");
-    PLUMB_ASSIGN_OR_RETURN(auto w, ib_workload(a.ib, a.seed, a.requests_file, a.warmup, counter));
-    // Said even with --quiet: how plumb's run departs from IB's (seeding, concurrency, hashes).
-    for (const auto& n : w.notes) std::fprintf(stderr, "plumb bench: %s\n", n.c_str());
-    plan.set = std::move(w.set);
-    plan.warmup = std::move(w.warmup);
-    plan.profiles = std::move(w.profiles);
-    plan.profile_names = std::move(w.profile_names);
-    plan.ib_info = std::move(w.info);
-    plan.bounds.min_completed = w.scenario.min_completed;
-    plan.scenario = std::move(w.scenario);
-    return plan;
-  }
-  if (a.ib.concurrency != "declared")
-    return invalid_argument("--ib-concurrency applies only with --ib-scenario");
-  if (!a.scenario.empty()) {
-    PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(a.size));
-    PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(a.scenario, size));
-    // The same draw as compare/tune/evaluate measurements: one definition of a scenario's workload.
-    PLUMB_ASSIGN_OR_RETURN(auto w, compare::make_workload(sc, a.seed, counter));
-    plan.set = std::move(w.set);
-    plan.warmup = std::move(w.warmup);
-    plan.profiles = std::move(w.profiles);
-    plan.bounds.min_completed = sc.min_completed;
-    plan.bounds.min_steady_requests = sc.min_steady_requests;
-    plan.scenario = sc;
-    return plan;
-  }
-  // Custom workload.
-  workload::SyntheticSpec spec{.seed = a.seed,
-                               .num_requests = a.num_prompts,
-                               .input_len = a.input_len,
-                               .output_len = a.output_len,
-                               .fixed_lengths = a.fixed_lengths,
-                               .temperature = a.temperature,
-                               .chat = a.api == "chat"};
-  if (a.num_prompts == 0 && a.duration_s > 0 && a.rate > 0)
-    spec.num_requests = a.num_prompts = size_t(std::ceil(a.duration_s * a.rate));
+  if (!a.scenario.empty() || !a.dataset.empty())
+    return invalid_argument("--ib-scenario replaces --scenario and --dataset: give one");
+  PLUMB_ASSIGN_OR_RETURN(auto w, ib_workload(a.ib, a.seed, a.requests_file, a.warmup, counter));
+  // Said even with --quiet: how plumb's run departs from IB's (seeding, concurrency, hashes).
+  for (const auto& n : w.notes) std::fprintf(stderr, "plumb bench: %s\n", n.c_str());
+  plan.set = std::move(w.set);
+  plan.warmup = std::move(w.warmup);
+  plan.profiles = std::move(w.profiles);
+  plan.profile_names = std::move(w.profile_names);
+  plan.ib_info = std::move(w.info);
+  plan.bounds.min_completed = w.scenario.min_completed;
+  plan.scenario = std::move(w.scenario);
+  return plan;
+}
+
+// --scenario: the protocol scenario's workload for the seed.
+Result<Plan> scenario_plan(const BenchArgs& a, const workload::TokenCounter& counter) {
+  Plan plan;
+  PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(a.size));
+  PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(a.scenario, size));
+  // The same draw as compare/tune/evaluate measurements: one definition of a scenario's workload.
+  PLUMB_ASSIGN_OR_RETURN(auto w, compare::make_workload(sc, a.seed, counter));
+  plan.set = std::move(w.set);
+  plan.warmup = std::move(w.warmup);
+  plan.profiles = std::move(w.profiles);
+  plan.bounds.min_completed = sc.min_completed;
+  plan.bounds.min_steady_requests = sc.min_steady_requests;
+  plan.scenario = sc;
+  return plan;
+}
+
+// A custom workload's requests: a --requests file, a --dataset, or drawn (with shared prefixes
+// when --prefix-len is given).
+Status custom_requests(BenchArgs& a, const workload::SyntheticSpec& spec,
+                       const workload::TokenCounter& counter, Plan& plan) {
   if (!a.requests_file.empty()) {
     // A plumb request set (with hashes, or OpenAI-style without: hashes computed), or an
     // InferenceBench request file (IB's defaults fill missing fields).
@@ -213,13 +209,11 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
     }
     PLUMB_ASSIGN_OR_RETURN(plan.set, workload::make_request_set(std::move(reqs)));
   }
-  if (!a.requests_file.empty() || !a.dataset.empty()) {
-    // Warmup reuses the first requests of the set: it may warm caches for those (documented).
-    for (int i = 0; i < a.warmup && size_t(i) < plan.set.requests.size(); ++i)
-      plan.warmup.push_back(plan.set.requests[size_t(i)]);
-  } else {
-    PLUMB_ASSIGN_OR_RETURN(plan.warmup, synthetic_warmup(spec, a.warmup, counter));
-  }
+  return Status::Ok();
+}
+
+// A custom workload's one load profile from --request-rate, --burstiness, --max-concurrency, ...
+Result<workload::ArrivalSpec> custom_arrival(const BenchArgs& a) {
   workload::ArrivalSpec s;
   std::string kind = a.arrival.empty() ? (a.rate > 0 ? "poisson" : "burst") : a.arrival;
   PLUMB_ASSIGN_OR_RETURN(s.kind, workload::parse_arrival_kind(kind));
@@ -230,9 +224,42 @@ Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
   s.max_concurrency = a.max_concurrency;
   s.ramp_up_s = a.ramp_up_s;
   s.seed = a.seed;
+  return s;
+}
+
+// A custom workload: requests, warmup (the set's first requests for a file or dataset, else drawn)
+// and one load profile; every request must complete.
+Result<Plan> custom_plan(BenchArgs& a, const workload::TokenCounter& counter) {
+  Plan plan;
+  workload::SyntheticSpec spec{.seed = a.seed,
+                               .num_requests = a.num_prompts,
+                               .input_len = a.input_len,
+                               .output_len = a.output_len,
+                               .fixed_lengths = a.fixed_lengths,
+                               .temperature = a.temperature,
+                               .chat = a.api == "chat"};
+  if (a.num_prompts == 0 && a.duration_s > 0 && a.rate > 0)
+    spec.num_requests = a.num_prompts = size_t(std::ceil(a.duration_s * a.rate));
+  PLUMB_RETURN_IF_ERROR(custom_requests(a, spec, counter, plan));
+  if (!a.requests_file.empty() || !a.dataset.empty()) {
+    // Warmup reuses the first requests of the set: it may warm caches for those (documented).
+    for (int i = 0; i < a.warmup && size_t(i) < plan.set.requests.size(); ++i)
+      plan.warmup.push_back(plan.set.requests[size_t(i)]);
+  } else {
+    PLUMB_ASSIGN_OR_RETURN(plan.warmup, synthetic_warmup(spec, a.warmup, counter));
+  }
+  PLUMB_ASSIGN_OR_RETURN(auto s, custom_arrival(a));
   plan.profiles.push_back(s);
   plan.bounds.min_completed = int64_t(plan.set.requests.size());
   return plan;
+}
+
+Result<Plan> make_plan(BenchArgs& a, const workload::TokenCounter& counter) {
+  if (!a.ib.scenario_file.empty()) return ib_plan(a, counter);
+  if (a.ib.concurrency != "declared")
+    return invalid_argument("--ib-concurrency applies only with --ib-scenario");
+  if (!a.scenario.empty()) return scenario_plan(a, counter);
+  return custom_plan(a, counter);
 }
 
 // The --html report (report/bench_report.h): settings, provenance and every profile's run.
@@ -307,29 +334,33 @@ int exit_code_of(const Status& s) {
              : kExitError;
 }
 
-int run_bench(BenchArgs a) {
-  const bool own_server = a.target.empty();
-  if (!own_server && !a.serve_args.empty()) {
-    std::cerr << "plumb bench: --serve-args applies only when plumb starts its own server (no --target)\n";
-    return kExitUsage;
-  }
-  if (!a.ledger_path.empty() && a.scenario.empty()) {
-    std::cerr
-        << "plumb bench: --ledger records protocol scenario runs (give --scenario): a custom workload has "
-           "no objective for the ledger to keep\n";
-    return kExitUsage;
-  }
-  compare::Subject subject;
-  compare::MeasureOptions mo;
-  if (own_server) {
+// A failed step of run_bench: the Status's message follows "plumb bench: "; a usage error
+// (InvalidArgument) exits kExitUsage, anything else kExitError (command.h's exit_for).
+Status usage_error(std::string message) { return invalid_argument(std::move(message)); }
+// s as a step's failure with `what` before it, keeping exit_code_of's split of usage and error.
+Status step_error(const std::string& what, const Status& s) {
+  std::string m = what + s.to_string();
+  return exit_code_of(s) == kExitUsage ? usage_error(std::move(m)) : job_error(std::move(m));
+}
+
+// Flags that only make sense together.
+Status check_flag_combinations(const BenchArgs& a) {
+  if (!a.target.empty() && !a.serve_args.empty())
+    return usage_error("--serve-args applies only when plumb starts its own server (no --target)");
+  if (!a.ledger_path.empty() && a.scenario.empty())
+    return usage_error(
+        "--ledger records protocol scenario runs (give --scenario): a custom workload has "
+        "no objective for the ledger to keep");
+  return Status::Ok();
+}
+
+// What is measured: --target, or plumb serve started by plumb (prompts then sized in the shipped
+// model's tokens so the scenarios fit its context); the tokenizer defaults to words.
+Status choose_subject(BenchArgs& a, compare::Subject& subject, compare::MeasureOptions& mo) {
+  if (a.target.empty()) {
     auto cfg = own_server_config(a, mo.work_dir);
-    if (!cfg.ok()) {
-      std::cerr << "plumb bench: starting plumb serve (no --target given): " << cfg.status().to_string()
-                << "\n";
-      return kExitError;
-    }
+    if (!cfg.ok()) return job_error("starting plumb serve (no --target given): " + cfg.status().to_string());
     subject.launch = std::move(*cfg);
-    // Prompts sized in the shipped model's tokens so the scenarios fit its context.
     if (a.tokenizer.empty()) {
       if (auto dir = compare::default_tokenizer_dir(); dir.ok()) a.tokenizer = *dir;
     }
@@ -339,38 +370,50 @@ int run_bench(BenchArgs a) {
   if (a.tokenizer.empty()) a.tokenizer = "words";
   if (!a.slo.empty()) {
     auto s = metrics::parse_slo(a.slo);
-    if (!s.ok()) {
-      std::cerr << "plumb bench: --slo: " << s.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!s.ok()) return usage_error("--slo: " + s.status().message());
     mo.slo = *s;
   }
+  return Status::Ok();
+}
+
+// The requests, warmup and load profiles; saved with --save-requests.
+Result<Plan> load_plan(BenchArgs& a) {
   auto counter = compare::make_token_counter(a.tokenizer);
-  if (!counter.ok()) {
-    std::cerr << "plumb bench: --tokenizer: " << counter.status().to_string() << "\n";
-    return kExitUsage;
-  }
+  if (!counter.ok()) return usage_error("--tokenizer: " + counter.status().to_string());
   auto plan = make_plan(a, *counter);
-  if (!plan.ok()) {
-    std::cerr << "plumb bench: " << plan.status().to_string() << "\n";
-    return exit_code_of(plan.status());
-  }
+  if (!plan.ok()) return step_error("", plan.status());
   if (!a.save_requests.empty()) {
     Status st = workload::write_request_set(a.save_requests, plan->set);
-    if (!st.ok()) {
-      std::cerr << "plumb bench: --save-requests: " << st.to_string() << "\n";
-      return kExitError;
-    }
+    if (!st.ok()) return job_error("--save-requests: " + st.to_string());
   }
+  return plan;
+}
 
-  // The named settings of the one measurement path where bench's flags set them.
+// Records in a.launched the plumb serve that plumb started, and benchmarks it.
+void on_launched(BenchArgs& a, const launch::Engine& engine) {
+  std::string cmd;
+  for (const auto& w : engine.spec().argv) cmd += (cmd.empty() ? "" : " ") + w;
+  a.launched["adapter"] = "plumb";
+  a.launched["command"] = cmd;
+  a.launched["base_url"] = engine.base_url();
+  a.launched["pid"] = int64_t(engine.pid());
+  a.launched["log"] = engine.log_path();
+  a.launched["ready_after_s"] = engine.ready_after_s();
+  a.launched["port_owner_verified"] = true;  // Engine::start verified it; re-checked after each profile
+  a.target = engine.base_url();
+  std::fprintf(stderr, "plumb bench: benchmarking plumb serve started by plumb at %s (pid %d, log %s)\n",
+               a.target.c_str(), int(engine.pid()), engine.log_path().c_str());
+}
+
+// The named settings of the one measurement path where bench's flags set them; a --target plumb
+// cannot use is the user's to fix before any request is drawn or sent.
+Status set_measure_options(BenchArgs& a, compare::MeasureOptions& mo) {
   if (a.api == "chat") {
     mo.api = loadgen::Api::kChat;
   } else if (a.api == "completions") {
     mo.api = loadgen::Api::kCompletions;
   } else {
-    std::cerr << "plumb bench: --target: invalid_argument: --api must be chat or completions\n";
-    return kExitUsage;
+    return usage_error("--target: invalid_argument: --api must be chat or completions");
   }
   mo.model = a.model;
   mo.api_key = a.api_key;
@@ -382,45 +425,32 @@ int run_bench(BenchArgs a) {
   mo.progress = [quiet = a.quiet](const std::string& line) {
     if (!quiet) std::fprintf(stderr, "plumb bench: %s\n", line.c_str());
   };
-  if (!own_server) {
-    // A URL plumb cannot use is the user's to fix before any request is drawn or sent.
+  if (!a.target.empty()) {
     auto t = compare::make_target(a.target, mo);
     if (!t.ok()) {
-      std::cerr << "plumb bench: --target: " << t.status().to_string() << "\n";
-      return t.status().code() == Code::kUnavailable ? kExitError : kExitUsage;
+      std::string m = "--target: " + t.status().to_string();
+      return t.status().code() == Code::kUnavailable ? job_error(std::move(m)) : usage_error(std::move(m));
     }
   } else if (!a.quiet) {
     std::fprintf(stderr,
                  "plumb bench: no --target given: starting plumb serve with the shipped model (%s%s)\n",
                  a.serve_args.empty() ? "default settings" : "flags: ", a.serve_args.c_str());
   }
-  mo.on_launched = [&a](const launch::Engine& engine) {
-    std::string cmd;
-    for (const auto& w : engine.spec().argv) cmd += (cmd.empty() ? "" : " ") + w;
-    a.launched["adapter"] = "plumb";
-    a.launched["command"] = cmd;
-    a.launched["base_url"] = engine.base_url();
-    a.launched["pid"] = int64_t(engine.pid());
-    a.launched["log"] = engine.log_path();
-    a.launched["ready_after_s"] = engine.ready_after_s();
-    a.launched["port_owner_verified"] = true;  // Engine::start verified it; re-checked after each profile
-    a.target = engine.base_url();
-    std::fprintf(stderr, "plumb bench: benchmarking plumb serve started by plumb at %s (pid %d, log %s)\n",
-                 a.target.c_str(), int(engine.pid()), engine.log_path().c_str());
-  };
-  if (!a.quiet)
-    std::fprintf(stderr, "plumb bench: %zu requests (set %s), %zu warmup, target %s, tokenizer %s\n",
-                 plan->set.requests.size(), plan->set.set_hash.substr(0, 16).c_str(), plan->warmup.size(),
-                 own_server ? "plumb serve (started by plumb)" : a.target.c_str(), a.tokenizer.c_str());
+  mo.on_launched = [&a](const launch::Engine& engine) { on_launched(a, engine); };
+  return Status::Ok();
+}
 
+// Each profile as it finishes: its console summary and JSON, its CSV (--csv), and what --html and
+// --ib-json need later.
+struct ProfileOutputs {
   std::vector<metrics::Metrics> results;
-  std::vector<metrics::RunRecord> runs;                      // kept for --html
+  std::vector<metrics::RunRecord> runs;                      // kept for --html and --ib-json
   std::vector<std::vector<metrics::Constraint>> validities;  // kept for --html
   json::array profile_json;
   Status output_error;
-  const size_t n_profiles = plan->profiles.size();
-  mo.on_profile = [&](size_t i, metrics::RunRecord& run, const metrics::Metrics& m,
-                      const std::vector<metrics::Constraint>& cs) {
+
+  void add(const BenchArgs& a, size_t n_profiles, size_t i, metrics::RunRecord& run,
+           const metrics::Metrics& m, const std::vector<metrics::Constraint>& cs) {
     if (n_profiles > 1) std::printf("== profile %zu of %zu\n", i + 1, n_profiles);
     std::fputs(metrics::console_summary(run, m, cs).c_str(), stdout);
     json::object pj = metrics::to_json(run, m, cs);
@@ -436,113 +466,143 @@ int run_bench(BenchArgs a) {
       runs.push_back(std::move(run));
       validities.push_back(cs);
     }
-  };
+  }
+};
 
-  compare::Workload w{.set = std::move(plan->set),
-                      .warmup = std::move(plan->warmup),
-                      .profiles = std::move(plan->profiles),
-                      .scenario = plan->scenario,
-                      .bounds = plan->bounds};
-  auto m = compare::measure(subject, w, mo);
-  if (!m.ok()) {
-    std::cerr << "plumb bench: " << m.status().to_string() << "\n";
-    return exit_code_of(m.status());
-  }
-  if (!m->started) {
-    std::cerr << "plumb bench: starting plumb serve (no --target given): " << m->start_error.to_string()
-              << "\nGive --target URL to benchmark a running server, or fix the error above.\n";
-    return kExitError;
-  }
+// After the measurement: a server plumb could not start, the launched server's log, a failed
+// CSV write, the ledger's record (--ledger), an outcome other than valid or invalid.
+Status after_measurement(BenchArgs& a, bool own_server, const compare::Workload& w,
+                         const compare::MeasureOptions& mo, compare::Measurement& m,
+                         const ProfileOutputs& outs) {
+  if (!m.started)
+    return job_error("starting plumb serve (no --target given): " + m.start_error.to_string() +
+                     "\nGive --target URL to benchmark a running server, or fix the error above.");
   if (own_server) {
-    a.launched["port_owner_verified"] = m->target_verified.value_or(false);
-    if (!a.quiet)
-      std::fprintf(stderr, "plumb bench: stopped plumb serve; its log: %s\n", m->log_path.c_str());
+    a.launched["port_owner_verified"] = m.target_verified.value_or(false);
+    if (!a.quiet) std::fprintf(stderr, "plumb bench: stopped plumb serve; its log: %s\n", m.log_path.c_str());
   }
-  if (!output_error.ok()) {
-    std::cerr << "plumb bench: " << output_error.to_string() << "\n";
-    return kExitError;
-  }
+  if (!outs.output_error.ok()) return job_error(outs.output_error.to_string());
   if (!a.ledger_path.empty()) {
     json::object caller{{"command", "bench"}, {"bench", settings_json(a)}};
-    auto id = record_run(a.ledger_path, w, *m, compare::effective_settings(mo, std::move(caller)), a.seed);
-    if (!id.ok()) {
-      std::cerr << "plumb bench: --ledger: " << id.status().to_string() << "\n";
-      return kExitError;
-    }
+    auto id = record_run(a.ledger_path, w, m, compare::effective_settings(mo, std::move(caller)), a.seed);
+    if (!id.ok()) return job_error("--ledger: " + id.status().to_string());
     std::fprintf(stderr, "plumb bench: recorded run %lld in %s\n", (long long)*id, a.ledger_path.c_str());
   }
-  if (m->outcome != compare::Outcome::kValid && m->outcome != compare::Outcome::kInvalid)
+  if (m.outcome != compare::Outcome::kValid && m.outcome != compare::Outcome::kInvalid)
     std::fprintf(stderr, "plumb bench: the run is %s: %s\n",
-                 std::string(compare::outcome_name(m->outcome)).c_str(), m->failure.c_str());
-  const bool valid = m->valid;
+                 std::string(compare::outcome_name(m.outcome)).c_str(), m.failure.c_str());
+  return Status::Ok();
+}
+
+// The result JSON: for a scenario, its objective and verdict over the profiles (and the summary
+// line, printed); else the one profile's JSON.
+json::value result_json(const BenchArgs& a, const Plan& plan, const compare::Measurement& m,
+                        json::array profile_json, std::string& summary_line) {
+  if (!plan.scenario) return std::move(profile_json[0]);
+  const auto& sc = *plan.scenario;
+  char line[512];
+  std::snprintf(line, sizeof line, "scenario %s (%s, %s) seed %llu: %s = %.6g; run %s", sc.id.c_str(),
+                sc.name.c_str(), std::string(protocol::size_class_name(sc.size)).c_str(),
+                (unsigned long long)a.seed, std::string(protocol::objective_name(sc.objective)).c_str(),
+                m.objective, m.valid ? "VALID" : "INVALID");
+  summary_line = line;
+  std::printf("%s\n", line);
+  json::object o;
+  o["schema_version"] = metrics::kSchemaVersion;
+  o["scenario"] = sc.id;
+  o["size"] = std::string(protocol::size_class_name(sc.size));
+  o["seed"] = a.seed;
+  o["objective"] = std::string(protocol::objective_name(sc.objective));
+  o["objective_value"] = json::number_or_null(m.objective);
+  o["valid"] = m.valid;
+  o["outcome"] = std::string(compare::outcome_name(m.outcome));
+  o["profiles"] = std::move(profile_json);
+  return o;
+}
+
+// --ib-json: InferenceBench's metrics JSON with plumb's own object.
+Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Workload& w, bool valid,
+                       const std::string& summary_line, const ProfileOutputs& outs) {
+  IbRunOutput ib{.scenario = plan.scenario ? plan.scenario->id : "custom",
+                 .name = plan.scenario ? plan.scenario->name : "",
+                 .model = a.model,
+                 .target = a.target,
+                 .profile_names = plan.profile_names,
+                 .metrics = outs.results};
+  for (const auto& r : outs.runs) ib.runs.push_back(&r);
+  ib.plumb = plan.ib_info;
+  ib.plumb["request_set_hash"] = w.set.set_hash;
+  ib.plumb["valid"] = valid;
+  ib.plumb["seed"] = a.seed;
+  ib.plumb["summary"] = summary_line;
+  if (plan.scenario) ib.plumb["size_class"] = std::string(protocol::size_class_name(plan.scenario->size));
+  Status st = write_ib_json(a.ib.json_path, ib);
+  if (!st.ok()) return job_error("--ib-json: " + st.to_string());
+  if (!a.quiet)
+    std::fprintf(stderr, "plumb bench: InferenceBench metrics JSON written to %s\n", a.ib.json_path.c_str());
+  return Status::Ok();
+}
+
+// The result files: --json, --ib-json and --html.
+Status write_results(const BenchArgs& a, const Plan& plan, const compare::Workload& w,
+                     const compare::Measurement& m, const compare::MeasureOptions& mo, ProfileOutputs& outs) {
   json::object settings = settings_json(a);
   settings["measure"] = compare::settings_json(mo);
-  for (auto& pj : profile_json) pj.as_object()["settings"] = settings;
-
-  json::value out;
+  for (auto& pj : outs.profile_json) pj.as_object()["settings"] = settings;
   std::string summary_line;
-  if (plan->scenario) {
-    const auto& sc = *plan->scenario;
-    char line[512];
-    std::snprintf(line, sizeof line, "scenario %s (%s, %s) seed %llu: %s = %.6g; run %s", sc.id.c_str(),
-                  sc.name.c_str(), std::string(protocol::size_class_name(sc.size)).c_str(),
-                  (unsigned long long)a.seed, std::string(protocol::objective_name(sc.objective)).c_str(),
-                  m->objective, valid ? "VALID" : "INVALID");
-    summary_line = line;
-    std::printf("%s\n", line);
-    json::object o;
-    o["schema_version"] = metrics::kSchemaVersion;
-    o["scenario"] = sc.id;
-    o["size"] = std::string(protocol::size_class_name(sc.size));
-    o["seed"] = a.seed;
-    o["objective"] = std::string(protocol::objective_name(sc.objective));
-    o["objective_value"] = json::number_or_null(m->objective);
-    o["valid"] = valid;
-    o["outcome"] = std::string(compare::outcome_name(m->outcome));
-    o["profiles"] = std::move(profile_json);
-    out = std::move(o);
-  } else {
-    out = std::move(profile_json[0]);
-  }
+  json::value out = result_json(a, plan, m, std::move(outs.profile_json), summary_line);
   if (!a.json_path.empty()) {
     Status st = write_file_atomic(a.json_path, json::dump_pretty(out) + "\n");
-    if (!st.ok()) {
-      std::cerr << "plumb bench: --json: " << st.to_string() << "\n";
-      return kExitError;
-    }
+    if (!st.ok()) return job_error("--json: " + st.to_string());
   }
-  if (!a.ib.json_path.empty()) {
-    IbRunOutput ib{.scenario = plan->scenario ? plan->scenario->id : "custom",
-                   .name = plan->scenario ? plan->scenario->name : "",
-                   .model = a.model,
-                   .target = a.target,
-                   .profile_names = plan->profile_names,
-                   .metrics = results};
-    for (const auto& r : runs) ib.runs.push_back(&r);
-    ib.plumb = plan->ib_info;
-    ib.plumb["request_set_hash"] = w.set.set_hash;
-    ib.plumb["valid"] = valid;
-    ib.plumb["seed"] = a.seed;
-    ib.plumb["summary"] = summary_line;
-    if (plan->scenario) ib.plumb["size_class"] = std::string(protocol::size_class_name(plan->scenario->size));
-    Status st = write_ib_json(a.ib.json_path, ib);
-    if (!st.ok()) {
-      std::cerr << "plumb bench: --ib-json: " << st.to_string() << "\n";
-      return kExitError;
-    }
-    if (!a.quiet)
-      std::fprintf(stderr, "plumb bench: InferenceBench metrics JSON written to %s\n",
-                   a.ib.json_path.c_str());
-  }
+  if (!a.ib.json_path.empty())
+    PLUMB_RETURN_IF_ERROR(write_ib_output(a, plan, w, m.valid, summary_line, outs));
   if (!a.html_path.empty()) {
-    Status st = write_html_report(a, w.set.set_hash, summary_line, valid, runs, results, validities);
-    if (!st.ok()) {
-      std::cerr << "plumb bench: --html: " << st.to_string() << "\n";
-      return kExitError;
-    }
+    Status st =
+        write_html_report(a, w.set.set_hash, summary_line, m.valid, outs.runs, outs.results, outs.validities);
+    if (!st.ok()) return job_error("--html: " + st.to_string());
     if (!a.quiet) std::fprintf(stderr, "plumb bench: HTML report written to %s\n", a.html_path.c_str());
   }
-  return valid ? kExitOk : kExitFailed;
+  return Status::Ok();
+}
+
+// The bench in order: flags, subject, plan, measure options, the measurement, what follows it and
+// the result files. Whether the run is valid.
+Result<bool> bench(BenchArgs& a) {
+  const bool own_server = a.target.empty();
+  PLUMB_RETURN_IF_ERROR(check_flag_combinations(a));
+  compare::Subject subject;
+  compare::MeasureOptions mo;
+  PLUMB_RETURN_IF_ERROR(choose_subject(a, subject, mo));
+  PLUMB_ASSIGN_OR_RETURN(Plan plan, load_plan(a));
+  PLUMB_RETURN_IF_ERROR(set_measure_options(a, mo));
+  if (!a.quiet)
+    std::fprintf(stderr, "plumb bench: %zu requests (set %s), %zu warmup, target %s, tokenizer %s\n",
+                 plan.set.requests.size(), plan.set.set_hash.substr(0, 16).c_str(), plan.warmup.size(),
+                 own_server ? "plumb serve (started by plumb)" : a.target.c_str(), a.tokenizer.c_str());
+  ProfileOutputs outs;
+  const size_t n_profiles = plan.profiles.size();
+  mo.on_profile = [&](size_t i, metrics::RunRecord& run, const metrics::Metrics& m,
+                      const std::vector<metrics::Constraint>& cs) { outs.add(a, n_profiles, i, run, m, cs); };
+  compare::Workload w{.set = std::move(plan.set),
+                      .warmup = std::move(plan.warmup),
+                      .profiles = std::move(plan.profiles),
+                      .scenario = plan.scenario,
+                      .bounds = plan.bounds};
+  auto m = compare::measure(subject, w, mo);
+  if (!m.ok()) return step_error("", m.status());
+  PLUMB_RETURN_IF_ERROR(after_measurement(a, own_server, w, mo, *m, outs));
+  PLUMB_RETURN_IF_ERROR(write_results(a, plan, w, *m, mo, outs));
+  return m->valid;
+}
+
+int run_bench(BenchArgs a) {
+  auto valid = bench(a);
+  if (!valid.ok()) {
+    std::cerr << "plumb bench: " << valid.status().message() << "\n";
+    return exit_for(valid.status());
+  }
+  return *valid ? kExitOk : kExitFailed;
 }
 
 void setup_bench(CLI::App& root) {

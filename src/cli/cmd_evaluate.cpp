@@ -43,17 +43,9 @@ struct EvaluateArgs {
   bool quiet = false;
 };
 
-std::string html_report(const evaluate::Evaluation& e) {
+// The headline, and one bar per scenario with the spread of its per-seed speedups.
+void score_section(const evaluate::Evaluation& e, report::Page& p) {
   using report::Cell;
-  report::Page p("plumb evaluate: " + std::filesystem::path(e.start_script).filename().string());
-  p.provenance({{"start script", e.start_script},
-                {"script sha256", e.script_sha256},
-                {"plumb", e.plumb_version},
-                {"machine", e.machine},
-                {"size class", e.size},
-                {"started", e.started_at},
-                {"ended", e.ended_at},
-                {"work directory", e.work_dir}});
   char buf[256];
   std::snprintf(buf, sizeof buf, "Score: %s (geometric mean over %zu scenario%s). Gates %s; harness %s.",
                 report::format_number(e.score, 4).c_str(), e.scenarios.size(),
@@ -83,7 +75,11 @@ std::string html_report(const evaluate::Evaluation& e) {
   for (const auto& b : bars.bars) spread = spread || std::isfinite(b.lo);
   if (spread) bars.note = "Error bars: the smallest and largest per-seed speedup.";
   p.bar_chart(bars);
+}
 
+// One row per scenario and seed, then one per scenario.
+void run_tables(const evaluate::Evaluation& e, report::Page& p) {
+  using report::Cell;
   report::Table t;
   t.caption = "Runs (objective higher is better)";
   t.header = {"scenario", "seed", "objective", "baseline", "speedup", "valid", "baseline source", "note"};
@@ -103,7 +99,11 @@ std::string html_report(const evaluate::Evaluation& e) {
     st.rows.push_back({s.scenario, s.objective_name, report::format_number(s.speedup, 4),
                        report::format_number(s.score, 4), s.score_note});
   p.table(st);
+}
 
+// Every constraint of both gates.
+void gate_table(const evaluate::Evaluation& e, report::Page& p) {
+  using report::Cell;
   p.heading("Gates");
   report::Table g;
   g.caption = "Quality and integrity gates (reference: plumb serve --preset default, launched by plumb)";
@@ -118,7 +118,11 @@ std::string html_report(const evaluate::Evaluation& e) {
                         c.verdict == gates::Verdict::kPass ? "" : c.fix, c.detail});
     }
   p.table(g);
+}
 
+// The harness files' hashes before and after, a changed one marked.
+void harness_table(const evaluate::Evaluation& e, report::Page& p) {
+  using report::Cell;
   p.heading("Harness integrity");
   report::Table h;
   h.caption = "SHA-256 before the submission first ran and at the end";
@@ -130,14 +134,58 @@ std::string html_report(const evaluate::Evaluation& e) {
   }
   h.rows.push_back({"protocol", e.harness_before.protocol_hash, e.harness_after.protocol_hash});
   p.table(h);
+}
+
+std::string html_report(const evaluate::Evaluation& e) {
+  report::Page p("plumb evaluate: " + std::filesystem::path(e.start_script).filename().string());
+  p.provenance({{"start script", e.start_script},
+                {"script sha256", e.script_sha256},
+                {"plumb", e.plumb_version},
+                {"machine", e.machine},
+                {"size class", e.size},
+                {"started", e.started_at},
+                {"ended", e.ended_at},
+                {"work directory", e.work_dir}});
+  score_section(e, p);
+  run_tables(e, p);
+  gate_table(e, p);
+  harness_table(e, p);
   return p.html();
 }
 
-int run_evaluate(const EvaluateArgs& a) {
-  auto fail = [](int code, const std::string& msg) {
-    std::cerr << "plumb evaluate: " << msg << "\n";
-    return code;
-  };
+// --seeds as numbers; usage error on one that is not a non-negative integer.
+Result<std::vector<uint64_t>> parse_seeds(const std::string& seeds) {
+  std::vector<uint64_t> out;
+  std::stringstream in(seeds);
+  for (std::string s; std::getline(in, s, ',');) {
+    try {
+      size_t used = 0;
+      unsigned long long v = std::stoull(s, &used);
+      if (used != s.size()) throw std::invalid_argument(s);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return invalid_argument("--seeds: '" + s + "' is not a non-negative integer (e.g. --seeds 1337,428)");
+    }
+  }
+  return out;
+}
+
+// The shipped model is the reference's too: a submission that rewrote it would move the reference
+// with it, so its files are part of the harness.
+std::vector<std::string> shipped_model_files() {
+  std::vector<std::string> files;
+  if (auto models = engine::find_models_dir(); models.ok()) {
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
+      auto path = std::filesystem::path(*models) / "plumb-tiny" / f;
+      if (std::filesystem::exists(path)) files.push_back(path.string());
+    }
+  }
+  return files;
+}
+
+// The flags as evaluate::Options: scenarios, seeds, plumb's own binary, the work directory, the
+// dataset (core/shipped.h's search unless --dataset names one), the harness files, timeouts.
+Result<evaluate::Options> evaluate_options(const EvaluateArgs& a) {
   evaluate::Options o;
   o.start_script = a.start_script;
   if (a.scenario == "all") {
@@ -149,21 +197,11 @@ int run_evaluate(const EvaluateArgs& a) {
   }
   o.size = a.size;
   if (!a.seeds.empty()) {
-    std::stringstream in(a.seeds);
-    for (std::string s; std::getline(in, s, ',');) {
-      try {
-        size_t used = 0;
-        unsigned long long v = std::stoull(s, &used);
-        if (used != s.size()) throw std::invalid_argument(s);
-        o.seeds.push_back(v);
-      } catch (const std::exception&) {
-        return fail(kExitUsage, "--seeds: '" + s + "' is not a non-negative integer (e.g. --seeds 1337,428)");
-      }
-    }
+    PLUMB_ASSIGN_OR_RETURN(o.seeds, parse_seeds(a.seeds));
   }
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return fail(kExitError, "cannot find the plumb binary (/proc/self/exe)");
+  if (ec) return job_error("cannot find the plumb binary (/proc/self/exe)");
   o.plumb_binary = self.string();
   o.work_dir =
       a.work_dir.empty()
@@ -173,52 +211,56 @@ int run_evaluate(const EvaluateArgs& a) {
   o.baseline_preset = a.baseline_preset;
   o.quality_dataset = a.dataset;
   if (o.quality_dataset.empty()) {
-    auto shipped = find_shipped_file(Shipped::kData, "mc_heldout.jsonl");  // core/shipped.h's search
-    if (!shipped.ok()) return fail(kExitUsage, shipped.status().message() + "; or pass --dataset");
+    auto shipped = find_shipped_file(Shipped::kData, "mc_heldout.jsonl");
+    if (!shipped.ok()) return invalid_argument(shipped.status().message() + "; or pass --dataset");
     o.quality_dataset = *shipped;
   }
   o.quality_limit = a.quality_limit;
-  // The shipped model is the reference's too: a submission that rewrote it would move the reference
-  // with it, so its files are part of the harness.
-  if (auto models = engine::find_models_dir(); models.ok()) {
-    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
-      auto path = std::filesystem::path(*models) / "plumb-tiny" / f;
-      if (std::filesystem::exists(path)) o.harness_files.push_back(path.string());
-    }
-  }
+  o.harness_files = shipped_model_files();
   o.fidelity_prompts = a.fidelity_prompts;
   if (a.readiness_timeout_s <= 0 || a.request_timeout_s <= 0)
-    return fail(kExitUsage, "--readiness-timeout and --timeout must be > 0 seconds");
+    return invalid_argument("--readiness-timeout and --timeout must be > 0 seconds");
   o.readiness_timeout = std::chrono::seconds(a.readiness_timeout_s);
   o.request_timeout = std::chrono::seconds(a.request_timeout_s);
   if (!a.quiet)
     o.progress = [](const std::string& line) { std::fprintf(stderr, "plumb evaluate: %s\n", line.c_str()); };
   else
     o.progress = [](const std::string&) {};
+  return o;
+}
 
-  auto ev = evaluate::run(o);
-  if (!ev.ok()) {
-    const Status& s = ev.status();
-    return fail(s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound ? kExitUsage : kExitError,
-                s.to_string());
-  }
-  std::fputs(evaluate::console_table(*ev).c_str(), stdout);
+// --json (with the ledger's chain head when --ledger is given) and --html.
+Status write_reports(const EvaluateArgs& a, const evaluate::Evaluation& ev) {
   if (!a.json_path.empty()) {
-    json::object j = evaluate::to_json(*ev);
+    json::object j = evaluate::to_json(ev);
     if (!a.ledger_path.empty()) {
       // The ledger's chain head: the sealed history behind this score, as one value.
       auto l = ledger::Ledger::open(a.ledger_path);
       auto head = l.ok() ? (*l)->chain_head() : Result<std::string>(l.status());
-      if (!head.ok()) return fail(kExitError, "--ledger: " + head.status().to_string());
+      if (!head.ok()) return job_error("--ledger: " + head.status().to_string());
       j["ledger"] = json::object{{"path", a.ledger_path}, {"chain_head", *head}};
     }
     Status st = write_file_atomic(a.json_path, json::dump_pretty(j) + "\n");
-    if (!st.ok()) return fail(kExitError, "--json: " + st.to_string());
+    if (!st.ok()) return job_error("--json: " + st.to_string());
   }
   if (!a.html_path.empty()) {
-    Status st = write_file_atomic(a.html_path, html_report(*ev));
-    if (!st.ok()) return fail(kExitError, "--html: " + st.to_string());
+    Status st = write_file_atomic(a.html_path, html_report(ev));
+    if (!st.ok()) return job_error("--html: " + st.to_string());
   }
+  return Status::Ok();
+}
+
+int run_evaluate(const EvaluateArgs& a) {
+  auto fail = [](const Status& s, const std::string& msg) {
+    std::cerr << "plumb evaluate: " << msg << "\n";
+    return exit_for(s);
+  };
+  auto o = evaluate_options(a);
+  if (!o.ok()) return fail(o.status(), o.status().message());
+  auto ev = evaluate::run(*o);
+  if (!ev.ok()) return fail(ev.status(), ev.status().to_string());
+  std::fputs(evaluate::console_table(*ev).c_str(), stdout);
+  if (Status s = write_reports(a, *ev); !s.ok()) return fail(s, s.message());
   if (!a.quiet)
     std::fprintf(stderr, "plumb evaluate: logs and launch directories in %s\n", ev->work_dir.c_str());
   return ev->gates_passed ? kExitOk : kExitFailed;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -99,165 +100,229 @@ Result<std::unique_ptr<LaunchedReference>> launch_reference(const std::string& c
   return Status(Code::kTimeout, "the reference `plumb serve " + config + "` did not get ready in 120 s");
 }
 
-int run_gate(const GateArgs& a) {
-  auto fail = [](int code, const std::string& msg) {
-    std::cerr << "plumb gate: " << msg << "\n";
-    return code;
-  };
-  if (a.which != "quality" && a.which != "integrity" && a.which != "all")
-    return fail(kExitUsage, "the gate must be quality, integrity or all");
-  if (a.format != "completion" && a.format != "chat")
-    return fail(kExitUsage, "--format must be completion or chat");
-  if (!(a.tau > 0 && a.tau <= 1)) return fail(kExitUsage, "--tau must be in (0, 1]");
-  bool quality = a.which != "integrity", integrity = a.which != "quality";
-  std::string started = utc_timestamp_now();
+// What a gate run is judged on: the harness hashed before anything ran and, for the quality
+// gate, the multiple-choice items of the dataset.
+struct GateInputs {
+  bool quality = false, integrity = false;
+  std::string started;
+  std::string dataset;      // "" without the quality gate
+  std::string dataset_sha;  // of the dataset, with --limit folded in
+  std::vector<gates::McItem> items;
+  gates::HarnessHashes before;
+};
 
-  // Hashes of the harness before anything runs.
+// The flags that no server is needed to check.
+Status check_flags(const GateArgs& a) {
+  if (a.which != "quality" && a.which != "integrity" && a.which != "all")
+    return invalid_argument("the gate must be quality, integrity or all");
+  if (a.format != "completion" && a.format != "chat")
+    return invalid_argument("--format must be completion or chat");
+  if (!(a.tau > 0 && a.tau <= 1)) return invalid_argument("--tau must be in (0, 1]");
+  return Status::Ok();
+}
+
+// The dataset (core/shipped.h's search unless --dataset names one), the harness hashed before
+// anything runs (plumb's binary, --hash-file, the dataset) and the items.
+Result<GateInputs> gate_inputs(const GateArgs& a) {
+  GateInputs in;
+  in.quality = a.which != "integrity";
+  in.integrity = a.which != "quality";
+  in.started = utc_timestamp_now();
   std::vector<std::string> harness = a.harness_files;
   if (std::string self = self_exe(); !self.empty()) harness.insert(harness.begin(), self);
-  std::string dataset = a.dataset;
-  if (dataset.empty() && quality) {
-    auto shipped = find_shipped_file(Shipped::kData, "mc_heldout.jsonl");  // core/shipped.h's search
-    if (!shipped.ok()) return fail(kExitUsage, shipped.status().message() + "; or pass --dataset");
-    dataset = *shipped;
+  in.dataset = a.dataset;
+  if (in.dataset.empty() && in.quality) {
+    auto shipped = find_shipped_file(Shipped::kData, "mc_heldout.jsonl");
+    if (!shipped.ok()) return invalid_argument(shipped.status().message() + "; or pass --dataset");
+    in.dataset = *shipped;
   }
-  if (quality) harness.push_back(dataset);
-  gates::HarnessHashes before = gates::hash_harness(harness);
+  if (in.quality) harness.push_back(in.dataset);
+  in.before = gates::hash_harness(harness);
+  if (!in.quality) return in;
+  auto it = gates::load_mc_jsonl(in.dataset);
+  if (!it.ok()) return invalid_argument(it.status().message());
+  in.items = std::move(*it);
+  if (a.limit > 0 && size_t(a.limit) < in.items.size()) in.items.resize(size_t(a.limit));
+  auto h = sha256_file(in.dataset);
+  if (h.ok()) in.dataset_sha = *h;
+  if (a.limit > 0) in.dataset_sha = sha256_hex(in.dataset_sha + "/limit/" + std::to_string(a.limit));
+  return in;
+}
 
-  std::vector<gates::McItem> items;
-  std::string dataset_sha;
-  if (quality) {
-    auto it = gates::load_mc_jsonl(dataset);
-    if (!it.ok()) return fail(kExitUsage, it.status().message());
-    items = std::move(*it);
-    if (a.limit > 0 && size_t(a.limit) < items.size()) items.resize(size_t(a.limit));
-    auto h = sha256_file(dataset);
-    if (h.ok()) dataset_sha = *h;
-    if (a.limit > 0) dataset_sha = sha256_hex(dataset_sha + "/limit/" + std::to_string(a.limit));
-  }
-
+// The servers and the ledger of a gate run; a reference given as `plumb serve` arguments is started.
+struct GateServers {
   std::unique_ptr<LaunchedReference> launched;
+  std::unique_ptr<gates::OpenAiClient> target, reference;
+  std::unique_ptr<ledger::Ledger> ledger;
+};
+
+Result<GateServers> open_servers(const GateArgs& a) {
+  GateServers s;
   std::string ref_url = a.reference;
   if (!a.reference.empty() && a.reference.rfind("http://", 0) != 0 && a.reference.rfind("https://", 0) != 0) {
     auto l = launch_reference(a.reference);
-    if (!l.ok()) return fail(kExitError, l.status().message());
-    launched = std::move(*l);
-    ref_url = launched->url;
+    if (!l.ok()) return job_error(l.status().message());
+    s.launched = std::move(*l);
+    ref_url = s.launched->url;
     std::cerr << "plumb gate: reference `plumb serve " << a.reference << "` at " << ref_url << "\n";
   }
-
-  gates::OpenAiClient target({a.target, ""});
-  std::unique_ptr<gates::OpenAiClient> reference;
-  if (!ref_url.empty()) reference = std::make_unique<gates::OpenAiClient>(gates::Endpoint{ref_url, ""});
-  if (auto s = target.resolve_model(); !s.ok()) return fail(kExitError, "target: " + s.message());
-
-  std::unique_ptr<ledger::Ledger> ledger;
+  s.target = std::make_unique<gates::OpenAiClient>(gates::Endpoint{a.target, ""});
+  if (!ref_url.empty()) s.reference = std::make_unique<gates::OpenAiClient>(gates::Endpoint{ref_url, ""});
+  if (auto st = s.target->resolve_model(); !st.ok()) return job_error("target: " + st.message());
   if (!a.ledger_path.empty()) {
     auto l = ledger::Ledger::open(a.ledger_path);
-    if (!l.ok()) return fail(kExitError, l.status().to_string());
-    ledger = std::move(*l);
+    if (!l.ok()) return job_error(l.status().to_string());
+    s.ledger = std::move(*l);
   }
+  return s;
+}
 
+gates::FidelityBounds fidelity_bounds(const GateArgs& a) {
   gates::FidelityBounds bounds;
   bounds.min_top1_agreement = a.min_top1;
   bounds.max_mean_kl = a.max_kl;
-  gates::GateReport report;
-  std::optional<double> reference_accuracy;
-  if (quality) {
-    gates::QualityOptions q;
-    q.items = items;
-    q.format = a.format;
-    q.tau = a.tau;
-    q.seed = a.seed;
-    q.fidelity_prompts = a.fidelity_prompts;
-    q.top_logprobs = a.top_logprobs;
-    q.bounds = bounds;
-    if (a.baseline_accuracy >= 0) {
-      q.baseline_accuracy = a.baseline_accuracy;
-    } else if (!reference && ledger) {
-      auto b = gates::ledger_baseline_accuracy(*ledger, dataset_sha, target.endpoint().model);
-      if (!b.ok()) return fail(kExitError, b.status().to_string());
-      q.baseline_accuracy = *b;
-      if (*b) std::cerr << "plumb gate: baseline accuracy " << **b << " from the ledger\n";
-    }
-    if (!reference && !q.baseline_accuracy)
-      return fail(
-          kExitUsage,
-          "the quality gate needs --reference, --baseline-accuracy, or a baseline for this dataset, model "
-          "and machine in --ledger");
-    gates::McResult tmc, rmc;
-    auto g = gates::run_quality(target, reference.get(), q, &tmc, &rmc);
-    if (!g.ok()) return fail(kExitError, g.status().to_string());
-    if (rmc.items > 0) reference_accuracy = rmc.accuracy;
-    report.gates.push_back(std::move(*g));
-  }
-  if (integrity) {
-    gates::IntegrityOptions io;
-    io.seed = a.seed;
-    io.fidelity_prompts = quality ? 0 : a.fidelity_prompts;  // `all`: fidelity already judged above
-    io.top_logprobs = a.top_logprobs;
-    io.bounds = bounds;
-    io.bandwidth_gbs = a.bandwidth_gbs;
-    io.weight_bytes = a.weight_bytes;
-    if (io.weight_bytes <= 0 && !a.model_dir.empty()) {
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(a.model_dir, ec))
-        if (e.path().extension() == ".safetensors" && e.path().filename() != "reference.safetensors")
-          io.weight_bytes += double(e.file_size());
-    }
-    if (io.bandwidth_gbs <= 0 && ledger) {
-      auto m = protocol::capture_machine();
-      if (m.ok()) {
-        auto mid = ledger->find_machine(m->hash());
-        if (mid.ok() && *mid) {
-          auto cs = ledger->ceilings_for(**mid);
-          if (cs.ok())
-            for (const auto& c : *cs)
-              if (c.name == "mem_read_bw") io.bandwidth_gbs = c.value;
-        }
-      }
-    }
-    io.harness_before = before;
-    auto g = gates::run_integrity(target, reference.get(), io);
-    if (!g.ok()) return fail(kExitError, g.status().to_string());
-    if (quality) {
-      // In `all`, fidelity belongs to the quality gate; note it instead of a second not-evaluated row.
-      auto& cs = g->constraints;
-      cs.erase(std::remove_if(cs.begin(), cs.end(),
-                              [](const gates::Constraint& c) { return c.name == "fidelity"; }),
-               cs.end());
-    }
-    report.gates.push_back(std::move(*g));
-  }
+  return bounds;
+}
 
+// The quality gate; its baseline is the reference's accuracy, --baseline-accuracy, or the ledger's.
+// Sets *reference_accuracy when the reference was measured.
+Result<gates::GateResult> quality_gate(const GateArgs& a, const GateInputs& in, GateServers& s,
+                                       std::optional<double>* reference_accuracy) {
+  gates::QualityOptions q;
+  q.items = in.items;
+  q.format = a.format;
+  q.tau = a.tau;
+  q.seed = a.seed;
+  q.fidelity_prompts = a.fidelity_prompts;
+  q.top_logprobs = a.top_logprobs;
+  q.bounds = fidelity_bounds(a);
+  if (a.baseline_accuracy >= 0) {
+    q.baseline_accuracy = a.baseline_accuracy;
+  } else if (!s.reference && s.ledger) {
+    auto b = gates::ledger_baseline_accuracy(*s.ledger, in.dataset_sha, s.target->endpoint().model);
+    if (!b.ok()) return job_error(b.status().to_string());
+    q.baseline_accuracy = *b;
+    if (*b) std::cerr << "plumb gate: baseline accuracy " << **b << " from the ledger\n";
+  }
+  if (!s.reference && !q.baseline_accuracy)
+    return invalid_argument(
+        "the quality gate needs --reference, --baseline-accuracy, or a baseline for this dataset, model "
+        "and machine in --ledger");
+  gates::McResult tmc, rmc;
+  auto g = gates::run_quality(*s.target, s.reference.get(), q, &tmc, &rmc);
+  if (!g.ok()) return job_error(g.status().to_string());
+  if (rmc.items > 0) *reference_accuracy = rmc.accuracy;
+  return g;
+}
+
+// Weight bytes read per decode step: the *.safetensors of the model folder (the reference dump aside).
+double model_weight_bytes(const std::string& model_dir) {
+  double bytes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec))
+    if (e.path().extension() == ".safetensors" && e.path().filename() != "reference.safetensors")
+      bytes += double(e.file_size());
+  return bytes;
+}
+
+// This machine's recorded memory read bandwidth (GB/s) in the ledger; 0 when there is none.
+double ledger_bandwidth(ledger::Ledger& ledger) {
+  double gbs = 0;
+  auto m = protocol::capture_machine();
+  if (!m.ok()) return gbs;
+  auto mid = ledger.find_machine(m->hash());
+  if (!mid.ok() || !*mid) return gbs;
+  auto cs = ledger.ceilings_for(**mid);
+  if (cs.ok())
+    for (const auto& c : *cs)
+      if (c.name == "mem_read_bw") gbs = c.value;
+  return gbs;
+}
+
+// The integrity gate; in `all`, fidelity is judged by the quality gate and left out here.
+Result<gates::GateResult> integrity_gate(const GateArgs& a, const GateInputs& in, GateServers& s) {
+  gates::IntegrityOptions io;
+  io.seed = a.seed;
+  io.fidelity_prompts = in.quality ? 0 : a.fidelity_prompts;  // `all`: fidelity already judged above
+  io.top_logprobs = a.top_logprobs;
+  io.bounds = fidelity_bounds(a);
+  io.bandwidth_gbs = a.bandwidth_gbs;
+  io.weight_bytes = a.weight_bytes;
+  if (io.weight_bytes <= 0 && !a.model_dir.empty()) io.weight_bytes += model_weight_bytes(a.model_dir);
+  if (io.bandwidth_gbs <= 0 && s.ledger) {
+    if (double gbs = ledger_bandwidth(*s.ledger); gbs > 0) io.bandwidth_gbs = gbs;
+  }
+  io.harness_before = in.before;
+  auto g = gates::run_integrity(*s.target, s.reference.get(), io);
+  if (!g.ok()) return job_error(g.status().to_string());
+  if (in.quality) {
+    // In `all`, fidelity belongs to the quality gate; note it instead of a second not-evaluated row.
+    auto& cs = g->constraints;
+    cs.erase(
+        std::remove_if(cs.begin(), cs.end(), [](const gates::Constraint& c) { return c.name == "fidelity"; }),
+        cs.end());
+  }
+  return g;
+}
+
+// The table on stdout, the JSON file (--json) and the ledger's record (--ledger).
+Status write_outputs(const GateArgs& a, const GateInputs& in, GateServers& s, const gates::GateReport& report,
+                     const std::optional<double>& reference_accuracy) {
   std::cout << gates::render_table(report, a.strict);
   json::object j = gates::to_json(report, a.strict);
   j["target"] = a.target;
   j["reference"] = a.reference;
-  if (quality) j["dataset"] = dataset;
+  if (in.quality) j["dataset"] = in.dataset;
   if (!a.json_path.empty()) {
-    if (auto s = write_file_atomic(a.json_path, json::dump_pretty(j)); !s.ok())
-      return fail(kExitError, s.to_string());
+    if (auto st = write_file_atomic(a.json_path, json::dump_pretty(j)); !st.ok())
+      return job_error(st.to_string());
   }
-  if (ledger) {
-    gates::GateRunInfo info;
-    info.target_url = a.target;
-    info.target_model = target.endpoint().model;
-    info.reference = a.reference;
-    info.dataset_path = quality ? dataset : "";
-    info.dataset_sha256 = dataset_sha;
-    info.items = quality ? int64_t(items.size()) : 1;
-    info.seed = a.seed;
-    info.strict = a.strict;
-    info.started_at = started;
-    info.ended_at = utc_timestamp_now();
-    info.reference_accuracy = reference_accuracy;
-    auto id = gates::record_gate_run(*ledger, report, info);
-    if (!id.ok()) return fail(kExitError, "ledger: " + id.status().to_string());
-    std::cout << "recorded in " << a.ledger_path << " as run " << *id << "\n";
+  if (!s.ledger) return Status::Ok();
+  gates::GateRunInfo info;
+  info.target_url = a.target;
+  info.target_model = s.target->endpoint().model;
+  info.reference = a.reference;
+  info.dataset_path = in.quality ? in.dataset : "";
+  info.dataset_sha256 = in.dataset_sha;
+  info.items = in.quality ? int64_t(in.items.size()) : 1;
+  info.seed = a.seed;
+  info.strict = a.strict;
+  info.started_at = in.started;
+  info.ended_at = utc_timestamp_now();
+  info.reference_accuracy = reference_accuracy;
+  auto id = gates::record_gate_run(*s.ledger, report, info);
+  if (!id.ok()) return job_error("ledger: " + id.status().to_string());
+  std::cout << "recorded in " << a.ledger_path << " as run " << *id << "\n";
+  return Status::Ok();
+}
+
+// The gates in order, on servers already open; the report.
+Result<gates::GateReport> judge(const GateArgs& a) {
+  PLUMB_RETURN_IF_ERROR(check_flags(a));
+  PLUMB_ASSIGN_OR_RETURN(GateInputs in, gate_inputs(a));
+  PLUMB_ASSIGN_OR_RETURN(GateServers s, open_servers(a));
+  gates::GateReport report;
+  std::optional<double> reference_accuracy;
+  if (in.quality) {
+    PLUMB_ASSIGN_OR_RETURN(auto g, quality_gate(a, in, s, &reference_accuracy));
+    report.gates.push_back(std::move(g));
   }
-  if (launched) launched->proc.stop();
-  return report.passed(a.strict) ? kExitOk : kExitFailed;
+  if (in.integrity) {
+    PLUMB_ASSIGN_OR_RETURN(auto g, integrity_gate(a, in, s));
+    report.gates.push_back(std::move(g));
+  }
+  PLUMB_RETURN_IF_ERROR(write_outputs(a, in, s, report, reference_accuracy));
+  if (s.launched) s.launched->proc.stop();
+  return report;
+}
+
+int run_gate(const GateArgs& a) {
+  auto report = judge(a);
+  if (!report.ok()) {
+    std::cerr << "plumb gate: " << report.status().message() << "\n";
+    return exit_for(report.status());
+  }
+  return report->passed(a.strict) ? kExitOk : kExitFailed;
 }
 
 void setup(CLI::App& root) {

@@ -250,27 +250,10 @@ int run_accept(KernelsArgs& a) {
   return any ? kExitOk : kExitFailed;
 }
 
-void setup_kernels(CLI::App& root) {
-  auto a = std::make_shared<KernelsArgs>();
-  auto* c = root.add_subcommand(
-      "kernels",
-      "Deployment-aware kernel optimization: profile the real workload per module and phase, extract tasks, "
-      "search and screen candidates (correctness, guard pages, crash isolation, warm/cold timing), accept "
-      "only "
-      "through the in-model paired comparison");
-  c->footer(
-      "\nThe loop (docs/kernels.md):\n"
-      "  plumb kernels profile --workload B                 # hotspot table: s(m), phase weights, e2e "
-      "shares\n"
-      "  plumb kernels tasks --workload B --out tasks/      # one folder per hot module and phase\n"
-      "  plumb kernels search --task tasks/<m>.decode --out s1/   # episodes of candidates, screened\n"
-      "  plumb kernels accept --search s1/ --ledger plumb.db --out kernels.json   # paired, in-model\n"
-      "  plumb serve --kernels kernels.json\n");
-  c->require_subcommand(1);
+using KernelsArgsPtr = std::shared_ptr<KernelsArgs>;
 
-  auto* ls = c->add_subcommand("list", "Every kernel op with its variants and what auto picks per phase");
-  ls->callback([] { set_exit_code(run_list()); });
-
+// `profile` and `tasks`: the workload run in process, the hotspot table or the task folders.
+void add_profile_commands(CLI::App* c, const KernelsArgsPtr& a) {
   auto add_profile_flags = [a](CLI::App* s) {
     s->add_option("--workload", a->profile.workload,
                   "scenario A|B|C|D (drawn from --seed as plumb compare does) or a request-set JSONL file")
@@ -308,7 +291,10 @@ void setup_kernels(CLI::App& root) {
   tk->add_option("--min-share", a->min_share, "skip modules below this share of end-to-end time")
       ->capture_default_str();
   tk->callback([a] { set_exit_code(run_profile(*a, true)); });
+}
 
+// `search`, `screen` and the internal `screen-child`.
+void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
   auto add_screen_flags = [a](CLI::App* s) {
     s->add_option("--draws", a->search.screen.draws, "fresh random draws over the task's shape range")
         ->capture_default_str();
@@ -362,7 +348,10 @@ void setup_kernels(CLI::App& root) {
     o.timing = !a->no_timing;
     set_exit_code(kernels::screen_child_main(a->task_dir, a->so, o, a->fd));
   });
+}
 
+// `accept`: the in-model paired comparison of the best screened candidates.
+void add_accept_command(CLI::App* c, const KernelsArgsPtr& a) {
   auto* ac =
       c->add_subcommand("accept",
                         "Patch the best screened candidates into a kernel configuration and accept them only "
@@ -392,6 +381,31 @@ void setup_kernels(CLI::App& root) {
                "default D when the patches span both phases");
   ac->add_flag("--json", a->json, "print the outcomes as JSON");
   ac->callback([a] { set_exit_code(run_accept(*a)); });
+}
+
+void setup_kernels(CLI::App& root) {
+  auto a = std::make_shared<KernelsArgs>();
+  auto* c = root.add_subcommand(
+      "kernels",
+      "Deployment-aware kernel optimization: profile the real workload per module and phase, extract tasks, "
+      "search and screen candidates (correctness, guard pages, crash isolation, warm/cold timing), accept "
+      "only "
+      "through the in-model paired comparison");
+  c->footer(
+      "\nThe loop (docs/kernels.md):\n"
+      "  plumb kernels profile --workload B                 # hotspot table: s(m), phase weights, e2e "
+      "shares\n"
+      "  plumb kernels tasks --workload B --out tasks/      # one folder per hot module and phase\n"
+      "  plumb kernels search --task tasks/<m>.decode --out s1/   # episodes of candidates, screened\n"
+      "  plumb kernels accept --search s1/ --ledger plumb.db --out kernels.json   # paired, in-model\n"
+      "  plumb serve --kernels kernels.json\n");
+  c->require_subcommand(1);
+
+  auto* ls = c->add_subcommand("list", "Every kernel op with its variants and what auto picks per phase");
+  ls->callback([] { set_exit_code(run_list()); });
+  add_profile_commands(c, a);
+  add_search_commands(c, a);
+  add_accept_command(c, a);
 }
 
 }  // namespace

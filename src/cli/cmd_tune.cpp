@@ -105,64 +105,57 @@ std::string fmtd(const char* f, double v) {
   return b;
 }
 
-Status write_html(const std::string& path, const tune::StudyState& st, const tune::Revalidation* rv) {
-  json::object j = tune::report_json(st, rv);
-  report::Page page("plumb tune: study " + std::to_string(st.row.id) + " (" + st.row.name + ")");
-  page.provenance(
-      {{"study", std::to_string(st.row.id) + " " + st.row.name},
-       {"adapter / space", st.space.adapter + " / " + st.space.name},
-       {"strategy", st.row.strategy + " (seed " + std::to_string(st.row.strategy_seed) + ")"},
-       {"scenario", st.row.scenario + " (" + st.row.size_class + "), objective higher is better"},
-       {"seeds",
-        "dev " + std::to_string(st.row.dev_seed) + ", eval (held out) " + std::to_string(st.row.eval_seed)},
-       {"trials", std::to_string(st.trials.size()) + " in " + fmtd("%.0f", st.seconds_used()) + " s"},
-       {"protocol",
-        "v" + std::to_string(protocol::kVersion) + " " + protocol::protocol_hash().substr(0, 12)}});
-  if (rv) {
-    page.heading("Speedup of the best configuration (held-out seeds, paired, pre-registered)");
-    report::BarChart bars;
-    bars.title = "Best over baseline (95% CI)";
-    bars.y.label = "speedup (objective ratio)";
-    bars.reference = 1.0;
-    report::Table t;
-    t.header = {"baseline", "speedup", "95% CI", "verdict", "CV baseline", "CV best", "pairs", "note"};
-    for (const auto& c : rv->comparisons) {
-      if (!c.readout) {
-        t.rows.push_back({c.baseline, "n/a", "", report::Cell::warn("not available"), "", "", "", c.error});
-        continue;
-      }
-      const auto& r = c.readout->readout;
-      std::string v(protocol::verdict_name(r.verdict));
-      auto style = v == "better"  ? report::Cell::Style::kPass
-                   : v == "worse" ? report::Cell::Style::kFail
-                                  : report::Cell::Style::kWarn;
-      bars.bars.push_back({"over " + c.baseline, r.ratio, r.lo, r.hi, style});
-      t.rows.push_back({c.baseline, report::format_number(r.ratio),
-                        "[" + report::format_number(r.lo) + ", " + report::format_number(r.hi) + "]",
-                        report::Cell(v, style), fmtd("%.1f%%", 100 * r.cv_a), fmtd("%.1f%%", 100 * r.cv_b),
-                        std::to_string(r.pairs) + " of " + std::to_string(c.readout->pairs_registered),
-                        r.reason + (c.error.empty() ? "" : " (" + c.error + ")")});
+// The gates' constraints on the best configuration.
+report::Table revalidation_gate_table(const gates::GateReport& rep) {
+  report::Table g;
+  g.caption = "Gates on the best configuration (reference: the default preset)";
+  g.header = {"gate", "constraint", "value", "op", "bound", "verdict", "fix"};
+  for (const auto& gr : rep.gates)
+    for (const auto& c : gr.constraints) {
+      std::string v(gates::verdict_name(c.verdict));
+      g.rows.push_back({gr.gate, c.name, report::format_number(c.value), c.op, report::format_number(c.bound),
+                        c.verdict == gates::Verdict::kPass   ? report::Cell::pass(v)
+                        : c.verdict == gates::Verdict::kFail ? report::Cell::fail(v)
+                                                             : report::Cell::warn(v),
+                        c.verdict == gates::Verdict::kPass ? "" : c.fix});
     }
-    page.bar_chart(bars);
-    page.table(t);
-    if (rv->gates) {
-      report::Table g;
-      g.caption = "Gates on the best configuration (reference: the default preset)";
-      g.header = {"gate", "constraint", "value", "op", "bound", "verdict", "fix"};
-      for (const auto& gr : rv->gates->gates)
-        for (const auto& c : gr.constraints) {
-          std::string v(gates::verdict_name(c.verdict));
-          g.rows.push_back({gr.gate, c.name, report::format_number(c.value), c.op,
-                            report::format_number(c.bound),
-                            c.verdict == gates::Verdict::kPass   ? report::Cell::pass(v)
-                            : c.verdict == gates::Verdict::kFail ? report::Cell::fail(v)
-                                                                 : report::Cell::warn(v),
-                            c.verdict == gates::Verdict::kPass ? "" : c.fix});
-        }
-      page.table(g);
+  return g;
+}
+
+// The best configuration's speedups over its baselines (chart and table) and the gates.
+void revalidation_section(report::Page& page, const tune::Revalidation& rv) {
+  page.heading("Speedup of the best configuration (held-out seeds, paired, pre-registered)");
+  report::BarChart bars;
+  bars.title = "Best over baseline (95% CI)";
+  bars.y.label = "speedup (objective ratio)";
+  bars.reference = 1.0;
+  report::Table t;
+  t.header = {"baseline", "speedup", "95% CI", "verdict", "CV baseline", "CV best", "pairs", "note"};
+  for (const auto& c : rv.comparisons) {
+    if (!c.readout) {
+      t.rows.push_back({c.baseline, "n/a", "", report::Cell::warn("not available"), "", "", "", c.error});
+      continue;
     }
-    if (!rv->gates_error.empty()) page.note("gates: " + rv->gates_error);
+    const auto& r = c.readout->readout;
+    std::string v(protocol::verdict_name(r.verdict));
+    auto style = v == "better"  ? report::Cell::Style::kPass
+                 : v == "worse" ? report::Cell::Style::kFail
+                                : report::Cell::Style::kWarn;
+    bars.bars.push_back({"over " + c.baseline, r.ratio, r.lo, r.hi, style});
+    t.rows.push_back({c.baseline, report::format_number(r.ratio),
+                      "[" + report::format_number(r.lo) + ", " + report::format_number(r.hi) + "]",
+                      report::Cell(v, style), fmtd("%.1f%%", 100 * r.cv_a), fmtd("%.1f%%", 100 * r.cv_b),
+                      std::to_string(r.pairs) + " of " + std::to_string(c.readout->pairs_registered),
+                      r.reason + (c.error.empty() ? "" : " (" + c.error + ")")});
   }
+  page.bar_chart(bars);
+  page.table(t);
+  if (rv.gates) page.table(revalidation_gate_table(*rv.gates));
+  if (!rv.gates_error.empty()) page.note("gates: " + rv.gates_error);
+}
+
+// The best objective so far after each trial (full-stage feasible trials count).
+void convergence_chart(report::Page& page, const tune::StudyState& st) {
   page.heading("Convergence");
   report::LineChart conv;
   conv.title = "Best objective so far (full-stage feasible trials)";
@@ -170,7 +163,7 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
   conv.y.label = "objective (higher is better)";
   conv.step = true;
   conv.markers = true;
-  report::Series best{"best so far", {}, {}, {}}, each{"trial objective", {}, {}, {}};
+  report::Series best{"best so far", {}, {}, {}};
   double b = NAN;
   for (const auto& t : st.trials) {
     if (t.obs.stage == "full" && t.obs.feasible && t.obs.objective &&
@@ -181,6 +174,10 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
   }
   conv.series.push_back(best);
   page.line_chart(conv);
+}
+
+// TTFT against throughput of the feasible full trials, the Pareto front highlighted.
+void pareto_chart(report::Page& page, const tune::StudyState& st) {
   page.heading("Pareto front: TTFT vs throughput");
   report::ScatterChart sc;
   sc.title = "Feasible full trials (front highlighted)";
@@ -201,6 +198,10 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
   }
   sc.series.push_back(pts);
   page.scatter_chart(sc);
+}
+
+// One row per trial, then the best configuration as an engine config and a serve command.
+void trials_section(report::Page& page, const tune::StudyState& st) {
   page.heading("Trials");
   report::Table tt;
   tt.header = {"#",           "stage", "status", "objective", "TTFT p50 ms",
@@ -224,7 +225,24 @@ Status write_html(const std::string& path, const tune::StudyState& st, const tun
     if (auto cmd = tune::serve_command(st.space, st.trials[*bi].obs.config); !cmd.empty())
       page.paragraph(cmd);
   }
-  (void)j;
+}
+
+Status write_html(const std::string& path, const tune::StudyState& st, const tune::Revalidation* rv) {
+  report::Page page("plumb tune: study " + std::to_string(st.row.id) + " (" + st.row.name + ")");
+  page.provenance(
+      {{"study", std::to_string(st.row.id) + " " + st.row.name},
+       {"adapter / space", st.space.adapter + " / " + st.space.name},
+       {"strategy", st.row.strategy + " (seed " + std::to_string(st.row.strategy_seed) + ")"},
+       {"scenario", st.row.scenario + " (" + st.row.size_class + "), objective higher is better"},
+       {"seeds",
+        "dev " + std::to_string(st.row.dev_seed) + ", eval (held out) " + std::to_string(st.row.eval_seed)},
+       {"trials", std::to_string(st.trials.size()) + " in " + fmtd("%.0f", st.seconds_used()) + " s"},
+       {"protocol",
+        "v" + std::to_string(protocol::kVersion) + " " + protocol::protocol_hash().substr(0, 12)}});
+  if (rv) revalidation_section(page, *rv);
+  convergence_chart(page, st);
+  pareto_chart(page, st);
+  trials_section(page, st);
   return page.write(path);
 }
 

@@ -31,6 +31,10 @@ inline int exit_for(const Status& s) {
   return s.code() == Code::kInvalidArgument || s.code() == Code::kNotFound ? kExitUsage : kExitError;
 }
 
+// A step that could not do the job: whatever caused it, the command exits with kExitError
+// (exit_for) and prints `message`.
+inline Status job_error(std::string message) { return {Code::kUnavailable, std::move(message)}; }
+
 }  // namespace plumb::cli
 
 #define PLUMB_COMMAND(order, fn) \

@@ -102,40 +102,42 @@ json::object request_file_json(const LoadedRequests& lr) {
       {"requests", std::move(hashes)}};
 }
 
-Result<IbWorkload> ib_workload(const IbFlags& flags, uint64_t seed, const std::string& requests_file,
-                               int warmup, const workload::TokenCounter& counter) {
-  auto rule = workload::parse_ib_concurrency(flags.concurrency);
-  if (!rule.ok()) return rule.status().with_context("--ib-concurrency");
-  PLUMB_ASSIGN_OR_RETURN(auto ib, workload::read_ib_scenario(flags.scenario_file));
-  IbWorkload w;
-  json::object info;
-  info["ib_scenario_file"] = flags.scenario_file;
-  info["seed"] = seed;
-  info["concurrency_rule"] = flags.concurrency;
-  if (!requests_file.empty()) {
-    PLUMB_ASSIGN_OR_RETURN(auto lr, load_requests(requests_file, workload::ib_request_defaults(ib)));
-    w.notes.push_back(lr.note);
-    if (lr.ib_format) info["request_file"] = request_file_json(lr);
-    w.set = std::move(lr.set);
-    // Warmup reuses the first requests of the file: it may warm caches for those.
-    for (int i = 0; i < warmup && size_t(i) < w.set.requests.size(); ++i)
-      w.warmup.push_back(w.set.requests[size_t(i)]);
-  } else {
-    workload::SyntheticSpec spec = workload::ib_synthetic_spec(ib, seed);
-    PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
-    PLUMB_ASSIGN_OR_RETURN(w.set, workload::make_request_set(std::move(reqs)));
-    if (warmup > 0) {
-      workload::SyntheticSpec ws = spec;
-      ws.seed = derive_seed(seed, "warmup");
-      ws.num_requests = size_t(warmup);
-      PLUMB_ASSIGN_OR_RETURN(w.warmup, workload::synthetic_requests(ws, counter));
-    }
-    w.notes.push_back("InferenceBench scenario " + ib.scenario_id + ": " +
-                      std::to_string(w.set.requests.size()) + " requests drawn by plumb from seed " +
-                      std::to_string(seed) +
-                      " (plumb's synthetic documents at IB's lengths, not IB's LongBench-v2 samples)");
+namespace {
+
+// The requests of the --requests file (IB's fallbacks from the scenario); warmup reuses its first ones.
+Status file_requests(const workload::IbScenario& ib, const std::string& requests_file, int warmup,
+                     IbWorkload& w, json::object& info) {
+  PLUMB_ASSIGN_OR_RETURN(auto lr, load_requests(requests_file, workload::ib_request_defaults(ib)));
+  w.notes.push_back(lr.note);
+  if (lr.ib_format) info["request_file"] = request_file_json(lr);
+  w.set = std::move(lr.set);
+  // Warmup reuses the first requests of the file: it may warm caches for those.
+  for (int i = 0; i < warmup && size_t(i) < w.set.requests.size(); ++i)
+    w.warmup.push_back(w.set.requests[size_t(i)]);
+  return Status::Ok();
+}
+
+// Requests drawn from the seed at IB's lengths; warmup drawn from derive_seed(seed, "warmup").
+Status drawn_requests(const workload::IbScenario& ib, uint64_t seed, int warmup,
+                      const workload::TokenCounter& counter, IbWorkload& w) {
+  workload::SyntheticSpec spec = workload::ib_synthetic_spec(ib, seed);
+  PLUMB_ASSIGN_OR_RETURN(auto reqs, workload::synthetic_requests(spec, counter));
+  PLUMB_ASSIGN_OR_RETURN(w.set, workload::make_request_set(std::move(reqs)));
+  if (warmup > 0) {
+    workload::SyntheticSpec ws = spec;
+    ws.seed = derive_seed(seed, "warmup");
+    ws.num_requests = size_t(warmup);
+    PLUMB_ASSIGN_OR_RETURN(w.warmup, workload::synthetic_requests(ws, counter));
   }
-  w.profiles = workload::ib_arrivals(ib, seed, *rule);
+  w.notes.push_back("InferenceBench scenario " + ib.scenario_id + ": " +
+                    std::to_string(w.set.requests.size()) + " requests drawn by plumb from seed " +
+                    std::to_string(seed) +
+                    " (plumb's synthetic documents at IB's lengths, not IB's LongBench-v2 samples)");
+  return Status::Ok();
+}
+
+// The scenario as plumb's protocol sees it (size class custom), without its load profiles.
+void describe_scenario(const workload::IbScenario& ib, IbWorkload& w) {
   protocol::Scenario& sc = w.scenario;
   sc.id = ib.scenario_id.empty() ? "custom" : ib.scenario_id;
   sc.name = ib.name.empty() ? "InferenceBench scenario" : ib.name;
@@ -148,36 +150,61 @@ Result<IbWorkload> ib_workload(const IbFlags& flags, uint64_t seed, const std::s
   sc.objective = objective_for(ib);
   // As the protocol scenarios: the most failures the 1% error-rate bound allows.
   sc.min_completed = sc.requests - sc.requests / 100;
-  json::array profiles;
-  for (size_t i = 0; i < ib.profiles.size(); ++i) {
-    const auto& p = ib.profiles[i];
-    const auto& a = w.profiles[i];
-    protocol::LoadProfile lp;
-    lp.kind = p.pattern == workload::ArrivalKind::kPoisson    ? protocol::LoadKind::kPoisson
-              : p.pattern == workload::ArrivalKind::kConstant ? protocol::LoadKind::kConstant
-                                                              : protocol::LoadKind::kBurst;
-    lp.concurrency = a.max_concurrency;
-    lp.rate_rps = a.rate;
-    sc.profiles.push_back(lp);
-    w.profile_names.push_back(p.name);
-    const int runner = workload::ib_profile_concurrency(ib, i, workload::IbConcurrency::kRunner);
-    if (runner != a.max_concurrency)
-      w.notes.push_back("profile '" + p.name + "': runs at the declared concurrency " +
-                        std::to_string(a.max_concurrency) +
-                        "; IB's runner reads only the profile's own and runs it at " +
-                        std::to_string(runner) + " (--ib-concurrency runner to do the same)");
-    if (p.pattern == workload::ArrivalKind::kPoisson)
-      w.notes.push_back("profile '" + p.name + "': Poisson arrivals seeded (seed " + std::to_string(seed) +
-                        ", dimension " + a.seed_dimension + "); IB's runner draws them unseeded");
-    json::object pj;
-    pj["name"] = p.name;
-    pj["pattern"] = std::string(workload::arrival_kind_name(p.pattern));
-    pj["rate_per_s"] = a.rate;
-    pj["concurrency"] = a.max_concurrency;
-    pj["ib_runner_concurrency"] = runner;
-    pj["arrival_seed_dimension"] = a.seed_dimension;
-    profiles.emplace_back(std::move(pj));
+}
+
+// Profile i of the scenario as a protocol load profile, with the notes on where plumb's run of it
+// differs from IB's runner; its entry of the "profiles" info.
+json::object add_profile(const workload::IbScenario& ib, size_t i, uint64_t seed, IbWorkload& w) {
+  const auto& p = ib.profiles[i];
+  const auto& a = w.profiles[i];
+  protocol::LoadProfile lp;
+  lp.kind = p.pattern == workload::ArrivalKind::kPoisson    ? protocol::LoadKind::kPoisson
+            : p.pattern == workload::ArrivalKind::kConstant ? protocol::LoadKind::kConstant
+                                                            : protocol::LoadKind::kBurst;
+  lp.concurrency = a.max_concurrency;
+  lp.rate_rps = a.rate;
+  w.scenario.profiles.push_back(lp);
+  w.profile_names.push_back(p.name);
+  const int runner = workload::ib_profile_concurrency(ib, i, workload::IbConcurrency::kRunner);
+  if (runner != a.max_concurrency)
+    w.notes.push_back("profile '" + p.name + "': runs at the declared concurrency " +
+                      std::to_string(a.max_concurrency) +
+                      "; IB's runner reads only the profile's own and runs it at " + std::to_string(runner) +
+                      " (--ib-concurrency runner to do the same)");
+  if (p.pattern == workload::ArrivalKind::kPoisson)
+    w.notes.push_back("profile '" + p.name + "': Poisson arrivals seeded (seed " + std::to_string(seed) +
+                      ", dimension " + a.seed_dimension + "); IB's runner draws them unseeded");
+  json::object pj;
+  pj["name"] = p.name;
+  pj["pattern"] = std::string(workload::arrival_kind_name(p.pattern));
+  pj["rate_per_s"] = a.rate;
+  pj["concurrency"] = a.max_concurrency;
+  pj["ib_runner_concurrency"] = runner;
+  pj["arrival_seed_dimension"] = a.seed_dimension;
+  return pj;
+}
+
+}  // namespace
+
+Result<IbWorkload> ib_workload(const IbFlags& flags, uint64_t seed, const std::string& requests_file,
+                               int warmup, const workload::TokenCounter& counter) {
+  auto rule = workload::parse_ib_concurrency(flags.concurrency);
+  if (!rule.ok()) return rule.status().with_context("--ib-concurrency");
+  PLUMB_ASSIGN_OR_RETURN(auto ib, workload::read_ib_scenario(flags.scenario_file));
+  IbWorkload w;
+  json::object info;
+  info["ib_scenario_file"] = flags.scenario_file;
+  info["seed"] = seed;
+  info["concurrency_rule"] = flags.concurrency;
+  if (!requests_file.empty()) {
+    PLUMB_RETURN_IF_ERROR(file_requests(ib, requests_file, warmup, w, info));
+  } else {
+    PLUMB_RETURN_IF_ERROR(drawn_requests(ib, seed, warmup, counter, w));
   }
+  w.profiles = workload::ib_arrivals(ib, seed, *rule);
+  describe_scenario(ib, w);
+  json::array profiles;
+  for (size_t i = 0; i < ib.profiles.size(); ++i) profiles.emplace_back(add_profile(ib, i, seed, w));
   info["profiles"] = std::move(profiles);
   info["size_class"] = "custom";
   w.info = std::move(info);

@@ -10,8 +10,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 extern char** environ;
 
@@ -81,28 +84,32 @@ Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {
   return *this;
 }
 
-Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
-  if (opts.argv.empty()) return invalid_argument("spawn: empty command");
-  // Build everything before fork: only async-signal-safe calls in the child.
+namespace {
+
+// The child's environment: ours, with opts.env's keys replaced.
+std::vector<std::string> env_strings_for(const std::map<std::string, std::string>& env) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     std::string s(*e);
     auto eq = s.find('=');
-    if (eq != std::string::npos && opts.env.count(s.substr(0, eq))) continue;
+    if (eq != std::string::npos && env.count(s.substr(0, eq))) continue;
     env_strings.push_back(std::move(s));
   }
-  for (const auto& [k, v] : opts.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  envp.reserve(env_strings.size() + 1);
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = opts.argv;
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  return env_strings;
+}
 
-  int out_fd = -1, err_fd = -1;
+// Pointers into strings, null-terminated, as exec wants them.
+std::vector<char*> c_array(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The log files of stdout and stderr (-1 where not redirected); both closed on failure.
+Status open_logs(const SpawnOptions& opts, int& out_fd, int& err_fd) {
   if (!opts.stdout_path.empty()) {
     out_fd = ::open(opts.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out_fd < 0)
@@ -115,6 +122,59 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
       return io_error("cannot open log file '" + opts.stderr_path + "': " + std::strerror(errno));
     }
   }
+  return Status::Ok();
+}
+
+// In the forked child: only async-signal-safe calls. Process group, parent-death signal, log
+// redirection, working directory, then exec; errno goes to exec_err_fd when any of it fails.
+[[noreturn]] void exec_child(const SpawnOptions& opts, char* const* argv, char* const* envp, int out_fd,
+                             int err_fd, int exec_err_fd, pid_t parent) {
+  if (opts.new_process_group) ::setpgid(0, 0);
+  if (opts.die_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The parent may have died between fork() and prctl(): then nothing would ever signal us.
+    if (::getppid() != parent) ::_exit(127);
+  }
+  if (out_fd >= 0) ::dup2(out_fd, 1);
+  if (err_fd >= 0)
+    ::dup2(err_fd, 2);
+  else if (opts.stderr_path == "=stdout" && out_fd >= 0)
+    ::dup2(out_fd, 2);
+  if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
+    int e = errno;
+    (void)!::write(exec_err_fd, &e, sizeof e);
+    ::_exit(127);
+  }
+  ::signal(SIGPIPE, SIG_DFL);
+  ::execvpe(argv[0], argv, envp);
+  int e = errno;
+  (void)!::write(exec_err_fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+// The child's errno when exec (or what precedes it) failed, read from the pipe that closes on exec; 0 when it
+// ran.
+int exec_errno(int exec_err_fd) {
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_err_fd, &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_err_fd);
+  return n == sizeof child_errno ? child_errno : 0;
+}
+
+}  // namespace
+
+Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
+  if (opts.argv.empty()) return invalid_argument("spawn: empty command");
+  // Build everything before fork: only async-signal-safe calls in the child.
+  std::vector<std::string> env_strings = env_strings_for(opts.env);
+  std::vector<char*> envp = c_array(env_strings);
+  std::vector<std::string> args = opts.argv;
+  std::vector<char*> argv = c_array(args);
+  int out_fd = -1, err_fd = -1;
+  PLUMB_RETURN_IF_ERROR(open_logs(opts, out_fd, err_fd));
   // A pipe that closes on exec tells the parent whether exec succeeded.
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return io_error(std::string("pipe: ") + std::strerror(errno));
@@ -129,40 +189,12 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& opts) {
     if (err_fd >= 0) ::close(err_fd);
     return resource_exhausted(std::string("fork: ") + std::strerror(e));
   }
-  if (pid == 0) {
-    if (opts.new_process_group) ::setpgid(0, 0);
-    if (opts.die_with_parent) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      // The parent may have died between fork() and prctl(): then nothing would ever signal us.
-      if (::getppid() != parent) ::_exit(127);
-    }
-    if (out_fd >= 0) ::dup2(out_fd, 1);
-    if (err_fd >= 0)
-      ::dup2(err_fd, 2);
-    else if (opts.stderr_path == "=stdout" && out_fd >= 0)
-      ::dup2(out_fd, 2);
-    if (!opts.cwd.empty() && ::chdir(opts.cwd.c_str()) != 0) {
-      int e = errno;
-      (void)!::write(pipefd[1], &e, sizeof e);
-      ::_exit(127);
-    }
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    int e = errno;
-    (void)!::write(pipefd[1], &e, sizeof e);
-    ::_exit(127);
-  }
+  if (pid == 0) exec_child(opts, argv.data(), envp.data(), out_fd, err_fd, pipefd[1], parent);
   if (opts.new_process_group) ::setpgid(pid, pid);  // close the race with the child's own call
   ::close(pipefd[1]);
   if (out_fd >= 0) ::close(out_fd);
   if (err_fd >= 0) ::close(err_fd);
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = ::read(pipefd[0], &child_errno, sizeof child_errno);
-  } while (n < 0 && errno == EINTR);
-  ::close(pipefd[0]);
-  if (n == sizeof child_errno) {
+  if (int child_errno = exec_errno(pipefd[0]); child_errno != 0) {
     int st;
     ::waitpid(pid, &st, 0);
     return not_found("cannot start '" + opts.argv[0] + "': " + std::strerror(child_errno));

@@ -142,10 +142,15 @@ std::string ids_text(const std::vector<int64_t>& ids) {
   return s;
 }
 
-}  // namespace
+// The evaluation's inputs, checked before anything starts.
+struct Inputs {
+  std::vector<protocol::Scenario> scenarios;
+  std::vector<gates::McItem> items;
+  fs::path work;  // absolute, with logs/ created
+};
 
-Result<Evaluation> run(const Options& opt) {
-  Evaluation ev;
+// The run's description: start time, size class, plumb's version and the machine.
+void describe_run(const Options& opt, Evaluation& ev) {
   ev.started_at = utc_timestamp_now();
   ev.size = opt.size;
   auto b = protocol::build_info();
@@ -153,8 +158,10 @@ Result<Evaluation> run(const Options& opt) {
   if (auto m = protocol::capture_machine(); m.ok())
     ev.machine = m->cpu_model + ", " + std::to_string(m->cores) + " cores (fingerprint " +
                  m->hash().substr(0, 16) + ")";
+}
 
-  // Check the inputs before starting anything.
+// The start script must exist and be executable; records its absolute path and SHA-256.
+Status check_start_script(const Options& opt, Evaluation& ev) {
   if (opt.start_script.empty()) return invalid_argument("--start-script is required");
   std::error_code ec;
   fs::path script = fs::absolute(opt.start_script, ec);
@@ -166,8 +173,11 @@ Result<Evaluation> run(const Options& opt) {
                             "`<script> <port>`, with a #! line)");
   ev.start_script = script.string();
   PLUMB_ASSIGN_OR_RETURN(ev.script_sha256, sha256_file(ev.start_script));
-  if (opt.plumb_binary.empty()) return invalid_argument("the plumb binary path is required (plumb_binary)");
-  if (opt.work_dir.empty()) return invalid_argument("a work directory is required");
+  return Status::Ok();
+}
+
+// The chosen scenarios of the size class, each once.
+Result<std::vector<protocol::Scenario>> chosen_scenarios(const Options& opt) {
   PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(opt.size));
   std::vector<protocol::Scenario> scenarios;
   std::set<std::string> seen;
@@ -177,86 +187,248 @@ Result<Evaluation> run(const Options& opt) {
     scenarios.push_back(sc);
   }
   if (scenarios.empty()) return invalid_argument("no scenario to run: give A, B, C, D or all");
-  ev.seeds = opt.seeds;
-  if (ev.seeds.empty())
-    for (const auto& p : protocol::seed_pairs()) ev.seeds.push_back(p.eval);
+  return scenarios;
+}
+
+// The quality gate's items: the dataset, cut to quality_limit.
+Result<std::vector<gates::McItem>> quality_items(const Options& opt) {
   if (opt.quality_dataset.empty())
     return invalid_argument("a quality dataset (multiple-choice JSONL) is required");
   PLUMB_ASSIGN_OR_RETURN(auto items, gates::load_mc_jsonl(opt.quality_dataset));
   if (opt.quality_limit > 0 && size_t(opt.quality_limit) < items.size())
     items.resize(size_t(opt.quality_limit));
+  return items;
+}
 
-  fs::path work = fs::absolute(opt.work_dir, ec);
-  fs::create_directories(work / "logs", ec);
-  if (ec) return invalid_argument("cannot create the work directory " + work.string() + ": " + ec.message());
-  ev.work_dir = work.string();
-  Context c{opt, ev.start_script, work};
+// Checks every input in the order the errors are documented; creates the work directory.
+Result<Inputs> check_inputs(const Options& opt, Evaluation& ev) {
+  PLUMB_RETURN_IF_ERROR(check_start_script(opt, ev));
+  if (opt.plumb_binary.empty()) return invalid_argument("the plumb binary path is required (plumb_binary)");
+  if (opt.work_dir.empty()) return invalid_argument("a work directory is required");
+  Inputs in;
+  PLUMB_ASSIGN_OR_RETURN(in.scenarios, chosen_scenarios(opt));
+  ev.seeds = opt.seeds;
+  if (ev.seeds.empty())
+    for (const auto& p : protocol::seed_pairs()) ev.seeds.push_back(p.eval);
+  PLUMB_ASSIGN_OR_RETURN(in.items, quality_items(opt));
+  std::error_code ec;
+  in.work = fs::absolute(opt.work_dir, ec);
+  fs::create_directories(in.work / "logs", ec);
+  if (ec)
+    return invalid_argument("cannot create the work directory " + in.work.string() + ": " + ec.message());
+  ev.work_dir = in.work.string();
+  return in;
+}
 
-  std::unique_ptr<ledger::Ledger> led;
+// The ledger when one is given: where runs and scores go and registered baselines come from.
+struct Store {
+  std::unique_ptr<ledger::Ledger> led;  // null: no ledger
   std::optional<compare::ProvenanceIds> ids;
-  if (!opt.ledger_path.empty()) {
-    PLUMB_ASSIGN_OR_RETURN(led, ledger::Ledger::open(opt.ledger_path));
-    PLUMB_ASSIGN_OR_RETURN(ids, compare::provenance_ids(*led));
-  }
+};
 
-  // Harness hashes before the submission ever runs.
+Result<Store> open_store(const Options& opt) {
+  Store st;
+  if (!opt.ledger_path.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(st.led, ledger::Ledger::open(opt.ledger_path));
+    PLUMB_ASSIGN_OR_RETURN(st.ids, compare::provenance_ids(*st.led));
+  }
+  return st;
+}
+
+// The files whose SHA-256 must not change while the submission runs.
+std::vector<std::string> harness_files(const Options& opt, const Evaluation& ev) {
   std::vector<std::string> harness = {opt.plumb_binary, opt.quality_dataset, ev.start_script};
   harness.insert(harness.end(), opt.harness_files.begin(), opt.harness_files.end());
-  ev.harness_before = gates::hash_harness(harness);
+  return harness;
+}
 
-  // Gates: the submission and the reference side by side.
-  {
-    launch::EngineConfig sub = submission_config(c);
-    auto target_engine = start(c, sub, "submission-gates");
-    if (!target_engine.ok())
-      return Status(target_engine.status().code(),
-                    "the start script did not bring up a server: " + target_engine.status().message());
-    PLUMB_ASSIGN_OR_RETURN(auto refcfg, plumb_config(c, opt.reference_preset));
-    auto ref_engine = start(c, refcfg, "reference");
-    if (!ref_engine.ok())
-      return Status(ref_engine.status().code(), "the reference plumb serve --preset " + opt.reference_preset +
-                                                    " did not start: " + ref_engine.status().message());
-    gates::OpenAiClient target({(*target_engine)->base_url(), ""});
-    gates::OpenAiClient reference({(*ref_engine)->base_url(), ""});
-    PLUMB_RETURN_IF_ERROR(reference.resolve_model());
-    Status tm = target.resolve_model();
-    if (!tm.ok()) return Status(tm.code(), "the submission's server: " + tm.message());
-    c.say("quality gate: " + std::to_string(items.size()) +
-          " multiple-choice items on the submission and the reference");
-    gates::QualityOptions q;
-    q.items = items;
-    q.tau = opt.tau;
-    q.seed = protocol::kQualitySeed;
-    q.fidelity_prompts = opt.fidelity_prompts;
-    auto quality = gates::run_quality(target, &reference, q);
-    if (!quality.ok()) return Status(quality.status().code(), "quality gate: " + quality.status().message());
-    ev.gates.gates.push_back(std::move(*quality));
-    c.say("integrity gate");
-    gates::IntegrityOptions io;
-    io.seed = protocol::kQualitySeed;
-    io.fidelity_prompts = opt.fidelity_prompts;
-    io.harness_files = harness;
-    io.harness_before = ev.harness_before;
-    auto integrity = gates::run_integrity(target, &reference, io);
-    if (!integrity.ok())
-      return Status(integrity.status().code(), "integrity gate: " + integrity.status().message());
-    ev.gates.gates.push_back(std::move(*integrity));
-    (void)(*ref_engine)->stop();
-    auto stopped = (*target_engine)->stop();
-    if (!stopped.ok())
-      return Status(stopped.status().code(), "stopping the submission: " + stopped.status().message());
+// The quality and integrity gates on the submission, against the reference running beside it.
+Status run_gates(Context& c, const std::vector<gates::McItem>& items, const std::vector<std::string>& harness,
+                 Evaluation& ev) {
+  const Options& opt = c.opt;
+  auto target_engine = start(c, submission_config(c), "submission-gates");
+  if (!target_engine.ok())
+    return Status(target_engine.status().code(),
+                  "the start script did not bring up a server: " + target_engine.status().message());
+  PLUMB_ASSIGN_OR_RETURN(auto refcfg, plumb_config(c, opt.reference_preset));
+  auto ref_engine = start(c, refcfg, "reference");
+  if (!ref_engine.ok())
+    return Status(ref_engine.status().code(), "the reference plumb serve --preset " + opt.reference_preset +
+                                                  " did not start: " + ref_engine.status().message());
+  gates::OpenAiClient target({(*target_engine)->base_url(), ""});
+  gates::OpenAiClient reference({(*ref_engine)->base_url(), ""});
+  PLUMB_RETURN_IF_ERROR(reference.resolve_model());
+  Status tm = target.resolve_model();
+  if (!tm.ok()) return Status(tm.code(), "the submission's server: " + tm.message());
+  c.say("quality gate: " + std::to_string(items.size()) +
+        " multiple-choice items on the submission and the reference");
+  gates::QualityOptions q;
+  q.items = items;
+  q.tau = opt.tau;
+  q.seed = protocol::kQualitySeed;
+  q.fidelity_prompts = opt.fidelity_prompts;
+  auto quality = gates::run_quality(target, &reference, q);
+  if (!quality.ok()) return Status(quality.status().code(), "quality gate: " + quality.status().message());
+  ev.gates.gates.push_back(std::move(*quality));
+  c.say("integrity gate");
+  gates::IntegrityOptions io;
+  io.seed = protocol::kQualitySeed;
+  io.fidelity_prompts = opt.fidelity_prompts;
+  io.harness_files = harness;
+  io.harness_before = ev.harness_before;
+  auto integrity = gates::run_integrity(target, &reference, io);
+  if (!integrity.ok())
+    return Status(integrity.status().code(), "integrity gate: " + integrity.status().message());
+  ev.gates.gates.push_back(std::move(*integrity));
+  (void)(*ref_engine)->stop();
+  auto stopped = (*target_engine)->stop();
+  if (!stopped.ok())
+    return Status(stopped.status().code(), "stopping the submission: " + stopped.status().message());
+  return Status::Ok();
+}
+
+// What every scenario's runs share: the token counter, the measure options and both engines.
+struct Measuring {
+  workload::TokenCounter counter;
+  compare::MeasureOptions mo;
+  launch::EngineConfig submission;
+  launch::EngineConfig baseline;
+  Store* store = nullptr;
+};
+
+// One seed of one scenario: its workload, the ledger's id of its request set and the runs' ids.
+struct SeedRun {
+  const protocol::Scenario& sc;
+  uint64_t seed;
+  compare::Workload w;
+  std::optional<int64_t> set_id;
+  std::optional<int64_t> baseline_run;  // the ledger's id of the baseline run behind s.baseline
+};
+
+// The baseline from the ledger's registered runs, when there are some.
+Status baseline_from_ledger(const Context& c, Measuring& m, SeedRun& r, SeedResult& s) {
+  if (!m.store->led) return Status::Ok();
+  PLUMB_ASSIGN_OR_RETURN(auto lb, ledger_baseline(*m.store->led, m.store->ids->machine, *r.set_id, r.sc.id,
+                                                  c.opt.size, c.opt.baseline_preset));
+  if (std::isfinite(lb.objective)) {
+    s.baseline = lb.objective;
+    s.baseline_source = "ledger (runs " + ids_text(lb.run_ids) + ")";
+    r.baseline_run = lb.run_ids.front();
   }
-  ev.gates_passed = ev.gates.passed();
+  return Status::Ok();
+}
 
-  // Scenarios, only when the gates passed.
+// The baseline measured now on plumb serve --preset <baseline>, stored when there is a ledger.
+Status measure_baseline(Context& c, Measuring& m, SeedRun& r, const Evaluation& ev, SeedResult& s) {
+  const Options& opt = c.opt;
+  const std::string run = r.sc.id + "-" + std::to_string(r.seed);
+  c.say("scenario " + r.sc.id + " seed " + std::to_string(r.seed) +
+        ": measuring the baseline (plumb serve --preset " + opt.baseline_preset + ")");
+  PLUMB_ASSIGN_OR_RETURN(m.mo.work_dir, c.fresh_dir("baseline-" + run));
+  auto bm = compare::measure(m.baseline, r.sc, r.w, m.mo);
+  if (!bm.ok() || !bm->started) {
+    s.baseline_source = "baseline failed to start: " + (bm.ok() ? bm->start_error : bm.status()).message();
+    return Status::Ok();
+  }
+  s.baseline_source = "measured: plumb serve --preset " + opt.baseline_preset;
+  if (bm->valid) {
+    s.baseline = bm->objective;
+  } else {
+    s.baseline_source += " (invalid run: " + bm->failure + ")";
+  }
+  if (!m.store->led) return Status::Ok();
+  compare::fill_provenance(bm->row, *m.store->ids, *r.set_id, r.sc, r.seed);
+  bm->row.effective_settings = effective_settings(opt, m.mo, "baseline", r.sc, r.seed, r.w, ev.script_sha256);
+  auto id = m.store->led->insert_run(bm->row, bm->requests, bm->metrics);
+  if (!id.ok()) return Status(id.status().code(), "storing the baseline run: " + id.status().message());
+  if (bm->valid) r.baseline_run = *id;
+  return Status::Ok();
+}
+
+// The submission's run of this seed, stored with its score over the baseline when there is a ledger.
+Status measure_submission(Context& c, Measuring& m, const SeedRun& r, const Evaluation& ev, SeedResult& s) {
+  const Options& opt = c.opt;
+  c.say("scenario " + r.sc.id + " seed " + std::to_string(r.seed) + ": measuring the submission");
+  PLUMB_ASSIGN_OR_RETURN(m.mo.work_dir, c.fresh_dir("submission-" + r.sc.id + "-" + std::to_string(r.seed)));
+  auto sm = compare::measure(m.submission, r.sc, r.w, m.mo);
+  if (!sm.ok() || !sm->started) {
+    s.valid = false;
+    s.failure = "the submission did not start: " + (sm.ok() ? sm->start_error : sm.status()).message();
+    return Status::Ok();
+  }
+  s.log_path = sm->log_path;
+  s.valid = sm->valid;
+  s.failure = sm->failure;
+  s.objective = sm->objective;
+  if (!m.store->led) return Status::Ok();
+  compare::fill_provenance(sm->row, *m.store->ids, *r.set_id, r.sc, r.seed);
+  sm->row.effective_settings =
+      effective_settings(opt, m.mo, "submission", r.sc, r.seed, r.w, ev.script_sha256);
+  sm->row.gate_status = ev.gates_passed ? "pass" : "fail";
+  auto id = m.store->led->insert_run(sm->row, sm->requests, sm->metrics);
+  if (!id.ok()) return Status(id.status().code(), "storing the submission's run: " + id.status().message());
+  if (sm->valid && r.baseline_run && std::isfinite(s.baseline)) {
+    ledger::ScoreRow score{*id, *r.baseline_run, opt.baseline_preset, sm->objective / s.baseline};
+    auto sid = m.store->led->insert_score(score);
+    if (!sid.ok()) c.say("the ledger refused the score: " + sid.status().message());
+  }
+  return Status::Ok();
+}
+
+// One seed: the request set, the baseline (registered, else measured now), the submission, the speedup.
+Result<SeedResult> measure_seed(Context& c, Measuring& m, const protocol::Scenario& sc, uint64_t seed,
+                                const Evaluation& ev) {
+  SeedResult s;
+  s.seed = seed;
+  s.objective = s.baseline = s.speedup = stats::kNaN;
+  PLUMB_ASSIGN_OR_RETURN(auto w, compare::make_workload(sc, seed, m.counter));
+  SeedRun r{sc, seed, std::move(w), std::nullopt, std::nullopt};
+  s.request_set_hash = r.w.set.set_hash;
+  if (m.store->led) {
+    PLUMB_ASSIGN_OR_RETURN(r.set_id, compare::insert_request_set(*m.store->led, r.w, sc, seed));
+  }
+  PLUMB_RETURN_IF_ERROR(baseline_from_ledger(c, m, r, s));
+  if (!std::isfinite(s.baseline)) PLUMB_RETURN_IF_ERROR(measure_baseline(c, m, r, ev, s));
+  PLUMB_RETURN_IF_ERROR(measure_submission(c, m, r, ev, s));
+  if (s.valid && std::isfinite(s.baseline) && s.baseline > 0) s.speedup = s.objective / s.baseline;
+  return s;
+}
+
+// The scenario's score: the geometric mean of its seeds' speedups, or 1.0 with the reason.
+void score_scenario(ScenarioResult& sr) {
+  std::vector<double> speedups;
+  for (const auto& s : sr.seeds) speedups.push_back(s.speedup);
+  sr.speedup = stats::geomean(speedups);
+  sr.score = sr.speedup;
+  for (const auto& s : sr.seeds) {
+    if (!s.valid) {
+      sr.score_note = "seed " + std::to_string(s.seed) + ": the submission's run is invalid (" + s.failure +
+                      "): the scenario scores 1.0";
+      break;
+    }
+    if (!std::isfinite(s.baseline)) {
+      sr.score_note = "seed " + std::to_string(s.seed) + ": no baseline objective (" + s.baseline_source +
+                      "): the scenario scores 1.0";
+      break;
+    }
+  }
+  if (!sr.score_note.empty() || !std::isfinite(sr.score)) {
+    sr.score = 1.0;
+    if (sr.score_note.empty()) sr.score_note = "no finite speedup: the scenario scores 1.0";
+  }
+}
+
+// Every scenario on every seed when the gates passed; otherwise each scores as the baseline, unmeasured.
+Status run_scenarios(Context& c, const std::vector<protocol::Scenario>& scenarios, Store& store,
+                     Evaluation& ev) {
+  const Options& opt = c.opt;
   auto counter = compare::make_token_counter(opt.tokenizer);
   if (!counter.ok()) return counter.status();
-  compare::MeasureOptions mo;
-  mo.plumb_binary = opt.plumb_binary;
-  mo.request_timeout = opt.request_timeout;
-  mo.progress = opt.progress;
-  launch::EngineConfig sub = submission_config(c);
-  PLUMB_ASSIGN_OR_RETURN(auto basecfg, plumb_config(c, opt.baseline_preset));
+  Measuring m{std::move(*counter), {}, submission_config(c), {}, &store};
+  m.mo.plumb_binary = opt.plumb_binary;
+  m.mo.request_timeout = opt.request_timeout;
+  m.mo.progress = opt.progress;
+  PLUMB_ASSIGN_OR_RETURN(m.baseline, plumb_config(c, opt.baseline_preset));
   for (const auto& sc : scenarios) {
     ScenarioResult sr;
     sr.scenario = sc.id;
@@ -268,108 +440,18 @@ Result<Evaluation> run(const Options& opt) {
       ev.scenarios.push_back(std::move(sr));
       continue;
     }
-    std::vector<double> speedups;
     for (uint64_t seed : ev.seeds) {
-      SeedResult s;
-      s.seed = seed;
-      s.objective = s.baseline = s.speedup = stats::kNaN;
-      PLUMB_ASSIGN_OR_RETURN(auto w, compare::make_workload(sc, seed, *counter));
-      s.request_set_hash = w.set.set_hash;
-      std::optional<int64_t> set_id;
-      if (led) {
-        PLUMB_ASSIGN_OR_RETURN(set_id, compare::insert_request_set(*led, w, sc, seed));
-      }
-
-      // The baseline: registered in the ledger, else measured now.
-      std::optional<int64_t> baseline_run;
-      if (led) {
-        PLUMB_ASSIGN_OR_RETURN(
-            auto lb, ledger_baseline(*led, ids->machine, *set_id, sc.id, opt.size, opt.baseline_preset));
-        if (std::isfinite(lb.objective)) {
-          s.baseline = lb.objective;
-          s.baseline_source = "ledger (runs " + ids_text(lb.run_ids) + ")";
-          baseline_run = lb.run_ids.front();
-        }
-      }
-      if (!std::isfinite(s.baseline)) {
-        c.say("scenario " + sc.id + " seed " + std::to_string(seed) +
-              ": measuring the baseline (plumb serve --preset " + opt.baseline_preset + ")");
-        PLUMB_ASSIGN_OR_RETURN(mo.work_dir, c.fresh_dir("baseline-" + sc.id + "-" + std::to_string(seed)));
-        auto bm = compare::measure(basecfg, sc, w, mo);
-        if (!bm.ok() || !bm->started) {
-          s.baseline_source =
-              "baseline failed to start: " + (bm.ok() ? bm->start_error : bm.status()).message();
-        } else {
-          s.baseline_source = "measured: plumb serve --preset " + opt.baseline_preset;
-          if (bm->valid) {
-            s.baseline = bm->objective;
-          } else {
-            s.baseline_source += " (invalid run: " + bm->failure + ")";
-          }
-          if (led) {
-            compare::fill_provenance(bm->row, *ids, *set_id, sc, seed);
-            bm->row.effective_settings =
-                effective_settings(opt, mo, "baseline", sc, seed, w, ev.script_sha256);
-            auto id = led->insert_run(bm->row, bm->requests, bm->metrics);
-            if (!id.ok())
-              return Status(id.status().code(), "storing the baseline run: " + id.status().message());
-            if (bm->valid) baseline_run = *id;
-          }
-        }
-      }
-
-      c.say("scenario " + sc.id + " seed " + std::to_string(seed) + ": measuring the submission");
-      PLUMB_ASSIGN_OR_RETURN(mo.work_dir, c.fresh_dir("submission-" + sc.id + "-" + std::to_string(seed)));
-      auto m = compare::measure(sub, sc, w, mo);
-      if (!m.ok() || !m->started) {
-        s.valid = false;
-        s.failure = "the submission did not start: " + (m.ok() ? m->start_error : m.status()).message();
-      } else {
-        s.log_path = m->log_path;
-        s.valid = m->valid;
-        s.failure = m->failure;
-        s.objective = m->objective;
-        if (led) {
-          compare::fill_provenance(m->row, *ids, *set_id, sc, seed);
-          m->row.effective_settings =
-              effective_settings(opt, mo, "submission", sc, seed, w, ev.script_sha256);
-          m->row.gate_status = ev.gates_passed ? "pass" : "fail";
-          auto id = led->insert_run(m->row, m->requests, m->metrics);
-          if (!id.ok())
-            return Status(id.status().code(), "storing the submission's run: " + id.status().message());
-          if (m->valid && baseline_run && std::isfinite(s.baseline)) {
-            ledger::ScoreRow score{*id, *baseline_run, opt.baseline_preset, m->objective / s.baseline};
-            auto sid = led->insert_score(score);
-            if (!sid.ok()) c.say("the ledger refused the score: " + sid.status().message());
-          }
-        }
-      }
-      if (s.valid && std::isfinite(s.baseline) && s.baseline > 0) s.speedup = s.objective / s.baseline;
-      speedups.push_back(s.speedup);
+      PLUMB_ASSIGN_OR_RETURN(auto s, measure_seed(c, m, sc, seed, ev));
       sr.seeds.push_back(std::move(s));
     }
-    sr.speedup = stats::geomean(speedups);
-    sr.score = sr.speedup;
-    for (const auto& s : sr.seeds) {
-      if (!s.valid) {
-        sr.score_note = "seed " + std::to_string(s.seed) + ": the submission's run is invalid (" + s.failure +
-                        "): the scenario scores 1.0";
-        break;
-      }
-      if (!std::isfinite(s.baseline)) {
-        sr.score_note = "seed " + std::to_string(s.seed) + ": no baseline objective (" + s.baseline_source +
-                        "): the scenario scores 1.0";
-        break;
-      }
-    }
-    if (!sr.score_note.empty() || !std::isfinite(sr.score)) {
-      sr.score = 1.0;
-      if (sr.score_note.empty()) sr.score_note = "no finite speedup: the scenario scores 1.0";
-    }
+    score_scenario(sr);
     ev.scenarios.push_back(std::move(sr));
   }
+  return Status::Ok();
+}
 
-  // Harness integrity at the very end: a change fails the integrity gate (and every score).
+// Harness integrity at the very end: a change fails the integrity gate (and every score).
+void check_harness_at_end(const std::vector<std::string>& harness, Evaluation& ev) {
   ev.harness_after = gates::hash_harness(harness);
   auto [changed, which] = gates::harness_changes(ev.harness_before, ev.harness_after);
   ev.harness_intact = changed == 0;
@@ -388,11 +470,32 @@ Result<Evaluation> run(const Options& opt) {
       sr.score_note = "harness integrity failed at the end: the scenario scores 1.0";
     }
   }
+}
+
+// The overall score: the geometric mean of the scenario scores (1.0 when not finite).
+void score_evaluation(Evaluation& ev) {
   std::vector<double> scores;
   for (const auto& sr : ev.scenarios) scores.push_back(sr.score);
   ev.score = stats::geomean(scores);
   if (!std::isfinite(ev.score)) ev.score = 1.0;
   ev.ended_at = utc_timestamp_now();
+}
+
+}  // namespace
+
+Result<Evaluation> run(const Options& opt) {
+  Evaluation ev;
+  describe_run(opt, ev);
+  PLUMB_ASSIGN_OR_RETURN(auto in, check_inputs(opt, ev));
+  Context c{opt, ev.start_script, in.work};
+  PLUMB_ASSIGN_OR_RETURN(auto store, open_store(opt));
+  const std::vector<std::string> harness = harness_files(opt, ev);
+  ev.harness_before = gates::hash_harness(harness);
+  PLUMB_RETURN_IF_ERROR(run_gates(c, in.items, harness, ev));
+  ev.gates_passed = ev.gates.passed();
+  PLUMB_RETURN_IF_ERROR(run_scenarios(c, in.scenarios, store, ev));
+  check_harness_at_end(harness, ev);
+  score_evaluation(ev);
   return ev;
 }
 

@@ -336,14 +336,28 @@ std::optional<double> prometheus_sum(const std::string& text, const std::string&
   return sum;
 }
 
-Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, const IntegrityOptions& opt) {
-  GateResult g;
-  g.gate = "integrity";
-  PLUMB_RETURN_IF_ERROR(target.resolve_model());
-  if (reference) PLUMB_RETURN_IF_ERROR(reference->resolve_model());
-  OpenAiClient& counter = reference ? *reference : target;
+namespace {
 
-  // 1. Fidelity.
+// A failed request to the system under test, named as the target's.
+Status target_error(const Status& s) { return Status(s.code(), "target: " + s.message()); }
+
+// A greedy ignore_eos completion on the target, timed into *secs.
+Result<json::object> timed_generation(OpenAiClient& target, const std::string& prompt, int max_tokens,
+                                      double* secs) {
+  json::object b = completion_body(prompt, max_tokens);
+  b["ignore_eos"] = true;
+  return target.post_timed("/v1/completions", std::move(b), secs);
+}
+
+// p with its last word changed: the same length and the same prefix.
+std::string last_word_changed(const std::string& p) {
+  auto sp = p.rfind(' ');
+  size_t cut = sp == std::string::npos ? 0 : sp + 1;
+  return p.substr(0, cut) + (p.substr(cut) == "stone" ? "cloud" : "stone");
+}
+
+// 1. Fidelity of the target's logprobs to the reference's.
+void add_fidelity(OpenAiClient& target, OpenAiClient* reference, const IntegrityOptions& opt, GateResult& g) {
   if (reference && opt.fidelity_prompts > 0) {
     for (auto& c : fidelity_constraints(target, *reference, opt.seed, opt.fidelity_prompts,
                                         opt.fidelity_words, opt.top_logprobs, opt.bounds))
@@ -351,220 +365,251 @@ Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, 
   } else {
     g.constraints.push_back(not_evaluated("fidelity", "no reference server to compare logprobs with"));
   }
+}
 
-  // 2. Repeated vs fresh requests.
-  {
-    auto gen = [&](const std::string& prompt, int max_tokens, double* secs) {
-      json::object b = completion_body(prompt, max_tokens);
-      b["ignore_eos"] = true;
-      return target.post_timed("/v1/completions", std::move(b), secs);
-    };
-    auto warm = fresh_prompts(derive_seed(opt.seed, "warmup"), 1, opt.cache_words);
-    double s = 0;
-    auto w = gen(warm[0], opt.cache_max_tokens, &s);
-    if (!w.ok()) return Status(w.status().code(), "target: " + w.status().message());
-    auto prompts = fresh_prompts(derive_seed(opt.seed, "cache"), opt.cache_prompts, opt.cache_words);
-    // Honest prefix caching must not look like response caching, so both timed requests see the
-    // same cache state: each prompt p is first sent untimed (it fills the prefix cache), then a
-    // "fresh" variant of p with only its last word changed (same length; every full KV block but
-    // the last is a prefix-cache hit, exactly as for a repeat) and then the exact repeat of p are
-    // timed back to back. Only a server that caches responses answers the repeat much faster.
-    // The statistic is the median of the per-pair ratios.
-    std::vector<double> ratios, fresh_t, repeat_t;
-    std::set<std::string> greedy_outputs;
-    for (const auto& p : prompts) {
-      double s0 = 0, sf = 0, sr = 0;
-      auto r = gen(p, opt.cache_max_tokens, &s0);
-      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
-      auto c = first_choice(*r);
-      if (c.ok()) greedy_outputs.insert(choice_text(**c));
-      std::string variant = p;
-      auto sp = variant.rfind(' ');
-      variant = variant.substr(0, sp == std::string::npos ? 0 : sp + 1) +
-                (variant.substr(sp == std::string::npos ? 0 : sp + 1) == "stone" ? "cloud" : "stone");
-      auto rf = gen(variant, opt.cache_max_tokens, &sf);
-      if (!rf.ok()) return Status(rf.status().code(), "target: " + rf.status().message());
-      auto rr = gen(p, opt.cache_max_tokens, &sr);
-      if (!rr.ok()) return Status(rr.status().code(), "target: " + rr.status().message());
-      fresh_t.push_back(sf);
-      repeat_t.push_back(sr);
-      if (sf > 0) ratios.push_back(sr / sf);
-    }
-    double mf = median(fresh_t), mr = median(repeat_t);
-    g.constraints.push_back(check("repeat_time_ratio", median(ratios), ">=", opt.min_repeat_time_ratio,
-                                  "exact repeats are answered far faster than fresh prompts of the same "
-                                  "shape: more than prefix caching can "
-                                  "explain (a response cache); disable it",
-                                  fmt::format("median of E2E(repeat)/E2E(fresh) over {} pairs; medians "
-                                              "{:.2f} / {:.2f} ms; {} ignore_eos tokens",
-                                              ratios.size(), mr * 1e3, mf * 1e3, opt.cache_max_tokens)));
-    g.constraints.push_back(
-        check("prompt_dependent_outputs", double(greedy_outputs.size()),
-              ">=", double(std::min<size_t>(2, prompts.size())),
-              "different prompts got the same output: canned responses",
-              fmt::format("distinct greedy outputs of {} different prompts", prompts.size())));
-    auto sp = fresh_prompts(derive_seed(opt.seed, "sampled"), 1, opt.cache_words);
-    std::set<std::string> sampled;
-    for (int k = 0; k < opt.sample_seeds; ++k) {
-      json::object b = completion_body(sp[0], opt.cache_max_tokens);
-      b["ignore_eos"] = true;
-      b["temperature"] = 1.0;
-      b["seed"] = int64_t(derive_seed(opt.seed, fmt::format("sample/{}", k)) >> 33);
-      auto r = target.post("/v1/completions", std::move(b));
-      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
-      auto c = first_choice(*r);
-      if (c.ok()) sampled.insert(choice_text(**c));
-    }
-    g.constraints.push_back(
-        check("sampled_repeats_distinct", double(sampled.size()), ">=", double(std::min(2, opt.sample_seeds)),
-              "the same prompt sampled at temperature 1 with different seeds gave identical "
-              "outputs: responses are cached or canned regardless of the seed",
-              fmt::format("distinct outputs of {} seeds", opt.sample_seeds)));
+// 2a. Repeated vs fresh prompts: a response cache answers exact repeats far faster; canned
+// responses give every prompt the same output.
+Status add_repeat_checks(OpenAiClient& target, const IntegrityOptions& opt, GateResult& g) {
+  auto warm = fresh_prompts(derive_seed(opt.seed, "warmup"), 1, opt.cache_words);
+  double s = 0;
+  auto w = timed_generation(target, warm[0], opt.cache_max_tokens, &s);
+  if (!w.ok()) return target_error(w.status());
+  auto prompts = fresh_prompts(derive_seed(opt.seed, "cache"), opt.cache_prompts, opt.cache_words);
+  // Honest prefix caching must not look like response caching, so both timed requests see the
+  // same cache state: each prompt p is first sent untimed (it fills the prefix cache), then a
+  // "fresh" variant of p with only its last word changed (same length; every full KV block but
+  // the last is a prefix-cache hit, exactly as for a repeat) and then the exact repeat of p are
+  // timed back to back. Only a server that caches responses answers the repeat much faster.
+  // The statistic is the median of the per-pair ratios.
+  std::vector<double> ratios, fresh_t, repeat_t;
+  std::set<std::string> greedy_outputs;
+  for (const auto& p : prompts) {
+    double s0 = 0, sf = 0, sr = 0;
+    auto r = timed_generation(target, p, opt.cache_max_tokens, &s0);
+    if (!r.ok()) return target_error(r.status());
+    auto c = first_choice(*r);
+    if (c.ok()) greedy_outputs.insert(choice_text(**c));
+    auto rf = timed_generation(target, last_word_changed(p), opt.cache_max_tokens, &sf);
+    if (!rf.ok()) return target_error(rf.status());
+    auto rr = timed_generation(target, p, opt.cache_max_tokens, &sr);
+    if (!rr.ok()) return target_error(rr.status());
+    fresh_t.push_back(sf);
+    repeat_t.push_back(sr);
+    if (sf > 0) ratios.push_back(sr / sf);
   }
+  double mf = median(fresh_t), mr = median(repeat_t);
+  g.constraints.push_back(check("repeat_time_ratio", median(ratios), ">=", opt.min_repeat_time_ratio,
+                                "exact repeats are answered far faster than fresh prompts of the same "
+                                "shape: more than prefix caching can "
+                                "explain (a response cache); disable it",
+                                fmt::format("median of E2E(repeat)/E2E(fresh) over {} pairs; medians "
+                                            "{:.2f} / {:.2f} ms; {} ignore_eos tokens",
+                                            ratios.size(), mr * 1e3, mf * 1e3, opt.cache_max_tokens)));
+  g.constraints.push_back(check(
+      "prompt_dependent_outputs", double(greedy_outputs.size()), ">=",
+      double(std::min<size_t>(2, prompts.size())), "different prompts got the same output: canned responses",
+      fmt::format("distinct greedy outputs of {} different prompts", prompts.size())));
+  return Status::Ok();
+}
 
-  // 3. Work accounting, bracketed by /metrics scrapes.
-  {
-    auto before = target.get("/metrics");
-    auto prompts =
-        fresh_prompts(derive_seed(opt.seed, "accounting"), opt.accounting_requests, opt.cache_words);
-    int64_t n = 0, usage_prompt_ok = 0, usage_completion_ok = 0, sum_delivered = 0, sum_prompt = 0;
-    double min_delivered_ratio = 1e300, max_text_err = 0;
-    std::string recount_err;
-    for (const auto& p : prompts) {
-      json::object b = completion_body(p, opt.accounting_max_tokens);
-      b["ignore_eos"] = true;
-      b["logprobs"] = 1;
-      auto r = target.post("/v1/completions", std::move(b));
-      if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
-      auto c = first_choice(*r);
-      if (!c.ok()) return Status(c.status().code(), "target: " + c.status().message());
-      std::string text = choice_text(**c);
-      int64_t delivered = -1;
-      if ((*c)->contains("logprobs") && (*c)->at("logprobs").is_object()) {
-        const auto& lo = (*c)->at("logprobs").as_object();
-        if (lo.contains("tokens") && lo.at("tokens").is_array())
-          delivered = int64_t(lo.at("tokens").as_array().size());
-      }
-      auto local_prompt = count_tokens(counter, p, true);
-      auto local_text = count_tokens(counter, text, false);
-      if (!local_prompt.ok() || !local_text.ok()) {
-        recount_err = !local_prompt.ok() ? local_prompt.status().message() : local_text.status().message();
-        break;
-      }
-      if (delivered < 0) delivered = *local_text;
-      auto up = usage_field(*r, "prompt_tokens");
-      auto uc = usage_field(*r, "completion_tokens");
-      n++;
-      sum_delivered += delivered;
-      sum_prompt += *local_prompt;
-      if (up && *up == *local_prompt) usage_prompt_ok++;
-      if (uc && *uc == delivered) usage_completion_ok++;
-      min_delivered_ratio =
-          std::min(min_delivered_ratio, double(delivered) / double(opt.accounting_max_tokens));
-      double denom = double(std::max<int64_t>(1, uc.value_or(delivered)));
-      max_text_err =
-          std::max(max_text_err, std::fabs(double(*local_text) - double(uc.value_or(delivered))) / denom);
-    }
-    if (!recount_err.empty()) {
-      g.constraints.push_back(
-          not_evaluated("work_accounting", "local re-count through /tokenize failed: " + recount_err));
-    } else {
-      std::string how =
-          reference ? "re-counted by the reference's /tokenize" : "re-counted by the target's /tokenize";
-      g.constraints.push_back(check("usage_prompt_tokens_match",
-                                    n ? double(usage_prompt_ok) / double(n) : std::nan(""), ">=", 1.0,
-                                    "usage.prompt_tokens differs from the local re-count of the prompt",
-                                    fmt::format("{}/{} requests, {}", usage_prompt_ok, n, how)));
-      g.constraints.push_back(check("usage_completion_tokens_match",
-                                    n ? double(usage_completion_ok) / double(n) : std::nan(""), ">=", 1.0,
-                                    "usage.completion_tokens differs from the tokens delivered (logprob "
-                                    "entries): usage is inflated or wrong",
-                                    fmt::format("{}/{} requests", usage_completion_ok, n)));
-      g.constraints.push_back(check("delivered_length_ratio", n ? min_delivered_ratio : std::nan(""),
-                                    ">=", 1.0,
-                                    "fewer tokens delivered than requested with ignore_eos: the server stops "
-                                    "early or ignores ignore_eos",
-                                    fmt::format("min delivered/requested over {} requests of max_tokens {}",
-                                                n, opt.accounting_max_tokens)));
-      g.constraints.push_back(check("text_recount_error", n ? max_text_err : std::nan(""),
-                                    "<=", opt.text_recount_tolerance,
-                                    "the returned text re-tokenizes to far fewer/more tokens than usage "
-                                    "claims: truncated or padded output",
-                                    fmt::format("max |tokens(text) - usage| / usage, {}", how)));
-      auto after = target.get("/metrics");
-      std::optional<double> g0, g1, p0, p1;
-      if (before.ok() && after.ok()) {
-        g0 = prometheus_sum(*before, "generation_tokens_total");
-        g1 = prometheus_sum(*after, "generation_tokens_total");
-        p0 = prometheus_sum(*before, "prompt_tokens_total");
-        p1 = prometheus_sum(*after, "prompt_tokens_total");
-      }
-      if (g0 && g1) {
-        double d = *g1 - *g0;
-        double err =
-            sum_delivered > 0 ? std::fabs(d - double(sum_delivered)) / double(sum_delivered) : std::nan("");
-        g.constraints.push_back(
-            check("metrics_generation_tokens_error", err, "<=", opt.metrics_tolerance,
-                  "/metrics generation-token counter moved differently from the work sent",
-                  fmt::format("delta {} vs {} delivered", d, sum_delivered)));
-      } else {
-        g.constraints.push_back(
-            not_evaluated("metrics_generation_tokens_error",
-                          "the target exposes no *generation_tokens_total counter on /metrics"));
-      }
-      if (p0 && p1) {
-        double d = *p1 - *p0;
-        double err = sum_prompt > 0 ? std::fabs(d - double(sum_prompt)) / double(sum_prompt) : std::nan("");
-        g.constraints.push_back(check("metrics_prompt_tokens_error", err, "<=", opt.metrics_tolerance,
-                                      "/metrics prompt-token counter moved differently from the work sent",
-                                      fmt::format("delta {} vs {} prompt tokens", d, sum_prompt)));
-      } else {
-        g.constraints.push_back(not_evaluated(
-            "metrics_prompt_tokens_error", "the target exposes no *prompt_tokens_total counter on /metrics"));
-      }
-    }
-  }
-
-  // 4. Plausibility against the roofline: a single stream's decode rate (tokens / E2E, which
-  // under-states the decode rate, so the check is conservative) vs bandwidth / bytes per step.
-  if (opt.bandwidth_gbs > 0 && opt.weight_bytes > 0) {
-    auto p = fresh_prompts(derive_seed(opt.seed, "roofline"), 1, opt.cache_words);
-    json::object b = completion_body(p[0], opt.accounting_max_tokens);
+// 2b. One prompt sampled at temperature 1 with different seeds must not give one output.
+Status add_sampled_check(OpenAiClient& target, const IntegrityOptions& opt, GateResult& g) {
+  auto sp = fresh_prompts(derive_seed(opt.seed, "sampled"), 1, opt.cache_words);
+  std::set<std::string> sampled;
+  for (int k = 0; k < opt.sample_seeds; ++k) {
+    json::object b = completion_body(sp[0], opt.cache_max_tokens);
     b["ignore_eos"] = true;
-    double secs = 0;
-    auto r = target.post_timed("/v1/completions", std::move(b), &secs);
-    if (!r.ok()) return Status(r.status().code(), "target: " + r.status().message());
-    int64_t toks = usage_field(*r, "completion_tokens").value_or(opt.accounting_max_tokens);
-    int64_t ctx = usage_field(*r, "prompt_tokens").value_or(0) + toks;
-    double bytes = opt.weight_bytes + opt.kv_bytes_per_token * double(ctx) / 2;
-    double ceiling = opt.bandwidth_gbs * 1e9 / bytes;
-    double rate = secs > 0 ? double(toks) / secs : std::nan("");
+    b["temperature"] = 1.0;
+    b["seed"] = int64_t(derive_seed(opt.seed, fmt::format("sample/{}", k)) >> 33);
+    auto r = target.post("/v1/completions", std::move(b));
+    if (!r.ok()) return target_error(r.status());
+    auto c = first_choice(*r);
+    if (c.ok()) sampled.insert(choice_text(**c));
+  }
+  g.constraints.push_back(
+      check("sampled_repeats_distinct", double(sampled.size()), ">=", double(std::min(2, opt.sample_seeds)),
+            "the same prompt sampled at temperature 1 with different seeds gave identical "
+            "outputs: responses are cached or canned regardless of the seed",
+            fmt::format("distinct outputs of {} seeds", opt.sample_seeds)));
+  return Status::Ok();
+}
+
+// The work-accounting requests' tallies: usage against the tokens delivered and re-counted.
+struct Accounting {
+  int64_t n = 0, usage_prompt_ok = 0, usage_completion_ok = 0, sum_delivered = 0, sum_prompt = 0;
+  double min_delivered_ratio = 1e300, max_text_err = 0;
+  std::string recount_err;  // the local re-count failed ("" when it did not)
+};
+
+// Tokens delivered in a completion choice: its logprob entries, -1 when it has none.
+int64_t delivered_tokens(const json::object& choice) {
+  if (!choice.contains("logprobs") || !choice.at("logprobs").is_object()) return -1;
+  const auto& lo = choice.at("logprobs").as_object();
+  if (!lo.contains("tokens") || !lo.at("tokens").is_array()) return -1;
+  return int64_t(lo.at("tokens").as_array().size());
+}
+
+// Sends the accounting requests and tallies each; stops at the first failed re-count.
+Result<Accounting> tally_accounting(OpenAiClient& target, OpenAiClient& counter,
+                                    const IntegrityOptions& opt) {
+  Accounting a;
+  auto prompts = fresh_prompts(derive_seed(opt.seed, "accounting"), opt.accounting_requests, opt.cache_words);
+  for (const auto& p : prompts) {
+    json::object b = completion_body(p, opt.accounting_max_tokens);
+    b["ignore_eos"] = true;
+    b["logprobs"] = 1;
+    auto r = target.post("/v1/completions", std::move(b));
+    if (!r.ok()) return target_error(r.status());
+    auto c = first_choice(*r);
+    if (!c.ok()) return target_error(c.status());
+    std::string text = choice_text(**c);
+    int64_t delivered = delivered_tokens(**c);
+    auto local_prompt = count_tokens(counter, p, true);
+    auto local_text = count_tokens(counter, text, false);
+    if (!local_prompt.ok() || !local_text.ok()) {
+      a.recount_err = !local_prompt.ok() ? local_prompt.status().message() : local_text.status().message();
+      break;
+    }
+    if (delivered < 0) delivered = *local_text;
+    auto up = usage_field(*r, "prompt_tokens");
+    auto uc = usage_field(*r, "completion_tokens");
+    a.n++;
+    a.sum_delivered += delivered;
+    a.sum_prompt += *local_prompt;
+    if (up && *up == *local_prompt) a.usage_prompt_ok++;
+    if (uc && *uc == delivered) a.usage_completion_ok++;
+    a.min_delivered_ratio =
+        std::min(a.min_delivered_ratio, double(delivered) / double(opt.accounting_max_tokens));
+    double denom = double(std::max<int64_t>(1, uc.value_or(delivered)));
+    a.max_text_err =
+        std::max(a.max_text_err, std::fabs(double(*local_text) - double(uc.value_or(delivered))) / denom);
+  }
+  return a;
+}
+
+// usage against the local re-count and the tokens delivered.
+void add_usage_checks(const Accounting& a, bool by_reference, const IntegrityOptions& opt, GateResult& g) {
+  const int64_t n = a.n;
+  std::string how =
+      by_reference ? "re-counted by the reference's /tokenize" : "re-counted by the target's /tokenize";
+  g.constraints.push_back(check("usage_prompt_tokens_match",
+                                n ? double(a.usage_prompt_ok) / double(n) : std::nan(""), ">=", 1.0,
+                                "usage.prompt_tokens differs from the local re-count of the prompt",
+                                fmt::format("{}/{} requests, {}", a.usage_prompt_ok, n, how)));
+  g.constraints.push_back(check("usage_completion_tokens_match",
+                                n ? double(a.usage_completion_ok) / double(n) : std::nan(""), ">=", 1.0,
+                                "usage.completion_tokens differs from the tokens delivered (logprob "
+                                "entries): usage is inflated or wrong",
+                                fmt::format("{}/{} requests", a.usage_completion_ok, n)));
+  g.constraints.push_back(check("delivered_length_ratio", n ? a.min_delivered_ratio : std::nan(""), ">=", 1.0,
+                                "fewer tokens delivered than requested with ignore_eos: the server stops "
+                                "early or ignores ignore_eos",
+                                fmt::format("min delivered/requested over {} requests of max_tokens {}", n,
+                                            opt.accounting_max_tokens)));
+  g.constraints.push_back(check("text_recount_error", n ? a.max_text_err : std::nan(""),
+                                "<=", opt.text_recount_tolerance,
+                                "the returned text re-tokenizes to far fewer/more tokens than usage "
+                                "claims: truncated or padded output",
+                                fmt::format("max |tokens(text) - usage| / usage, {}", how)));
+}
+
+// A /metrics counter's move between two scrapes against the work sent. `kind` names the counter
+// ("generation", "prompt") and `unit` the work in the evidence ("delivered", "prompt tokens").
+Constraint metrics_delta_check(const std::string& kind, const Result<std::string>& before,
+                               const Result<std::string>& after, int64_t sent, const std::string& unit,
+                               double tolerance) {
+  const std::string name = "metrics_" + kind + "_tokens_error";
+  const std::string series = kind + "_tokens_total";
+  std::optional<double> v0, v1;
+  if (before.ok() && after.ok()) {
+    v0 = prometheus_sum(*before, series);
+    v1 = prometheus_sum(*after, series);
+  }
+  if (!v0 || !v1) return not_evaluated(name, "the target exposes no *" + series + " counter on /metrics");
+  double d = *v1 - *v0;
+  double err = sent > 0 ? std::fabs(d - double(sent)) / double(sent) : std::nan("");
+  return check(name, err, "<=", tolerance,
+               "/metrics " + kind + "-token counter moved differently from the work sent",
+               fmt::format("delta {} vs {} {}", d, sent, unit));
+}
+
+// 3. Work accounting, bracketed by /metrics scrapes.
+Status add_accounting_checks(OpenAiClient& target, OpenAiClient& counter, bool by_reference,
+                             const IntegrityOptions& opt, GateResult& g) {
+  auto before = target.get("/metrics");
+  PLUMB_ASSIGN_OR_RETURN(auto a, tally_accounting(target, counter, opt));
+  if (!a.recount_err.empty()) {
     g.constraints.push_back(
-        check("decode_rate_over_roofline", rate / ceiling, "<=", 1.0,
-              "one stream decodes faster than memory bandwidth allows: the work is not done "
-              "(cached, skipped) or the machine data is wrong",
-              fmt::format("{:.1f} tok/s vs ceiling {:.1f} tok/s ({} GB/s, {:.3g} bytes/step)", rate, ceiling,
-                          opt.bandwidth_gbs, bytes)));
-  } else {
+        not_evaluated("work_accounting", "local re-count through /tokenize failed: " + a.recount_err));
+    return Status::Ok();
+  }
+  add_usage_checks(a, by_reference, opt, g);
+  auto after = target.get("/metrics");
+  g.constraints.push_back(
+      metrics_delta_check("generation", before, after, a.sum_delivered, "delivered", opt.metrics_tolerance));
+  g.constraints.push_back(
+      metrics_delta_check("prompt", before, after, a.sum_prompt, "prompt tokens", opt.metrics_tolerance));
+  return Status::Ok();
+}
+
+// 4. Plausibility against the roofline: a single stream's decode rate (tokens / E2E, which
+// under-states the decode rate, so the check is conservative) vs bandwidth / bytes per step.
+Status add_roofline_check(OpenAiClient& target, const IntegrityOptions& opt, GateResult& g) {
+  if (opt.bandwidth_gbs <= 0 || opt.weight_bytes <= 0) {
     g.constraints.push_back(not_evaluated(
         "decode_rate_over_roofline",
         "no machine bandwidth or model weight size: pass --bandwidth-gbs/--weight-bytes or record ceilings "
         "(plumb machine) in the ledger"));
+    return Status::Ok();
   }
+  auto p = fresh_prompts(derive_seed(opt.seed, "roofline"), 1, opt.cache_words);
+  double secs = 0;
+  auto r = timed_generation(target, p[0], opt.accounting_max_tokens, &secs);
+  if (!r.ok()) return target_error(r.status());
+  int64_t toks = usage_field(*r, "completion_tokens").value_or(opt.accounting_max_tokens);
+  int64_t ctx = usage_field(*r, "prompt_tokens").value_or(0) + toks;
+  double bytes = opt.weight_bytes + opt.kv_bytes_per_token * double(ctx) / 2;
+  double ceiling = opt.bandwidth_gbs * 1e9 / bytes;
+  double rate = secs > 0 ? double(toks) / secs : std::nan("");
+  g.constraints.push_back(
+      check("decode_rate_over_roofline", rate / ceiling, "<=", 1.0,
+            "one stream decodes faster than memory bandwidth allows: the work is not done "
+            "(cached, skipped) or the machine data is wrong",
+            fmt::format("{:.1f} tok/s vs ceiling {:.1f} tok/s ({} GB/s, {:.3g} bytes/step)", rate, ceiling,
+                        opt.bandwidth_gbs, bytes)));
+  return Status::Ok();
+}
 
-  // 5. Harness integrity.
-  if (!opt.harness_before.files.empty() || !opt.harness_before.protocol_hash.empty()) {
-    std::vector<std::string> paths;
-    for (const auto& [p, h] : opt.harness_before.files) paths.push_back(p);
-    HarnessChange ch = harness_changes(opt.harness_before, hash_harness(paths));
-    g.constraints.push_back(
-        check("harness_files_changed", double(ch.changed), "==", 0,
-              "plumb's binary, protocol or datasets changed during the run: " + ch.which +
-                  "; run the system under test without write access to them",
-              fmt::format("{} files + protocol hash checked", opt.harness_before.files.size())));
-  } else {
+// 5. Harness integrity: the files hashed before the run, hashed again now.
+void add_harness_check(const IntegrityOptions& opt, GateResult& g) {
+  if (opt.harness_before.files.empty() && opt.harness_before.protocol_hash.empty()) {
     g.constraints.push_back(not_evaluated("harness_files_changed", "no hashes were taken before the run"));
+    return;
   }
+  std::vector<std::string> paths;
+  for (const auto& [p, h] : opt.harness_before.files) paths.push_back(p);
+  HarnessChange ch = harness_changes(opt.harness_before, hash_harness(paths));
+  g.constraints.push_back(
+      check("harness_files_changed", double(ch.changed), "==", 0,
+            "plumb's binary, protocol or datasets changed during the run: " + ch.which +
+                "; run the system under test without write access to them",
+            fmt::format("{} files + protocol hash checked", opt.harness_before.files.size())));
+}
+
+}  // namespace
+
+Result<GateResult> run_integrity(OpenAiClient& target, OpenAiClient* reference, const IntegrityOptions& opt) {
+  GateResult g;
+  g.gate = "integrity";
+  PLUMB_RETURN_IF_ERROR(target.resolve_model());
+  if (reference) PLUMB_RETURN_IF_ERROR(reference->resolve_model());
+  OpenAiClient& counter = reference ? *reference : target;
+  add_fidelity(target, reference, opt, g);
+  PLUMB_RETURN_IF_ERROR(add_repeat_checks(target, opt, g));
+  PLUMB_RETURN_IF_ERROR(add_sampled_check(target, opt, g));
+  PLUMB_RETURN_IF_ERROR(add_accounting_checks(target, counter, reference != nullptr, opt, g));
+  PLUMB_RETURN_IF_ERROR(add_roofline_check(target, opt, g));
+  add_harness_check(opt, g);
   return g;
 }
 

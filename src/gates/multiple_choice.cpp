@@ -3,70 +3,88 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <optional>
 #include <set>
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/lines.h"
 
 namespace plumb::gates {
 
+namespace {
+
+// The answer of an item with n options: 'answer' (a letter) and/or 'answer_index', which must agree.
+// The error is the reason alone (the caller names the line).
+Result<int> parse_answer(const json::object& o, int n) {
+  std::optional<int> from_letter, from_index;
+  auto a = json::opt_string(o, "answer");
+  if (!a.ok()) return invalid_argument(a.status().message());
+  if (*a) {
+    const std::string& s = **a;
+    if (s.size() != 1 || s[0] < 'A' || s[0] >= 'A' + n)
+      return invalid_argument(
+          fmt::format("'answer' must be one letter A..{}, got \"{}\"", char('A' + n - 1), s));
+    from_letter = s[0] - 'A';
+  }
+  auto ai = json::opt_int(o, "answer_index");
+  if (!ai.ok()) return invalid_argument(ai.status().message());
+  if (*ai) {
+    if (**ai < 0 || **ai >= n)
+      return invalid_argument(fmt::format("'answer_index' {} is outside 0..{}", **ai, n - 1));
+    from_index = int(**ai);
+  }
+  if (!from_letter && !from_index)
+    return invalid_argument("field 'answer' (a letter) or 'answer_index' is required");
+  if (from_letter && from_index && *from_letter != *from_index)
+    return invalid_argument("'answer' and 'answer_index' disagree");
+  return from_letter ? *from_letter : *from_index;
+}
+
+// One non-blank line of the set; the error is the reason alone (the caller names the line).
+Result<McItem> parse_item(std::string_view line, int line_no) {
+  auto parsed = json::parse_object(line);
+  if (!parsed.ok()) return invalid_argument("not a JSON object: " + parsed.status().message());
+  const json::object& o = *parsed;
+  McItem item;
+  auto q = json::opt_string(o, "question");
+  if (!q.ok()) return invalid_argument(q.status().message());
+  if (!*q || (*q)->empty()) return invalid_argument("field 'question' (a non-empty string) is required");
+  item.question = **q;
+  if (!o.contains("options") || !o.at("options").is_array())
+    return invalid_argument("field 'options' (a list) is required");
+  for (const auto& v : o.at("options").as_array()) {
+    if (!v.is_string()) return invalid_argument("every option must be a string");
+    item.options.emplace_back(v.as_string());
+  }
+  int n = int(item.options.size());
+  if (n < 2 || n > 10) return invalid_argument(fmt::format("{} options; 2..10 (A-J) are supported", n));
+  PLUMB_ASSIGN_OR_RETURN(item.answer_index, parse_answer(o, n));
+  if (o.contains("question_id")) {
+    const auto& id = o.at("question_id");
+    item.id = id.is_string() ? std::string(id.as_string()) : json::dump(id);
+  } else {
+    item.id = std::to_string(line_no);
+  }
+  return item;
+}
+
+}  // namespace
+
 Result<std::vector<McItem>> parse_mc_jsonl(std::string_view text) {
   std::vector<McItem> items;
-  size_t pos = 0;
-  int line_no = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    auto bad = [&](const std::string& why) {
-      return Status(Code::kInvalidArgument, fmt::format("multiple-choice line {}: {}", line_no, why));
-    };
-    auto parsed = json::parse_object(line);
-    if (!parsed.ok()) return bad("not a JSON object: " + parsed.status().message());
-    const json::object& o = *parsed;
-    McItem item;
-    auto q = json::opt_string(o, "question");
-    if (!q.ok()) return bad(q.status().message());
-    if (!*q || (*q)->empty()) return bad("field 'question' (a non-empty string) is required");
-    item.question = **q;
-    if (!o.contains("options") || !o.at("options").is_array())
-      return bad("field 'options' (a list) is required");
-    for (const auto& v : o.at("options").as_array()) {
-      if (!v.is_string()) return bad("every option must be a string");
-      item.options.emplace_back(v.as_string());
+  Status st;
+  for_each_nonblank_line(text, [&](std::string_view line, size_t line_no) {
+    auto item = parse_item(line, int(line_no));
+    if (!item.ok()) {
+      st = Status(Code::kInvalidArgument,
+                  fmt::format("multiple-choice line {}: {}", line_no, item.status().message()));
+      return false;
     }
-    int n = int(item.options.size());
-    if (n < 2 || n > 10) return bad(fmt::format("{} options; 2..10 (A-J) are supported", n));
-    std::optional<int> from_letter, from_index;
-    auto a = json::opt_string(o, "answer");
-    if (!a.ok()) return bad(a.status().message());
-    if (*a) {
-      const std::string& s = **a;
-      if (s.size() != 1 || s[0] < 'A' || s[0] >= 'A' + n)
-        return bad(fmt::format("'answer' must be one letter A..{}, got \"{}\"", char('A' + n - 1), s));
-      from_letter = s[0] - 'A';
-    }
-    auto ai = json::opt_int(o, "answer_index");
-    if (!ai.ok()) return bad(ai.status().message());
-    if (*ai) {
-      if (**ai < 0 || **ai >= n) return bad(fmt::format("'answer_index' {} is outside 0..{}", **ai, n - 1));
-      from_index = int(**ai);
-    }
-    if (!from_letter && !from_index) return bad("field 'answer' (a letter) or 'answer_index' is required");
-    if (from_letter && from_index && *from_letter != *from_index)
-      return bad("'answer' and 'answer_index' disagree");
-    item.answer_index = from_letter ? *from_letter : *from_index;
-    if (o.contains("question_id")) {
-      const auto& id = o.at("question_id");
-      item.id = id.is_string() ? std::string(id.as_string()) : json::dump(id);
-    } else {
-      item.id = std::to_string(line_no);
-    }
-    items.push_back(std::move(item));
-  }
+    items.push_back(std::move(*item));
+    return true;
+  });
+  PLUMB_RETURN_IF_ERROR(st);
   if (items.empty()) return Status(Code::kInvalidArgument, "the multiple-choice set has no items");
   return items;
 }

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "compare/compare.h"
@@ -16,6 +18,32 @@
 namespace plumb::kernels {
 
 using engine::Phase;
+
+namespace {
+
+// One entry of search.json's candidates: taken into p when it passed screening and is the named
+// best (or, with no name, scores above p's utility so far).
+void consider_candidate(const json::value& c, const std::string& named, Patch& p) {
+  if (!c.is_object()) return;
+  const auto& co = c.as_object();
+  auto rit = co.find("result");
+  if (rit == co.end() || !rit->value().is_object()) return;
+  const auto& res = rit->value().as_object();
+  auto verdict = json::opt_string(res, "verdict");
+  auto u = json::opt_double(res, "utility");
+  auto so = json::opt_string(res, "so_path");
+  auto name = json::opt_string(co, "name");
+  if (!verdict.ok() || !u.ok() || !so.ok() || !name.ok() || verdict->value_or("") != "pass") return;
+  double score = u->value_or(0);
+  if (auto s = json::opt_double(co, "score"); s.ok() && s->has_value()) score = **s;
+  if (named.empty() ? score > p.utility : name->value_or("") == named) {
+    p.utility = score;
+    p.so_path = so->value_or("");
+    p.name = name->value_or("");
+  }
+}
+
+}  // namespace
 
 Result<Patch> best_patch(const std::string& dir, double min_utility) {
   auto v = json::parse_file(dir + "/search.json");
@@ -39,25 +67,7 @@ Result<Patch> best_patch(const std::string& dir, double min_utility) {
   auto it = o.find("candidates");
   if (it == o.end() || !it->value().is_array())
     return invalid_argument(dir + "/search.json: missing candidates");
-  for (const auto& c : it->value().as_array()) {
-    if (!c.is_object()) continue;
-    const auto& co = c.as_object();
-    auto rit = co.find("result");
-    if (rit == co.end() || !rit->value().is_object()) continue;
-    const auto& res = rit->value().as_object();
-    auto verdict = json::opt_string(res, "verdict");
-    auto u = json::opt_double(res, "utility");
-    auto so = json::opt_string(res, "so_path");
-    auto name = json::opt_string(co, "name");
-    if (!verdict.ok() || !u.ok() || !so.ok() || !name.ok() || verdict->value_or("") != "pass") continue;
-    double score = u->value_or(0);
-    if (auto s = json::opt_double(co, "score"); s.ok() && s->has_value()) score = **s;
-    if (named.empty() ? score > p.utility : name->value_or("") == named) {
-      p.utility = score;
-      p.so_path = so->value_or("");
-      p.name = name->value_or("");
-    }
-  }
+  for (const auto& c : it->value().as_array()) consider_candidate(c, named, p);
   if (p.name.empty()) return not_found(dir + ": no candidate passed screening");
   if (p.utility <= min_utility) {
     return not_found(
@@ -122,15 +132,12 @@ std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool j
   return plan;
 }
 
-Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
-  if (o.search_dirs.empty())
-    return invalid_argument("accept needs at least one search folder (--search DIR)");
-  if (o.ledger_path.empty()) return invalid_argument("accept needs a ledger (--ledger FILE)");
-  if (o.kernels_out.empty())
-    return invalid_argument("accept needs --out FILE for the accepted kernel configuration");
+namespace {
+
+using Say = std::function<void(const std::string&)>;
+
+// The base kernel selection: --base, else auto everywhere.
+Result<engine::KernelSelection> base_selection(const AcceptOptions& o) {
   engine::KernelSelection base;
   if (!o.base_kernels.empty()) {
     PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(o.base_kernels));
@@ -138,6 +145,12 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
     if (!sel.ok()) return sel.status().with_context(o.base_kernels);
     base = *sel;
   }
+  return base;
+}
+
+// The best screened candidate of each search folder (a folder without one is skipped and said);
+// each certificate must hold now (the library may have changed since screening).
+Result<std::vector<Patch>> screened_patches(const AcceptOptions& o, const Say& say) {
   std::vector<Patch> all;
   for (const auto& d : o.search_dirs) {
     auto p = best_patch(d, o.min_utility);
@@ -145,11 +158,108 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
       say("skipping " + d + ": " + p.status().message());
       continue;
     }
-    // The certificate must hold now (the library may have changed since screening).
     PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
     all.push_back(*p);
   }
   if (all.empty()) return not_found("no screened candidate to accept (every search folder was skipped)");
+  return all;
+}
+
+// Content-addressed file names: the arm configs the ledger stores name the kernel files by the
+// SHA-256 of the selection and of every plugin library, so a stored registration identifies the
+// exact patch it measured.
+Result<std::string> content_id(const engine::KernelSelection& sel) {
+  std::string text = sel.to_json();
+  for (const auto& so : sel.plugins) {
+    PLUMB_ASSIGN_OR_RETURN(std::string h, sha256_file(so));
+    text += "\n" + h;
+  }
+  return sha256_hex(text).substr(0, 16);
+}
+
+// Writes both arms' kernel files and engine configs at `stem` (they differ only in `kernels`).
+Status write_arms(const std::string& stem, const engine::KernelSelection& base,
+                  const engine::KernelSelection& cand, const std::string& model, int threads) {
+  PLUMB_ASSIGN_OR_RETURN(std::string base_id, content_id(base));
+  PLUMB_ASSIGN_OR_RETURN(std::string cand_id, content_id(cand));
+  const std::string base_file = stem + ".kernels-" + base_id + ".json";
+  const std::string cand_file = stem + ".kernels-" + cand_id + ".json";
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(base_file, base.to_json() + "\n"));
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(cand_file, cand.to_json() + "\n"));
+  PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, base_file, threads));
+  return write_arm(stem + ".arm-b.toml", model, cand_file, threads);
+}
+
+// The readout's ratio, its CI, ℓ = 1/ratio and the verdict into out; accepted on `better`.
+void take_readout(const compare::ReadoutResult& rd, AcceptOutcome& out) {
+  out.readout_id = rd.readout_id;
+  out.ratio = rd.readout.ratio;
+  out.ratio_lo = rd.readout.lo;
+  out.ratio_hi = rd.readout.hi;
+  out.ell = out.ratio > 0 ? 1.0 / out.ratio : 0;
+  out.ell_lo = out.ratio_hi > 0 ? 1.0 / out.ratio_hi : 0;
+  out.ell_hi = out.ratio_lo > 0 ? 1.0 / out.ratio_lo : 0;
+  out.verdict = std::string(protocol::verdict_name(rd.readout.verdict));
+  out.readout_text = compare::format_readout(rd);
+  out.accepted = rd.readout.verdict == protocol::Verdict::kBetter;
+}
+
+// One group's paired comparison, base against base + its patches: registered, run, read out.
+Result<AcceptOutcome> compare_group(ledger::Ledger& ledger, const AcceptGroup& g,
+                                    const engine::KernelSelection& base, const std::string& work,
+                                    const std::string& model, const AcceptOptions& o, const Say& say) {
+  const std::vector<Patch>& patches = g.patches;
+  AcceptOutcome out;
+  out.phase = g.label;
+  out.patches = patches;
+  out.scenario = g.scenario;
+  const std::string stem = work + "/" + out.phase;
+  PLUMB_RETURN_IF_ERROR(write_arms(stem, base, patched_selection(base, patches), model, o.threads));
+  compare::RegisterOptions ro;
+  ro.config_a = stem + ".arm-a.toml";
+  ro.config_b = stem + ".arm-b.toml";
+  ro.scenario = out.scenario;
+  ro.size = o.size;
+  ro.min_effect = o.min_effect;
+  ro.delta = o.delta;
+  ro.pairs = o.pairs;
+  ro.seed = o.seed;
+  PLUMB_ASSIGN_OR_RETURN(out.registration_id, compare::register_comparison(ledger, ro));
+  std::string names;
+  for (const auto& p : patches)
+    names += (names.empty() ? "" : ", ") + p.name + fmt::format(" (u={:.2f})", p.utility);
+  say(fmt::format("{}: registered comparison {} on scenario {} ({}), {} pairs: base vs base + {}", out.phase,
+                  out.registration_id, out.scenario, o.size, o.pairs, names));
+  compare::RunOptions run;
+  run.plumb_binary = o.plumb_binary;
+  run.work_dir = work;
+  run.progress = o.progress;
+  PLUMB_ASSIGN_OR_RETURN(auto summary, compare::run_comparison(ledger, out.registration_id, run));
+  say(fmt::format("{}: {} runs recorded ({} invalid)", out.phase, summary.runs_recorded,
+                  summary.runs_invalid));
+  auto rd = compare::readout_comparison(ledger, out.registration_id, true);
+  if (!rd.ok()) {
+    out.verdict = "refused";
+    out.readout_text = rd.status().message();
+    return out;
+  }
+  take_readout(*rd, out);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
+  Say say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  if (o.search_dirs.empty())
+    return invalid_argument("accept needs at least one search folder (--search DIR)");
+  if (o.ledger_path.empty()) return invalid_argument("accept needs a ledger (--ledger FILE)");
+  if (o.kernels_out.empty())
+    return invalid_argument("accept needs --out FILE for the accepted kernel configuration");
+  PLUMB_ASSIGN_OR_RETURN(engine::KernelSelection base, base_selection(o));
+  PLUMB_ASSIGN_OR_RETURN(std::vector<Patch> all, screened_patches(o, say));
   const std::vector<AcceptGroup> plan = accept_groups(all, o.joint, o.scenario);
   std::error_code ec;
   const std::string work =
@@ -164,73 +274,9 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
   std::vector<AcceptOutcome> outcomes;
   engine::KernelSelection accepted = base;
   for (const AcceptGroup& g : plan) {
-    const std::vector<Patch>& patches = g.patches;
-    AcceptOutcome out;
-    out.phase = g.label;
-    out.patches = patches;
-    out.scenario = g.scenario;
-    const std::string stem = work + "/" + out.phase;
-    const engine::KernelSelection cand = patched_selection(base, patches);
-    // Content-addressed file names: the arm configs the ledger stores name the kernel files by the
-    // SHA-256 of the selection and of every plugin library, so a stored registration identifies the
-    // exact patch it measured.
-    auto content_id = [](const engine::KernelSelection& sel) -> Result<std::string> {
-      std::string text = sel.to_json();
-      for (const auto& so : sel.plugins) {
-        PLUMB_ASSIGN_OR_RETURN(std::string h, sha256_file(so));
-        text += "\n" + h;
-      }
-      return sha256_hex(text).substr(0, 16);
-    };
-    PLUMB_ASSIGN_OR_RETURN(std::string base_id, content_id(base));
-    PLUMB_ASSIGN_OR_RETURN(std::string cand_id, content_id(cand));
-    const std::string base_file = stem + ".kernels-" + base_id + ".json";
-    const std::string cand_file = stem + ".kernels-" + cand_id + ".json";
-    PLUMB_RETURN_IF_ERROR(write_file_atomic(base_file, base.to_json() + "\n"));
-    PLUMB_RETURN_IF_ERROR(write_file_atomic(cand_file, cand.to_json() + "\n"));
-    PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, base_file, o.threads));
-    PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-b.toml", model, cand_file, o.threads));
-    compare::RegisterOptions ro;
-    ro.config_a = stem + ".arm-a.toml";
-    ro.config_b = stem + ".arm-b.toml";
-    ro.scenario = out.scenario;
-    ro.size = o.size;
-    ro.min_effect = o.min_effect;
-    ro.delta = o.delta;
-    ro.pairs = o.pairs;
-    ro.seed = o.seed;
-    PLUMB_ASSIGN_OR_RETURN(out.registration_id, compare::register_comparison(*ledger, ro));
-    std::string names;
-    for (const auto& p : patches)
-      names += (names.empty() ? "" : ", ") + p.name + fmt::format(" (u={:.2f})", p.utility);
-    say(fmt::format("{}: registered comparison {} on scenario {} ({}), {} pairs: base vs base + {}",
-                    out.phase, out.registration_id, out.scenario, o.size, o.pairs, names));
-    compare::RunOptions run;
-    run.plumb_binary = o.plumb_binary;
-    run.work_dir = work;
-    run.progress = o.progress;
-    PLUMB_ASSIGN_OR_RETURN(auto summary, compare::run_comparison(*ledger, out.registration_id, run));
-    say(fmt::format("{}: {} runs recorded ({} invalid)", out.phase, summary.runs_recorded,
-                    summary.runs_invalid));
-    auto rd = compare::readout_comparison(*ledger, out.registration_id, true);
-    if (!rd.ok()) {
-      out.verdict = "refused";
-      out.readout_text = rd.status().message();
-      outcomes.push_back(out);
-      continue;
-    }
-    out.readout_id = rd->readout_id;
-    out.ratio = rd->readout.ratio;
-    out.ratio_lo = rd->readout.lo;
-    out.ratio_hi = rd->readout.hi;
-    out.ell = out.ratio > 0 ? 1.0 / out.ratio : 0;
-    out.ell_lo = out.ratio_hi > 0 ? 1.0 / out.ratio_hi : 0;
-    out.ell_hi = out.ratio_lo > 0 ? 1.0 / out.ratio_lo : 0;
-    out.verdict = std::string(protocol::verdict_name(rd->readout.verdict));
-    out.readout_text = compare::format_readout(*rd);
-    out.accepted = rd->readout.verdict == protocol::Verdict::kBetter;
-    if (out.accepted) accepted = patched_selection(accepted, patches);
-    outcomes.push_back(out);
+    PLUMB_ASSIGN_OR_RETURN(AcceptOutcome out, compare_group(*ledger, g, base, work, model, o, say));
+    if (out.accepted) accepted = patched_selection(accepted, g.patches);
+    outcomes.push_back(std::move(out));
   }
   bool any = false;
   for (const auto& x : outcomes) any |= x.accepted;

@@ -7,7 +7,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 
 #include "core/file.h"
 #include "core/json.h"
@@ -153,42 +157,39 @@ struct Job {
   engine::SamplingParams sampling;
 };
 
-}  // namespace
-
-Result<ProfileReport> run_profile(const ProfileOptions& o) {
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
-  std::string model_dir = o.model_dir;
-  if (model_dir.empty()) {
-    PLUMB_ASSIGN_OR_RETURN(model_dir, engine::shipped_model_dir());
-  }
-  ProfileReport r;
-  r.workload = o.workload;
-  r.size = o.size;
-  r.model = model_dir;
-  r.kernels = o.kernels;
-
-  // Requests: a protocol scenario drawn from the seed (as `plumb compare` draws them), or a file.
+// The workload's requests and how many run at once.
+struct Workload {
   std::vector<workload::Request> requests;
-  int concurrency = o.concurrency;
+  int concurrency = 0;
+};
+
+// A protocol scenario's synthetic request set for this seed, lengths counted by the model's
+// tokenizer (so every request fits its context), as `plumb compare` draws them.
+Result<Workload> scenario_requests(const ProfileOptions& o, const std::string& model_dir) {
+  Workload w;
+  w.concurrency = o.concurrency;
+  PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(o.size));
+  PLUMB_ASSIGN_OR_RETURN(protocol::Scenario sc, protocol::find_scenario(o.workload, size));
+  PLUMB_ASSIGN_OR_RETURN(std::shared_ptr<engine::Tokenizer> counting_tok, engine::Tokenizer::load(model_dir));
+  workload::TokenCounter counter = [counting_tok](std::string_view text) -> Result<int64_t> {
+    return int64_t(counting_tok->encode(text, false).size());
+  };
+  workload::SyntheticSpec spec{.seed = o.seed,
+                               .num_requests = size_t(sc.requests),
+                               .input_len = sc.input_len,
+                               .output_len = sc.output_len,
+                               .temperature = sc.temperature};
+  PLUMB_ASSIGN_OR_RETURN(w.requests, workload::synthetic_requests(spec, counter));
+  if (w.concurrency <= 0) w.concurrency = sc.profiles.empty() ? 1 : sc.profiles[0].concurrency;
+  return w;
+}
+
+// Requests: a protocol scenario drawn from the seed (as `plumb compare` draws them), or a file;
+// cut to max_requests.
+Result<Workload> load_workload(const ProfileOptions& o, const std::string& model_dir) {
+  Workload w;
   if (o.workload.size() == 1 && o.workload[0] >= 'A' && o.workload[0] <= 'D') {
-    PLUMB_ASSIGN_OR_RETURN(auto size, protocol::parse_size_class(o.size));
-    PLUMB_ASSIGN_OR_RETURN(protocol::Scenario sc, protocol::find_scenario(o.workload, size));
-    // The scenario's synthetic request set for this seed, lengths counted by the model's tokenizer (so
-    // every request fits its context), as `plumb compare` draws them.
-    PLUMB_ASSIGN_OR_RETURN(std::shared_ptr<engine::Tokenizer> counting_tok,
-                           engine::Tokenizer::load(model_dir));
-    workload::TokenCounter counter = [counting_tok](std::string_view text) -> Result<int64_t> {
-      return int64_t(counting_tok->encode(text, false).size());
-    };
-    workload::SyntheticSpec spec{.seed = o.seed,
-                                 .num_requests = size_t(sc.requests),
-                                 .input_len = sc.input_len,
-                                 .output_len = sc.output_len,
-                                 .temperature = sc.temperature};
-    PLUMB_ASSIGN_OR_RETURN(requests, workload::synthetic_requests(spec, counter));
-    if (concurrency <= 0) concurrency = sc.profiles.empty() ? 1 : sc.profiles[0].concurrency;
+    PLUMB_ASSIGN_OR_RETURN(w, scenario_requests(o, model_dir));
   } else {
     auto set = workload::read_request_set(o.workload);
     if (!set.ok()) {
@@ -197,19 +198,17 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
           "' is neither a scenario id (A, B, C, D) nor a readable request-set JSONL file: " +
           set.status().message());
     }
-    requests = std::move(set->requests);
-    if (concurrency <= 0) concurrency = 1;
+    w.requests = std::move(set->requests);
+    w.concurrency = o.concurrency <= 0 ? 1 : o.concurrency;
   }
-  if (o.max_requests > 0 && size_t(o.max_requests) < requests.size()) requests.resize(size_t(o.max_requests));
-  if (requests.empty()) return invalid_argument("the workload has no requests");
-  r.concurrency = concurrency;
+  if (o.max_requests > 0 && size_t(o.max_requests) < w.requests.size())
+    w.requests.resize(size_t(o.max_requests));
+  if (w.requests.empty()) return invalid_argument("the workload has no requests");
+  return w;
+}
 
-  // Model, tokenizer, engine.
-  PLUMB_ASSIGN_OR_RETURN(auto tok, engine::Tokenizer::load(model_dir));
-  PLUMB_ASSIGN_OR_RETURN(engine::ChatTemplate chat, engine::ChatTemplate::for_tokenizer(*tok));
-  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig cfg, scheduler::llm_engine_preset("default"));
-  cfg.threads = o.threads;
-  cfg.kernels = o.kernels;
+// The model's options: threads and the kernel selection ("auto", "reference" or a selection file).
+Result<engine::ModelOptions> model_options(const ProfileOptions& o) {
   engine::ModelOptions mo;
   mo.threads = o.threads;
   if (o.kernels == "reference") {
@@ -220,6 +219,28 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
     if (!sel.ok()) return sel.status().with_context(o.kernels);
     mo.kernels = *sel;
   }
+  return mo;
+}
+
+// Model, tokenizer and engine, ready to take requests.
+struct Engine {
+  std::unique_ptr<engine::Tokenizer> tok;
+  std::optional<engine::ChatTemplate> chat;
+  std::unique_ptr<scheduler::LlmEngine> eng;
+  int64_t ctx_len = 0;
+};
+
+// Loads the model with the chosen kernels (recording each op's variant per phase in r) under an
+// LlmEngine in thread mode.
+Result<Engine> start_engine(const ProfileOptions& o, const std::string& model_dir,
+                            const std::function<void(const std::string&)>& say, ProfileReport& r) {
+  Engine e;
+  PLUMB_ASSIGN_OR_RETURN(e.tok, engine::Tokenizer::load(model_dir));
+  PLUMB_ASSIGN_OR_RETURN(e.chat, engine::ChatTemplate::for_tokenizer(*e.tok));
+  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig cfg, scheduler::llm_engine_preset("default"));
+  cfg.threads = o.threads;
+  cfg.kernels = o.kernels;
+  PLUMB_ASSIGN_OR_RETURN(engine::ModelOptions mo, model_options(o));
   say("loading " + model_dir);
   PLUMB_ASSIGN_OR_RETURN(auto model, engine::Model::load(model_dir, mo));
   r.threads = model->pool().size();
@@ -228,14 +249,19 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
       r.variants[std::string(engine::op_name(op)) + "/" + engine::phase_name(p)] = name;
     }
   }
-  const int64_t ctx_len = model->config().max_context();
-  PLUMB_ASSIGN_OR_RETURN(auto eff, scheduler::normalize(cfg, ctx_len));
+  e.ctx_len = model->config().max_context();
+  PLUMB_ASSIGN_OR_RETURN(auto eff, scheduler::normalize(cfg, e.ctx_len));
   // The CPU kernels are what the loop profiles and swaps: the runner is the CPU one.
   PLUMB_ASSIGN_OR_RETURN(auto runner,
                          scheduler::make_runner(scheduler::Device{}, std::move(model), "profile"));
   PLUMB_ASSIGN_OR_RETURN(
-      auto eng, scheduler::LlmEngine::create(eff, std::move(runner), scheduler::LlmEngine::Mode::kThread));
+      e.eng, scheduler::LlmEngine::create(eff, std::move(runner), scheduler::LlmEngine::Mode::kThread));
+  return e;
+}
 
+// Each request as prompt tokens and sampling parameters; every one must fit the model's context.
+Result<std::vector<Job>> make_jobs(const std::vector<workload::Request>& requests, const Engine& e,
+                                   uint64_t seed, ProfileReport& r) {
   std::vector<Job> jobs;
   for (size_t i = 0; i < requests.size(); ++i) {
     const workload::Request& q = requests[i];
@@ -243,80 +269,97 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
     if (q.is_chat()) {
       std::vector<engine::ChatMessage> msgs;
       for (const auto& m : q.messages) msgs.push_back({m.role, m.content});
-      PLUMB_ASSIGN_OR_RETURN(std::string text, chat.apply(msgs, true));
-      j.prompt = tok->encode(text, false);
+      PLUMB_ASSIGN_OR_RETURN(std::string text, e.chat->apply(msgs, true));
+      j.prompt = e.tok->encode(text, false);
     } else {
-      j.prompt = tok->encode(*q.prompt, true);
+      j.prompt = e.tok->encode(*q.prompt, true);
     }
     j.sampling.temperature = float(q.temperature);
     j.sampling.max_tokens = int32_t(q.max_tokens);
     j.sampling.ignore_eos = q.ignore_eos;
-    j.sampling.seed = derive_seed(o.seed, "kernels/profile/" + std::to_string(i));
-    if (int64_t(j.prompt.size()) + j.sampling.max_tokens > ctx_len) {
+    j.sampling.seed = derive_seed(seed, "kernels/profile/" + std::to_string(i));
+    if (int64_t(j.prompt.size()) + j.sampling.max_tokens > e.ctx_len) {
       return invalid_argument("request " + std::to_string(i) + " needs " +
                               std::to_string(j.prompt.size() + size_t(j.sampling.max_tokens)) +
-                              " tokens, more than the model's context of " + std::to_string(ctx_len) +
+                              " tokens, more than the model's context of " + std::to_string(e.ctx_len) +
                               ": use a smaller workload (e.g. the small size class)");
     }
     r.prompt_tokens += int64_t(j.prompt.size());
     jobs.push_back(std::move(j));
   }
+  return jobs;
+}
 
-  // Drive: `concurrency` requests in flight, the next submitted when one finishes (burst).
-  std::mutex mu;
-  std::condition_variable cv;
-  int in_flight = 0;
-  int64_t generated = 0;
-  Status failure;
-  auto submit = [&](const Job& j) -> Status {
+// Submits jobs to the engine and counts what is in flight and what came back.
+class Driver {
+ public:
+  explicit Driver(scheduler::LlmEngine& eng) : eng_(eng) {}
+
+  Status submit(const Job& j) {
     scheduler::GenerationRequest g;
     g.prompt = j.prompt;
     g.sampling = j.sampling;
-    g.sink = [&](scheduler::TokenEvent&& ev) {
-      std::lock_guard<std::mutex> lock(mu);
-      generated += int64_t(ev.tokens.size());
+    g.sink = [this](scheduler::TokenEvent&& ev) {
+      std::lock_guard<std::mutex> lock(mu_);
+      generated_ += int64_t(ev.tokens.size());
       if (ev.finished) {
-        if (ev.reason == scheduler::FinishReason::kError && failure.ok())
-          failure = internal_error("a request failed");
-        --in_flight;
-        cv.notify_all();
+        if (ev.reason == scheduler::FinishReason::kError && failure_.ok())
+          failure_ = internal_error("a request failed");
+        --in_flight_;
+        cv_.notify_all();
       }
     };
     {
-      std::lock_guard<std::mutex> lock(mu);
-      ++in_flight;
+      std::lock_guard<std::mutex> lock(mu_);
+      ++in_flight_;
     }
-    auto id = eng->submit(std::move(g));
+    auto id = eng_.submit(std::move(g));
     if (!id.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      --in_flight;
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
       return id.status();
     }
     return Status::Ok();
-  };
-  auto drain_until = [&](int limit) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return in_flight <= limit; });
-  };
+  }
+  // Blocks until at most `limit` requests are in flight.
+  void drain_until(int limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return in_flight_ <= limit; });
+  }
+  // Call with nothing in flight.
+  int64_t generated() const { return generated_; }
+  void reset_generated() { generated_ = 0; }
+  const Status& failure() const { return failure_; }
 
-  // Warmup: one request, not observed (first-touch of weights and workspaces).
+ private:
+  scheduler::LlmEngine& eng_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;
+  int64_t generated_ = 0;
+  Status failure_;
+};
+
+// Drive: `concurrency` requests in flight, the next submitted when one finishes (burst), with the
+// recorder installed; a warmup request before it, not observed (first-touch of weights and workspaces).
+Status drive(Engine& e, const std::vector<Job>& jobs, int concurrency, Recorder& rec,
+             const std::function<void(const std::string&)>& say, ProfileReport& r) {
+  Driver d(*e.eng);
   {
     Job w = jobs[0];
     w.sampling.max_tokens = std::min<int32_t>(w.sampling.max_tokens, 8);
-    PLUMB_RETURN_IF_ERROR(submit(w));
-    drain_until(0);
-    generated = 0;
+    PLUMB_RETURN_IF_ERROR(d.submit(w));
+    d.drain_until(0);
+    d.reset_generated();
   }
-
-  Recorder rec(o.capture, o.max_captures_per_module);
   engine::set_kernel_observer(&rec);
   const auto t0 = std::chrono::steady_clock::now();
   size_t done_reported = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    drain_until(concurrency - 1);
-    Status st = submit(jobs[i]);
+    d.drain_until(concurrency - 1);
+    Status st = d.submit(jobs[i]);
     if (!st.ok()) {
-      drain_until(0);
+      d.drain_until(0);
       engine::set_kernel_observer(nullptr);
       return st.with_context("submitting request " + std::to_string(i));
     }
@@ -325,15 +368,19 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
       done_reported = i + 1;
     }
   }
-  drain_until(0);
+  d.drain_until(0);
   const auto t1 = std::chrono::steady_clock::now();
   engine::set_kernel_observer(nullptr);
-  eng->stop();
-  PLUMB_RETURN_IF_ERROR(failure);
-
+  e.eng->stop();
+  PLUMB_RETURN_IF_ERROR(d.failure());
   r.requests = int(jobs.size());
-  r.generated_tokens = generated;
+  r.generated_tokens = d.generated();
   r.e2e_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  return Status::Ok();
+}
+
+// Per-module stats, phase times and weights, and the hotspot scores s(m), sorted; the captures.
+void summarize(Recorder& rec, const ProfileOptions& o, ProfileReport& r) {
   auto stats = rec.take_stats();
   double sampling_ms = 0;
   for (auto& [k, s] : stats) {
@@ -367,6 +414,30 @@ Result<ProfileReport> run_profile(const ProfileOptions& o) {
   std::sort(r.modules.begin(), r.modules.end(),
             [](const ModuleStats& a, const ModuleStats& b) { return a.ms > b.ms; });
   r.captures = std::move(rec.captures);
+}
+
+}  // namespace
+
+Result<ProfileReport> run_profile(const ProfileOptions& o) {
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  std::string model_dir = o.model_dir;
+  if (model_dir.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(model_dir, engine::shipped_model_dir());
+  }
+  ProfileReport r;
+  r.workload = o.workload;
+  r.size = o.size;
+  r.model = model_dir;
+  r.kernels = o.kernels;
+  PLUMB_ASSIGN_OR_RETURN(Workload w, load_workload(o, model_dir));
+  r.concurrency = w.concurrency;
+  PLUMB_ASSIGN_OR_RETURN(Engine e, start_engine(o, model_dir, say, r));
+  PLUMB_ASSIGN_OR_RETURN(std::vector<Job> jobs, make_jobs(w.requests, e, o.seed, r));
+  Recorder rec(o.capture, o.max_captures_per_module);
+  PLUMB_RETURN_IF_ERROR(drive(e, jobs, w.concurrency, rec, say, r));
+  summarize(rec, o, r);
   auto machine = protocol::capture_machine();
   r.hardware =
       machine.ok() ? machine->cpu_model + ", " + std::to_string(machine->cores) + " logical CPUs" : "unknown";

@@ -464,37 +464,43 @@ ScreenResult result_from_json(const json::object& o) {
   return r;
 }
 
-ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOptions& o) {
-  ScreenResult r;
-  r.so_path = so;
-  auto plugin = engine::open_plugin_unscreened(so);
+// Load errors: a plugin that does not open, implements another op or does not take the task's dtype.
+// False with the verdict in r.
+bool plugin_fits_task(const Task& t, const Result<engine::PluginInfo>& plugin, ScreenResult& r) {
   if (!plugin.ok()) {
     r.verdict = "load_error";
     r.signature = plugin.status().code() == Code::kFailedPrecondition ? "abi_mismatch" : "load";
     r.detail = plugin.status().message();
-    return r;
+    return false;
   }
   if (plugin->op != t.op) {
     r.verdict = "load_error";
     r.signature = "wrong_op";
     r.detail = std::string("the plugin implements ") + engine::op_name(plugin->op) + ", the task is " +
                engine::op_name(t.op);
-    return r;
+    return false;
   }
   const plumb_kernel_plugin* p = plugin->desc;
   if (t.op == Op::kMatmul && p->supports && !p->supports(int32_t(t.phase), int32_t(t.dtype))) {
     r.verdict = "incorrect";
     r.signature = "unsupported_dtype";
     r.detail = std::string("the plugin does not support ") + engine::dtype_name(t.dtype) + " weights";
-    return r;
+    return false;
   }
-  // Correctness and safety: fresh draws over the shape range, then the captured real inputs.
-  const engine::KernelContext serial{nullptr, t.phase};
-  Rng rng(o.seed);
+  return true;
+}
+
+// Correctness and safety of one plugin against the reference outputs, between guard pages.
+// Each check returns false with the verdict, signature and detail in r.
+class CorrectnessChecker {
+ public:
+  CorrectnessChecker(const Task& t, const plumb_kernel_plugin* p, const ScreenOptions& o, ScreenResult& r)
+      : t_(t), p_(p), o_(o), r_(r) {}
+
   // Sampling: the id must be one the reference returns for u itself or for u moved by the task's
   // tolerance either way (float arithmetic moves the boundaries between ids by about that much).
-  auto check_sample = [&](const CapturedCall& c, int32_t id, const std::vector<float>& ref) -> bool {
-    const double tol = t.tolerance;
+  bool check_sample(const CapturedCall& c, int32_t id, const std::vector<float>& ref) {
+    const double tol = t_.tolerance;
     const int32_t at_u = int32_t(ref[0]);
     if (id == at_u) return true;
     if (c.sample.temperature != 0) {
@@ -503,77 +509,87 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
       const int32_t a = reference_sample(c, lo), b = reference_sample(c, hi);
       if (id == a || id == b) return true;
     }
-    r.max_rel_err = 1;
-    r.worst_m = c.m;
-    r.verdict = "incorrect";
-    r.signature = c.sample.temperature == 0 ? "sample:greedy"
-                  : c.sample.top_k > 0      ? "sample:top_k"
-                  : c.sample.top_p < 1      ? "sample:top_p"
-                                            : "sample:draw";
+    r_.max_rel_err = 1;
+    r_.worst_m = c.m;
+    r_.verdict = "incorrect";
+    r_.signature = c.sample.temperature == 0 ? "sample:greedy"
+                   : c.sample.top_k > 0      ? "sample:top_k"
+                   : c.sample.top_p < 1      ? "sample:top_p"
+                                             : "sample:draw";
     char buf[240];
     std::snprintf(
         buf, sizeof buf,
         "sampled token %d, the reference %d (vocab %lld, temperature %g, top_k %d, top_p %g, u %.9f)", id,
         at_u, static_cast<long long>(c.n), double(c.sample.temperature), c.sample.top_k,
         double(c.sample.top_p), c.sample.u);
-    r.detail = buf;
+    r_.detail = buf;
     return false;
-  };
-  auto check = [&](const CapturedCall& c, const std::vector<float>& ref, bool align_end,
-                   const char* what) -> bool {
-    Arena arena(o.guard_pages);
+  }
+
+  // One call on fresh arena buffers (flush against the upper guard when align_end), against ref.
+  bool check(const CapturedCall& c, const std::vector<float>& ref, bool align_end, const char* what) {
+    Arena arena(o_.guard_pages);
     g_nguards.store(0);
-    std::vector<float> y = run_call(c, p, nullptr, serial, arena, align_end);
-    if (t.op == Op::kSample) return check_sample(c, int32_t(y[0]), ref);
+    std::vector<float> y = run_call(c, p_, nullptr, serial_, arena, align_end);
+    if (t_.op == Op::kSample) return check_sample(c, int32_t(y[0]), ref);
     const double e = rel_err(y, ref);
-    if (!(e <= r.max_rel_err)) {
-      r.max_rel_err = e;
-      r.worst_m = c.m;
+    if (!(e <= r_.max_rel_err)) {
+      r_.max_rel_err = e;
+      r_.worst_m = c.m;
     }
-    if (!(e <= t.tolerance)) {
-      r.verdict = "incorrect";
-      r.signature = std::string("error:") + what;
+    if (!(e <= t_.tolerance)) {
+      r_.verdict = "incorrect";
+      r_.signature = std::string("error:") + what;
       char buf[160];
-      std::snprintf(buf, sizeof buf, "relative error %.3g > %.3g on %s inputs with %lld rows", e, t.tolerance,
-                    what, static_cast<long long>(c.m));
-      r.detail = buf;
+      std::snprintf(buf, sizeof buf, "relative error %.3g > %.3g on %s inputs with %lld rows", e,
+                    t_.tolerance, what, static_cast<long long>(c.m));
+      r_.detail = buf;
       return false;
     }
     return true;
-  };
-  // Sampling draws are cheap and the contract has five paths: 10 draws per requested one.
-  const int draws = t.op == Op::kSample ? 10 * o.draws : o.draws;
-  for (int d = 0; d < draws; ++d) {
-    const int64_t m = d == 0 ? t.m_min : d == 1 ? t.m_max : rng.uniform_int(t.m_min, t.m_max);
-    CapturedCall c = t.op == Op::kSample ? fresh_sample_call(t, d, rng) : fresh_call(t, m, rng);
-    if (!check(c, reference_output(c), d % 2 == 0, "random")) return r;
   }
-  for (size_t i = 0; i < t.cases.size(); ++i) {
-    if (!check(t.cases[i], t.ref_outputs[i], i % 2 == 0, "captured")) return r;
-  }
-  r.verdict = "pass";
-  char buf[200];
-  if (t.op == Op::kSample) {
-    std::snprintf(buf, sizeof buf,
-                  "the reference's token (u within %.0e) and %s on %d random draws (greedy, temperature, "
-                  "top_k, top_p, both) and %zu captured inputs",
-                  t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", draws, t.cases.size());
-  } else {
-    std::snprintf(buf, sizeof buf,
-                  "correct (max rel. error %.3g <= %.3g) and %s on %d random draws (rows %lld..%lld) "
-                  "and %zu captured inputs",
-                  r.max_rel_err, t.tolerance, o.guard_pages ? "guard-page safe" : "unguarded", o.draws,
-                  static_cast<long long>(t.m_min), static_cast<long long>(t.m_max), t.cases.size());
-  }
-  r.detail = buf;
-  if (!o.timing) return r;
 
-  // Timing on the largest captured case, candidate and baseline, same pool.
-  g_nguards.store(0);
-  const CapturedCall* big = &t.cases[0];
-  for (const auto& c : t.cases) {
-    if (c.m > big->m) big = &c;
+  // Fresh draws over the shape range, then the captured real inputs; on a pass, r's detail says what held.
+  bool check_all() {
+    Rng rng(o_.seed);
+    // Sampling draws are cheap and the contract has five paths: 10 draws per requested one.
+    const int draws = t_.op == Op::kSample ? 10 * o_.draws : o_.draws;
+    for (int d = 0; d < draws; ++d) {
+      const int64_t m = d == 0 ? t_.m_min : d == 1 ? t_.m_max : rng.uniform_int(t_.m_min, t_.m_max);
+      CapturedCall c = t_.op == Op::kSample ? fresh_sample_call(t_, d, rng) : fresh_call(t_, m, rng);
+      if (!check(c, reference_output(c), d % 2 == 0, "random")) return false;
+    }
+    for (size_t i = 0; i < t_.cases.size(); ++i) {
+      if (!check(t_.cases[i], t_.ref_outputs[i], i % 2 == 0, "captured")) return false;
+    }
+    r_.verdict = "pass";
+    char buf[200];
+    if (t_.op == Op::kSample) {
+      std::snprintf(buf, sizeof buf,
+                    "the reference's token (u within %.0e) and %s on %d random draws (greedy, temperature, "
+                    "top_k, top_p, both) and %zu captured inputs",
+                    t_.tolerance, o_.guard_pages ? "guard-page safe" : "unguarded", draws, t_.cases.size());
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "correct (max rel. error %.3g <= %.3g) and %s on %d random draws (rows %lld..%lld) "
+                    "and %zu captured inputs",
+                    r_.max_rel_err, t_.tolerance, o_.guard_pages ? "guard-page safe" : "unguarded", o_.draws,
+                    static_cast<long long>(t_.m_min), static_cast<long long>(t_.m_max), t_.cases.size());
+    }
+    r_.detail = buf;
+    return true;
   }
+
+ private:
+  const Task& t_;
+  const plumb_kernel_plugin* p_;
+  const ScreenOptions& o_;
+  ScreenResult& r_;
+  const engine::KernelContext serial_{nullptr, t_.phase};
+};
+
+// The engine variant the candidate is timed against: the task's named baseline, else the best one.
+const engine::KernelVariant* timing_baseline(const Task& t) {
   const engine::KernelVariant* base = nullptr;
   auto& reg = engine::KernelRegistry::instance();
   if (!t.baseline_variant.empty() && t.baseline_variant != "auto") {
@@ -581,117 +597,126 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
     if (f.ok()) base = *f;
   }
   if (!base) base = reg.best(t.op, t.phase);
-  r.baseline = base->name;
-  engine::ThreadPool pool(o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
-  // Sampling runs on the calling thread in the engine (engine/sampling.cpp): time it that way.
-  const engine::KernelContext ctx{t.op == Op::kSample ? nullptr : &pool, t.phase};
-  std::vector<uint8_t> flush(64u << 20, 1);
-  // A call of the candidate (plug) or the baseline (fn) on its own copy of the inputs, prepared once.
-  struct Prepared {
-    CapturedCall c;
-    std::vector<float> scratch_x, y;
-    plumb_exec ex;
-    engine::WeightMatrix wm;
-    engine::SampleScratch sample_scratch;
-    int32_t id = 0;
-  };
-  auto make_call = [&](const plumb_kernel_plugin* plug,
-                       const engine::KernelVariant* v) -> std::function<void()> {
-    void* fn = v ? v->fn : nullptr;
-    auto st = std::make_shared<Prepared>();
-    st->c = *big;
-    st->scratch_x = st->c.x;
-    st->y.resize(out_elems(st->c));
-    if (st->c.op == Op::kSample) st->sample_scratch.prob.resize(size_t(st->c.n) * 2);  // 16 B per entry
-    st->ex = engine::plugin_exec(ctx);
-    st->wm = engine::WeightMatrix{st->c.w.data(), st->c.w_dtype, st->c.n, st->c.k};
-    // The baseline gets its weights in the layout the model gives it (tasks store them row-major):
-    // packed 16 features wide for variants that read that layout (engine/cpu/packed.h).
-    if (v && v->reads_packed16 && st->c.op == Op::kMatmul && engine::can_pack16(st->wm)) {
-      auto* w16 = reinterpret_cast<uint16_t*>(st->c.w.data());
-      engine::pack16(w16, st->c.n, st->c.k, w16, nullptr);
-      st->wm.layout = engine::WeightLayout::kPacked16;
-    }
-    return [st, plug, fn, &ctx] {
-      CapturedCall& c = st->c;
-      std::vector<float>& y = st->y;
-      std::vector<float>& scratch_x = st->scratch_x;
-      const plumb_exec& ex = st->ex;
-      const engine::WeightMatrix& wm = st->wm;
-      switch (c.op) {
-        case Op::kSample: {
-          engine::SampleArgs sa = c.sample;
-          sa.logits = c.x.data();
-          sa.vocab = c.n;
-          if (plug) {
-            plumb_sample_args a{
-                sa.logits, sa.vocab, sa.temperature, sa.top_k, sa.top_p, sa.u, st->sample_scratch.prob.data(),
-                c.n * 16,  &st->id};
-            plug->run(&ex, &a);
-          } else {
-            st->id = reinterpret_cast<engine::SampleFn>(fn)(ctx, sa, &st->sample_scratch);
-          }
-          break;
-        }
-        case Op::kMatmul:
-          if (plug) {
-            plumb_matmul_args a{c.x.data(),
-                                c.m,
-                                c.k,
-                                c.w.data(),
-                                int32_t(c.w_dtype),
-                                c.n,
-                                c.bias.empty() ? nullptr : c.bias.data(),
-                                y.data()};
-            plug->run(&ex, &a);
-          } else {
-            reinterpret_cast<engine::MatmulFn>(fn)(ctx, c.x.data(), c.m, wm,
-                                                   c.bias.empty() ? nullptr : c.bias.data(), y.data());
-          }
-          break;
-        case Op::kRmsNorm:
-          if (plug) {
-            plumb_rmsnorm_args a{c.x.data(), c.x2.data(), c.m, c.k, c.eps, y.data()};
-            plug->run(&ex, &a);
-          } else {
-            reinterpret_cast<engine::RmsNormFn>(fn)(ctx, c.x.data(), c.x2.data(), c.m, c.k, c.eps, y.data());
-          }
-          break;
-        case Op::kRope:  // in place on a scratch copy (angles stay bounded: positions are fixed)
-          if (plug) {
-            plumb_rope_args a{scratch_x.data(), c.m, c.n, c.k, c.positions.data(), c.x2.data()};
-            plug->run(&ex, &a);
-          } else {
-            reinterpret_cast<engine::RopeFn>(fn)(ctx, scratch_x.data(), c.m, c.n, c.k, c.positions.data(),
-                                                 c.x2.data());
-          }
-          break;
-        default:
-          if (plug) {
-            plumb_swiglu_args a{c.x.data(), c.x2.data(), c.m, c.n, y.data()};
-            plug->run(&ex, &a);
-          } else {
-            reinterpret_cast<engine::SwigluFn>(fn)(ctx, c.x.data(), c.x2.data(), c.m, c.n, y.data());
-          }
-          break;
+  return base;
+}
+
+// A call of the candidate (plug) or the baseline (fn) on its own copy of the inputs, prepared once.
+struct Prepared {
+  CapturedCall c;
+  std::vector<float> scratch_x, y;
+  plumb_exec ex;
+  engine::WeightMatrix wm;
+  engine::SampleScratch sample_scratch;
+  int32_t id = 0;
+};
+
+// Runs the prepared call once through the plugin (plug != null) or the engine kernel fn.
+void run_prepared(Prepared& st, const plumb_kernel_plugin* plug, void* fn, const engine::KernelContext& ctx) {
+  CapturedCall& c = st.c;
+  std::vector<float>& y = st.y;
+  std::vector<float>& scratch_x = st.scratch_x;
+  const plumb_exec& ex = st.ex;
+  const engine::WeightMatrix& wm = st.wm;
+  switch (c.op) {
+    case Op::kSample: {
+      engine::SampleArgs sa = c.sample;
+      sa.logits = c.x.data();
+      sa.vocab = c.n;
+      if (plug) {
+        plumb_sample_args a{
+            sa.logits, sa.vocab, sa.temperature, sa.top_k, sa.top_p, sa.u, st.sample_scratch.prob.data(),
+            c.n * 16,  &st.id};
+        plug->run(&ex, &a);
+      } else {
+        st.id = reinterpret_cast<engine::SampleFn>(fn)(ctx, sa, &st.sample_scratch);
       }
-    };
-  };
-  // Paired timing: candidate and baseline alternate (AB, BA, AB, ...), so the drift and the
-  // scheduling noise of a shared machine hit both. Samples come in blocks of two pairs, C B | B C:
-  // each kernel is timed once right after the other one ran and once right after itself, and the
-  // two positions differ (on the AMX VM a 40 ns RMSNorm read ~15% slower right after the switch,
-  // whichever kernel it was). A ratio per pair would then be two clusters (~0.94 and ~1.28 there)
-  // and their median an arbitrary pick between them; the ratio per block, over both positions,
-  // cancels the order. u is the median of the block ratios; warm times are medians of block means.
-  std::function<void()> cand = make_call(p, nullptr), basel = make_call(nullptr, base);
+      break;
+    }
+    case Op::kMatmul:
+      if (plug) {
+        plumb_matmul_args a{c.x.data(),
+                            c.m,
+                            c.k,
+                            c.w.data(),
+                            int32_t(c.w_dtype),
+                            c.n,
+                            c.bias.empty() ? nullptr : c.bias.data(),
+                            y.data()};
+        plug->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::MatmulFn>(fn)(ctx, c.x.data(), c.m, wm,
+                                               c.bias.empty() ? nullptr : c.bias.data(), y.data());
+      }
+      break;
+    case Op::kRmsNorm:
+      if (plug) {
+        plumb_rmsnorm_args a{c.x.data(), c.x2.data(), c.m, c.k, c.eps, y.data()};
+        plug->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::RmsNormFn>(fn)(ctx, c.x.data(), c.x2.data(), c.m, c.k, c.eps, y.data());
+      }
+      break;
+    case Op::kRope:  // in place on a scratch copy (angles stay bounded: positions are fixed)
+      if (plug) {
+        plumb_rope_args a{scratch_x.data(), c.m, c.n, c.k, c.positions.data(), c.x2.data()};
+        plug->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::RopeFn>(fn)(ctx, scratch_x.data(), c.m, c.n, c.k, c.positions.data(),
+                                             c.x2.data());
+      }
+      break;
+    default:
+      if (plug) {
+        plumb_swiglu_args a{c.x.data(), c.x2.data(), c.m, c.n, y.data()};
+        plug->run(&ex, &a);
+      } else {
+        reinterpret_cast<engine::SwigluFn>(fn)(ctx, c.x.data(), c.x2.data(), c.m, c.n, y.data());
+      }
+      break;
+  }
+}
+
+// The call `big` of the candidate (plug) or the baseline variant v, prepared once, as a closure.
+// ctx must outlive the closure.
+std::function<void()> prepared_call(const CapturedCall& big, const plumb_kernel_plugin* plug,
+                                    const engine::KernelVariant* v, const engine::KernelContext& ctx) {
+  void* fn = v ? v->fn : nullptr;
+  auto st = std::make_shared<Prepared>();
+  st->c = big;
+  st->scratch_x = st->c.x;
+  st->y.resize(out_elems(st->c));
+  if (st->c.op == Op::kSample) st->sample_scratch.prob.resize(size_t(st->c.n) * 2);  // 16 B per entry
+  st->ex = engine::plugin_exec(ctx);
+  st->wm = engine::WeightMatrix{st->c.w.data(), st->c.w_dtype, st->c.n, st->c.k};
+  // The baseline gets its weights in the layout the model gives it (tasks store them row-major):
+  // packed 16 features wide for variants that read that layout (engine/cpu/packed.h).
+  if (v && v->reads_packed16 && st->c.op == Op::kMatmul && engine::can_pack16(st->wm)) {
+    auto* w16 = reinterpret_cast<uint16_t*>(st->c.w.data());
+    engine::pack16(w16, st->c.n, st->c.k, w16, nullptr);
+    st->wm.layout = engine::WeightLayout::kPacked16;
+  }
+  return [st, plug, fn, &ctx] { run_prepared(*st, plug, fn, ctx); };
+}
+
+// Mean nanoseconds per call of f over n calls in a row.
+double time_n(const std::function<void()>& f, int n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) f();
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
+}
+
+// Paired timing: candidate and baseline alternate (AB, BA, AB, ...), so the drift and the
+// scheduling noise of a shared machine hit both. Samples come in blocks of two pairs, C B | B C:
+// each kernel is timed once right after the other one ran and once right after itself, and the
+// two positions differ (on the AMX VM a 40 ns RMSNorm read ~15% slower right after the switch,
+// whichever kernel it was). A ratio per pair would then be two clusters (~0.94 and ~1.28 there)
+// and their median an arbitrary pick between them; the ratio per block, over both positions,
+// cancels the order. u is the median of the block ratios; warm times are medians of block means.
+void time_paired(const std::function<void()>& cand, const std::function<void()>& basel,
+                 const ScreenOptions& o, ScreenResult& r) {
+  std::vector<uint8_t> flush(64u << 20, 1);
   // A warm sample repeats the call `inner` times so that it lasts >= ~20 us (a 60 ns rmsnorm is
   // below the clock's useful resolution); cold samples are single calls after a flush.
-  auto time_n = [](const std::function<void()>& f, int n) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) f();
-    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n;
-  };
   // The repeat count doubles until a sample of the faster kernel lasts >= 20 us (a single first call
   // is cold and carries the clock's overhead: sized from it, a 40 ns kernel's samples were ~7 us).
   int inner = 1;
@@ -725,6 +750,36 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   r.base_cold_ns = median(bc);
   r.utility = median(ratio);
   r.warm_calls = inner;
+}
+
+// Timing on the largest captured case, candidate and baseline, same pool.
+void time_against_baseline(const Task& t, const plumb_kernel_plugin* p, const ScreenOptions& o,
+                           ScreenResult& r) {
+  g_nguards.store(0);
+  const CapturedCall* big = &t.cases[0];
+  for (const auto& c : t.cases) {
+    if (c.m > big->m) big = &c;
+  }
+  const engine::KernelVariant* base = timing_baseline(t);
+  r.baseline = base->name;
+  engine::ThreadPool pool(o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+  // Sampling runs on the calling thread in the engine (engine/sampling.cpp): time it that way.
+  const engine::KernelContext ctx{t.op == Op::kSample ? nullptr : &pool, t.phase};
+  std::function<void()> cand = prepared_call(*big, p, nullptr, ctx),
+                        basel = prepared_call(*big, nullptr, base, ctx);
+  time_paired(cand, basel, o, r);
+}
+
+// The child's checks in order: load, correctness and safety, then (when o.timing) paired timing.
+ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOptions& o) {
+  ScreenResult r;
+  r.so_path = so;
+  auto plugin = engine::open_plugin_unscreened(so);
+  if (!plugin_fits_task(t, plugin, r)) return r;
+  const plumb_kernel_plugin* p = plugin->desc;
+  CorrectnessChecker checker(t, p, o, r);
+  if (!checker.check_all()) return r;
+  if (o.timing) time_against_baseline(t, p, o, r);
   return r;
 }
 
@@ -775,6 +830,81 @@ int screen_child_main(const std::string& task_dir, const std::string& so_path, c
 
 std::string screen_result_json_text(const ScreenResult& r) { return json::dump(result_json(r)); }
 
+namespace {
+
+// The path of libasan.so by the compiler ("" when it cannot say).
+std::string asan_library(const ScreenOptions& o) {
+  std::string asan_lib;
+  auto out = run_capture({o.cxx, "-print-file-name=libasan.so"});
+  if (out.ok()) {
+    asan_lib = out->out;
+    while (!asan_lib.empty() && (asan_lib.back() == '\n' || asan_lib.back() == ' ')) asan_lib.pop_back();
+  }
+  return asan_lib;
+}
+
+// In the forked child: the checks, in this process or (asan) in plumb exec'd with libasan preloaded;
+// the verdict goes to fd. Never returns.
+[[noreturn]] void run_child(const Task& task, const std::string& so_path, const ScreenOptions& o, int fd,
+                            const std::string& asan_lib) {
+  if (o.asan) {
+    // Exec plumb itself with libasan preloaded: an ASan library needs the runtime loaded first.
+    const std::string exe = o.plumb_binary.empty() ? "/proc/self/exe" : o.plumb_binary;
+    const std::string fd_s = std::to_string(fd);
+    setenv("LD_PRELOAD", asan_lib.c_str(), 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
+    const std::string draws = std::to_string(o.draws), seed = std::to_string(o.seed);
+    execl(exe.c_str(), exe.c_str(), "kernels", "screen-child", "--task", task.dir.c_str(), "--so",
+          so_path.c_str(), "--fd", fd_s.c_str(), "--draws", draws.c_str(), "--seed", seed.c_str(),
+          "--no-timing", (char*)nullptr);
+    _exit(127);
+  }
+  _exit(screen_child_main(task.dir, so_path, o, fd));
+}
+
+// Reads the child's output from fd until it closes or the timeout passes; false on timeout.
+bool read_until(int fd, std::chrono::milliseconds timeout, std::string& out) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    const int pr = poll(&pfd, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return true;
+    out.append(buf, size_t(n));
+  }
+}
+
+// The verdict of a child that ended without writing one, from its wait status.
+void verdict_from_status(int status, const ScreenOptions& o, ScreenResult& r) {
+  if (o.asan && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
+    // ASAN_OPTIONS=abort_on_error=1: a sanitizer report ends the child with SIGABRT.
+    r.verdict = "unsafe";
+    r.signature = "asan";
+    r.detail =
+        "AddressSanitizer reported a memory error (its report is on stderr); plumb itself is unaffected";
+  } else if (WIFSIGNALED(status)) {
+    r.verdict = "crash";
+    r.signature = std::string("signal:") + signal_name(WTERMSIG(status));
+    r.detail = std::string("the candidate crashed the screening child with ") +
+               signal_name(WTERMSIG(status)) + " (plumb itself is unaffected)";
+  } else {
+    r.verdict = "crash";
+    r.signature = "exit:" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    r.detail = "the screening child exited with status " +
+               std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " without a verdict" +
+               (o.asan ? " (AddressSanitizer report on stderr)" : "");
+    if (o.asan) r.signature = "asan";
+  }
+}
+
+}  // namespace
+
 ScreenResult screen_library(const Task& task, const std::string& so_path, const ScreenOptions& o) {
   ScreenResult r;
   r.so_path = so_path;
@@ -785,14 +915,7 @@ ScreenResult screen_library(const Task& task, const std::string& so_path, const 
     r.detail = "cannot create a pipe for the screening child";
     return r;
   }
-  std::string asan_lib;
-  if (o.asan) {
-    auto out = run_capture({o.cxx, "-print-file-name=libasan.so"});
-    if (out.ok()) {
-      asan_lib = out->out;
-      while (!asan_lib.empty() && (asan_lib.back() == '\n' || asan_lib.back() == ' ')) asan_lib.pop_back();
-    }
-  }
+  const std::string asan_lib = o.asan ? asan_library(o) : "";
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -804,40 +927,11 @@ ScreenResult screen_library(const Task& task, const std::string& so_path, const 
   }
   if (pid == 0) {
     close(fds[0]);
-    if (o.asan) {
-      // Exec plumb itself with libasan preloaded: an ASan library needs the runtime loaded first.
-      const std::string exe = o.plumb_binary.empty() ? "/proc/self/exe" : o.plumb_binary;
-      const std::string fd_s = std::to_string(fds[1]);
-      setenv("LD_PRELOAD", asan_lib.c_str(), 1);
-      setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
-      const std::string draws = std::to_string(o.draws), seed = std::to_string(o.seed);
-      execl(exe.c_str(), exe.c_str(), "kernels", "screen-child", "--task", task.dir.c_str(), "--so",
-            so_path.c_str(), "--fd", fd_s.c_str(), "--draws", draws.c_str(), "--seed", seed.c_str(),
-            "--no-timing", (char*)nullptr);
-      _exit(127);
-    }
-    _exit(screen_child_main(task.dir, so_path, o, fds[1]));
+    run_child(task, so_path, o, fds[1], asan_lib);
   }
   close(fds[1]);
   std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
-  bool timed_out = false;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd pfd{fds[0], POLLIN, 0};
-    const int pr = poll(&pfd, 1, int(std::min<int64_t>(left.count(), 1000)));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    char buf[4096];
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, size_t(n));
-  }
+  const bool timed_out = !read_until(fds[0], o.timeout, out);
   close(fds[0]);
   if (timed_out) kill(pid, SIGKILL);
   int status = 0;
@@ -858,25 +952,7 @@ ScreenResult screen_library(const Task& task, const std::string& so_path, const 
       return r;
     }
   }
-  if (o.asan && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
-    // ASAN_OPTIONS=abort_on_error=1: a sanitizer report ends the child with SIGABRT.
-    r.verdict = "unsafe";
-    r.signature = "asan";
-    r.detail =
-        "AddressSanitizer reported a memory error (its report is on stderr); plumb itself is unaffected";
-  } else if (WIFSIGNALED(status)) {
-    r.verdict = "crash";
-    r.signature = std::string("signal:") + signal_name(WTERMSIG(status));
-    r.detail = std::string("the candidate crashed the screening child with ") +
-               signal_name(WTERMSIG(status)) + " (plumb itself is unaffected)";
-  } else {
-    r.verdict = "crash";
-    r.signature = "exit:" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    r.detail = "the screening child exited with status " +
-               std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " without a verdict" +
-               (o.asan ? " (AddressSanitizer report on stderr)" : "");
-    if (o.asan) r.signature = "asan";
-  }
+  verdict_from_status(status, o, r);
   return r;
 }
 

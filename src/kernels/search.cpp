@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -638,8 +639,10 @@ std::vector<Candidate> pick_builtin(const std::vector<Candidate>& all, const std
   return out;
 }
 
-Result<Candidate> ask_proposer(const Task& task, const SearchOptions& o, const std::vector<Tried>& tried,
-                               const json::object& experience, int episode, int index) {
+// What the proposer reads on stdin: the task, the plugin ABI, the experience so far and every
+// candidate tried with its verdict.
+json::object proposer_context(const Task& task, const std::vector<Tried>& tried,
+                              const json::object& experience) {
   json::object ctx;
   ctx["schema_version"] = 1;
   ctx["request"] = "Write one kernel candidate: a C++ source against the plugin ABI below, for the task.";
@@ -668,11 +671,11 @@ Result<Candidate> ask_proposer(const Task& task, const SearchOptions& o, const s
                               {"detail", x.result.detail}});
   }
   ctx["tried"] = std::move(tr);
-  const std::string dir = o.out_dir + "/proposer";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::string stem = dir + "/e" + std::to_string(episode) + "-" + std::to_string(index);
-  PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".context.json", json::dump_pretty(ctx) + "\n"));
+  return ctx;
+}
+
+// Runs the proposer with stem.context.json on stdin, its stdout in stem.out.json; that output.
+Result<std::string> run_proposer(const SearchOptions& o, const std::string& stem) {
   // stdin from the context file: run through /bin/sh so the proposer's argv stays untouched.
   std::string cmd = "exec";
   for (const auto& a : o.proposer_argv) {
@@ -696,7 +699,11 @@ Result<Candidate> ask_proposer(const Task& task, const SearchOptions& o, const s
     return unavailable("the proposer failed (" + ex->to_string() + "); its stderr is in " + stem +
                        ".err.txt");
   }
-  PLUMB_ASSIGN_OR_RETURN(std::string text, read_file(stem + ".out.json"));
+  return read_file(stem + ".out.json");
+}
+
+// The proposer's JSON as a candidate; a missing or unusable name is replaced by proposed_e<E>_<I>.
+Result<Candidate> parse_proposal(const std::string& text, int episode, int index) {
   auto obj = json::parse_object(text);
   if (!obj.ok())
     return invalid_argument("the proposer's output is not a JSON object: " + obj.status().message());
@@ -716,62 +723,77 @@ Result<Candidate> ask_proposer(const Task& task, const SearchOptions& o, const s
   return c;
 }
 
-}  // namespace
-
-Result<SearchResult> run_search(const Task& task, const SearchOptions& o) {
-  if (o.out_dir.empty()) return invalid_argument("search needs an output folder (--out)");
+Result<Candidate> ask_proposer(const Task& task, const SearchOptions& o, const std::vector<Tried>& tried,
+                               const json::object& experience, int episode, int index) {
+  const std::string dir = o.out_dir + "/proposer";
   std::error_code ec;
-  std::filesystem::create_directories(o.out_dir, ec);
-  if (ec) return io_error("cannot create " + o.out_dir + ": " + ec.message());
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
-  SearchResult r;
-  const std::vector<Candidate> all = builtin_candidates(task);
-  json::object experience;
-  for (int e = 1; e <= o.episodes; ++e) {
-    std::vector<Candidate> batch = pick_builtin(all, r.tried, o.candidates_per_episode);
-    say(fmt::format(
-        "episode {}: {} built-in candidates{}", e, batch.size(),
-        o.proposer_argv.empty() ? "" : fmt::format(" + {} from the proposer", o.proposals_per_episode)));
-    for (int i = 0; i < int(o.proposer_argv.empty() ? 0 : o.proposals_per_episode); ++i) {
-      auto c = ask_proposer(task, o, r.tried, experience, e, i);
-      if (!c.ok()) {
-        Tried t;
-        t.episode = e;
-        t.candidate.name = "proposer_e" + std::to_string(e) + "_" + std::to_string(i);
-        t.candidate.family = "proposer";
-        t.candidate.origin = "proposer";
-        t.result.verdict = "proposer_error";
-        t.result.signature = "proposer";
-        t.result.detail = c.status().message();
-        say("  " + t.candidate.name + ": proposer_error: " + t.result.detail);
-        r.tried.push_back(std::move(t));
-        continue;
-      }
-      batch.push_back(std::move(c).value());
-    }
-    for (const Candidate& c : batch) {
-      ScreenOptions so = o.screen;
-      so.seed = derive_seed(o.seed, "screen/" + c.name);
+  std::filesystem::create_directories(dir, ec);
+  const std::string stem = dir + "/e" + std::to_string(episode) + "-" + std::to_string(index);
+  json::object ctx = proposer_context(task, tried, experience);
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".context.json", json::dump_pretty(ctx) + "\n"));
+  PLUMB_ASSIGN_OR_RETURN(std::string text, run_proposer(o, stem));
+  return parse_proposal(text, episode, index);
+}
+
+using Say = std::function<void(const std::string&)>;
+
+// The proposer's candidates of episode e; a failed proposal is kept as tried with its error.
+std::vector<Candidate> proposed_candidates(const Task& task, const SearchOptions& o,
+                                           const json::object& experience, int e, SearchResult& r,
+                                           const Say& say) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < int(o.proposer_argv.empty() ? 0 : o.proposals_per_episode); ++i) {
+    auto c = ask_proposer(task, o, r.tried, experience, e, i);
+    if (!c.ok()) {
       Tried t;
       t.episode = e;
-      t.candidate = c;
-      t.result = screen_candidate(task, c, o.out_dir + "/candidates", so);
-      say(fmt::format(
-          "  {:<40} {:<14} u={:.3f}  {}", c.name, t.result.verdict, t.result.utility,
-          t.result.passed()
-              ? fmt::format("{:.0f} ns vs {} {:.0f} ns (warm); cold {:.0f} vs {:.0f}", t.result.warm_ns,
-                            t.result.baseline, t.result.base_warm_ns, t.result.cold_ns, t.result.base_cold_ns)
-              : t.result.detail));
+      t.candidate.name = "proposer_e" + std::to_string(e) + "_" + std::to_string(i);
+      t.candidate.family = "proposer";
+      t.candidate.origin = "proposer";
+      t.result.verdict = "proposer_error";
+      t.result.signature = "proposer";
+      t.result.detail = c.status().message();
+      say("  " + t.candidate.name + ": proposer_error: " + t.result.detail);
       r.tried.push_back(std::move(t));
+      continue;
     }
-    experience = experience_record(task, r.tried, e);
-    const std::string path = o.out_dir + "/experience-" + std::to_string(e) + ".json";
-    PLUMB_RETURN_IF_ERROR(write_file_atomic(path, json::dump_pretty(experience) + "\n"));
-    r.experience_files.push_back(path);
+    out.push_back(std::move(c).value());
   }
-  // Confirmation (SearchOptions::confirm): the top candidates by u screened and timed again.
+  return out;
+}
+
+// Episode e: built-in and proposed candidates screened; its experience record written.
+Status run_episode(const Task& task, const SearchOptions& o, const std::vector<Candidate>& all, int e,
+                   json::object& experience, SearchResult& r, const Say& say) {
+  std::vector<Candidate> batch = pick_builtin(all, r.tried, o.candidates_per_episode);
+  say(fmt::format(
+      "episode {}: {} built-in candidates{}", e, batch.size(),
+      o.proposer_argv.empty() ? "" : fmt::format(" + {} from the proposer", o.proposals_per_episode)));
+  for (auto& c : proposed_candidates(task, o, experience, e, r, say)) batch.push_back(std::move(c));
+  for (const Candidate& c : batch) {
+    ScreenOptions so = o.screen;
+    so.seed = derive_seed(o.seed, "screen/" + c.name);
+    Tried t;
+    t.episode = e;
+    t.candidate = c;
+    t.result = screen_candidate(task, c, o.out_dir + "/candidates", so);
+    say(fmt::format(
+        "  {:<40} {:<14} u={:.3f}  {}", c.name, t.result.verdict, t.result.utility,
+        t.result.passed()
+            ? fmt::format("{:.0f} ns vs {} {:.0f} ns (warm); cold {:.0f} vs {:.0f}", t.result.warm_ns,
+                          t.result.baseline, t.result.base_warm_ns, t.result.cold_ns, t.result.base_cold_ns)
+            : t.result.detail));
+    r.tried.push_back(std::move(t));
+  }
+  experience = experience_record(task, r.tried, e);
+  const std::string path = o.out_dir + "/experience-" + std::to_string(e) + ".json";
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(path, json::dump_pretty(experience) + "\n"));
+  r.experience_files.push_back(path);
+  return Status::Ok();
+}
+
+// Confirmation (SearchOptions::confirm): the top candidates by u screened and timed again; their indices.
+std::vector<size_t> confirm_top(const Task& task, const SearchOptions& o, SearchResult& r, const Say& say) {
   std::vector<size_t> top;
   for (size_t i = 0; i < r.tried.size(); ++i) {
     if (r.tried[i].result.passed()) top.push_back(i);
@@ -792,6 +814,25 @@ Result<SearchResult> run_search(const Task& task, const SearchOptions& o) {
                                                  again.baseline, again.base_warm_ns)
                                    : "  (" + again.verdict + ": " + again.detail + ")"));
   }
+  return top;
+}
+
+}  // namespace
+
+Result<SearchResult> run_search(const Task& task, const SearchOptions& o) {
+  if (o.out_dir.empty()) return invalid_argument("search needs an output folder (--out)");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) return io_error("cannot create " + o.out_dir + ": " + ec.message());
+  Say say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  SearchResult r;
+  const std::vector<Candidate> all = builtin_candidates(task);
+  json::object experience;
+  for (int e = 1; e <= o.episodes; ++e)
+    PLUMB_RETURN_IF_ERROR(run_episode(task, o, all, e, experience, r, say));
+  const std::vector<size_t> top = confirm_top(task, o, r, say);
   for (size_t i = 0; i < r.tried.size(); ++i) {
     const auto& t = r.tried[i];
     const bool eligible = top.empty() ? t.result.passed() : t.confirmed_utility >= 0;

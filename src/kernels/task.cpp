@@ -98,6 +98,37 @@ bool task_op(Op op) {
   return op == Op::kMatmul || op == Op::kRmsNorm || op == Op::kRope || op == Op::kSwiglu || op == Op::kSample;
 }
 
+// Case i's binary files beside task.json: inputs, weights, bias, positions and the reference output.
+Status write_case_files(const Task& t, size_t i, const std::string& dir) {
+  const CapturedCall& c = t.cases[i];
+  const std::string p = dir + "/case-" + std::to_string(i);
+  PLUMB_RETURN_IF_ERROR(write_bin(p + ".x.f32", c.x));
+  if (!c.x2.empty()) {
+    PLUMB_RETURN_IF_ERROR(write_bin(p + ".x2.f32", c.x2));
+  }
+  if (!c.w.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".w.bin", c.w));
+  if (!c.bias.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".bias.f32", c.bias));
+  if (!c.positions.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".pos.i32", c.positions));
+  std::vector<float> ref = i < t.ref_outputs.size() ? t.ref_outputs[i] : reference_output(c);
+  return write_bin(p + ".ref.f32", ref);
+}
+
+// Case i's entry of task.json.
+json::object case_json(const Task& t, const CapturedCall& c) {
+  json::object co{{"m", c.m},
+                  {"layer", c.layer},
+                  {"eps", double(c.eps)},
+                  {"has_x2", !c.x2.empty()},
+                  {"has_bias", !c.bias.empty()}};
+  if (t.op == Op::kSample) {
+    co["temperature"] = double(c.sample.temperature);
+    co["top_k"] = c.sample.top_k;
+    co["top_p"] = double(c.sample.top_p);
+    co["u"] = c.sample.u;
+  }
+  return co;
+}
+
 }  // namespace
 
 Status write_task(const Task& t, const std::string& dir) {
@@ -124,42 +155,17 @@ Status write_task(const Task& t, const std::string& dir) {
   o["share_e2e"] = t.share;
   json::array cases;
   for (size_t i = 0; i < t.cases.size(); ++i) {
-    const CapturedCall& c = t.cases[i];
-    const std::string p = dir + "/case-" + std::to_string(i);
-    PLUMB_RETURN_IF_ERROR(write_bin(p + ".x.f32", c.x));
-    if (!c.x2.empty()) {
-      PLUMB_RETURN_IF_ERROR(write_bin(p + ".x2.f32", c.x2));
-    }
-    if (!c.w.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".w.bin", c.w));
-    if (!c.bias.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".bias.f32", c.bias));
-    if (!c.positions.empty()) PLUMB_RETURN_IF_ERROR(write_bin(p + ".pos.i32", c.positions));
-    std::vector<float> ref = i < t.ref_outputs.size() ? t.ref_outputs[i] : reference_output(c);
-    PLUMB_RETURN_IF_ERROR(write_bin(p + ".ref.f32", ref));
-    json::object co{{"m", c.m},
-                    {"layer", c.layer},
-                    {"eps", double(c.eps)},
-                    {"has_x2", !c.x2.empty()},
-                    {"has_bias", !c.bias.empty()}};
-    if (t.op == Op::kSample) {
-      co["temperature"] = double(c.sample.temperature);
-      co["top_k"] = c.sample.top_k;
-      co["top_p"] = double(c.sample.top_p);
-      co["u"] = c.sample.u;
-    }
-    cases.push_back(std::move(co));
+    PLUMB_RETURN_IF_ERROR(write_case_files(t, i, dir));
+    cases.push_back(case_json(t, t.cases[i]));
   }
   o["cases"] = std::move(cases);
   return write_file_atomic(dir + "/task.json", json::dump_pretty(o) + "\n");
 }
 
-Result<Task> load_task(const std::string& dir) {
-  auto v = json::parse_file(dir + "/task.json");
-  if (!v.ok())
-    return v.status().with_context("loading task " + dir + " (make one with `plumb kernels tasks`)");
-  if (!v->is_object()) return invalid_argument(dir + "/task.json must be an object");
-  const json::object& o = v->as_object();
-  Task t;
-  t.dir = dir;
+namespace {
+
+// task.json's module, op, phase, dtype and shapes, checked.
+Status read_task_shape(const std::string& dir, const json::object& o, Task& t) {
   auto str = [&](const char* k) -> Result<std::string> {
     PLUMB_ASSIGN_OR_RETURN(auto s, json::opt_string(o, k));
     if (!s) return invalid_argument(dir + "/task.json: missing field '" + std::string(k) + "'");
@@ -189,6 +195,11 @@ Result<Task> load_task(const std::string& dir) {
   }
   if (t.op == Op::kRope && t.k % 2 != 0)
     return invalid_argument(dir + "/task.json: rope needs an even k (head_dim)");
+  return Status::Ok();
+}
+
+// task.json's optional fields: rows histogram, baseline variant, hardware, workload, tolerance, share.
+Status read_task_extras(const json::object& o, Task& t) {
   if (auto it = o.find("rows_histogram"); it != o.end() && it->value().is_object()) {
     for (const auto& [m, c] : it->value().as_object()) {
       if (c.is_int64()) t.rows_histogram[std::stoll(std::string(m))] = c.as_int64();
@@ -204,79 +215,115 @@ Result<Task> load_task(const std::string& dir) {
   t.tolerance = tol.value_or(tolerance_for(t.op, t.dtype));
   PLUMB_ASSIGN_OR_RETURN(auto share, json::opt_double(o, "share_e2e"));
   t.share = share.value_or(0);
+  return Status::Ok();
+}
+
+// A sampling case's parameters, checked against the sampling contract's ranges.
+Status read_sample_params(const std::string& dir, size_t i, const json::object& co, CapturedCall& c) {
+  PLUMB_ASSIGN_OR_RETURN(auto temp, json::opt_double(co, "temperature"));
+  PLUMB_ASSIGN_OR_RETURN(auto top_k, json::opt_int(co, "top_k"));
+  PLUMB_ASSIGN_OR_RETURN(auto top_p, json::opt_double(co, "top_p"));
+  PLUMB_ASSIGN_OR_RETURN(auto u, json::opt_double(co, "u"));
+  c.sample.temperature = float(temp.value_or(0));
+  c.sample.top_k = int32_t(top_k.value_or(0));
+  c.sample.top_p = float(top_p.value_or(1));
+  c.sample.u = u.value_or(0);
+  c.sample.vocab = c.n;
+  if (!(c.sample.temperature >= 0) || c.sample.top_k < 0 || !(c.sample.top_p > 0 && c.sample.top_p <= 1) ||
+      !(c.sample.u >= 0 && c.sample.u < 1)) {
+    return invalid_argument(dir + "/task.json: cases[" + std::to_string(i) +
+                            "]: sampling parameters out of range (temperature >= 0, top_k >= 0, "
+                            "0 < top_p <= 1, 0 <= u < 1)");
+  }
+  return Status::Ok();
+}
+
+// Element counts of a case's x, x2 and output for the task's op.
+struct CaseSizes {
+  size_t x = 0, x2 = 0, out = 0;
+};
+CaseSizes case_sizes(Op op, const CapturedCall& c) {
+  switch (op) {
+    case Op::kMatmul:
+      return {size_t(c.m * c.k), 0, size_t(c.m * c.n)};
+    case Op::kRmsNorm:
+      return {size_t(c.m * c.k), size_t(c.k), size_t(c.m * c.k)};
+    case Op::kRope:
+      return {size_t(c.m * c.n * c.k), size_t(c.k / 2), size_t(c.m * c.n * c.k)};
+    case Op::kSample:
+      return {size_t(c.n), 0, 1};
+    default:
+      return {size_t(c.m * c.n), size_t(c.m * c.n), size_t(c.m * c.n)};
+  }
+}
+
+// Case files at stem p: inputs, weights and bias (matmul), positions (rope), the reference output.
+Status read_case_files(const std::string& p, const Task& t, bool has_bias, CapturedCall& c,
+                       std::vector<float>* ref) {
+  const CaseSizes n = case_sizes(t.op, c);
+  PLUMB_ASSIGN_OR_RETURN(c.x, read_bin<float>(p + ".x.f32", n.x));
+  if (n.x2) {
+    PLUMB_ASSIGN_OR_RETURN(c.x2, read_bin<float>(p + ".x2.f32", n.x2));
+  }
+  if (t.op == Op::kMatmul) {
+    PLUMB_ASSIGN_OR_RETURN(
+        c.w, read_bin<uint8_t>(p + ".w.bin", size_t(c.n * c.k) * engine::dtype_size(c.w_dtype)));
+    if (has_bias) {
+      PLUMB_ASSIGN_OR_RETURN(c.bias, read_bin<float>(p + ".bias.f32", size_t(c.n)));
+    }
+  }
+  if (t.op == Op::kRope) {
+    PLUMB_ASSIGN_OR_RETURN(c.positions, read_bin<int32_t>(p + ".pos.i32", size_t(c.m)));
+  }
+  PLUMB_ASSIGN_OR_RETURN(*ref, read_bin<float>(p + ".ref.f32", n.out));
+  return Status::Ok();
+}
+
+// Case i: its entry of task.json and its binary files; the reference output into *ref.
+Result<CapturedCall> read_case(const std::string& dir, const Task& t, size_t i, const json::object& co,
+                               std::vector<float>* ref) {
+  CapturedCall c;
+  c.op = t.op;
+  c.phase = t.phase;
+  c.module = t.module;
+  c.n = t.n;
+  c.k = t.k;
+  c.w_dtype = t.dtype;
+  PLUMB_ASSIGN_OR_RETURN(auto m, json::opt_int(co, "m"));
+  if (!m || *m < 1)
+    return invalid_argument(dir + "/task.json: cases[" + std::to_string(i) + "].m must be >= 1");
+  c.m = *m;
+  PLUMB_ASSIGN_OR_RETURN(auto layer, json::opt_int(co, "layer"));
+  c.layer = int32_t(layer.value_or(-1));
+  PLUMB_ASSIGN_OR_RETURN(auto eps, json::opt_double(co, "eps"));
+  c.eps = float(eps.value_or(0));
+  PLUMB_ASSIGN_OR_RETURN(auto has_bias, json::opt_bool(co, "has_bias"));
+  const std::string p = dir + "/case-" + std::to_string(i);
+  if (t.op == Op::kSample) PLUMB_RETURN_IF_ERROR(read_sample_params(dir, i, co, c));
+  PLUMB_RETURN_IF_ERROR(read_case_files(p, t, has_bias.value_or(false), c, ref));
+  return c;
+}
+
+}  // namespace
+
+Result<Task> load_task(const std::string& dir) {
+  auto v = json::parse_file(dir + "/task.json");
+  if (!v.ok())
+    return v.status().with_context("loading task " + dir + " (make one with `plumb kernels tasks`)");
+  if (!v->is_object()) return invalid_argument(dir + "/task.json must be an object");
+  const json::object& o = v->as_object();
+  Task t;
+  t.dir = dir;
+  PLUMB_RETURN_IF_ERROR(read_task_shape(dir, o, t));
+  PLUMB_RETURN_IF_ERROR(read_task_extras(o, t));
   auto cit = o.find("cases");
   if (cit == o.end() || !cit->value().is_array())
     return invalid_argument(dir + "/task.json: missing 'cases' array");
   size_t i = 0;
   for (const auto& cv : cit->value().as_array()) {
     if (!cv.is_object()) return invalid_argument(dir + "/task.json: cases[] must be objects");
-    const json::object& co = cv.as_object();
-    CapturedCall c;
-    c.op = t.op;
-    c.phase = t.phase;
-    c.module = t.module;
-    c.n = t.n;
-    c.k = t.k;
-    c.w_dtype = t.dtype;
-    PLUMB_ASSIGN_OR_RETURN(auto m, json::opt_int(co, "m"));
-    if (!m || *m < 1)
-      return invalid_argument(dir + "/task.json: cases[" + std::to_string(i) + "].m must be >= 1");
-    c.m = *m;
-    PLUMB_ASSIGN_OR_RETURN(auto layer, json::opt_int(co, "layer"));
-    c.layer = int32_t(layer.value_or(-1));
-    PLUMB_ASSIGN_OR_RETURN(auto eps, json::opt_double(co, "eps"));
-    c.eps = float(eps.value_or(0));
-    PLUMB_ASSIGN_OR_RETURN(auto has_bias, json::opt_bool(co, "has_bias"));
-    const std::string p = dir + "/case-" + std::to_string(i);
-    size_t x_elems = 0, x2_elems = 0, out_elems = 0;
-    switch (t.op) {
-      case Op::kMatmul:
-        x_elems = size_t(c.m * c.k), out_elems = size_t(c.m * c.n);
-        break;
-      case Op::kRmsNorm:
-        x_elems = size_t(c.m * c.k), x2_elems = size_t(c.k), out_elems = x_elems;
-        break;
-      case Op::kRope:
-        x_elems = size_t(c.m * c.n * c.k), x2_elems = size_t(c.k / 2), out_elems = x_elems;
-        break;
-      case Op::kSample: {
-        x_elems = size_t(c.n), out_elems = 1;
-        PLUMB_ASSIGN_OR_RETURN(auto temp, json::opt_double(co, "temperature"));
-        PLUMB_ASSIGN_OR_RETURN(auto top_k, json::opt_int(co, "top_k"));
-        PLUMB_ASSIGN_OR_RETURN(auto top_p, json::opt_double(co, "top_p"));
-        PLUMB_ASSIGN_OR_RETURN(auto u, json::opt_double(co, "u"));
-        c.sample.temperature = float(temp.value_or(0));
-        c.sample.top_k = int32_t(top_k.value_or(0));
-        c.sample.top_p = float(top_p.value_or(1));
-        c.sample.u = u.value_or(0);
-        c.sample.vocab = c.n;
-        if (!(c.sample.temperature >= 0) || c.sample.top_k < 0 ||
-            !(c.sample.top_p > 0 && c.sample.top_p <= 1) || !(c.sample.u >= 0 && c.sample.u < 1)) {
-          return invalid_argument(dir + "/task.json: cases[" + std::to_string(i) +
-                                  "]: sampling parameters out of range (temperature >= 0, top_k >= 0, "
-                                  "0 < top_p <= 1, 0 <= u < 1)");
-        }
-        break;
-      }
-      default:
-        x_elems = size_t(c.m * c.n), x2_elems = x_elems, out_elems = x_elems;
-        break;
-    }
-    PLUMB_ASSIGN_OR_RETURN(c.x, read_bin<float>(p + ".x.f32", x_elems));
-    if (x2_elems) {
-      PLUMB_ASSIGN_OR_RETURN(c.x2, read_bin<float>(p + ".x2.f32", x2_elems));
-    }
-    if (t.op == Op::kMatmul) {
-      PLUMB_ASSIGN_OR_RETURN(
-          c.w, read_bin<uint8_t>(p + ".w.bin", size_t(c.n * c.k) * engine::dtype_size(c.w_dtype)));
-      if (has_bias.value_or(false)) {
-        PLUMB_ASSIGN_OR_RETURN(c.bias, read_bin<float>(p + ".bias.f32", size_t(c.n)));
-      }
-    }
-    if (t.op == Op::kRope) {
-      PLUMB_ASSIGN_OR_RETURN(c.positions, read_bin<int32_t>(p + ".pos.i32", size_t(c.m)));
-    }
-    PLUMB_ASSIGN_OR_RETURN(auto ref, read_bin<float>(p + ".ref.f32", out_elems));
+    std::vector<float> ref;
+    PLUMB_ASSIGN_OR_RETURN(CapturedCall c, read_case(dir, t, i, cv.as_object(), &ref));
     t.cases.push_back(std::move(c));
     t.ref_outputs.push_back(std::move(ref));
     ++i;

@@ -87,6 +87,83 @@ Result<Slo> parse_slo(std::string_view text) {
   return slo;
 }
 
+namespace {
+
+// The per-request values behind the summaries, and the run's edges for the steady window.
+struct Samples {
+  std::vector<double> ttft, ttft_s, tpot, itl, tpc, e2e, e2e_s, lag, wait;
+  std::vector<const RequestRecord*> done;
+  std::optional<Nanos> last_send, first_completion;
+};
+
+// A completed request's latencies, chunks and token accounting.
+void add_completed(const RequestRecord& r, const Slo& slo, Metrics& m, Samples& s) {
+  ++m.completed;
+  s.done.push_back(&r);
+  if (r.first_token) {
+    s.ttft.push_back(ms(*r.first_token - *r.sent));
+    s.ttft_s.push_back(ms(*r.first_token - *r.scheduled));
+  }
+  s.e2e.push_back(ms(*r.end - *r.sent));
+  s.e2e_s.push_back(ms(*r.end - *r.scheduled));
+  if (auto t = tpot_of(r)) s.tpot.push_back(*t);
+  std::optional<Nanos> prev;
+  for (const auto& c : r.chunks) {
+    if (c.tokens <= 0) continue;
+    s.tpc.push_back(double(c.tokens));
+    if (prev) s.itl.push_back(ms(c.t - *prev));
+    prev = c.t;
+  }
+  m.requested_output_tokens += r.requested_output_tokens;
+  if (r.usage_output_tokens >= 0) {
+    m.usage_output_tokens += r.usage_output_tokens;
+    m.local_output_tokens += r.local_output_tokens;
+  } else {
+    ++m.usage_missing;
+  }
+  if (r.requested_output_tokens > 0) {
+    double frac = double(r.output_tokens()) / double(r.requested_output_tokens);
+    if (std::isnan(m.min_output_fraction) || frac < m.min_output_fraction) m.min_output_fraction = frac;
+  }
+  if (!s.first_completion || *r.end < *s.first_completion) s.first_completion = *r.end;
+  m.slo_met += meets(r, slo);
+}
+
+// Every request: send lag and cap wait for the sent ones, failures by category, the completed ones' values.
+Samples collect(const RunRecord& run, const Slo& slo, Metrics& m) {
+  Samples s;
+  for (const auto& r : run.requests) {
+    if (r.sent) {
+      if (r.eligible) s.lag.push_back(ms(*r.sent - *r.eligible));
+      if (r.eligible && r.scheduled) s.wait.push_back(ms(*r.eligible - *r.scheduled));
+      if (!s.last_send || *r.sent > *s.last_send) s.last_send = *r.sent;
+    }
+    if (!r.completed()) {
+      ++m.failed;
+      Failure f = r.failure == Failure::kNone ? Failure::kClient : r.failure;
+      ++m.failures[std::string(failure_name(f))];
+      continue;
+    }
+    add_completed(r, slo, m, s);
+  }
+  return s;
+}
+
+// The whole-run window, and the steady window (completions after the first one and no later than
+// the last send).
+void fill_windows(const RunRecord& run, const Slo& slo, const Samples& s, Metrics& m) {
+  if (!s.done.empty()) fill_window(m.whole, 0.0, sec(run.duration), s.done, slo);
+  if (s.done.size() >= 2 && s.last_send && *s.last_send > *s.first_completion) {
+    std::vector<const RequestRecord*> in;
+    for (const auto* r : s.done) {
+      if (*r->end > *s.first_completion && *r->end <= *s.last_send) in.push_back(r);
+    }
+    fill_window(m.steady, sec(*s.first_completion), sec(*s.last_send), in, slo);
+  }
+}
+
+}  // namespace
+
 Metrics compute(const RunRecord& run, const Slo& slo) {
   Metrics m;
   m.requests = int64_t(run.requests.size());
@@ -95,52 +172,7 @@ Metrics compute(const RunRecord& run, const Slo& slo) {
   m.max_in_flight = run.max_in_flight;
   m.realtime_pacing = run.realtime_pacing;
   for (Failure f : kAllFailures) m.failures[std::string(failure_name(f))] = 0;
-
-  std::vector<double> ttft, ttft_s, tpot, itl, tpc, e2e, e2e_s, lag, wait;
-  std::vector<const RequestRecord*> done;
-  std::optional<Nanos> last_send, first_completion;
-  for (const auto& r : run.requests) {
-    if (r.sent) {
-      if (r.eligible) lag.push_back(ms(*r.sent - *r.eligible));
-      if (r.eligible && r.scheduled) wait.push_back(ms(*r.eligible - *r.scheduled));
-      if (!last_send || *r.sent > *last_send) last_send = *r.sent;
-    }
-    if (!r.completed()) {
-      ++m.failed;
-      Failure f = r.failure == Failure::kNone ? Failure::kClient : r.failure;
-      ++m.failures[std::string(failure_name(f))];
-      continue;
-    }
-    ++m.completed;
-    done.push_back(&r);
-    if (r.first_token) {
-      ttft.push_back(ms(*r.first_token - *r.sent));
-      ttft_s.push_back(ms(*r.first_token - *r.scheduled));
-    }
-    e2e.push_back(ms(*r.end - *r.sent));
-    e2e_s.push_back(ms(*r.end - *r.scheduled));
-    if (auto t = tpot_of(r)) tpot.push_back(*t);
-    std::optional<Nanos> prev;
-    for (const auto& c : r.chunks) {
-      if (c.tokens <= 0) continue;
-      tpc.push_back(double(c.tokens));
-      if (prev) itl.push_back(ms(c.t - *prev));
-      prev = c.t;
-    }
-    m.requested_output_tokens += r.requested_output_tokens;
-    if (r.usage_output_tokens >= 0) {
-      m.usage_output_tokens += r.usage_output_tokens;
-      m.local_output_tokens += r.local_output_tokens;
-    } else {
-      ++m.usage_missing;
-    }
-    if (r.requested_output_tokens > 0) {
-      double frac = double(r.output_tokens()) / double(r.requested_output_tokens);
-      if (std::isnan(m.min_output_fraction) || frac < m.min_output_fraction) m.min_output_fraction = frac;
-    }
-    if (!first_completion || *r.end < *first_completion) first_completion = *r.end;
-    m.slo_met += meets(r, slo);
-  }
+  const Samples s = collect(run, slo, m);
   if (m.requests > 0) {
     m.error_rate = double(m.failed) / double(m.requests);
     m.slo_fraction = double(m.slo_met) / double(m.requests);
@@ -148,25 +180,16 @@ Metrics compute(const RunRecord& run, const Slo& slo) {
   if (m.usage_output_tokens > 0)
     m.token_disagreement =
         std::abs(double(m.usage_output_tokens - m.local_output_tokens)) / double(m.usage_output_tokens);
-  m.ttft_ms = stats::summarize(ttft);
-  m.ttft_from_schedule_ms = stats::summarize(ttft_s);
-  m.tpot_ms = stats::summarize(tpot);
-  m.itl_ms = stats::summarize(itl);
-  m.tokens_per_chunk = stats::summarize(tpc);
-  m.e2e_ms = stats::summarize(e2e);
-  m.e2e_from_schedule_ms = stats::summarize(e2e_s);
-  m.send_lag_ms = stats::summarize(lag);
-  m.cap_wait_ms = stats::summarize(wait);
-
-  if (!done.empty()) fill_window(m.whole, 0.0, sec(run.duration), done, slo);
-  if (done.size() >= 2 && last_send && *last_send > *first_completion) {
-    std::vector<const RequestRecord*> in;
-    for (const auto* r : done) {
-      if (*r->end > *first_completion && *r->end <= *last_send) in.push_back(r);
-    }
-    fill_window(m.steady, sec(*first_completion), sec(*last_send), in, slo);
-  }
-
+  m.ttft_ms = stats::summarize(s.ttft);
+  m.ttft_from_schedule_ms = stats::summarize(s.ttft_s);
+  m.tpot_ms = stats::summarize(s.tpot);
+  m.itl_ms = stats::summarize(s.itl);
+  m.tokens_per_chunk = stats::summarize(s.tpc);
+  m.e2e_ms = stats::summarize(s.e2e);
+  m.e2e_from_schedule_ms = stats::summarize(s.e2e_s);
+  m.send_lag_ms = stats::summarize(s.lag);
+  m.cap_wait_ms = stats::summarize(s.wait);
+  fill_windows(run, slo, s, m);
   if (m.ttft_ms.p50 > 0) m.inv_median_ttft = 1000.0 / m.ttft_ms.p50;
   if (m.tpot_ms.p50 > 0) m.inv_median_tpot = 1000.0 / m.tpot_ms.p50;
   double rps = m.steady.empty ? stats::kNaN : m.steady.request_throughput;

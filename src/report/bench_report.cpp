@@ -51,20 +51,34 @@ Cell verdict_cell(metrics::Verdict v) {
   return Cell(n);
 }
 
-void profile_section(Page& p, const BenchProfile& bp) {
-  const metrics::RunRecord& run = *bp.run;
-  const metrics::Metrics& m = bp.metrics;
-  p.heading(bp.label.empty() ? "Results" : bp.label);
-  p.paragraph("Load: " + run.load.arrival +
-              (run.load.rate > 0 ? ", " + format_number(run.load.rate) + " req/s" : std::string()) +
-              (run.load.max_concurrency > 0
-                   ? ", at most " + std::to_string(run.load.max_concurrency) + " in flight"
-                   : std::string()) +
-              "; " + std::to_string(m.requests) + " measured requests (" + std::to_string(m.completed) +
-              " completed, " + std::to_string(m.failed) + " failed), " + std::to_string(m.warmup) +
-              " warmup requests excluded; peak concurrency " + std::to_string(m.max_in_flight) + "; target " +
-              run.target + "; request set " + run.request_set_hash + ".");
+// Per-request values of completed requests, in request-set order.
+struct PerRequest {
+  std::vector<double> ttft, ttft_sched, tpot, itl, e2e, sent_s, tpot_sent_s;
+};
 
+PerRequest per_request(const metrics::RunRecord& run) {
+  PerRequest v;
+  for (const auto& r : run.requests) {
+    if (!r.completed() || !r.sent) continue;
+    if (r.first_token) {
+      v.ttft.push_back(ms(*r.first_token - *r.sent));
+      if (r.scheduled) v.ttft_sched.push_back(ms(*r.first_token - *r.scheduled));
+      v.sent_s.push_back(sec(*r.sent));
+      int64_t n = r.output_tokens();
+      if (n >= 2) {
+        v.tpot.push_back(ms(*r.end - *r.first_token) / double(n - 1));
+        v.tpot_sent_s.push_back(sec(*r.sent));
+      }
+    }
+    v.e2e.push_back(ms(*r.end - *r.sent));
+    for (size_t i = 1; i < r.chunks.size(); ++i) v.itl.push_back(ms(r.chunks[i].t - r.chunks[i - 1].t));
+  }
+  return v;
+}
+
+// Validity, latency, throughput, token accounting and failures.
+void profile_tables(Page& p, const BenchProfile& bp) {
+  const metrics::Metrics& m = bp.metrics;
   Table validity{.caption = "Validity (docs/protocol.md §3)",
                  .header = {"constraint", "value", "bound", "unit", "verdict", "fix"}};
   for (const auto& c : bp.validity)
@@ -110,25 +124,11 @@ void profile_section(Page& p, const BenchProfile& bp) {
   for (const auto& [name, n] : m.failures)
     if (n > 0) fail.rows.push_back({name, Cell::fail(std::to_string(n))});
   p.table(fail);
+}
 
-  // Per-request values of completed requests, in request-set order.
-  std::vector<double> ttft, ttft_sched, tpot, itl, e2e, sent_s, tpot_sent_s;
-  for (const auto& r : run.requests) {
-    if (!r.completed() || !r.sent) continue;
-    if (r.first_token) {
-      ttft.push_back(ms(*r.first_token - *r.sent));
-      if (r.scheduled) ttft_sched.push_back(ms(*r.first_token - *r.scheduled));
-      sent_s.push_back(sec(*r.sent));
-      int64_t n = r.output_tokens();
-      if (n >= 2) {
-        tpot.push_back(ms(*r.end - *r.first_token) / double(n - 1));
-        tpot_sent_s.push_back(sec(*r.sent));
-      }
-    }
-    e2e.push_back(ms(*r.end - *r.sent));
-    for (size_t i = 1; i < r.chunks.size(); ++i) itl.push_back(ms(r.chunks[i].t - r.chunks[i - 1].t));
-  }
-
+// The CDFs and the TTFT histogram of the per-request values.
+void distribution_charts(Page& p, const PerRequest& v) {
+  const auto& ttft = v.ttft;
   // Charts are built field by field: GCC 12 at -O3 reports false maybe-uninitialized warnings on
   // nested designated initializers of these aggregates.
   auto cdf = [&p](std::string title, std::string xlabel, std::vector<Distribution> d) {
@@ -138,20 +138,27 @@ void profile_section(Page& p, const BenchProfile& bp) {
     c.distributions = std::move(d);
     p.distribution_chart(c);
   };
-  cdf("TTFT distribution (CDF)", "TTFT (ms)", {{"from send", ttft}, {"from schedule", ttft_sched}});
-  cdf("TPOT distribution (CDF)", "TPOT (ms)", {{"TPOT", tpot}});
-  cdf("Inter-chunk gaps (ITL) distribution (CDF)", "gap (ms)", {{"ITL", itl}});
-  cdf("E2E latency distribution (CDF)", "E2E (ms)", {{"E2E from send", e2e}});
+  cdf("TTFT distribution (CDF)", "TTFT (ms)", {{"from send", ttft}, {"from schedule", v.ttft_sched}});
+  cdf("TPOT distribution (CDF)", "TPOT (ms)", {{"TPOT", v.tpot}});
+  cdf("Inter-chunk gaps (ITL) distribution (CDF)", "gap (ms)", {{"ITL", v.itl}});
+  cdf("E2E latency distribution (CDF)", "E2E (ms)", {{"E2E from send", v.e2e}});
   DistributionChart hist;
   hist.kind = DistributionChart::Kind::kHistogram;
   hist.title = "TTFT histogram";
   hist.x.label = "TTFT from send (ms)";
   hist.distributions = {{"", ttft}};
   p.distribution_chart(hist);
+}
 
-  // Per-request figures of very large runs draw every stride-th request so the page stays quick to
-  // open; the distributions above use every value.
-  const size_t stride = (run.requests.size() + kMaxPerRequestPoints - 1) / kMaxPerRequestPoints;
+// Per-request figures of very large runs draw every stride-th request so the page stays quick to
+// open; the distributions use every value.
+size_t per_request_stride(const metrics::RunRecord& run) {
+  return (run.requests.size() + kMaxPerRequestPoints - 1) / kMaxPerRequestPoints;
+}
+
+// TTFT and TPOT of each request over the run.
+void scatter_charts(Page& p, const metrics::RunRecord& run, const PerRequest& pr) {
+  const size_t stride = per_request_stride(run);
   const std::string sampled =
       stride > 1 ? "A large run: one point in " + std::to_string(stride) + " is drawn." : "";
   auto every = [stride](const std::vector<double>& v) {
@@ -171,10 +178,12 @@ void profile_section(Page& p, const BenchProfile& bp) {
     c.series.push_back(Series{.name = "", .x = std::move(x), .y = std::move(y)});
     p.scatter_chart(c);
   };
-  scatter("TTFT of each request over the run", "TTFT from send (ms)", sent_s, ttft);
-  scatter("TPOT of each request over the run", "TPOT (ms)", tpot_sent_s, tpot);
+  scatter("TTFT of each request over the run", "TTFT from send (ms)", pr.sent_s, pr.ttft);
+  scatter("TPOT of each request over the run", "TPOT (ms)", pr.tpot_sent_s, pr.tpot);
+}
 
-  // Throughput over time: completions and output tokens (of completed requests) per time bin.
+// Throughput over time: completions and output tokens (of completed requests) per time bin.
+void throughput_charts(Page& p, const metrics::RunRecord& run) {
   double dur = sec(run.duration);
   std::vector<double> bx, breq, btok;
   if (dur > 0) {
@@ -210,7 +219,13 @@ void profile_section(Page& p, const BenchProfile& bp) {
   };
   over_time("Completed requests per second over time", "req/s", breq);
   over_time("Output tokens per second over time (completed requests)", "tok/s", btok);
+}
 
+// Each request from send to end with its first token marked.
+void timeline_chart(Page& p, const metrics::RunRecord& run) {
+  const size_t stride = per_request_stride(run);
+  const std::string sampled =
+      stride > 1 ? "A large run: one point in " + std::to_string(stride) + " is drawn." : "";
   TimelineChart tl;
   tl.title = "Per-request timeline";
   tl.x.label = "time (s from the measured zero)";
@@ -229,6 +244,28 @@ void profile_section(Page& p, const BenchProfile& bp) {
          .style = r.completed() ? Cell::Style::kPlain : Cell::Style::kFail});
   }
   p.timeline_chart(tl);
+}
+
+void profile_section(Page& p, const BenchProfile& bp) {
+  const metrics::RunRecord& run = *bp.run;
+  const metrics::Metrics& m = bp.metrics;
+  p.heading(bp.label.empty() ? "Results" : bp.label);
+  p.paragraph("Load: " + run.load.arrival +
+              (run.load.rate > 0 ? ", " + format_number(run.load.rate) + " req/s" : std::string()) +
+              (run.load.max_concurrency > 0
+                   ? ", at most " + std::to_string(run.load.max_concurrency) + " in flight"
+                   : std::string()) +
+              "; " + std::to_string(m.requests) + " measured requests (" + std::to_string(m.completed) +
+              " completed, " + std::to_string(m.failed) + " failed), " + std::to_string(m.warmup) +
+              " warmup requests excluded; peak concurrency " + std::to_string(m.max_in_flight) + "; target " +
+              run.target + "; request set " + run.request_set_hash + ".");
+
+  profile_tables(p, bp);
+  const PerRequest v = per_request(run);
+  distribution_charts(p, v);
+  scatter_charts(p, run, v);
+  throughput_charts(p, run);
+  timeline_chart(p, run);
 }
 
 }  // namespace

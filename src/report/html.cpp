@@ -306,92 +306,113 @@ Rendered render_scatter(const ScatterChart& c) {
   return render_xy(c.title, c.x, c.y, c.series, false, false, true, c.connect_highlighted);
 }
 
-Rendered render_distribution(const DistributionChart& c) {
-  int dropped = 0;
+// A distribution chart's finite values, each sorted; how many were dropped and the range of the rest.
+struct FiniteValues {
   std::vector<std::vector<double>> vals;
   double lo = INFINITY, hi = -INFINITY;
-  int total = 0;
+  int dropped = 0, total = 0;
+};
+
+FiniteValues finite_values(const DistributionChart& c) {
+  FiniteValues fv;
   for (const auto& d : c.distributions) {
     std::vector<double> v;
     for (double x : d.values) {
       if (std::isfinite(x)) {
         v.push_back(x);
       } else {
-        ++dropped;
+        ++fv.dropped;
       }
     }
     std::sort(v.begin(), v.end());
-    if (!v.empty()) lo = std::min(lo, v.front()), hi = std::max(hi, v.back());
-    total += int(v.size());
-    vals.push_back(std::move(v));
+    if (!v.empty()) fv.lo = std::min(fv.lo, v.front()), fv.hi = std::max(fv.hi, v.back());
+    fv.total += int(v.size());
+    fv.vals.push_back(std::move(v));
   }
-  if (total == 0) return {no_data(dropped), 0};
+  return fv;
+}
+
+// One step polyline per distribution: the empirical CDF.
+void draw_cdf(const DistributionChart& c, const FiniteValues& fv, std::string& s,
+              std::vector<std::pair<std::string, const char*>>& leg) {
+  Frame f{make_range(fv.lo, fv.hi, c.x, true), Range{0.0, 1.0}};
+  s += axes(f, c.x.label, "fraction of requests ≤ x", true);
+  for (size_t i = 0; i < fv.vals.size(); ++i) {
+    const char* col = colour(i);
+    leg.emplace_back(c.distributions[i].name, col);
+    const auto& v = fv.vals[i];
+    if (v.empty()) continue;
+    double n = double(v.size());
+    s += "<polyline fill=\"none\" stroke=\"" + std::string(col) + "\" stroke-width=\"1.6\" points=\"";
+    s += coord(f.px(v[0])) + "," + coord(f.py(0));
+    if (v.size() <= kMaxCdfSteps) {
+      for (size_t k = 0; k < v.size(); ++k) {
+        // Collapse ties: one vertical step per distinct value.
+        if (k + 1 < v.size() && v[k + 1] == v[k]) continue;
+        s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
+        s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
+      }
+    } else {
+      // Evenly spaced order statistics, exact at their ranks; the last one is the maximum.
+      for (size_t j = 0; j < kMaxCdfSteps; ++j) {
+        size_t k = j * (v.size() - 1) / (kMaxCdfSteps - 1);
+        s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
+        s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
+      }
+    }
+    s += "\"><title>" + escape_html(c.distributions[i].name) + ": " + std::to_string(v.size()) +
+         " values, median " + escape_html(format_number(v[(v.size() - 1) / 2], 6)) + "</title></polyline>\n";
+  }
+}
+
+// Bars of counts per bin, one translucent series per distribution.
+void draw_histogram(const DistributionChart& c, const FiniteValues& fv, std::string& s,
+                    std::vector<std::pair<std::string, const char*>>& leg) {
+  const auto& vals = fv.vals;
+  int bins = std::clamp(c.bins, 1, 200);
+  Range xr = make_range(fv.lo, fv.hi, c.x, false);
+  double width = (xr.hi - xr.lo) / bins;
+  std::vector<std::vector<int>> counts(vals.size(), std::vector<int>(size_t(bins), 0));
+  int maxc = 0;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    for (double x : vals[i]) {
+      if (x < xr.lo || x > xr.hi) continue;  // outside a forced axis range
+      int b = std::clamp(int((x - xr.lo) / width), 0, bins - 1);
+      maxc = std::max(maxc, ++counts[i][size_t(b)]);
+    }
+  }
+  Frame f{xr, Range{0.0, double(std::max(maxc, 1)) * 1.05}};
+  s += axes(f, c.x.label, "requests", true);
+  double opacity = vals.size() > 1 ? 0.5 : 0.85;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    const char* col = colour(i);
+    leg.emplace_back(c.distributions[i].name, col);
+    for (int b = 0; b < bins; ++b) {
+      int n = counts[i][size_t(b)];
+      if (n == 0) continue;
+      double x0 = xr.lo + b * width;
+      s += "<rect x=\"" + coord(f.px(x0)) + "\" y=\"" + coord(f.py(n)) + "\" width=\"" +
+           coord(std::max(f.px(x0 + width) - f.px(x0) - 0.5, 0.5)) + "\" height=\"" +
+           coord(f.py(0) - f.py(n)) + "\" fill=\"" + col + "\" fill-opacity=\"" + coord(opacity) +
+           "\"><title>" + escape_html(c.distributions[i].name) +
+           (c.distributions[i].name.empty() ? "" : ": ") + "[" + escape_html(format_number(x0, 5)) + ", " +
+           escape_html(format_number(x0 + width, 5)) + "): " + std::to_string(n) + "</title></rect>\n";
+    }
+  }
+}
+
+Rendered render_distribution(const DistributionChart& c) {
+  const FiniteValues fv = finite_values(c);
+  if (fv.total == 0) return {no_data(fv.dropped), 0};
   std::vector<std::pair<std::string, const char*>> leg;
   std::string s = svg_open(c.title);
   if (c.kind == DistributionChart::Kind::kCdf) {
-    Frame f{make_range(lo, hi, c.x, true), Range{0.0, 1.0}};
-    s += axes(f, c.x.label, "fraction of requests ≤ x", true);
-    for (size_t i = 0; i < vals.size(); ++i) {
-      const char* col = colour(i);
-      leg.emplace_back(c.distributions[i].name, col);
-      const auto& v = vals[i];
-      if (v.empty()) continue;
-      double n = double(v.size());
-      s += "<polyline fill=\"none\" stroke=\"" + std::string(col) + "\" stroke-width=\"1.6\" points=\"";
-      s += coord(f.px(v[0])) + "," + coord(f.py(0));
-      if (v.size() <= kMaxCdfSteps) {
-        for (size_t k = 0; k < v.size(); ++k) {
-          // Collapse ties: one vertical step per distinct value.
-          if (k + 1 < v.size() && v[k + 1] == v[k]) continue;
-          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
-          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
-        }
-      } else {
-        // Evenly spaced order statistics, exact at their ranks; the last one is the maximum.
-        for (size_t j = 0; j < kMaxCdfSteps; ++j) {
-          size_t k = j * (v.size() - 1) / (kMaxCdfSteps - 1);
-          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k) / n));
-          s += " " + coord(f.px(v[k])) + "," + coord(f.py(double(k + 1) / n));
-        }
-      }
-      s += "\"><title>" + escape_html(c.distributions[i].name) + ": " + std::to_string(v.size()) +
-           " values, median " + escape_html(format_number(v[(v.size() - 1) / 2], 6)) +
-           "</title></polyline>\n";
-    }
+    draw_cdf(c, fv, s, leg);
   } else {
-    int bins = std::clamp(c.bins, 1, 200);
-    Range xr = make_range(lo, hi, c.x, false);
-    double width = (xr.hi - xr.lo) / bins;
-    std::vector<std::vector<int>> counts(vals.size(), std::vector<int>(size_t(bins), 0));
-    int maxc = 0;
-    for (size_t i = 0; i < vals.size(); ++i) {
-      for (double x : vals[i]) {
-        if (x < xr.lo || x > xr.hi) continue;  // outside a forced axis range
-        int b = std::clamp(int((x - xr.lo) / width), 0, bins - 1);
-        maxc = std::max(maxc, ++counts[i][size_t(b)]);
-      }
-    }
-    Frame f{xr, Range{0.0, double(std::max(maxc, 1)) * 1.05}};
-    s += axes(f, c.x.label, "requests", true);
-    double opacity = vals.size() > 1 ? 0.5 : 0.85;
-    for (size_t i = 0; i < vals.size(); ++i) {
-      const char* col = colour(i);
-      leg.emplace_back(c.distributions[i].name, col);
-      for (int b = 0; b < bins; ++b) {
-        int n = counts[i][size_t(b)];
-        if (n == 0) continue;
-        double x0 = xr.lo + b * width;
-        s += "<rect x=\"" + coord(f.px(x0)) + "\" y=\"" + coord(f.py(n)) + "\" width=\"" +
-             coord(std::max(f.px(x0 + width) - f.px(x0) - 0.5, 0.5)) + "\" height=\"" +
-             coord(f.py(0) - f.py(n)) + "\" fill=\"" + col + "\" fill-opacity=\"" + coord(opacity) +
-             "\"><title>" + escape_html(c.distributions[i].name) +
-             (c.distributions[i].name.empty() ? "" : ": ") + "[" + escape_html(format_number(x0, 5)) + ", " +
-             escape_html(format_number(x0 + width, 5)) + "): " + std::to_string(n) + "</title></rect>\n";
-      }
-    }
+    draw_histogram(c, fv, s, leg);
   }
   s += "</svg>\n";
-  return {s + legend(leg) + dropped_note(dropped), total};
+  return {s + legend(leg) + dropped_note(fv.dropped), fv.total};
 }
 
 Rendered render_bar(const BarChart& c) {

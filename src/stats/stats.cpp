@@ -161,13 +161,21 @@ double normal_cdf(double z) {
 }
 
 // ---------------------------------------------------------------------------------------------
-Result<Interval> t_interval(std::span<const double> xs, double confidence) {
-  if (!valid_confidence(confidence)) return bad_confidence(confidence);
+namespace {
+// Mean and variance of xs for a t-based method named `what`: at least 2 values, none NaN.
+Result<Welford> t_moments(std::span<const double> xs, const std::string& what) {
   if (xs.size() < 2)
-    return invalid_argument("t-interval needs at least 2 values, got " + std::to_string(xs.size()));
-  if (has_nan(xs)) return invalid_argument("t-interval input contains NaN");
+    return invalid_argument(what + " needs at least 2 values, got " + std::to_string(xs.size()));
+  if (has_nan(xs)) return invalid_argument(what + " input contains NaN");
   Welford w;
   for (double x : xs) w.add(x);
+  return w;
+}
+}  // namespace
+
+Result<Interval> t_interval(std::span<const double> xs, double confidence) {
+  if (!valid_confidence(confidence)) return bad_confidence(confidence);
+  PLUMB_ASSIGN_OR_RETURN(Welford w, t_moments(xs, "t-interval"));
   double n = double(w.count);
   double half = student_t_quantile((1.0 + confidence) / 2.0, n - 1.0) * w.stddev() / std::sqrt(n);
   return Interval{w.mean - half, w.mean + half};
@@ -296,11 +304,7 @@ Result<TostResult> tost(std::span<const double> xs, double low, double high, dou
     return invalid_argument("TOST bounds must satisfy low < high, got [" + std::to_string(low) + ", " +
                             std::to_string(high) + "]");
   }
-  if (xs.size() < 2)
-    return invalid_argument("TOST needs at least 2 values, got " + std::to_string(xs.size()));
-  if (has_nan(xs)) return invalid_argument("TOST input contains NaN");
-  Welford w;
-  for (double x : xs) w.add(x);
+  PLUMB_ASSIGN_OR_RETURN(Welford w, t_moments(xs, "TOST"));
   double n = double(w.count);
   double df = n - 1.0;
   double se = w.stddev() / std::sqrt(n);
@@ -347,6 +351,48 @@ std::vector<double> u_counts(int n1, int n2) {
   return out;
 }
 
+// The rank sum of x in the pooled sample (mid-ranks for ties) and the tie correction Σ(t³ - t).
+struct RankSums {
+  double r1 = 0.0, tie_term = 0.0;
+  bool ties = false;
+};
+
+RankSums rank_sum_x(std::span<const double> x, std::span<const double> y) {
+  const size_t n = x.size() + y.size();
+  // (value, from_x) sorted; mid-ranks for ties.
+  std::vector<std::pair<double, bool>> all;
+  all.reserve(n);
+  for (double v : x) all.emplace_back(v, true);
+  for (double v : y) all.emplace_back(v, false);
+  std::sort(all.begin(), all.end(), [](const auto& p, const auto& q) { return p.first < q.first; });
+  RankSums s;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && all[j].first == all[i].first) ++j;
+    double t = double(j - i);
+    double rank = (double(i + 1) + double(j)) / 2.0;  // mid-rank of positions i+1..j
+    for (size_t k = i; k < j; ++k)
+      if (all[k].second) s.r1 += rank;
+    if (t > 1) {
+      s.ties = true;
+      s.tie_term += t * t * t - t;
+    }
+    i = j;
+  }
+  return s;
+}
+
+// The exact two-sided p of min(U1, U2) from the null distribution of U (no ties).
+double exact_u_p(size_t n1, size_t n2, double u1, double u2) {
+  std::vector<double> c = u_counts(int(n1), int(n2));
+  double total = 0.0;
+  for (double v : c) total += v;
+  double umin = std::min(u1, u2);
+  double tail = 0.0;
+  for (size_t u = 0; u <= size_t(umin); ++u) tail += c[u];
+  return std::min(1.0, 2.0 * tail / total);
+}
+
 }  // namespace
 
 Result<MannWhitneyResult> mann_whitney_u(std::span<const double> x, std::span<const double> y,
@@ -354,52 +400,26 @@ Result<MannWhitneyResult> mann_whitney_u(std::span<const double> x, std::span<co
   if (x.empty() || y.empty()) return invalid_argument("Mann-Whitney U needs two non-empty samples");
   if (has_nan(x) || has_nan(y)) return invalid_argument("Mann-Whitney U input contains NaN");
   size_t n1 = x.size(), n2 = y.size(), n = n1 + n2;
-  // (value, from_x) sorted; mid-ranks for ties.
-  std::vector<std::pair<double, bool>> all;
-  all.reserve(n);
-  for (double v : x) all.emplace_back(v, true);
-  for (double v : y) all.emplace_back(v, false);
-  std::sort(all.begin(), all.end(), [](const auto& p, const auto& q) { return p.first < q.first; });
-  double r1 = 0.0, tie_term = 0.0;
-  bool ties = false;
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j < n && all[j].first == all[i].first) ++j;
-    double t = double(j - i);
-    double rank = (double(i + 1) + double(j)) / 2.0;  // mid-rank of positions i+1..j
-    for (size_t k = i; k < j; ++k)
-      if (all[k].second) r1 += rank;
-    if (t > 1) {
-      ties = true;
-      tie_term += t * t * t - t;
-    }
-    i = j;
-  }
+  const RankSums rs = rank_sum_x(x, y);
   MannWhitneyResult r;
   double dn1 = double(n1), dn2 = double(n2), dn = double(n);
-  r.u1 = r1 - dn1 * (dn1 + 1.0) / 2.0;
+  r.u1 = rs.r1 - dn1 * (dn1 + 1.0) / 2.0;
   r.u2 = dn1 * dn2 - r.u1;
   double mu = dn1 * dn2 / 2.0;
-  double sigma2 = dn1 * dn2 / 12.0 * ((dn + 1.0) - tie_term / (dn * (dn - 1.0)));
+  double sigma2 = dn1 * dn2 / 12.0 * ((dn + 1.0) - rs.tie_term / (dn * (dn - 1.0)));
   double sigma = std::sqrt(std::max(sigma2, 0.0));
   double umax = std::max(r.u1, r.u2);
   r.z = sigma > 0 ? (umax - mu - 0.5) / sigma : kNaN;
 
   bool use_exact = false;
   if (method == MwuMethod::kExact) {
-    if (ties) return invalid_argument("exact Mann-Whitney U requires no ties; use the asymptotic method");
+    if (rs.ties) return invalid_argument("exact Mann-Whitney U requires no ties; use the asymptotic method");
     use_exact = true;
   } else if (method == MwuMethod::kAuto) {
-    use_exact = !ties && n1 <= 20 && n2 <= 20;
+    use_exact = !rs.ties && n1 <= 20 && n2 <= 20;
   }
   if (use_exact) {
-    std::vector<double> c = u_counts(int(n1), int(n2));
-    double total = 0.0;
-    for (double v : c) total += v;
-    double umin = std::min(r.u1, r.u2);
-    double tail = 0.0;
-    for (size_t u = 0; u <= size_t(umin); ++u) tail += c[u];
-    r.p = std::min(1.0, 2.0 * tail / total);
+    r.p = exact_u_p(n1, n2, r.u1, r.u2);
     r.exact = true;
     return r;
   }

@@ -72,9 +72,16 @@ json::object proposer_context(const SearchSpace& sp, const std::vector<Observati
   return ctx;
 }
 
-Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const std::string& input,
-                                   std::chrono::milliseconds timeout) {
-  if (argv.empty()) return invalid_argument("no program given");
+namespace {
+
+// A started child in its own process group with its stdin, stdout and stderr on pipes (ours non-blocking).
+struct Child {
+  pid_t pid = -1;
+  int in = -1, out = -1, err = -1;  // our ends
+};
+
+// Forks and execs argv; NotFound (with the reason) when it cannot be started.
+Result<Child> start_child(const std::vector<std::string>& argv) {
   int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
     return io_error(std::string("pipe: ") + std::strerror(errno));
@@ -115,31 +122,52 @@ Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const s
   fcntl(in[1], F_SETFL, O_NONBLOCK);
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
-  ::signal(SIGPIPE, SIG_IGN);
-  std::string sout, serr;
+  return Child{pid, in[1], out[0], err[0]};
+}
+
+// What the child wrote, and whether the deadline passed before its output closed.
+struct Exchange {
+  std::string out, err;
+  bool timed_out = false;
+};
+
+// Reads one non-blocking fd into s; false once it is closed or failed.
+bool drain(int fd, std::string& s) {
+  char buf[4096];
+  ssize_t k = read(fd, buf, sizeof buf);
+  if (k > 0) {
+    s.append(buf, size_t(k));
+    return true;
+  }
+  return !(k == 0 || errno != EAGAIN);
+}
+
+// Writes input to the child's stdin while reading its stdout and stderr, until both close or the
+// deadline passes; stdout stops at 16 MiB, stderr keeps its tail. Closes the child's pipes.
+Exchange exchange(Child& c, const std::string& input, std::chrono::steady_clock::time_point deadline) {
+  Exchange x;
   size_t written = 0;
-  int fin = in[1];
+  int fin = c.in;
   if (input.empty()) {
     close(fin);
     fin = -1;
   }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool out_open = true, err_open = true, timed_out = false;
+  bool out_open = true, err_open = true;
   while (out_open || err_open) {
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      timed_out = true;
+      x.timed_out = true;
       break;
     }
     pollfd fds[3];
     int n = 0;
     int io = -1, ie = -1, ii = -1;
     if (out_open) {
-      fds[n] = {out[0], POLLIN, 0};
+      fds[n] = {c.out, POLLIN, 0};
       io = n++;
     }
     if (err_open) {
-      fds[n] = {err[0], POLLIN, 0};
+      fds[n] = {c.err, POLLIN, 0};
       ie = n++;
     }
     if (fin >= 0) {
@@ -149,25 +177,13 @@ Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const s
     int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
     int r = poll(fds, nfds_t(n), ms);
     if (r < 0 && errno != EINTR) break;
-    char buf[4096];
     if (io >= 0 && (fds[io].revents & (POLLIN | POLLHUP | POLLERR))) {
-      ssize_t k = read(out[0], buf, sizeof buf);
-      if (k > 0)
-        sout.append(buf, size_t(k));
-      else if (k == 0 || errno != EAGAIN)
-        out_open = false;
-      if (sout.size() > (16u << 20)) {
-        timed_out = false;
-        break;
-      }
+      out_open = drain(c.out, x.out);
+      if (x.out.size() > (16u << 20)) break;
     }
     if (ie >= 0 && (fds[ie].revents & (POLLIN | POLLHUP | POLLERR))) {
-      ssize_t k = read(err[0], buf, sizeof buf);
-      if (k > 0)
-        serr.append(buf, size_t(k));
-      else if (k == 0 || errno != EAGAIN)
-        err_open = false;
-      if (serr.size() > (1u << 20)) serr.erase(0, serr.size() - (64u << 10));
+      err_open = drain(c.err, x.err);
+      if (x.err.size() > (1u << 20)) x.err.erase(0, x.err.size() - (64u << 10));
     }
     if (ii >= 0 && (fds[ii].revents & (POLLOUT | POLLERR | POLLHUP))) {
       ssize_t k = write(fin, input.data() + written, input.size() - written);
@@ -179,36 +195,56 @@ Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const s
     }
   }
   if (fin >= 0) close(fin);
-  close(out[0]);
-  close(err[0]);
+  close(c.out);
+  close(c.err);
+  return x;
+}
+
+// Waits for the child's exit, still bounded by the deadline; kills what it left in its group.
+// Timeout, or FailedPrecondition for a signal or a non-zero exit (with stderr's tail).
+Status wait_child(const Child& c, std::chrono::steady_clock::time_point deadline,
+                  std::chrono::milliseconds timeout, const std::string& serr) {
   int status = 0;
-  if (timed_out) {
-    ::kill(-pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return Status(Code::kTimeout, "did not answer within " + std::to_string(timeout.count()) +
-                                      " ms (killed; raise --proposer-timeout or make it faster)" +
-                                      (serr.empty() ? "" : "; stderr: " + tail(serr)));
-  }
-  // Output closed: wait for the exit, still bounded by the deadline.
   while (true) {
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
+    pid_t w = waitpid(c.pid, &status, WNOHANG);
+    if (w == c.pid) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      ::kill(-c.pid, SIGKILL);
+      waitpid(c.pid, &status, 0);
       return Status(Code::kTimeout, "closed its output but did not exit within " +
                                         std::to_string(timeout.count()) + " ms (killed)");
     }
     usleep(2000);
   }
-  ::kill(-pid, SIGKILL);  // anything it left behind in its group
+  ::kill(-c.pid, SIGKILL);  // anything it left behind in its group
   if (WIFSIGNALED(status))
     return failed_precondition("was killed by signal " + std::to_string(WTERMSIG(status)) +
                                (serr.empty() ? "" : "; stderr: " + tail(serr)));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     return failed_precondition("exited with code " + std::to_string(WEXITSTATUS(status)) +
                                (serr.empty() ? "" : "; stderr: " + tail(serr)));
-  return sout;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const std::string& input,
+                                   std::chrono::milliseconds timeout) {
+  if (argv.empty()) return invalid_argument("no program given");
+  PLUMB_ASSIGN_OR_RETURN(Child c, start_child(argv));
+  ::signal(SIGPIPE, SIG_IGN);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  Exchange x = exchange(c, input, deadline);
+  if (x.timed_out) {
+    int status = 0;
+    ::kill(-c.pid, SIGKILL);
+    waitpid(c.pid, &status, 0);
+    return Status(Code::kTimeout, "did not answer within " + std::to_string(timeout.count()) +
+                                      " ms (killed; raise --proposer-timeout or make it faster)" +
+                                      (x.err.empty() ? "" : "; stderr: " + tail(x.err)));
+  }
+  PLUMB_RETURN_IF_ERROR(wait_child(c, deadline, timeout, x.err));
+  return std::move(x.out);
 }
 
 Result<std::optional<Proposal>> parse_proposal(const SearchSpace& sp, const std::string& text) {

@@ -103,6 +103,67 @@ Result<double> number_field(const toml::table& t, std::string_view key, const st
   return invalid_argument(where + ": field '" + std::string(key) + "' must be a number");
 }
 
+// A numeric parameter's range: low, high, log, and its explicit grid or grid_points.
+Status parse_range(const toml::table& t, const std::string& where, ParamSpec& p) {
+  PLUMB_ASSIGN_OR_RETURN(p.low, number_field(t, "low", where));
+  PLUMB_ASSIGN_OR_RETURN(p.high, number_field(t, "high", where));
+  if (p.low > p.high) return invalid_argument(where + ": low > high");
+  if (auto lg = t.get("log")) {
+    auto b = lg->as_boolean();
+    if (!b) return invalid_argument(where + ": 'log' must be true or false");
+    p.log = b->get();
+  }
+  if (p.log && p.low <= 0) return invalid_argument(where + ": log = true needs low > 0");
+  if (p.kind == ParamKind::kInt && (std::floor(p.low) != p.low || std::floor(p.high) != p.high))
+    return invalid_argument(where + ": an int range needs integer low and high");
+  if (auto* g = t.get("grid")) {
+    PLUMB_ASSIGN_OR_RETURN(p.grid, value_list(*g, p, where + ": grid"));
+    for (const auto& x : p.grid) {
+      double d = *as_number(x);
+      if (d < p.low || d > p.high)
+        return invalid_argument(where + ": grid point " + launch::format_value(x) +
+                                " is outside [low, high]");
+    }
+    std::sort(p.grid.begin(), p.grid.end(),
+              [](const ParamValue& a, const ParamValue& b) { return *as_number(a) < *as_number(b); });
+  }
+  if (auto gp = t.get("grid_points")) {
+    auto i = gp->as_integer();
+    if (!i || i->get() < 2 || i->get() > 1000)
+      return invalid_argument(where + ": grid_points must be in [2, 1000]");
+    p.grid_points = int(i->get());
+  }
+  return Status::Ok();
+}
+
+// 'when': conditions on parameters declared before this one.
+Status parse_when(const toml::node& w, const SearchSpace& sp, const std::string& where, ParamSpec& p) {
+  auto* wt = w.as_table();
+  if (!wt)
+    return invalid_argument(where +
+                            ": 'when' must be a table, e.g. when = { enable_chunked_prefill = true }");
+  for (const auto& [k, v] : *wt) {
+    std::string other(k.str());
+    const ParamSpec* q = nullptr;
+    for (const auto& e : sp.params)
+      if (e.name == other) q = &e;
+    if (!q)
+      return invalid_argument(where + ": condition on '" + other +
+                              "', which is not a parameter declared before this one");
+    Condition c;
+    c.param = other;
+    if (v.is_array()) {
+      PLUMB_ASSIGN_OR_RETURN(c.values, value_list(v, *q, where + ": when." + other));
+    } else {
+      PLUMB_ASSIGN_OR_RETURN(auto x, to_value(v, where + ": when." + other));
+      PLUMB_ASSIGN_OR_RETURN(x, coerce(*q, x, where + ": when." + other));
+      c.values.push_back(std::move(x));
+    }
+    p.when.push_back(std::move(c));
+  }
+  return Status::Ok();
+}
+
 Result<ParamSpec> parse_param(const toml::table& t, const SearchSpace& sp, const std::string& src,
                               size_t index) {
   ParamSpec p;
@@ -128,64 +189,13 @@ Result<ParamSpec> parse_param(const toml::table& t, const SearchSpace& sp, const
   } else if (p.kind == ParamKind::kCategorical) {
     return invalid_argument(where + ": a categorical parameter needs values = [...]");
   } else {
-    PLUMB_ASSIGN_OR_RETURN(p.low, number_field(t, "low", where));
-    PLUMB_ASSIGN_OR_RETURN(p.high, number_field(t, "high", where));
-    if (p.low > p.high) return invalid_argument(where + ": low > high");
-    if (auto lg = t.get("log")) {
-      auto b = lg->as_boolean();
-      if (!b) return invalid_argument(where + ": 'log' must be true or false");
-      p.log = b->get();
-    }
-    if (p.log && p.low <= 0) return invalid_argument(where + ": log = true needs low > 0");
-    if (p.kind == ParamKind::kInt && (std::floor(p.low) != p.low || std::floor(p.high) != p.high))
-      return invalid_argument(where + ": an int range needs integer low and high");
-    if (auto* g = t.get("grid")) {
-      PLUMB_ASSIGN_OR_RETURN(p.grid, value_list(*g, p, where + ": grid"));
-      for (const auto& x : p.grid) {
-        double d = *as_number(x);
-        if (d < p.low || d > p.high)
-          return invalid_argument(where + ": grid point " + launch::format_value(x) +
-                                  " is outside [low, high]");
-      }
-      std::sort(p.grid.begin(), p.grid.end(),
-                [](const ParamValue& a, const ParamValue& b) { return *as_number(a) < *as_number(b); });
-    }
-    if (auto gp = t.get("grid_points")) {
-      auto i = gp->as_integer();
-      if (!i || i->get() < 2 || i->get() > 1000)
-        return invalid_argument(where + ": grid_points must be in [2, 1000]");
-      p.grid_points = int(i->get());
-    }
+    PLUMB_RETURN_IF_ERROR(parse_range(t, where, p));
   }
   if (auto* d = t.get("default")) {
     PLUMB_ASSIGN_OR_RETURN(auto v, to_value(*d, where + ": default"));
     PLUMB_ASSIGN_OR_RETURN(p.default_value, coerce(p, v, where + ": default"));
   }
-  if (auto* w = t.get("when")) {
-    auto* wt = w->as_table();
-    if (!wt)
-      return invalid_argument(where +
-                              ": 'when' must be a table, e.g. when = { enable_chunked_prefill = true }");
-    for (const auto& [k, v] : *wt) {
-      std::string other(k.str());
-      const ParamSpec* q = nullptr;
-      for (const auto& e : sp.params)
-        if (e.name == other) q = &e;
-      if (!q)
-        return invalid_argument(where + ": condition on '" + other +
-                                "', which is not a parameter declared before this one");
-      Condition c;
-      c.param = other;
-      if (v.is_array()) {
-        PLUMB_ASSIGN_OR_RETURN(c.values, value_list(v, *q, where + ": when." + other));
-      } else {
-        PLUMB_ASSIGN_OR_RETURN(auto x, to_value(v, where + ": when." + other));
-        PLUMB_ASSIGN_OR_RETURN(x, coerce(*q, x, where + ": when." + other));
-        c.values.push_back(std::move(x));
-      }
-      p.when.push_back(std::move(c));
-    }
-  }
+  if (auto* w = t.get("when")) PLUMB_RETURN_IF_ERROR(parse_when(*w, sp, where, p));
   return p;
 }
 

@@ -166,24 +166,7 @@ class TpeStrategy final : public Strategy {
     for (const auto& x : h)
       if (x.stage == "full") full.push_back(&x);
     if (full.empty() && h.empty()) {
-      // Start from the engine's defaults when the space states them: a known-reasonable point,
-      // and the search then never reports a best below the default on the dev seed.
-      Config d;
-      bool complete = true;
-      for (const auto& p : sp_.params) {
-        if (!is_active(p, d)) continue;
-        if (!p.default_value) {
-          complete = false;
-          break;
-        }
-        d[p.name] = *p.default_value;
-      }
-      if (complete && validate_config(sp_, d).ok()) {
-        Proposal p;
-        p.config = std::move(d);
-        p.rationale = "the space's default values (the engine's defaults) as the first start-up point";
-        return std::optional<Proposal>(std::move(p));
-      }
+      if (auto p = default_start()) return std::optional<Proposal>(std::move(*p));
     }
     if (int(full.size()) < o_.startup) {
       auto c = fresh_uniform(sp_, rng, seen);
@@ -194,16 +177,7 @@ class TpeStrategy final : public Strategy {
           "start-up random draw " + std::to_string(full.size() + 1) + " of " + std::to_string(o_.startup);
       return std::optional<Proposal>(std::move(p));
     }
-    std::vector<const Observation*> feas, infeas;
-    for (const auto* x : full) (x->feasible && x->objective ? feas : infeas).push_back(x);
-    std::stable_sort(feas.begin(), feas.end(), [](const Observation* a, const Observation* b) {
-      return *a->objective > *b->objective;
-    });
-    size_t n_good = feas.empty() ? 0 : std::max<size_t>(1, size_t(std::ceil(o_.gamma * double(feas.size()))));
-    std::vector<const Config*> good, bad;
-    for (size_t i = 0; i < feas.size(); ++i) (i < n_good ? good : bad).push_back(&feas[i]->config);
-    for (const auto* x : infeas) bad.push_back(&x->config);
-
+    Groups g = split_groups(full);
     std::vector<Config> cands;
     if (is_finite(sp_)) {
       auto all = enumerate_grid(sp_, 50000);
@@ -214,22 +188,71 @@ class TpeStrategy final : public Strategy {
       }
     }
     if (cands.empty())
-      for (int i = 0; i < o_.candidates; ++i) cands.push_back(sample_from(good, rng));
-    // Feasibility (as in constrained TPE): a naive-Bayes posterior P(feasible | x) from the
-    // densities of the feasible and the infeasible trials, multiplied into the acquisition, so a
-    // region that crashed is avoided even where its neighbours score well.
-    std::vector<const Config*> ok_group, fail_group;
-    for (const auto* x : feas) ok_group.push_back(&x->config);
-    for (const auto* x : infeas) fail_group.push_back(&x->config);
-    double prior_ok = double(ok_group.size() + 1) / double(ok_group.size() + fail_group.size() + 2);
+      for (int i = 0; i < o_.candidates; ++i) cands.push_back(sample_from(g.good, rng));
     double best = -1e300;
+    size_t best_i = pick_candidate(cands, g, rng, &best);
+    Proposal p;
+    p.config = cands[best_i];
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "TPE: max l/g over %zu candidates (log ratio %.3f; %zu good, %zu bad incl. %zu infeasible)",
+                  cands.size(), best, g.good.size(), g.bad.size(), g.infeasible.size());
+    p.rationale = buf;
+    return std::optional<Proposal>(std::move(p));
+  }
+
+ private:
+  // Start from the engine's defaults when the space states them: a known-reasonable point, and the
+  // search then never reports a best below the default on the dev seed. nullopt when it does not.
+  std::optional<Proposal> default_start() const {
+    Config d;
+    for (const auto& p : sp_.params) {
+      if (!is_active(p, d)) continue;
+      if (!p.default_value) return std::nullopt;
+      d[p.name] = *p.default_value;
+    }
+    if (!validate_config(sp_, d).ok()) return std::nullopt;
+    Proposal p;
+    p.config = std::move(d);
+    p.rationale = "the space's default values (the engine's defaults) as the first start-up point";
+    return p;
+  }
+
+  // The full trials split for TPE: good (the best gamma of the feasible), bad (the other feasible
+  // and the infeasible), and feasible / infeasible for the feasibility posterior.
+  struct Groups {
+    std::vector<const Config*> good, bad, feasible, infeasible;
+  };
+  Groups split_groups(const std::vector<const Observation*>& full) const {
+    std::vector<const Observation*> feas, infeas;
+    for (const auto* x : full) (x->feasible && x->objective ? feas : infeas).push_back(x);
+    std::stable_sort(feas.begin(), feas.end(), [](const Observation* a, const Observation* b) {
+      return *a->objective > *b->objective;
+    });
+    size_t n_good = feas.empty() ? 0 : std::max<size_t>(1, size_t(std::ceil(o_.gamma * double(feas.size()))));
+    Groups g;
+    for (size_t i = 0; i < feas.size(); ++i) (i < n_good ? g.good : g.bad).push_back(&feas[i]->config);
+    for (const auto* x : infeas) g.bad.push_back(&x->config);
+    for (const auto* x : feas) g.feasible.push_back(&x->config);
+    for (const auto* x : infeas) g.infeasible.push_back(&x->config);
+    return g;
+  }
+
+  // The candidate maximizing log l(x)/g(x) plus log P(feasible | x); its score into *best.
+  // Feasibility (as in constrained TPE): a naive-Bayes posterior P(feasible | x) from the densities
+  // of the feasible and the infeasible trials, multiplied into the acquisition, so a region that
+  // crashed is avoided even where its neighbours score well.
+  size_t pick_candidate(const std::vector<Config>& cands, const Groups& g, Rng& rng, double* best) const {
+    const auto& ok_group = g.feasible;
+    const auto& fail_group = g.infeasible;
+    double prior_ok = double(ok_group.size() + 1) / double(ok_group.size() + fail_group.size() + 2);
     size_t best_i = 0;
     for (size_t i = 0; i < cands.size(); ++i) {
       double s = 0, log_f = 0, log_i = 0;
       for (const auto& p : sp_.params) {
         auto it = cands[i].find(p.name);
         if (it == cands[i].end()) continue;
-        s += std::log(density(p, it->second, good)) - std::log(density(p, it->second, bad));
+        s += std::log(density(p, it->second, g.good)) - std::log(density(p, it->second, g.bad));
         if (!fail_group.empty()) {
           log_f += std::log(density(p, it->second, ok_group));
           log_i += std::log(density(p, it->second, fail_group));
@@ -241,22 +264,14 @@ class TpeStrategy final : public Strategy {
         s -= z > 30 ? z : std::log1p(std::exp(z));
       }
       s += 1e-9 * rng.uniform();  // seeded tie-break
-      if (s > best) {
-        best = s;
+      if (s > *best) {
+        *best = s;
         best_i = i;
       }
     }
-    Proposal p;
-    p.config = cands[best_i];
-    char buf[200];
-    std::snprintf(buf, sizeof buf,
-                  "TPE: max l/g over %zu candidates (log ratio %.3f; %zu good, %zu bad incl. %zu infeasible)",
-                  cands.size(), best, good.size(), bad.size(), infeas.size());
-    p.rationale = buf;
-    return std::optional<Proposal>(std::move(p));
+    return best_i;
   }
 
- private:
   // A draw from l(x): per parameter, with probability 1/(m+1) the prior, else a perturbed good value.
   Config sample_from(const std::vector<const Config*>& good, Rng& rng) {
     Config c;

@@ -6,6 +6,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/lines.h"
 
 namespace plumb::workload {
 namespace {
@@ -78,48 +79,26 @@ Result<IbProfile> parse_profile(const json::value& v, const std::string& path) {
   return p;
 }
 
-}  // namespace
+// The "synthetic" object: input and output lengths, the range ratio and ignore_eos.
+Status parse_synthetic(const json::object& syn, IbScenario& s) {
+  PLUMB_ASSIGN_OR_RETURN(auto in, int_field(syn, "input_len", "synthetic.input_len", 1));
+  s.input_len = in.value_or(s.input_len);
+  PLUMB_ASSIGN_OR_RETURN(auto out, int_field(syn, "output_len", "synthetic.output_len", 1));
+  s.output_len = out.value_or(s.output_len);
+  PLUMB_ASSIGN_OR_RETURN(auto ratio, number_field(syn, "range_ratio", "synthetic.range_ratio"));
+  // IB's runner replaces an out-of-range ratio by 0.8 without a word; plumb refuses it.
+  if (ratio && !(*ratio > 0.0 && *ratio <= 1.0))
+    return field_error("synthetic.range_ratio", "must be in (0, 1], got " + std::to_string(*ratio));
+  s.range_ratio = ratio.value_or(s.range_ratio);
+  PLUMB_ASSIGN_OR_RETURN(auto eos, bool_field(syn, "ignore_eos", "synthetic.ignore_eos"));
+  s.ignore_eos = eos.value_or(true);
+  s.ignore_eos_given = eos.has_value();
+  return Status::Ok();
+}
 
-Result<IbScenario> parse_ib_scenario(std::string_view text) {
-  auto parsed = json::parse_object(text);
-  if (!parsed.ok()) return parsed.status().with_context("scenario file is not a JSON object");
-  const json::object& o = *parsed;
-  IbScenario s;
-  PLUMB_ASSIGN_OR_RETURN(auto id, string_field(o, "scenario_id", "scenario_id"));
-  s.scenario_id = id.value_or("");
-  PLUMB_ASSIGN_OR_RETURN(auto name, string_field(o, "name", "name"));
-  s.name = name.value_or("");
-  PLUMB_ASSIGN_OR_RETURN(auto max_new, int_field(o, "max_new_tokens", "max_new_tokens", 1));
-  s.max_new_tokens = max_new.value_or(s.max_new_tokens);
-  PLUMB_ASSIGN_OR_RETURN(auto n, int_field(o, "num_requests", "num_requests", 1));
-  s.num_requests = n.value_or(s.num_requests);
-  PLUMB_ASSIGN_OR_RETURN(auto temp, number_field(o, "temperature", "temperature"));
-  if (temp && *temp < 0.0) return field_error("temperature", "must be >= 0, got " + std::to_string(*temp));
-  s.temperature = temp.value_or(s.temperature);
-  PLUMB_ASSIGN_OR_RETURN(auto conc, int_field(o, "concurrency", "concurrency", 1));
-  if (conc) {
-    if (*conc > std::numeric_limits<int>::max()) return field_error("concurrency", "is too large");
-    s.concurrency = int(*conc);
-  }
-
-  s.output_len = s.max_new_tokens;
-  if (auto it = o.find("synthetic"); it != o.end() && !it->value().is_null()) {
-    if (!it->value().is_object()) return field_error("synthetic", "must be an object");
-    const auto& syn = it->value().as_object();
-    PLUMB_ASSIGN_OR_RETURN(auto in, int_field(syn, "input_len", "synthetic.input_len", 1));
-    s.input_len = in.value_or(s.input_len);
-    PLUMB_ASSIGN_OR_RETURN(auto out, int_field(syn, "output_len", "synthetic.output_len", 1));
-    s.output_len = out.value_or(s.output_len);
-    PLUMB_ASSIGN_OR_RETURN(auto ratio, number_field(syn, "range_ratio", "synthetic.range_ratio"));
-    // IB's runner replaces an out-of-range ratio by 0.8 without a word; plumb refuses it.
-    if (ratio && !(*ratio > 0.0 && *ratio <= 1.0))
-      return field_error("synthetic.range_ratio", "must be in (0, 1], got " + std::to_string(*ratio));
-    s.range_ratio = ratio.value_or(s.range_ratio);
-    PLUMB_ASSIGN_OR_RETURN(auto eos, bool_field(syn, "ignore_eos", "synthetic.ignore_eos"));
-    s.ignore_eos = eos.value_or(true);
-    s.ignore_eos_given = eos.has_value();
-  }
-
+// "profiles" (an array, names distinct) or "profile" (one), else IB's runner's default burst
+// profile; every profile's num_requests, when given, must be the scenario's.
+Status parse_profiles(const json::object& o, IbScenario& s) {
   auto many = o.find("profiles");
   auto one = o.find("profile");
   const bool has_many = many != o.end() && !many->value().is_null();
@@ -156,6 +135,38 @@ Result<IbScenario> parse_ib_scenario(std::string_view text) {
                                    "): plumb runs every profile over the scenario's one request set");
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<IbScenario> parse_ib_scenario(std::string_view text) {
+  auto parsed = json::parse_object(text);
+  if (!parsed.ok()) return parsed.status().with_context("scenario file is not a JSON object");
+  const json::object& o = *parsed;
+  IbScenario s;
+  PLUMB_ASSIGN_OR_RETURN(auto id, string_field(o, "scenario_id", "scenario_id"));
+  s.scenario_id = id.value_or("");
+  PLUMB_ASSIGN_OR_RETURN(auto name, string_field(o, "name", "name"));
+  s.name = name.value_or("");
+  PLUMB_ASSIGN_OR_RETURN(auto max_new, int_field(o, "max_new_tokens", "max_new_tokens", 1));
+  s.max_new_tokens = max_new.value_or(s.max_new_tokens);
+  PLUMB_ASSIGN_OR_RETURN(auto n, int_field(o, "num_requests", "num_requests", 1));
+  s.num_requests = n.value_or(s.num_requests);
+  PLUMB_ASSIGN_OR_RETURN(auto temp, number_field(o, "temperature", "temperature"));
+  if (temp && *temp < 0.0) return field_error("temperature", "must be >= 0, got " + std::to_string(*temp));
+  s.temperature = temp.value_or(s.temperature);
+  PLUMB_ASSIGN_OR_RETURN(auto conc, int_field(o, "concurrency", "concurrency", 1));
+  if (conc) {
+    if (*conc > std::numeric_limits<int>::max()) return field_error("concurrency", "is too large");
+    s.concurrency = int(*conc);
+  }
+  s.output_len = s.max_new_tokens;
+  if (auto it = o.find("synthetic"); it != o.end() && !it->value().is_null()) {
+    if (!it->value().is_object()) return field_error("synthetic", "must be an object");
+    PLUMB_RETURN_IF_ERROR(parse_synthetic(it->value().as_object(), s));
+  }
+  PLUMB_RETURN_IF_ERROR(parse_profiles(o, s));
   return s;
 }
 
@@ -213,24 +224,19 @@ IbRequestDefaults ib_request_defaults(const IbScenario& s) {
 }
 
 bool looks_like_ib_requests(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line =
-        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  bool ib = false;
+  for_each_nonblank_line(text, [&](std::string_view line, size_t) {
     auto obj = json::parse_object(line);
-    return obj.ok() && !obj->contains("hash") && !obj->contains("max_tokens") && !obj->contains("prompt");
-  }
-  return false;
+    ib = obj.ok() && !obj->contains("hash") && !obj->contains("max_tokens") && !obj->contains("prompt");
+    return false;  // the first non-blank line decides
+  });
+  return ib;
 }
 
 namespace {
 
-Result<Request> parse_ib_line(const json::object& o, const IbRequestDefaults& d, IbRequestMeta& meta,
-                              bool& defaulted) {
-  Request r;
+// "messages": a non-empty array of {role, content}.
+Status parse_ib_messages(const json::object& o, Request& r) {
   auto mit = o.find("messages");
   if (mit == o.end() || mit->value().is_null()) return field_error("messages", "is missing");
   if (!mit->value().is_array() || mit->value().as_array().empty())
@@ -245,6 +251,30 @@ Result<Request> parse_ib_line(const json::object& o, const IbRequestDefaults& d,
     if (!content) return field_error(path + ".content", "is missing");
     r.messages.push_back({*role, *content});
   }
+  return Status::Ok();
+}
+
+// IB's identifiers of a request: content_hash, sample_id (or _id) and target_input_token_count.
+Status parse_ib_meta(const json::object& o, IbRequestMeta& meta) {
+  PLUMB_ASSIGN_OR_RETURN(auto hash, string_field(o, "content_hash", "content_hash"));
+  meta.content_hash = hash.value_or("");
+  // IB reads sample_id (or _id) with str(): numbers are ids too.
+  for (const char* key : {"sample_id", "_id"}) {
+    auto it = o.find(key);
+    if (it == o.end() || it->value().is_null()) continue;
+    meta.sample_id = it->value().is_string() ? std::string(it->value().as_string()) : json::dump(it->value());
+    if (!meta.sample_id.empty()) break;
+  }
+  PLUMB_ASSIGN_OR_RETURN(auto target,
+                         int_field(o, "target_input_token_count", "target_input_token_count", 0));
+  meta.target_input_token_count = target.value_or(-1);
+  return Status::Ok();
+}
+
+Result<Request> parse_ib_line(const json::object& o, const IbRequestDefaults& d, IbRequestMeta& meta,
+                              bool& defaulted) {
+  Request r;
+  PLUMB_RETURN_IF_ERROR(parse_ib_messages(o, r));
   PLUMB_ASSIGN_OR_RETURN(auto max_new, int_field(o, "max_new_tokens", "max_new_tokens", 1));
   if (!max_new && o.contains("max_tokens"))
     return field_error("max_tokens",
@@ -259,19 +289,7 @@ Result<Request> parse_ib_line(const json::object& o, const IbRequestDefaults& d,
   r.ignore_eos = eos.value_or(d.ignore_eos);
   PLUMB_ASSIGN_OR_RETURN(auto in_tokens, int_field(o, "input_token_count", "input_token_count", 0));
   r.prompt_tokens = in_tokens.value_or(-1);
-
-  PLUMB_ASSIGN_OR_RETURN(auto hash, string_field(o, "content_hash", "content_hash"));
-  meta.content_hash = hash.value_or("");
-  // IB reads sample_id (or _id) with str(): numbers are ids too.
-  for (const char* key : {"sample_id", "_id"}) {
-    auto it = o.find(key);
-    if (it == o.end() || it->value().is_null()) continue;
-    meta.sample_id = it->value().is_string() ? std::string(it->value().as_string()) : json::dump(it->value());
-    if (!meta.sample_id.empty()) break;
-  }
-  PLUMB_ASSIGN_OR_RETURN(auto target,
-                         int_field(o, "target_input_token_count", "target_input_token_count", 0));
-  meta.target_input_token_count = target.value_or(-1);
+  PLUMB_RETURN_IF_ERROR(parse_ib_meta(o, meta));
   PLUMB_RETURN_IF_ERROR(validate(r));
   return r;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/file.h"
+#include "core/lines.h"
 #include "core/sha256.h"
 
 namespace plumb::workload {
@@ -112,21 +113,14 @@ std::string to_jsonl(const RequestSet& set) {
 
 Status for_each_jsonl_object(std::string_view text,
                              const std::function<Status(const json::object& obj, size_t line_no)>& fn) {
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line =
-        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  Status st;
+  for_each_nonblank_line(text, [&](std::string_view line, size_t line_no) {
     auto where = "line " + std::to_string(line_no);
     auto obj = json::parse_object(line);
-    if (!obj.ok()) return obj.status().with_context(where);
-    PLUMB_RETURN_IF_ERROR(fn(*obj, line_no).with_context(where));
-  }
-  return Status();
+    st = obj.ok() ? fn(*obj, line_no).with_context(where) : obj.status().with_context(where);
+    return st.ok();
+  });
+  return st;
 }
 
 Result<RequestSet> parse_jsonl(std::string_view text, size_t* hashes_computed) {

@@ -7,6 +7,7 @@
 
 #include "core/file.h"
 #include "core/json.h"
+#include "core/lines.h"
 
 namespace plumb::workload {
 
@@ -232,6 +233,66 @@ Result<std::string> required_string(const json::object& o, std::string_view key)
   return std::move(*v);
 }
 
+// A generic item: the request's own fields, with the defaults filled in.
+Status parse_generic(const json::object& o, Request& r) {
+  json::object fields = o;
+  fields["max_tokens"] = r.max_tokens;
+  fields["temperature"] = r.temperature;
+  fields["ignore_eos"] = r.ignore_eos;
+  if (r.max_tokens < 1) return invalid_argument("missing 'max_tokens' (and no default output length given)");
+  PLUMB_ASSIGN_OR_RETURN(r, from_json(fields));
+  return Status::Ok();
+}
+
+// A LongBench-v2 item: its context, question and four choices as one user prompt.
+Status parse_longbench(const json::object& o, Request& r) {
+  PLUMB_ASSIGN_OR_RETURN(std::string context, required_string(o, "context"));
+  PLUMB_ASSIGN_OR_RETURN(std::string question, required_string(o, "question"));
+  PLUMB_ASSIGN_OR_RETURN(std::string a, required_string(o, "choice_A"));
+  PLUMB_ASSIGN_OR_RETURN(std::string b, required_string(o, "choice_B"));
+  PLUMB_ASSIGN_OR_RETURN(std::string c, required_string(o, "choice_C"));
+  PLUMB_ASSIGN_OR_RETURN(std::string d, required_string(o, "choice_D"));
+  r.messages.push_back({"user", longbench_prompt(context, question, a, b, c, d)});
+  if (r.max_tokens < 1)
+    return invalid_argument("no output length: give max_tokens (a default) for LongBench items");
+  return Status::Ok();
+}
+
+// A ShareGPT item: the first human turn and the reply after it (whose length is the output length
+// when no default is given); false when it has no usable pair (the item is skipped).
+Result<bool> parse_sharegpt(const json::object& o, const TokenCounter& count, Request& r) {
+  auto it = o.find("conversations");
+  if (it == o.end() || !it->value().is_array())
+    return invalid_argument("missing array field 'conversations'");
+  const auto& turns = it->value().as_array();
+  std::optional<std::string> human, reply;
+  for (size_t t = 0; t < turns.size(); ++t) {
+    if (!turns[t].is_object())
+      return invalid_argument("conversation turn " + std::to_string(t) + " is not an object");
+    const auto& turn = turns[t].as_object();
+    PLUMB_ASSIGN_OR_RETURN(auto from, json::opt_string(turn, "from"));
+    PLUMB_ASSIGN_OR_RETURN(auto value, json::opt_string(turn, "value"));
+    if (!from || !value)
+      return invalid_argument("conversation turn " + std::to_string(t) + " needs string 'from' and 'value'");
+    if (!human) {
+      if (*from == "human" || *from == "user") human = *value;
+    } else {
+      reply = *value;
+      break;
+    }
+  }
+  if (!human || !reply || human->empty()) return false;
+  r.messages.push_back({"user", *human});
+  if (r.max_tokens < 1) {
+    if (!count)
+      return invalid_argument("ShareGPT output lengths need a token counter or a default max_tokens");
+    PLUMB_ASSIGN_OR_RETURN(int64_t n, checked_count(count, *reply));
+    if (n < 1) return false;
+    r.max_tokens = n;
+  }
+  return true;
+}
+
 // Parses one item; an empty optional means "skip" (ShareGPT without a usable turn pair).
 Result<std::optional<Request>> parse_item(const json::object& o, const SourceOptions& opts,
                                           const TokenCounter& count) {
@@ -242,59 +303,15 @@ Result<std::optional<Request>> parse_item(const json::object& o, const SourceOpt
   PLUMB_ASSIGN_OR_RETURN(auto max_tokens, json::opt_int(o, "max_tokens"));
   r.max_tokens = max_tokens.value_or(opts.max_tokens);
   switch (opts.format) {
-    case SourceFormat::kGeneric: {
-      json::object fields = o;
-      fields["max_tokens"] = r.max_tokens;
-      fields["temperature"] = r.temperature;
-      fields["ignore_eos"] = r.ignore_eos;
-      if (r.max_tokens < 1)
-        return invalid_argument("missing 'max_tokens' (and no default output length given)");
-      PLUMB_ASSIGN_OR_RETURN(r, from_json(fields));
+    case SourceFormat::kGeneric:
+      PLUMB_RETURN_IF_ERROR(parse_generic(o, r));
       break;
-    }
-    case SourceFormat::kLongBench: {
-      PLUMB_ASSIGN_OR_RETURN(std::string context, required_string(o, "context"));
-      PLUMB_ASSIGN_OR_RETURN(std::string question, required_string(o, "question"));
-      PLUMB_ASSIGN_OR_RETURN(std::string a, required_string(o, "choice_A"));
-      PLUMB_ASSIGN_OR_RETURN(std::string b, required_string(o, "choice_B"));
-      PLUMB_ASSIGN_OR_RETURN(std::string c, required_string(o, "choice_C"));
-      PLUMB_ASSIGN_OR_RETURN(std::string d, required_string(o, "choice_D"));
-      r.messages.push_back({"user", longbench_prompt(context, question, a, b, c, d)});
-      if (r.max_tokens < 1)
-        return invalid_argument("no output length: give max_tokens (a default) for LongBench items");
+    case SourceFormat::kLongBench:
+      PLUMB_RETURN_IF_ERROR(parse_longbench(o, r));
       break;
-    }
     case SourceFormat::kShareGpt: {
-      auto it = o.find("conversations");
-      if (it == o.end() || !it->value().is_array())
-        return invalid_argument("missing array field 'conversations'");
-      const auto& turns = it->value().as_array();
-      std::optional<std::string> human, reply;
-      for (size_t t = 0; t < turns.size(); ++t) {
-        if (!turns[t].is_object())
-          return invalid_argument("conversation turn " + std::to_string(t) + " is not an object");
-        const auto& turn = turns[t].as_object();
-        PLUMB_ASSIGN_OR_RETURN(auto from, json::opt_string(turn, "from"));
-        PLUMB_ASSIGN_OR_RETURN(auto value, json::opt_string(turn, "value"));
-        if (!from || !value)
-          return invalid_argument("conversation turn " + std::to_string(t) +
-                                  " needs string 'from' and 'value'");
-        if (!human) {
-          if (*from == "human" || *from == "user") human = *value;
-        } else {
-          reply = *value;
-          break;
-        }
-      }
-      if (!human || !reply || human->empty()) return std::optional<Request>{};
-      r.messages.push_back({"user", *human});
-      if (r.max_tokens < 1) {
-        if (!count)
-          return invalid_argument("ShareGPT output lengths need a token counter or a default max_tokens");
-        PLUMB_ASSIGN_OR_RETURN(int64_t n, checked_count(count, *reply));
-        if (n < 1) return std::optional<Request>{};
-        r.max_tokens = n;
-      }
+      PLUMB_ASSIGN_OR_RETURN(bool usable, parse_sharegpt(o, count, r));
+      if (!usable) return std::optional<Request>{};
       break;
     }
   }
@@ -333,18 +350,14 @@ Result<SourceResult> parse_source(std::string_view text, const SourceOptions& op
       if (!s.ok()) return s.with_context("element " + std::to_string(i));
     }
   } else {
-    size_t pos = 0, line_no = 0;
-    while (pos < text.size() && !full()) {
-      size_t nl = text.find('\n', pos);
-      std::string_view line =
-          text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-      pos = nl == std::string_view::npos ? text.size() : nl + 1;
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    Status st;
+    for_each_nonblank_line(text, [&](std::string_view line, size_t line_no) {
       auto v = json::parse(line);
       Status s = v.ok() ? add_item(*v, opts, count, out) : v.status();
-      if (!s.ok()) return s.with_context("line " + std::to_string(line_no));
-    }
+      if (!s.ok()) st = s.with_context("line " + std::to_string(line_no));
+      return st.ok() && !full();
+    });
+    PLUMB_RETURN_IF_ERROR(st);
   }
   if (out.requests.empty()) return invalid_argument("dataset has no usable requests");
   return out;
