@@ -452,8 +452,7 @@ bool LlmEngine::step() {
       counters_.generation_tokens++;
       if (s.timings.first_token == SteadyTime{}) s.timings.first_token = std::chrono::steady_clock::now();
       FinishReason reason = FinishReason::kNone;
-      const auto& stop_ids = s.req.sampling.stop_token_ids;
-      if (!s.req.sampling.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
+      if (s.req.sampling.ends_sequence(tok, s.generated)) {
         reason = FinishReason::kStop;
       } else if (s.generated >= s.req.sampling.max_tokens || int64_t(s.tokens.size()) >= max_context_) {
         reason = FinishReason::kLength;
