@@ -119,7 +119,7 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
 }
 
 SampleFn default_sample_kernel() {
-  return reinterpret_cast<SampleFn>(KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->fn);
+  return KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->cpu<SampleFn>();
 }
 
 Sampler::Sampler(const SamplingParams& p, SampleFn kernel, std::span<const int32_t> prompt)

@@ -597,7 +597,7 @@ ScreenResult child_checks(const Task& t, const std::string& so, const ScreenOpti
   };
   auto make_call = [&](const plumb_kernel_plugin* plug,
                        const engine::KernelVariant* v) -> std::function<void()> {
-    void* fn = v ? v->fn : nullptr;
+    void* fn = v ? v->host_address() : nullptr;
     auto st = std::make_shared<Prepared>();
     st->c = *big;
     st->scratch_x = st->c.x;

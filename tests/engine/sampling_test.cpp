@@ -97,8 +97,7 @@ TEST(Sampling, ValidateNamesTheField) {
 std::vector<float> g_seen;
 int32_t recording_kernel(const KernelContext& ctx, const SampleArgs& a, SampleScratch* s) {
   g_seen.assign(a.logits, a.logits + a.vocab);
-  return reinterpret_cast<SampleFn>((*KernelRegistry::instance().find(Op::kSample, "reference"))->fn)(ctx, a,
-                                                                                                      s);
+  return (*KernelRegistry::instance().find(Op::kSample, "reference"))->cpu<SampleFn>()(ctx, a, s);
 }
 
 TEST(SamplingProcessing, LogitBiasIsAddedBeforeTheKernelAndForcesGreedy) {
