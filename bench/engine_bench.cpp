@@ -68,7 +68,7 @@ void BM_DecodeMatmulModel(benchmark::State& state) {
   const auto* best = KernelRegistry::instance().best(Op::kMatmul, Phase::kDecode);
   const DummyMatmulWeights& w = model_weights(best);
   state.SetLabel(best->name);  // which variant auto picks on this CPU (avx512 or avx2)
-  MatmulFn fn = reinterpret_cast<MatmulFn>(best->fn);
+  MatmulFn fn = best->cpu<MatmulFn>();
   KernelContext ctx{&pool(), Phase::kDecode};
   std::vector<float> x(size_t(batch * s.intermediate), 0.01f);  // [batch, max k]
   std::vector<float> y(size_t(batch * s.vocab));                // [batch, max n]
@@ -109,7 +109,7 @@ void BM_PrefillMatmulLayer(benchmark::State& state, const char* variant) {
     return;
   }
   const DummyMatmulWeights& w = model_weights(v);
-  auto fn = reinterpret_cast<MatmulFn>(v->fn);
+  auto fn = v->cpu<MatmulFn>();
   KernelContext ctx{&pool(), Phase::kPrefill};
   const auto& layer = w.layers[0];
   std::vector<float> x(size_t(m * s.intermediate), 0.01f), y(size_t(m * s.intermediate));
@@ -159,7 +159,7 @@ void BM_MatmulShape(benchmark::State& state, const char* variant) {
     state.SkipWithError("variant not available");
     return;
   }
-  auto fn = reinterpret_cast<MatmulFn>(v->fn);
+  auto fn = v->cpu<MatmulFn>();
   std::vector<uint16_t> w(size_t(n * k), engine::f32_to_bf16(0.01f));  // every element alike: no packing
   std::vector<float> x(size_t(m * k), 0.5f), y(size_t(m * n));
   engine::WeightMatrix wm{w.data(), DType::kBF16, n, k};
@@ -180,7 +180,7 @@ void BM_DecodeAttention(benchmark::State& state, const char* variant) {
   const int32_t n_heads = 14, n_kv = 2, hd = 64, bs = 16;
   auto v = KernelRegistry::instance().find(Op::kAttention, variant);
   if (!v.ok()) return state.SkipWithError("variant not available");
-  auto fn = reinterpret_cast<engine::AttentionFn>((*v)->fn);
+  auto fn = (*v)->cpu<engine::AttentionFn>();
   const int32_t blocks_per_seq = (context + bs - 1) / bs;
   const size_t kv_floats = size_t(batch) * size_t(blocks_per_seq) * bs * n_kv * hd;
   std::vector<float> k(kv_floats), vv(kv_floats), q(size_t(batch) * n_heads * hd), out(q.size());

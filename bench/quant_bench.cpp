@@ -127,8 +127,8 @@ int kernels_only(int threads, int rounds) {
   }
   ThreadPool pool(threads);
   const auto& reg = KernelRegistry::instance();
-  auto mm = reinterpret_cast<MatmulFn>(reg.best(Op::kMatmul, Phase::kDecode)->fn);
-  auto mq = reinterpret_cast<MatmulFn>(reg.best(Op::kMatmulQuant, Phase::kDecode)->fn);
+  auto mm = reg.best(Op::kMatmul, Phase::kDecode)->cpu<MatmulFn>();
+  auto mq = reg.best(Op::kMatmulQuant, Phase::kDecode)->cpu<MatmulFn>();
   std::printf("| m | weights | ns per weight per row of x (median) | ratio to bf16 |\n|---|---|---|---|\n");
   for (int64_t m : {1, 8}) {
     std::vector<float> x(size_t(m * k), 0.01f), y(size_t(m * n));

@@ -75,7 +75,7 @@ int run_on_device(const GenerateArgs& a, std::unique_ptr<engine::Model> model,
   req.sampling.seed = a.seed;
   req.sampling.max_tokens = a.max_tokens;
   req.sampling.ignore_eos = a.ignore_eos;
-  req.sampling.stop_token_ids = eos_ids;
+  req.sampling.eos_ids = eos_ids;
   req.sink = [&](scheduler::TokenEvent&& ev) {
     std::lock_guard lock(mu);
     events.push_back(std::move(ev));
@@ -175,11 +175,7 @@ int run(const GenerateArgs& a) {
   }
 
   if (a.model.device_spec().kind != scheduler::Device::Kind::kCpu) {
-    std::vector<int32_t> eos;
-    for (int64_t e : model->config().eos_token_ids) eos.push_back(int32_t(e));
-    if (tok) {
-      for (int32_t e : tok->eos_ids()) eos.push_back(e);
-    }
+    const std::vector<int32_t> eos = model_eos_ids(model->config(), tok.get());
     auto text = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
     return run_on_device(a, std::move(model), ids, *text, eos, load_s);
   }
@@ -191,8 +187,8 @@ int run(const GenerateArgs& a) {
   go.sampling.seed = a.seed;
   go.sampling.max_tokens = a.max_tokens;
   go.sampling.ignore_eos = a.ignore_eos;
+  go.sampling.eos_ids = model_eos_ids(model->config(), tok.get());
   go.block_size = a.block_size;
-  if (tok) go.extra_eos_ids = tok->eos_ids();
   // Special tokens (the EOS that ends a chat turn) are not printed.
   auto stream = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
   auto res = generate(*model, ids, go, stream.get(), [](const GeneratedToken& g) {

@@ -1,11 +1,15 @@
 // In-process generation: prompt ids in, tokens (and their text) streamed out through a callback.
-// This is what `plumb generate` runs and what the server's engine wraps for one request; it runs
-// one sequence on its own paged KV cache, prefill then one-token decode steps.
+// This is what `plumb generate` runs. It is the serving engine's loop, not a second one: generate()
+// submits one request to a scheduler::LlmEngine (engine/scheduler/llm_engine.h) over the model and
+// steps it to completion, so blocks come from the one scheduler::BlockManager and stopping follows
+// the one rule, SamplingParams::ends_sequence(). The prompt runs in one forward pass (no chunking,
+// no prefix caching), then one-token decode steps. generate() is built into plumb_scheduler; the
+// text streams and model_eos_ids() into plumb_engine.
 //
-// Stopping: a token in the EOS set (config eos_token_id ∪ tokenizer eos ids; skipped with
-// ignore_eos) or in SamplingParams::stop_token_ids ends generation with finish_reason "stop" (the
-// stop token is emitted and counted); max_tokens, or the context filling up, ends it with "length";
-// the callback returning false ends it with "cancelled".
+// Stopping: a token of SamplingParams::eos_ids (unless ignore_eos) or of stop_token_ids ends
+// generation with finish_reason "stop" once more than min_tokens were generated (the stop token is
+// emitted and counted); max_tokens, or the context filling up, ends it with "length"; the callback
+// returning false ends it with "cancelled". model_eos_ids() is the EOS set to put in eos_ids.
 //
 // Timing is on the monotonic clock: prefill = from the start of the prompt's forward pass to the
 // first sampled token; decode = from there to the last token (decode tokens = generated - 1).
@@ -67,14 +71,19 @@ struct GenerateResult {
 };
 
 struct GenerateOptions {
-  SamplingParams sampling;             // validated; see sampling.h
-  int32_t block_size = 16;             // KV block size of the private cache
-  std::vector<int32_t> extra_eos_ids;  // added to the config's eos ids (e.g. the tokenizer's)
-  Clock* clock = nullptr;              // null = SteadyClock
+  SamplingParams sampling;  // validated; see sampling.h (eos_ids: usually model_eos_ids())
+  int32_t block_size = 16;  // KV block size of the private cache, in [1, 1024]
+  Clock* clock = nullptr;   // null = SteadyClock
 };
 
+// The model's end-of-sequence ids: the config's eos_token_id, then the tokenizer's (may be null)
+// ids not already listed.
+std::vector<int32_t> model_eos_ids(const ModelConfig& config, const Tokenizer* tokenizer);
+
 // Returns false from on_token to stop. InvalidArgument: an empty prompt, a prompt longer than the
-// model's context, bad sampling values. `text` may be null (no text is produced then).
+// model's context, a token outside the vocabulary, bad sampling values or block size. A failed
+// forward pass or non-finite logits end it with that error. `text` may be null (no text then).
+// The model is borrowed for the call; its KV cache is private to the call.
 Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opts,
                                 TextStream* text, const std::function<bool(const GeneratedToken&)>& on_token);
 

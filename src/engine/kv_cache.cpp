@@ -10,69 +10,6 @@ int64_t KvCacheConfig::bytes() const {
   return 2 * int64_t(n_layers) * num_blocks * block_size * n_kv_heads * head_dim * int64_t(sizeof(float));
 }
 
-BlockAllocator::BlockAllocator(int32_t num_blocks) : blocks_(size_t(std::max(num_blocks, 0))) {
-  free_.reserve(blocks_.size());
-  for (int32_t i = int32_t(blocks_.size()) - 1; i >= 0; --i) {
-    blocks_[size_t(i)].id = i;
-    free_.push_back(i);
-  }
-}
-
-Result<int32_t> BlockAllocator::allocate() {
-  if (free_.empty()) {
-    return resource_exhausted("KV cache: all " + std::to_string(blocks_.size()) + " blocks are in use");
-  }
-  int32_t id = free_.back();
-  free_.pop_back();
-  KvBlock& b = blocks_[size_t(id)];
-  b.ref_count = 1;
-  b.hash = 0;
-  b.has_hash = false;
-  return id;
-}
-
-Status BlockAllocator::retain(int32_t id) {
-  if (id < 0 || id >= num_blocks() || blocks_[size_t(id)].ref_count == 0) {
-    return invalid_argument("KV cache: retain of block " + std::to_string(id) + ", which is not allocated");
-  }
-  ++blocks_[size_t(id)].ref_count;
-  return Status::Ok();
-}
-
-Status BlockAllocator::release(int32_t id) {
-  if (id < 0 || id >= num_blocks() || blocks_[size_t(id)].ref_count == 0) {
-    return invalid_argument("KV cache: release of block " + std::to_string(id) + ", which is not allocated");
-  }
-  if (--blocks_[size_t(id)].ref_count == 0) {
-    blocks_[size_t(id)].has_hash = false;
-    free_.push_back(id);
-  }
-  return Status::Ok();
-}
-
-Status reserve_tokens(BlockAllocator& alloc, BlockTable& table, int64_t n_tokens, int32_t block_size) {
-  if (block_size <= 0) return invalid_argument("KV cache: block_size must be > 0");
-  const size_t need = size_t((n_tokens + block_size - 1) / block_size);
-  const size_t had = table.blocks.size();
-  while (table.blocks.size() < need) {
-    auto id = alloc.allocate();
-    if (!id.ok()) {
-      while (table.blocks.size() > had) {
-        (void)alloc.release(table.blocks.back());
-        table.blocks.pop_back();
-      }
-      return id.status();
-    }
-    table.blocks.push_back(*id);
-  }
-  return Status::Ok();
-}
-
-void release_table(BlockAllocator& alloc, BlockTable& table) {
-  for (int32_t id : table.blocks) (void)alloc.release(id);
-  table.blocks.clear();
-}
-
 void KvUnmap::operator()(float* p) const {
   if (p) ::munmap(p, bytes);
 }

@@ -52,6 +52,15 @@ bool SamplingParams::processes_logits() const {
          repetition_penalty != 1.0f || min_tokens > 0;
 }
 
+bool SamplingParams::is_stop_id(int32_t id) const {
+  return std::find(stop_token_ids.begin(), stop_token_ids.end(), id) != stop_token_ids.end() ||
+         (!ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end());
+}
+
+bool SamplingParams::ends_sequence(int32_t id, int32_t generated) const {
+  return generated > min_tokens && is_stop_id(id);
+}
+
 namespace {
 constexpr std::string_view kNonFinite = "non-finite logits: ";
 }
@@ -110,7 +119,7 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logit
 }
 
 SampleFn default_sample_kernel() {
-  return reinterpret_cast<SampleFn>(KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->fn);
+  return KernelRegistry::instance().best(Op::kSample, Phase::kDecode)->cpu<SampleFn>();
 }
 
 Sampler::Sampler(const SamplingParams& p, SampleFn kernel, std::span<const int32_t> prompt)
@@ -132,9 +141,14 @@ void Sampler::process(std::span<const float> logits) {
   for (const auto& [id, bias] : p_.logit_bias) {
     if (float* v = at(id)) *v += bias;
   }
-  if (generated_ < p_.min_tokens && !p_.ignore_eos) {
+  if (generated_ < p_.min_tokens) {
     for (int32_t id : p_.stop_token_ids) {
       if (float* v = at(id)) *v = -std::numeric_limits<float>::infinity();
+    }
+    if (!p_.ignore_eos) {
+      for (int32_t id : p_.eos_ids) {
+        if (float* v = at(id)) *v = -std::numeric_limits<float>::infinity();
+      }
     }
   }
   if (p_.repetition_penalty != 1.0f) {

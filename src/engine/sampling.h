@@ -14,8 +14,8 @@
 // nothing), on a copy of the row, before the sampling kernel runs, so every kernel (built-in or a
 // PLUMB_OP_SAMPLE plugin) sees the processed logits under the same contract. In vLLM's order:
 //  1. logit_bias: logits[id] += bias (OpenAI: bias in [-100, 100]);
-//  2. min_tokens: while fewer than min_tokens tokens were generated, the stop token ids (EOS
-//     included, unless ignore_eos) are set to -inf;
+//  2. min_tokens: while fewer than min_tokens tokens were generated, every id that would end the
+//     sequence (stop_token_ids, and eos_ids unless ignore_eos: see ends_sequence()) is set to -inf;
 //  3. repetition_penalty r (vLLM/transformers): for every id in the prompt or the generated tokens,
 //     logit / r when the logit is > 0, logit * r otherwise;
 //  4. frequency_penalty f and presence_penalty p (OpenAI): logit -= f * count(id in generated)
@@ -45,13 +45,15 @@
 namespace plumb::engine {
 
 struct SamplingParams {
-  float temperature = 1.0f;             // 0 = greedy; must be >= 0
-  int32_t top_k = 0;                    // keep the k most likely tokens; 0 (or <0) = all
-  float top_p = 1.0f;                   // keep the smallest prefix with cumulative prob >= top_p; (0, 1]
-  uint64_t seed = 0;                    // per-request seed
-  int32_t max_tokens = 16;              // generated tokens at most; >= 1
-  std::vector<int32_t> stop_token_ids;  // also end generation (the stop token is emitted)
-  bool ignore_eos = false;              // keep going past EOS ids (until max_tokens or a stop id)
+  float temperature = 1.0f;  // 0 = greedy; must be >= 0
+  int32_t top_k = 0;         // keep the k most likely tokens; 0 (or <0) = all
+  float top_p = 1.0f;        // keep the smallest prefix with cumulative prob >= top_p; (0, 1]
+  uint64_t seed = 0;         // per-request seed
+  int32_t max_tokens = 16;   // generated tokens at most; >= 1
+  // Ending a sequence (ends_sequence()): the ending token is emitted and counted, finish "stop".
+  std::vector<int32_t> eos_ids;         // the model's end-of-sequence ids: end it unless ignore_eos
+  std::vector<int32_t> stop_token_ids;  // the request's stop ids: always end it (ignore_eos or not)
+  bool ignore_eos = false;              // keep going past eos_ids (until max_tokens or a stop id)
   int32_t logprobs = -1;                // -1 = none; k >= 0: chosen token's logprob + top-k alternatives
   // Logit processing (see above); the defaults turn each off.
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
@@ -63,6 +65,12 @@ struct SamplingParams {
   Status validate() const;
   // True when any logit processing is asked for.
   bool processes_logits() const;
+  // The one stopping rule every engine applies: whether generating `id` as the `generated`-th
+  // token (1-based) ends the sequence. True for a stop_token_ids id, or an eos_ids id unless
+  // ignore_eos, once more than min_tokens tokens were generated (min_tokens holds both off).
+  bool ends_sequence(int32_t id, int32_t generated) const;
+  // Whether `id` is one of the ids ends_sequence() may stop on (ignoring min_tokens).
+  bool is_stop_id(int32_t id) const;
 };
 
 struct SampledToken {

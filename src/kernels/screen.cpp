@@ -680,7 +680,7 @@ void run_prepared(Prepared& st, const plumb_kernel_plugin* plug, void* fn, const
 // ctx must outlive the closure.
 std::function<void()> prepared_call(const CapturedCall& big, const plumb_kernel_plugin* plug,
                                     const engine::KernelVariant* v, const engine::KernelContext& ctx) {
-  void* fn = v ? v->fn : nullptr;
+  void* fn = v ? v->host_address() : nullptr;
   auto st = std::make_shared<Prepared>();
   st->c = big;
   st->scratch_x = st->c.x;

@@ -63,7 +63,7 @@ int32_t reference_sample(const CapturedCall& c, double u) {
   a.u = u;
   engine::SampleScratch scratch;
   const engine::KernelContext ctx{nullptr, Phase::kDecode};
-  return reinterpret_cast<engine::SampleFn>((*ref)->fn)(ctx, a, &scratch);
+  return (*ref)->cpu<engine::SampleFn>()(ctx, a, &scratch);
 }
 
 namespace {

@@ -461,7 +461,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   s.max_tokens = int32_t(max_gen);
   s.ignore_eos = ignore_eos.value_or(false);
   r.skip_special_tokens = skip_special.value_or(true);
-  s.stop_token_ids = ctx.eos_ids;
+  s.eos_ids = ctx.eos_ids;
   s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
   s.logit_bias = std::move(logit_bias);
   s.presence_penalty = float(presence_penalty.value_or(0.0));

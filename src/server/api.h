@@ -55,7 +55,7 @@ struct ParseContext {
   const engine::ChatTemplate* chat_template = nullptr;  // null: chat requests get a 400
   std::string served_model;                             // the only model name accepted
   int64_t max_context = 0;                              // prompt + max_tokens must fit
-  std::vector<int32_t> eos_ids;                         // stop token ids (unless ignore_eos)
+  std::vector<int32_t> eos_ids;                         // the model's EOS set: SamplingParams::eos_ids
 };
 
 // Parses a request body. Unknown fields are ignored; wrong types and out-of-range values are 400

@@ -78,13 +78,37 @@ TEST_F(Generate, StopsOnStopIdsEosAndCallback) {
   EXPECT_EQ(r->tokens, std::vector<int32_t>{ref_argmax_});
   EXPECT_EQ(r->finish_reason, "stop");
   o.sampling.stop_token_ids.clear();
-  o.extra_eos_ids = {ref_argmax_};
+  o.sampling.eos_ids = {ref_argmax_};
   r = generate(*model_, prompt_, o, nullptr, nullptr);
   EXPECT_EQ(r->finish_reason, "stop");
   o.sampling.ignore_eos = true;
   r = generate(*model_, prompt_, o, nullptr, [](const GeneratedToken&) { return false; });
   EXPECT_EQ(r->finish_reason, "cancelled");
   EXPECT_EQ(r->tokens.size(), 1u);
+}
+
+TEST_F(Generate, StopIdsEndItUnderIgnoreEosAndMinTokensHoldsThemOff) {
+  GenerateOptions o;
+  o.sampling.temperature = 0;
+  o.sampling.max_tokens = 6;
+  o.sampling.ignore_eos = true;
+  o.sampling.eos_ids = {ref_argmax_};
+  auto r = generate(*model_, prompt_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->finish_reason, "length");  // EOS ignored
+  EXPECT_EQ(r->tokens.size(), 6u);
+  o.sampling.eos_ids.clear();
+  o.sampling.stop_token_ids = {ref_argmax_};
+  r = generate(*model_, prompt_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish_reason, "stop");  // a stop id ends it, ignore_eos or not
+  EXPECT_EQ(r->tokens, std::vector<int32_t>{ref_argmax_});
+  o.sampling.min_tokens = 2;
+  r = generate(*model_, prompt_, o, nullptr, nullptr);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GE(r->tokens.size(), 3u);
+  EXPECT_NE(r->tokens[0], ref_argmax_);
+  EXPECT_NE(r->tokens[1], ref_argmax_);
 }
 
 TEST_F(Generate, ContextLimits) {

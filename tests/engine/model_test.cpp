@@ -93,19 +93,24 @@ float max_abs_diff(std::span<const float> a, std::span<const float> b) {
   return m;
 }
 
-// A cache and block tables for a few sequences of up to `max_tokens` each.
+// A cache and block tables for a few sequences of up to `max_tokens` each: sequence i holds
+// blocks [i * per_seq, (i + 1) * per_seq), as a lowest-id-first allocator hands them out.
 struct Harness {
-  explicit Harness(Model& m, int n_seqs, int max_tokens, int32_t block_size = 4)
-      : alloc(n_seqs * ((max_tokens + block_size - 1) / block_size)), bs(block_size) {
+  explicit Harness(Model& m, int n_seqs, int max_tokens, int32_t block_size = 4) : bs(block_size) {
+    const int32_t per_seq = (max_tokens + block_size - 1) / block_size;
     cache = std::make_unique<KvCache>(
-        std::move(KvCache::create(m.kv_config(alloc.num_blocks(), block_size))).value());
+        std::move(KvCache::create(m.kv_config(n_seqs * per_seq, block_size))).value());
     tables.resize(size_t(n_seqs));
-    for (auto& t : tables) EXPECT_TRUE(reserve_tokens(alloc, t, max_tokens, block_size).ok());
+    for (int32_t i = 0; i < n_seqs; ++i) {
+      for (int32_t b = 0; b < per_seq; ++b) tables[size_t(i)].blocks.push_back(i * per_seq + b);
+    }
   }
-  BlockAllocator alloc;
+  struct Table {
+    std::vector<int32_t> blocks;  // logical block -> physical block
+  };
   int32_t bs;
   std::unique_ptr<KvCache> cache;
-  std::vector<BlockTable> tables;
+  std::vector<Table> tables;
 };
 
 // All logits of a one-shot prefill of `ids`.

@@ -97,8 +97,7 @@ TEST(Sampling, ValidateNamesTheField) {
 std::vector<float> g_seen;
 int32_t recording_kernel(const KernelContext& ctx, const SampleArgs& a, SampleScratch* s) {
   g_seen.assign(a.logits, a.logits + a.vocab);
-  return reinterpret_cast<SampleFn>((*KernelRegistry::instance().find(Op::kSample, "reference"))->fn)(ctx, a,
-                                                                                                      s);
+  return (*KernelRegistry::instance().find(Op::kSample, "reference"))->cpu<SampleFn>()(ctx, a, s);
 }
 
 TEST(SamplingProcessing, LogitBiasIsAddedBeforeTheKernelAndForcesGreedy) {
@@ -172,7 +171,7 @@ TEST(SamplingProcessing, MinTokensMasksStopIdsUntilEnoughWereGenerated) {
   p.temperature = 0;
   p.min_tokens = 2;
   p.max_tokens = 8;
-  p.stop_token_ids = {0};
+  p.eos_ids = {0};
   Sampler s(p);
   std::vector<float> l = {9, 1, 2};
   EXPECT_EQ(s.sample(l)->id, 2);
@@ -182,6 +181,40 @@ TEST(SamplingProcessing, MinTokensMasksStopIdsUntilEnoughWereGenerated) {
   p.ignore_eos = true;
   Sampler t(p);
   EXPECT_EQ(t.sample(l)->id, 0);
+}
+
+TEST(SamplingProcessing, MinTokensMasksStopTokenIdsEvenUnderIgnoreEos) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.min_tokens = 1;
+  p.max_tokens = 8;
+  p.ignore_eos = true;
+  p.eos_ids = {1};
+  p.stop_token_ids = {0};
+  Sampler s(p);
+  std::vector<float> l = {9, 5, 2};
+  EXPECT_EQ(s.sample(l)->id, 1);  // the stop id is masked, the EOS id is not (ignore_eos)
+  EXPECT_EQ(s.sample(l)->id, 0);
+}
+
+TEST(SamplingParams, EndsSequenceEosUnlessIgnoredStopIdsAlwaysAfterMinTokens) {
+  SamplingParams p;
+  p.eos_ids = {2};
+  p.stop_token_ids = {5};
+  EXPECT_TRUE(p.ends_sequence(2, 1));
+  EXPECT_TRUE(p.ends_sequence(5, 1));
+  EXPECT_FALSE(p.ends_sequence(3, 1));
+  p.ignore_eos = true;
+  EXPECT_FALSE(p.ends_sequence(2, 1));
+  EXPECT_TRUE(p.ends_sequence(5, 1));  // stop ids end it under ignore_eos too
+  p.ignore_eos = false;
+  p.min_tokens = 3;
+  for (int32_t g = 1; g <= 3; ++g) {
+    EXPECT_FALSE(p.ends_sequence(2, g)) << g;
+    EXPECT_FALSE(p.ends_sequence(5, g)) << g;
+  }
+  EXPECT_TRUE(p.ends_sequence(2, 4));
+  EXPECT_TRUE(p.ends_sequence(5, 4));
 }
 
 TEST(SamplingProcessing, DefaultsHandTheKernelTheCallersRowUntouched) {

@@ -179,8 +179,7 @@ TEST(Plugin, SamplingPluginServesTheDecodeSampler) {
   EXPECT_EQ((*sets)[size_t(Phase::kDecode)].names.at(Op::kSample), "plug_sample");
   // Through the trampoline (scratch from the caller's buffers): the reference's ids on every path
   // (this plugin computes in the reference's arithmetic, so exactly its ids).
-  auto fr = reinterpret_cast<engine::SampleFn>(
-      (*engine::KernelRegistry::instance().find(Op::kSample, "reference"))->fn);
+  auto fr = (*engine::KernelRegistry::instance().find(Op::kSample, "reference"))->cpu<engine::SampleFn>();
   engine::SampleFn fp = (*sets)[size_t(Phase::kDecode)].sample;
   expect_same_ids(fr, fp, 300, 700, 4);
 }
@@ -198,8 +197,7 @@ TEST(Sampling, SelectVariantReturnsTheReferenceIds) {
   auto ref = reg.find(Op::kSample, "reference");
   auto sel = reg.find(Op::kSample, "select");
   ASSERT_TRUE(ref.ok() && sel.ok());
-  auto fr = reinterpret_cast<engine::SampleFn>((*ref)->fn),
-       fs = reinterpret_cast<engine::SampleFn>((*sel)->fn);
+  auto fr = (*ref)->cpu<engine::SampleFn>(), fs = (*sel)->cpu<engine::SampleFn>();
   expect_same_ids(fr, fs, 400, 300, 3);
 }
 

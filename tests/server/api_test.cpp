@@ -41,7 +41,8 @@ TEST_F(Api, ParsesACompletionWithDefaults) {
   EXPECT_EQ(r.prompt_ids, tok_->encode("hello world", true));
   EXPECT_EQ(r.sampling.max_tokens, 16);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
-  EXPECT_EQ(r.sampling.stop_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(r.sampling.eos_ids, std::vector<int32_t>{2});  // the tokenizer's EOS set
+  EXPECT_TRUE(r.sampling.stop_token_ids.empty());
   EXPECT_FALSE(r.stream);
   EXPECT_FALSE(r.seeded);
   EXPECT_EQ(r.sampling.logprobs, -1);

@@ -240,7 +240,7 @@ void register_avx512_attention(KernelRegistry& r) {
                          "pass, each V row loaded once for up to 4 heads (head_dim 64); head_dim not a "
                          "multiple of 16 (or over 128): avx2",
                          &avx512::cpu_has_avx512,
-                         reinterpret_cast<void*>(&avx512_attention::attention),
+                         &avx512_attention::attention,
                          {2, 2}});
 }
 

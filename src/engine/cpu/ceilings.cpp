@@ -122,7 +122,7 @@ double measure_read_bandwidth_gbs(int threads, int64_t bytes, int passes) {
 
 double measure_peak_gflops(DType weights, int threads) {
   const KernelVariant* v = KernelRegistry::instance().best(Op::kMatmul, Phase::kDecode);
-  auto fn = reinterpret_cast<MatmulFn>(v->fn);
+  auto fn = v->cpu<MatmulFn>();
   const int64_t n = 1024, k = 1024;
   Rng rng(7);
   std::vector<uint16_t> w16(size_t(n * k));
@@ -182,7 +182,7 @@ double measure_onednn_gemm_gflops(int64_t m, int64_t n, int64_t k, int threads) 
 double measure_onednn_bf16_gflops(int64_t m, int64_t n, int64_t k, int threads) {
   auto v = KernelRegistry::instance().find(Op::kMatmul, "onednn_bf16");
   if (!v.ok()) return 0.0;  // no AVX512_BF16 here
-  auto fn = reinterpret_cast<MatmulFn>((*v)->fn);
+  auto fn = (*v)->cpu<MatmulFn>();
   OmpThreads omp(threads);
   Rng rng(13);
   std::vector<float> x(size_t(m * k)), y(size_t(m * n));

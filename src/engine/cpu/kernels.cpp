@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/json.h"
@@ -144,17 +145,78 @@ KernelRegistry& KernelRegistry::instance() {
   return *r;
 }
 
-void KernelRegistry::add(Op op, KernelVariant v) { variants_[op].push_back(std::move(v)); }
+const char* kernel_device_name(KernelDevice d) { return d == KernelDevice::kCpu ? "cpu" : "cuda"; }
+
+KernelDevice KernelVariant::device() const {
+  const DeviceKernel* k = std::get_if<DeviceKernel>(&fn);
+  return k ? k->device : KernelDevice::kCpu;
+}
+
+void* KernelVariant::host_address() const {
+  // Every CPU alternative is a function pointer; visit turns the one held into an address.
+  return std::visit(
+      [](const auto& f) -> void* {
+        using F = std::decay_t<decltype(f)>;
+        if constexpr (std::is_pointer_v<F>) {
+          return reinterpret_cast<void*>(f);
+        } else {
+          return nullptr;
+        }
+      },
+      fn);
+}
+
+bool kernel_fn_fits(KernelDevice device, Op op, const KernelFn& fn) {
+  if (device != KernelDevice::kCpu) {
+    const DeviceKernel* k = std::get_if<DeviceKernel>(&fn);
+    return k && k->device == device && k->entry;
+  }
+  switch (op) {
+    case Op::kMatmul:
+    case Op::kMatmulQuant:
+      return std::get_if<MatmulFn>(&fn) && std::get<MatmulFn>(fn);
+    case Op::kRmsNorm:
+      return std::get_if<RmsNormFn>(&fn) && std::get<RmsNormFn>(fn);
+    case Op::kRope:
+      return std::get_if<RopeFn>(&fn) && std::get<RopeFn>(fn);
+    case Op::kSwiglu:
+      return std::get_if<SwigluFn>(&fn) && std::get<SwigluFn>(fn);
+    case Op::kEmbedding:
+      return std::get_if<EmbeddingFn>(&fn) && std::get<EmbeddingFn>(fn);
+    case Op::kAttention:
+      return std::get_if<AttentionFn>(&fn) && std::get<AttentionFn>(fn);
+    case Op::kSample:
+      return std::get_if<SampleFn>(&fn) && std::get<SampleFn>(fn);
+    case Op::kCount:
+      break;
+  }
+  return false;
+}
+
+Status KernelRegistry::add(Op op, KernelVariant v) {
+  const KernelDevice device = v.device();
+  if (!kernel_fn_fits(device, op, v.fn)) {
+    return invalid_argument(std::string("kernel registry: variant '") + v.name + "' does not hold a " +
+                            kernel_device_name(device) + " " + op_name(op) + " kernel");
+  }
+  variants_[{device, op}].push_back(std::move(v));
+  return Status::Ok();
+}
 
 Result<const KernelVariant*> KernelRegistry::find(Op op, const std::string& name) const {
-  auto it = variants_.find(op);
+  return find(KernelDevice::kCpu, op, name);
+}
+
+Result<const KernelVariant*> KernelRegistry::find(KernelDevice device, Op op, const std::string& name) const {
+  auto it = variants_.find({device, op});
   std::string known;
   if (it != variants_.end()) {
     for (const KernelVariant& v : it->second) {
       if (v.name == name) {
         if (v.supported && !v.supported()) {
           return failed_precondition(std::string(op_name(op)) + " variant '" + name +
-                                     "' is not supported on this CPU");
+                                     "' is not supported on this " +
+                                     (device == KernelDevice::kCpu ? "CPU" : "device"));
         }
         return &v;
       }
@@ -165,9 +227,11 @@ Result<const KernelVariant*> KernelRegistry::find(Op op, const std::string& name
                    ")");
 }
 
-std::vector<const KernelVariant*> KernelRegistry::list(Op op) const {
+std::vector<const KernelVariant*> KernelRegistry::list(Op op) const { return list(KernelDevice::kCpu, op); }
+
+std::vector<const KernelVariant*> KernelRegistry::list(KernelDevice device, Op op) const {
   std::vector<const KernelVariant*> out;
-  auto it = variants_.find(op);
+  auto it = variants_.find({device, op});
   if (it != variants_.end()) {
     for (const KernelVariant& v : it->second) out.push_back(&v);
   }
@@ -177,8 +241,12 @@ std::vector<const KernelVariant*> KernelRegistry::list(Op op) const {
 const KernelVariant* KernelRegistry::best(Op op) const { return best(op, Phase::kDecode); }
 
 const KernelVariant* KernelRegistry::best(Op op, Phase phase) const {
+  return best(KernelDevice::kCpu, op, phase);
+}
+
+const KernelVariant* KernelRegistry::best(KernelDevice device, Op op, Phase phase) const {
   const KernelVariant* best = nullptr;
-  auto it = variants_.find(op);
+  auto it = variants_.find({device, op});
   if (it == variants_.end()) return nullptr;
   for (const KernelVariant& v : it->second) {
     if (v.supported && !v.supported()) continue;
@@ -289,32 +357,36 @@ Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel) {
         }
         v = *found;
       }
+      if (v->device() != KernelDevice::kCpu) {  // the registry's key rules it out; checked all the same
+        return internal_error(std::string("kernel selection: ") + op_name(op) + " variant '" + v->name +
+                              "' is not a CPU kernel");
+      }
       set.names[op] = v->name;
       switch (op) {
         case Op::kMatmul:
-          set.matmul = reinterpret_cast<MatmulFn>(v->fn);
+          set.matmul = v->cpu<MatmulFn>();
           packed16 = packed16 && v->reads_packed16;
           break;
         case Op::kRmsNorm:
-          set.rmsnorm = reinterpret_cast<RmsNormFn>(v->fn);
+          set.rmsnorm = v->cpu<RmsNormFn>();
           break;
         case Op::kRope:
-          set.rope = reinterpret_cast<RopeFn>(v->fn);
+          set.rope = v->cpu<RopeFn>();
           break;
         case Op::kSwiglu:
-          set.swiglu = reinterpret_cast<SwigluFn>(v->fn);
+          set.swiglu = v->cpu<SwigluFn>();
           break;
         case Op::kEmbedding:
-          set.embedding = reinterpret_cast<EmbeddingFn>(v->fn);
+          set.embedding = v->cpu<EmbeddingFn>();
           break;
         case Op::kAttention:
-          set.attention = reinterpret_cast<AttentionFn>(v->fn);
+          set.attention = v->cpu<AttentionFn>();
           break;
         case Op::kMatmulQuant:
-          set.matmul_quant = reinterpret_cast<MatmulFn>(v->fn);
+          set.matmul_quant = v->cpu<MatmulFn>();
           break;
         case Op::kSample:
-          set.sample = reinterpret_cast<SampleFn>(v->fn);
+          set.sample = v->cpu<SampleFn>();
           break;
         case Op::kCount:
           break;

@@ -1,5 +1,5 @@
 // The kernel interface of the reference engine: every module boundary of the forward pass is a
-// function pointer of one of the types below, looked up by (operation, variant name) in the
+// function pointer of one of the types below, looked up by (device, operation, variant name) in the
 // registry. Every operation has a readable "reference" variant; faster variants ("avx2",
 // "onednn", ...) are tested against it. A KernelSelection picks a variant per operation and per
 // phase (prefill/decode); this is the substrate `plumb kernels` works on.
@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/status.h"
@@ -159,11 +160,28 @@ const char* op_name(Op op);
 // "matmul" -> Op::kMatmul, ...; InvalidArgument naming the known ops otherwise.
 Result<Op> op_from_name(std::string_view name);
 
+// Where a kernel variant runs. The registry is keyed by (device, op): a CUDA variant is never in a
+// CPU list, so resolve_kernels (the CPU model's sets) can never be handed one.
+enum class KernelDevice : uint8_t { kCpu, kCuda };
+const char* kernel_device_name(KernelDevice d);  // "cpu", "cuda"
+
+// A device kernel: an opaque entry that only its device's runner launches. It is not callable on
+// the host and converts to none of the CPU function types, so no KernelSet slot accepts it.
+struct DeviceKernel {
+  KernelDevice device = KernelDevice::kCuda;  // never kCpu
+  const void* entry = nullptr;                // the device runner's launch handle
+};
+
+// One variant's function: a typed CPU kernel (the *Fn type of its op: MatmulFn for kMatmul and
+// kMatmulQuant, RmsNormFn for kRmsNorm, ...) or a DeviceKernel.
+using KernelFn = std::variant<std::monostate, MatmulFn, RmsNormFn, RopeFn, SwigluFn, EmbeddingFn, AttentionFn,
+                              SampleFn, DeviceKernel>;
+
 struct KernelVariant {
   std::string name;               // "reference", "avx2", "onednn", ...
   std::string description;        // one line for `plumb kernels list`
   bool (*supported)() = nullptr;  // runtime check (CPU features); null = always
-  void* fn = nullptr;             // one of the *Fn types above, matching the Op
+  KernelFn fn;                    // the op's CPU function type, or a DeviceKernel
   // Preference of "auto" per phase (index by Phase): the supported variant with the highest rank
   // wins, ties go to the later-registered one. The reference variants rank 0.
   std::array<int, 2> rank = {0, 0};
@@ -173,23 +191,45 @@ struct KernelVariant {
   // Op::kMatmul only: with bf16 weights the variant rounds x to bf16 before multiplying (the
   // bf16-activation numeric class: |y - y_ref| <= 2^-8 · Σ|x·w|, not the f32 class's 1e-5).
   bool bf16_activations = false;
+
+  // kCuda (or another device) for a DeviceKernel, else kCpu.
+  KernelDevice device() const;
+  // The CPU kernel as type F, or null when fn holds another type (a device kernel, another op's).
+  template <class F>
+  F cpu() const {
+    const F* f = std::get_if<F>(&fn);
+    return f ? *f : nullptr;
+  }
+  // The CPU kernel's address without its type, for the screening harness (src/kernels), which
+  // calls a variant through the op it captured; null for a device kernel.
+  void* host_address() const;
 };
 
-// The registry of built-in variants. Thread-safe for reads after static initialization.
+// Whether `fn` is a valid function for `op` on `device`: a DeviceKernel of that device (not kCpu),
+// or on the CPU the op's function type. The registry refuses anything else.
+bool kernel_fn_fits(KernelDevice device, Op op, const KernelFn& fn);
+
+// The registry of variants, keyed by (device, op, variant name); each variant ranks per phase.
+// The overloads without a device are the CPU's. Thread-safe for reads after static initialization.
 class KernelRegistry {
  public:
   static KernelRegistry& instance();
-  void add(Op op, KernelVariant v);
+  // Registers `v` under (v.device(), op). InvalidArgument, and nothing registered, when v.fn does
+  // not fit (kernel_fn_fits): e.g. an RmsNormFn under kMatmul, or no function at all.
+  Status add(Op op, KernelVariant v);
   // NotFound naming the known variants if `name` is unknown; FailedPrecondition if unsupported here.
   Result<const KernelVariant*> find(Op op, const std::string& name) const;
+  Result<const KernelVariant*> find(KernelDevice device, Op op, const std::string& name) const;
   std::vector<const KernelVariant*> list(Op op) const;
+  std::vector<const KernelVariant*> list(KernelDevice device, Op op) const;
   // The variant "auto" resolves to: the fastest supported built-in for that op on this CPU.
   // best(op) is best(op, Phase::kDecode). Never null for a built-in op (reference always exists).
   const KernelVariant* best(Op op) const;
   const KernelVariant* best(Op op, Phase phase) const;
+  const KernelVariant* best(KernelDevice device, Op op, Phase phase) const;
 
  private:
-  std::map<Op, std::vector<KernelVariant>> variants_;
+  std::map<std::pair<KernelDevice, Op>, std::vector<KernelVariant>> variants_;
 };
 
 // Which variant each op uses in each phase. "auto" = registry best(). Parsed from a kernel
@@ -226,7 +266,9 @@ struct KernelSet {
   bool packed16 = false;
 };
 
-// Resolves a selection into two KernelSets (index by Phase). Errors name the op and variant.
+// Resolves a selection into two KernelSets (index by Phase) of the CPU model: names are looked up
+// among the CPU variants only, and every slot takes its typed CPU function. Errors name the op and
+// variant.
 Result<std::array<KernelSet, 2>> resolve_kernels(const KernelSelection& sel);
 
 // Element conversions used by kernels and loaders (round-to-nearest-even, as PyTorch does).

@@ -294,7 +294,7 @@ void register_amx_kernels(KernelRegistry& r) {
          "activations rounded to bf16, f32 accumulation (other weights: avx512_bf16); auto's choice in "
          "both phases where the CPU has AMX-BF16",
          &amx::supported,
-         reinterpret_cast<void*>(&amx::matmul),
+         &amx::matmul,
          {5, 5},
          /*reads_packed16=*/true,
          /*bf16_activations=*/true});

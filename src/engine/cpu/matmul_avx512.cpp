@@ -380,7 +380,7 @@ void register_avx512_kernels(KernelRegistry& r) {
                       "AVX-512 dot-product tiles (16 lanes), weights widened in registers; best for decode "
                       "(small m) where the CPU has AVX-512",
                       &avx512::cpu_has_avx512,
-                      reinterpret_cast<void*>(&avx512::matmul),
+                      &avx512::matmul,
                       {1, 3}});
   r.add(Op::kMatmul,
         {"avx512_bf16",
@@ -388,7 +388,7 @@ void register_avx512_kernels(KernelRegistry& r) {
          "twice avx512's multiply-adds per instruction; weights packed 16 features wide (row-major "
          "weights: dot tiles; f32/f16 weights: avx512, hybrid for prefill); auto's choice in both "
          "phases on AMD CPUs with AVX512_BF16",
-         &avx512::cpu_has_avx512_bf16, reinterpret_cast<void*>(&avx512::matmul_bf16),
+         &avx512::cpu_has_avx512_bf16, &avx512::matmul_bf16,
          avx512::prefer_bf16_dot() ? std::array<int, 2>{4, 4} : std::array<int, 2>{-1, -1},
          /*reads_packed16=*/true, /*bf16_activations=*/true});
 }

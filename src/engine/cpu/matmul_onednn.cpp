@@ -105,13 +105,13 @@ void register_onednn_kernels(KernelRegistry& r) {
                       "oneDNN f32 sgemm (bf16/f16 weights converted per 2 MiB panel); "
                       "best for prefill (large m)",
                       nullptr,
-                      reinterpret_cast<void*>(&onednn::matmul),
+                      &onednn::matmul,
                       {2, 0}});
   r.add(Op::kMatmul, {"hybrid",
                       "avx512 tiles below 128 rows (avx2 below 32 without AVX-512), oneDNN sgemm above; "
                       "the default for prefill where neither amx_bf16 nor avx512_bf16 is",
                       &avx2::cpu_has_avx2,
-                      reinterpret_cast<void*>(&onednn::matmul_hybrid),
+                      &onednn::matmul_hybrid,
                       {3, 0}});
 }
 

@@ -103,7 +103,7 @@ void register_onednn_bf16_kernels(KernelRegistry& r) {
                       "oneDNN bf16 matmul (AVX512_BF16): bf16 weights as stored, activations rounded to "
                       "bf16, f32 accumulation; opt-in (not auto: a coarser numeric class), prefill",
                       &avx512::cpu_has_avx512_bf16,
-                      reinterpret_cast<void*>(&onednn_bf16::matmul),
+                      &onednn_bf16::matmul,
                       {-1, -1},  // below reference: auto never picks it
                       /*reads_packed16=*/false,
                       /*bf16_activations=*/true});

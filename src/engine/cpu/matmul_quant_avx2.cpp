@@ -301,19 +301,19 @@ void register_quant_kernels(KernelRegistry& r) {
   r.add(Op::kMatmulQuant, {"reference",
                            "int8/int4 weights dequantized one element at a time, double accumulation",
                            nullptr,
-                           reinterpret_cast<void*>(&ref::matmul_quant),
+                           &ref::matmul_quant,
                            {0, 0}});
   r.add(Op::kMatmulQuant, {"avx2",
                            "AVX2/FMA tiles, int8/int4 codes widened in registers, scale per channel/group; "
                            "best for decode (small m)",
                            &avx2::cpu_has_avx2,
-                           reinterpret_cast<void*>(&avx2::matmul_quant),
+                           &avx2::matmul_quant,
                            {1, 2}});
   r.add(Op::kMatmulQuant, {"hybrid",
                            "avx2 tiles below 32 rows; from 32 rows weight panels dequantized to f32 and "
                            "multiplied by oneDNN sgemm; the default for prefill",
                            &avx2::cpu_has_avx2,
-                           reinterpret_cast<void*>(&avx2::matmul_quant_hybrid),
+                           &avx2::matmul_quant_hybrid,
                            {3, 0}});
 }
 

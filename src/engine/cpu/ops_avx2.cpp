@@ -279,27 +279,20 @@ void register_avx2_kernels(KernelRegistry& r) {
   r.add(Op::kMatmul, {"avx2",
                       "AVX2/FMA dot-product tiles, weights converted in registers; best for decode (small m)",
                       &cpu_has_avx2,
-                      reinterpret_cast<void*>(&avx2::matmul),
+                      &avx2::matmul,
                       {1, 2}});
-  r.add(Op::kRmsNorm, {"avx2",
-                       "AVX2 sum of squares and scale",
-                       &cpu_has_avx2,
-                       reinterpret_cast<void*>(&avx2::rmsnorm),
-                       {1, 1}});
+  r.add(Op::kRmsNorm, {"avx2", "AVX2 sum of squares and scale", &cpu_has_avx2, &avx2::rmsnorm, {1, 1}});
   r.add(Op::kRope, {"avx2",
                     "cos/sin once per token and frequency, AVX2 rotation of every head",
                     &cpu_has_avx2,
-                    reinterpret_cast<void*>(&avx2::rope),
+                    &avx2::rope,
                     {1, 1}});
-  r.add(Op::kSwiglu, {"avx2",
-                      "AVX2 with a polynomial exp (rel. error < 2e-7)",
-                      &cpu_has_avx2,
-                      reinterpret_cast<void*>(&avx2::swiglu),
-                      {1, 1}});
+  r.add(Op::kSwiglu,
+        {"avx2", "AVX2 with a polynomial exp (rel. error < 2e-7)", &cpu_has_avx2, &avx2::swiglu, {1, 1}});
   r.add(Op::kAttention, {"avx2",
                          "AVX2 dot products and axpy over head_dim, threads over (token, head)",
                          &cpu_has_avx2,
-                         reinterpret_cast<void*>(&avx2::attention),
+                         &avx2::attention,
                          {1, 1}});
 }
 

@@ -90,12 +90,12 @@ int32_t sample_thunk(const KernelContext& ctx, const SampleArgs& a, SampleScratc
 }
 
 template <size_t... S>
-void* thunk_for(int op, int slot, std::index_sequence<S...>) {
-  static const std::array<void*, sizeof...(S)> mm{reinterpret_cast<void*>(&matmul_thunk<int(S)>)...};
-  static const std::array<void*, sizeof...(S)> rn{reinterpret_cast<void*>(&rmsnorm_thunk<int(S)>)...};
-  static const std::array<void*, sizeof...(S)> rp{reinterpret_cast<void*>(&rope_thunk<int(S)>)...};
-  static const std::array<void*, sizeof...(S)> sw{reinterpret_cast<void*>(&swiglu_thunk<int(S)>)...};
-  static const std::array<void*, sizeof...(S)> sa{reinterpret_cast<void*>(&sample_thunk<int(S)>)...};
+KernelFn thunk_for(int op, int slot, std::index_sequence<S...>) {
+  static const std::array<MatmulFn, sizeof...(S)> mm{&matmul_thunk<int(S)>...};
+  static const std::array<RmsNormFn, sizeof...(S)> rn{&rmsnorm_thunk<int(S)>...};
+  static const std::array<RopeFn, sizeof...(S)> rp{&rope_thunk<int(S)>...};
+  static const std::array<SwigluFn, sizeof...(S)> sw{&swiglu_thunk<int(S)>...};
+  static const std::array<SampleFn, sizeof...(S)> sa{&sample_thunk<int(S)>...};
   switch (op) {
     case PLUMB_OP_SAMPLE:
       return sa[size_t(slot)];
@@ -252,7 +252,7 @@ Result<PluginInfo> load_screened_plugin(const std::string& path) {
   v.description = "plugin " + path + (info.description.empty() ? "" : ": " + info.description);
   v.fn = thunk_for(op, slot, std::make_index_sequence<kMaxPluginsPerOp>{});
   v.rank = {-1, -1};  // never chosen by "auto": only by name
-  reg.add(info.op, std::move(v));
+  PLUMB_RETURN_IF_ERROR(reg.add(info.op, std::move(v)));
   g_loaded[path] = info;
   return info;
 }

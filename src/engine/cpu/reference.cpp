@@ -142,12 +142,12 @@ namespace plumb::engine::detail {
 
 void register_reference_kernels(KernelRegistry& r) {
   const char* d = "readable loops, double accumulation; the oracle every fast variant is tested against";
-  r.add(Op::kMatmul, {"reference", d, nullptr, reinterpret_cast<void*>(&ref::matmul)});
-  r.add(Op::kRmsNorm, {"reference", d, nullptr, reinterpret_cast<void*>(&ref::rmsnorm)});
-  r.add(Op::kRope, {"reference", d, nullptr, reinterpret_cast<void*>(&ref::rope)});
-  r.add(Op::kSwiglu, {"reference", d, nullptr, reinterpret_cast<void*>(&ref::swiglu)});
-  r.add(Op::kEmbedding, {"reference", d, nullptr, reinterpret_cast<void*>(&ref::embedding)});
-  r.add(Op::kAttention, {"reference", d, nullptr, reinterpret_cast<void*>(&ref::attention)});
+  r.add(Op::kMatmul, {"reference", d, nullptr, &ref::matmul});
+  r.add(Op::kRmsNorm, {"reference", d, nullptr, &ref::rmsnorm});
+  r.add(Op::kRope, {"reference", d, nullptr, &ref::rope});
+  r.add(Op::kSwiglu, {"reference", d, nullptr, &ref::swiglu});
+  r.add(Op::kEmbedding, {"reference", d, nullptr, &ref::embedding});
+  r.add(Op::kAttention, {"reference", d, nullptr, &ref::attention});
 }
 
 }  // namespace plumb::engine::detail

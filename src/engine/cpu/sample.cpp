@@ -107,12 +107,12 @@ void register_sample_kernels(KernelRegistry& r) {
   r.add(Op::kSample, {"reference",
                       "argmax, or softmax over a partial sort of the top-k (the rule of sampling.h)",
                       nullptr,
-                      reinterpret_cast<void*>(&sample_reference),
+                      &sample_reference,
                       {0, 0}});
   r.add(Op::kSample, {"select",
                       "two-pass argmax; nth_element + sort of the top-k only (same ids)",
                       nullptr,
-                      reinterpret_cast<void*>(&sample_select),
+                      &sample_select,
                       {1, 1}});
 }
 }  // namespace detail

@@ -293,22 +293,44 @@ bool LlmEngine::step() {
     publish_stats();
     return false;
   }
-  const int32_t bs = config_.kv_block_size;
-  const bool chunked = config_.enable_chunked_prefill;
-  int64_t budget = config_.max_num_batched_tokens;
-  struct Planned {
-    Seq* seq;
-    int32_t n;
-  };
   std::vector<Planned> plan;
+  int64_t budget = config_.max_num_batched_tokens;
+  schedule_running(plan, budget);
+  admit_waiting(plan, budget);
+  if (plan.empty()) {
+    // Everything waits on blocks held by nobody runnable: cannot happen, since a lone sequence
+    // always fits (max_context <= KV capacity). Guard against a busy loop anyway.
+    publish_stats();
+    return false;
+  }
+  Outcome out;
+  Status fs = run_batch(plan);
+  if (fs.ok()) {
+    take_logits(plan, out);
+  } else {
+    fail_planned(plan, fs, out);
+  }
+  retire_ended(out);
+  publish_stats();
+  for (auto& [s, ev] : out.events) s->req.sink(std::move(ev));
+  return true;
+}
 
-  // Running sequences, oldest first. A sequence that cannot get a block preempts the newest one.
+// A running sequence's share of this step: the rest of its prompt (a chunk of it with chunked
+// prefill) or its one decode token, within the budget.
+int64_t LlmEngine::tokens_wanted(const Seq& s, int64_t budget) const {
+  int64_t n = std::min(int64_t(s.tokens.size()) - s.num_computed, budget);
+  if (config_.enable_chunked_prefill) n = std::min<int64_t>(n, config_.prefill_chunk_size);
+  return n;
+}
+
+void LlmEngine::schedule_running(std::vector<Planned>& plan, int64_t& budget) {
+  // Oldest first. A sequence that cannot get a block preempts the newest one.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Seq& s = *running_[i];
-    int64_t want = int64_t(s.tokens.size()) - s.num_computed;
-    int64_t n = std::min(want, budget);
-    if (chunked) n = std::min<int64_t>(n, config_.prefill_chunk_size);
-    if (!chunked && n < want) break;  // a whole prompt that no longer fits waits for the next step
+    const int64_t want = int64_t(s.tokens.size()) - s.num_computed;
+    const int64_t n = tokens_wanted(s, budget);
+    if (!config_.enable_chunked_prefill && n < want) break;  // a whole prompt that no longer fits waits
     bool ok = ensure_blocks(s, s.num_computed + n);
     while (!ok && running_.size() - 1 > i) {
       preempt(running_.size() - 1);
@@ -322,8 +344,11 @@ bool LlmEngine::step() {
     budget -= n;
     ++i;
   }
+}
 
-  // Admit waiting requests first come, first served.
+void LlmEngine::admit_waiting(std::vector<Planned>& plan, int64_t& budget) {
+  // First come, first served; the first request that does not fit stops admission.
+  const int32_t bs = config_.kv_block_size;
   while (!waiting_.empty() && int32_t(running_.size()) < config_.max_num_seqs && budget > 0) {
     Seq& s = *waiting_.front();
     if (s.table.empty() && !(s.req.prompt_logprobs && !s.prompt_lp_done)) {
@@ -332,11 +357,10 @@ bool LlmEngine::step() {
       s.num_computed = hit * bs;
       if (!s.ever_scheduled) s.timings.cached_prompt_tokens = int64_t(hit) * bs;
     }
-    int64_t want = int64_t(s.tokens.size()) - s.num_computed;
-    int64_t n = std::min(want, budget);
-    if (chunked) n = std::min<int64_t>(n, config_.prefill_chunk_size);
+    const int64_t want = int64_t(s.tokens.size()) - s.num_computed;
+    const int64_t n = tokens_wanted(s, budget);
     int64_t need_blocks = (s.num_computed + n + bs - 1) / bs - int64_t(s.table.size());
-    if ((!chunked && n < want) || need_blocks > blocks_->available()) {
+    if ((!config_.enable_chunked_prefill && n < want) || need_blocks > blocks_->available()) {
       // Not now: give back the cached blocks it holds so they stay evictable.
       blocks_->release_all(s.table);
       s.hashes.clear();
@@ -355,137 +379,136 @@ bool LlmEngine::step() {
     plan.push_back({&s, int32_t(n)});
     budget -= n;
   }
+}
 
-  if (plan.empty()) {
-    // Everything waits on blocks held by nobody runnable: cannot happen, since a lone sequence
-    // always fits (max_context <= KV capacity). Guard against a busy loop anyway.
-    publish_stats();
-    return false;
-  }
-
-  // Build the batch.
-  std::vector<StepSeq> batch;
-  batch.reserve(plan.size());
+Status LlmEngine::run_batch(std::vector<Planned>& plan) {
+  batch_.clear();
   SteadyTime now = std::chrono::steady_clock::now();
-  for (auto& p : plan) {
+  for (Planned& p : plan) {
     Seq& s = *p.seq;
     if (s.timings.first_scheduled == SteadyTime{}) s.timings.first_scheduled = now;
     StepSeq st;
     st.tokens = std::span<const int32_t>(s.tokens).subspan(size_t(s.num_computed), size_t(p.n));
     st.start_pos = s.num_computed;
     st.block_table = s.table;
-    bool reaches_end = s.num_computed + p.n == int32_t(s.tokens.size());
+    const bool reaches_end = s.num_computed + p.n == int32_t(s.tokens.size());
     if (s.req.prompt_logprobs && !s.prompt_lp_done && s.num_computed < s.prompt_len) {
       st.logits = StepSeq::Logits::kAll;
     } else {
       st.logits = reaches_end ? StepSeq::Logits::kLast : StepSeq::Logits::kNone;
     }
-    batch.push_back(st);
+    p.logits = st.logits;
+    batch_.push_back(st);
   }
-  Status fs = runner_->forward(batch, logits_);
+  Status fs = runner_->forward(batch_, logits_);
   counters_.steps++;
-  std::vector<std::pair<Seq*, TokenEvent>> out;
-  std::vector<Seq*> ended;
-  if (!fs.ok()) {
-    log::error("event=forward_failed error=\"{}\"", fs.to_string());
-    for (auto& p : plan) {
-      finish(*p.seq, FinishReason::kError, fs.with_context("model forward pass"), out);
-      ended.push_back(p.seq);
-    }
-  } else {
-    const int32_t vocab = runner_->vocab_size();
-    size_t row = 0;
-    for (size_t k = 0; k < plan.size(); ++k) {
-      Seq& s = *plan[k].seq;
-      const int32_t n = plan[k].n;
-      const int32_t start = s.num_computed;
-      s.num_computed += n;
-      // Register blocks that became full and computed.
-      while (int64_t(s.hashes.size()) < s.num_computed / bs) {
-        size_t b = s.hashes.size();
-        std::span<const int32_t> toks =
-            std::span<const int32_t>(s.tokens).subspan(b * size_t(bs), size_t(bs));
-        uint64_t h = kv_block_hash(b == 0 ? 0 : s.hashes.back(), toks);
-        s.hashes.push_back(h);
-        blocks_->register_full(s.table[b], h, toks);
-      }
-      std::span<const float> last_row;
-      if (batch[k].logits == StepSeq::Logits::kAll) {
-        for (int32_t j = 0; j < n; ++j) {
-          std::span<const float> r(logits_.data() + (row + size_t(j)) * size_t(vocab), size_t(vocab));
-          int32_t pos = start + j;  // this row predicts token pos + 1
-          if (pos + 1 < s.prompt_len) {
-            TokenLogprob lp;
-            lp.token = s.tokens[size_t(pos) + 1];
-            lp.logprob = engine::logprob_of(r, lp.token);
-            if (s.req.sampling.logprobs > 0) lp.top = engine::top_logprobs(r, s.req.sampling.logprobs);
-            s.prompt_lp.push_back(std::move(lp));
-          }
-        }
-        if (s.num_computed == int32_t(s.tokens.size())) {
-          last_row =
-              std::span<const float>(logits_.data() + (row + size_t(n) - 1) * size_t(vocab), size_t(vocab));
-        }
-        row += size_t(n);
-      } else if (batch[k].logits == StepSeq::Logits::kLast) {
-        last_row = std::span<const float>(logits_.data() + row * size_t(vocab), size_t(vocab));
-        row += 1;
-      }
-      if (last_row.empty()) continue;
-      Result<engine::SampledToken> next = s.sampler->sample(last_row);
-      if (!next.ok()) {  // non-finite logits: the request fails, the others go on
-        log::error("event=sampling_failed request={} error=\"{}\"", s.id, next.status().to_string());
-        finish(s, FinishReason::kError, next.status(), out);
-        ended.push_back(&s);
-        continue;
-      }
-      engine::SampledToken sampled = std::move(next).value();
-      int32_t tok = sampled.id;
-      TokenEvent ev;
-      ev.tokens.push_back(tok);
-      if (s.req.sampling.logprobs >= 0)
-        ev.logprobs.push_back(TokenLogprob{tok, sampled.logprob, std::move(sampled.top)});
-      if (s.req.prompt_logprobs && !s.prompt_lp_done) {
-        ev.prompt_logprobs = std::move(s.prompt_lp);
-        s.prompt_lp.clear();
-      }
-      s.prompt_lp_done = true;
-      s.tokens.push_back(tok);
-      s.generated++;
-      counters_.generation_tokens++;
-      if (s.timings.first_token == SteadyTime{}) s.timings.first_token = std::chrono::steady_clock::now();
-      FinishReason reason = FinishReason::kNone;
-      const auto& stop_ids = s.req.sampling.stop_token_ids;
-      if (!s.req.sampling.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
-        reason = FinishReason::kStop;
-      } else if (s.generated >= s.req.sampling.max_tokens || int64_t(s.tokens.size()) >= max_context_) {
-        reason = FinishReason::kLength;
-      }
-      if (reason == FinishReason::kNone) {
-        out.emplace_back(&s, std::move(ev));
-      } else {
-        finish(s, reason, Status::Ok(), out);
-        // The finishing event carries the last token too.
-        TokenEvent& fin = out.back().second;
-        fin.tokens = std::move(ev.tokens);
-        fin.logprobs = std::move(ev.logprobs);
-        fin.prompt_logprobs = std::move(ev.prompt_logprobs);
-        ended.push_back(&s);
-      }
-    }
+  return fs;
+}
+
+void LlmEngine::fail_planned(const std::vector<Planned>& plan, const Status& error, Outcome& out) {
+  log::error("event=forward_failed error=\"{}\"", error.to_string());
+  for (const Planned& p : plan) {
+    finish(*p.seq, FinishReason::kError, error.with_context("model forward pass"), out.events);
+    out.ended.push_back(p.seq);
   }
-  // Remove ended sequences from running_ (keep them alive until their sinks ran).
-  std::vector<std::unique_ptr<Seq>> dead;
-  for (Seq* e : ended) {
+}
+
+void LlmEngine::take_logits(const std::vector<Planned>& plan, Outcome& out) {
+  size_t row = 0;  // next row of logits_
+  for (const Planned& p : plan) {
+    Seq& s = *p.seq;
+    const int32_t start = s.num_computed;
+    s.num_computed += p.n;
+    register_full_blocks(s);
+    std::span<const float> last_row = logit_rows(s, p, start, row);
+    if (!last_row.empty()) sample_next(s, last_row, out);
+  }
+}
+
+void LlmEngine::register_full_blocks(Seq& s) {
+  const int32_t bs = config_.kv_block_size;
+  while (int64_t(s.hashes.size()) < s.num_computed / bs) {
+    size_t b = s.hashes.size();
+    std::span<const int32_t> toks = std::span<const int32_t>(s.tokens).subspan(b * size_t(bs), size_t(bs));
+    uint64_t h = kv_block_hash(b == 0 ? 0 : s.hashes.back(), toks);
+    s.hashes.push_back(h);
+    blocks_->register_full(s.table[b], h, toks);
+  }
+}
+
+std::span<const float> LlmEngine::logit_rows(Seq& s, const Planned& p, int32_t start, size_t& row) {
+  const auto vocab = size_t(runner_->vocab_size());
+  auto row_at = [&](size_t r) { return std::span<const float>(logits_.data() + r * vocab, vocab); };
+  if (p.logits == StepSeq::Logits::kLast) return row_at(row++);
+  if (p.logits == StepSeq::Logits::kNone) return {};
+  // kAll: every row predicts the next prompt token's logprob; the last one also samples.
+  for (int32_t j = 0; j < p.n; ++j) {
+    const int32_t pos = start + j;  // this row predicts token pos + 1
+    if (pos + 1 >= s.prompt_len) continue;
+    std::span<const float> r = row_at(row + size_t(j));
+    TokenLogprob lp;
+    lp.token = s.tokens[size_t(pos) + 1];
+    lp.logprob = engine::logprob_of(r, lp.token);
+    if (s.req.sampling.logprobs > 0) lp.top = engine::top_logprobs(r, s.req.sampling.logprobs);
+    s.prompt_lp.push_back(std::move(lp));
+  }
+  std::span<const float> last;
+  if (s.num_computed == int32_t(s.tokens.size())) last = row_at(row + size_t(p.n) - 1);
+  row += size_t(p.n);
+  return last;
+}
+
+void LlmEngine::sample_next(Seq& s, std::span<const float> row, Outcome& out) {
+  Result<engine::SampledToken> next = s.sampler->sample(row);
+  if (!next.ok()) {  // non-finite logits: the request fails, the others go on
+    log::error("event=sampling_failed request={} error=\"{}\"", s.id, next.status().to_string());
+    finish(s, FinishReason::kError, next.status(), out.events);
+    out.ended.push_back(&s);
+    return;
+  }
+  engine::SampledToken sampled = std::move(next).value();
+  const int32_t tok = sampled.id;
+  TokenEvent ev;
+  ev.tokens.push_back(tok);
+  if (s.req.sampling.logprobs >= 0)
+    ev.logprobs.push_back(TokenLogprob{tok, sampled.logprob, std::move(sampled.top)});
+  if (s.req.prompt_logprobs && !s.prompt_lp_done) {
+    ev.prompt_logprobs = std::move(s.prompt_lp);
+    s.prompt_lp.clear();
+  }
+  s.prompt_lp_done = true;
+  s.tokens.push_back(tok);
+  s.generated++;
+  counters_.generation_tokens++;
+  if (s.timings.first_token == SteadyTime{}) s.timings.first_token = std::chrono::steady_clock::now();
+  FinishReason reason = FinishReason::kNone;
+  if (s.req.sampling.ends_sequence(tok, s.generated)) {
+    reason = FinishReason::kStop;
+  } else if (s.generated >= s.req.sampling.max_tokens || int64_t(s.tokens.size()) >= max_context_) {
+    reason = FinishReason::kLength;
+  }
+  if (reason == FinishReason::kNone) {
+    out.events.emplace_back(&s, std::move(ev));
+    return;
+  }
+  finish(s, reason, Status::Ok(), out.events);
+  // The finishing event carries the last token too.
+  TokenEvent& fin = out.events.back().second;
+  fin.tokens = std::move(ev.tokens);
+  fin.logprobs = std::move(ev.logprobs);
+  fin.prompt_logprobs = std::move(ev.prompt_logprobs);
+  out.ended.push_back(&s);
+}
+
+void LlmEngine::retire_ended(Outcome& out) {
+  // Out of running_, but alive (in out.dead) until their sinks ran.
+  for (Seq* e : out.ended) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == e; });
     if (it != running_.end()) {
-      dead.push_back(std::move(*it));
+      out.dead.push_back(std::move(*it));
       running_.erase(it);
     }
   }
-  publish_stats();
-  for (auto& [s, ev] : out) s->req.sink(std::move(ev));
-  return true;
 }
 
 void LlmEngine::publish_stats() {

@@ -1,18 +1,24 @@
 // LlmEngine: iteration-level continuous batching over a ModelRunner, on one engine thread.
 //
-// Each step (one forward pass):
-//  1. new requests and cancellations are taken in (requests join and leave only between steps);
-//  2. every running sequence gets its next tokens, oldest first: one token when decoding, a
-//     prefill chunk (at most prefill_chunk_size with chunked prefill) while its prompt is not done;
-//  3. the rest of the token budget (max_num_batched_tokens) admits waiting requests first come,
-//     first served, while fewer than max_num_seqs run and their blocks fit. Without chunked
-//     prefill a prompt is scheduled whole or waits;
-//  4. when a running sequence needs a KV block and none is free, the newest running sequence is
+// Each step (one forward pass) is this list; step() calls one private function per item:
+//  1. take_inbox: new requests and cancellations are taken in (requests join and leave only
+//     between steps);
+//  2. schedule_running: every running sequence gets its next tokens, oldest first: one token when
+//     decoding, a prefill chunk (at most prefill_chunk_size with chunked prefill) while its prompt
+//     is not done. When one needs a KV block and none is free, the newest running sequence is
 //     preempted by recompute: its blocks are released and it goes back to the front of the queue
 //     keeping the tokens it generated, so its output is unchanged (never a crash, never a wrong
 //     answer);
-//  5. logits of sequences that reached their end are sampled; tokens go to the sinks; finished
-//     sequences release their blocks.
+//  3. admit_waiting: the rest of the token budget (max_num_batched_tokens) admits waiting requests
+//     first come, first served, while fewer than max_num_seqs run and their blocks fit. Without
+//     chunked prefill a prompt is scheduled whole or waits;
+//  4. run_batch: one runner forward pass over what was planned;
+//  5. take_logits: blocks that became full are registered for prefix caching, prompt logprobs
+//     collected, and the logits of sequences that reached their end sampled, ending a sequence by
+//     SamplingParams::ends_sequence, max_tokens or the context (fail_planned instead, when the
+//     forward pass failed: every planned request ends with the error);
+//  6. retire_ended: finished sequences leave the batch and release their blocks; then the stats
+//     are published and the events go to the sinks.
 // Prefix caching (BlockManager): a new or preempted request first reuses cached full blocks of
 // its token prefix (always recomputing at least its last token, so the step yields logits).
 //
@@ -26,6 +32,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,9 +107,34 @@ class LlmEngine final : public ServingEngine {
 
  private:
   struct Seq;
+  // One sequence's share of a step: n new tokens, and which of their logits come back.
+  struct Planned {
+    Seq* seq = nullptr;
+    int32_t n = 0;
+    StepSeq::Logits logits = StepSeq::Logits::kNone;  // set by run_batch
+  };
+  // What a step produced: events for the sinks (in order), sequences that ended, and those
+  // sequences once out of running_ (kept alive until their sinks ran).
+  struct Outcome {
+    std::vector<std::pair<Seq*, TokenEvent>> events;
+    std::vector<Seq*> ended;
+    std::vector<std::unique_ptr<Seq>> dead;
+  };
   LlmEngine(LlmEngineConfig config, std::unique_ptr<ModelRunner> runner, Mode mode);
   void run();
   void take_inbox();
+  // The steps of step(), in order.
+  void schedule_running(std::vector<Planned>& plan, int64_t& budget);  // 2: running, oldest first
+  void admit_waiting(std::vector<Planned>& plan, int64_t& budget);     // 3: waiting, first come first served
+  Status run_batch(std::vector<Planned>& plan);                        // 4: one forward pass over the plan
+  void take_logits(const std::vector<Planned>& plan, Outcome& out);    // 5: blocks, logprobs, sampling
+  void fail_planned(const std::vector<Planned>& plan, const Status& error, Outcome& out);  // forward failed
+  void retire_ended(Outcome& out);  // 6: ended sequences leave running_
+  // Parts of those steps.
+  int64_t tokens_wanted(const Seq& s, int64_t budget) const;
+  void register_full_blocks(Seq& s);
+  std::span<const float> logit_rows(Seq& s, const Planned& p, int32_t start, size_t& row);
+  void sample_next(Seq& s, std::span<const float> row, Outcome& out);
   void finish(Seq& s, FinishReason reason, Status error, std::vector<std::pair<Seq*, TokenEvent>>& out);
   bool ensure_blocks(Seq& s, int64_t n_tokens);
   void preempt(size_t running_index);
@@ -128,7 +160,8 @@ class LlmEngine final : public ServingEngine {
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
   ServingStats counters_;
-  std::vector<float> logits_;
+  std::vector<StepSeq> batch_;  // this step's forward-pass input, reused across steps
+  std::vector<float> logits_;   // this step's logits [rows, vocab]
   std::thread thread_;
 };
 

@@ -13,8 +13,9 @@ namespace {
 
 class EngineModelRunner final : public ModelRunner {
  public:
-  EngineModelRunner(std::unique_ptr<engine::Model> model, std::string description)
-      : model_(std::move(model)), description_(std::move(description)) {}
+  // `owned` may be null: then `model` is borrowed and must outlive the runner.
+  EngineModelRunner(engine::Model* model, std::unique_ptr<engine::Model> owned, std::string description)
+      : owned_(std::move(owned)), model_(model), description_(std::move(description)) {}
 
   int32_t vocab_size() const override { return int32_t(model_->config().vocab_size); }
   int64_t max_context() const override { return model_->config().max_context(); }
@@ -57,7 +58,8 @@ class EngineModelRunner final : public ModelRunner {
   }
 
  private:
-  std::unique_ptr<engine::Model> model_;
+  std::unique_ptr<engine::Model> owned_;
+  engine::Model* model_;
   std::string description_;
   std::optional<engine::KvCache> cache_;
   std::vector<engine::SequenceInput> inputs_;
@@ -68,7 +70,12 @@ class EngineModelRunner final : public ModelRunner {
 
 std::unique_ptr<ModelRunner> make_model_runner(std::unique_ptr<engine::Model> model,
                                                std::string description) {
-  return std::make_unique<EngineModelRunner>(std::move(model), std::move(description));
+  engine::Model* raw = model.get();
+  return std::make_unique<EngineModelRunner>(raw, std::move(model), std::move(description));
+}
+
+std::unique_ptr<ModelRunner> make_model_runner(engine::Model& model, std::string description) {
+  return std::make_unique<EngineModelRunner>(&model, nullptr, std::move(description));
 }
 
 std::string Device::name() const { return kind == Kind::kCpu ? "cpu" : "cuda:" + std::to_string(index); }

@@ -55,6 +55,9 @@ class ModelRunner {
 // The runner over the reference engine's Model (engine/model.h), with its own paged KvCache.
 // `description` is what describe() returns (e.g. the model's name and kernels).
 std::unique_ptr<ModelRunner> make_model_runner(std::unique_ptr<engine::Model> model, std::string description);
+// The same runner over a borrowed model, which must outlive it (engine::generate() runs a caller's
+// model this way). The runner's KV cache is its own.
+std::unique_ptr<ModelRunner> make_model_runner(engine::Model& model, std::string description);
 
 // Where a runner computes: the CPU, or CUDA device `index` (engine/cuda/, docs/cuda.md).
 struct Device {

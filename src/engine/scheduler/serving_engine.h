@@ -24,14 +24,15 @@ namespace plumb::scheduler {
 using RequestId = uint64_t;
 
 using engine::SamplingParams;  // engine/sampling.h: temperature, top_k, top_p, seed, max_tokens,
-                               // stop_token_ids, ignore_eos, logprobs
+                               // eos_ids, stop_token_ids, ignore_eos, min_tokens, logprobs
 
 // Stop *strings* are text-level and handled by the caller (it cancels the request once one
-// matched); the backend only knows token ids (SamplingParams::stop_token_ids, EOS included).
+// matched); the backend only knows token ids (SamplingParams::eos_ids and stop_token_ids, by
+// SamplingParams::ends_sequence()).
 enum class FinishReason : uint8_t {
   kNone = 0,   // not finished
   kLength,     // max_tokens reached (or the context is full)
-  kStop,       // a stop token was generated
+  kStop,       // a token that ends the sequence was generated (SamplingParams::ends_sequence)
   kCancelled,  // cancel() was called (client gone, stop string matched, shutdown)
   kError,      // the backend failed; TokenEvent::error says why
 };
@@ -77,7 +78,7 @@ using TokenSink = std::function<void(TokenEvent&&)>;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // prompt token ids (non-empty)
-  // How to choose tokens and when to stop (max_tokens, stop_token_ids, ignore_eos). The seed is
+  // How to choose tokens and when to stop (max_tokens, eos_ids, stop_token_ids, ignore_eos). The seed is
   // used as given: the caller picks a fresh one for an unseeded request. Log-probabilities come
   // from the unscaled model distribution; logprobs > 20 is rejected.
   SamplingParams sampling;

@@ -152,9 +152,7 @@ bool SyntheticEngine::next_event(Stream& s, SteadyTime now, TokenEvent& ev) {
                         : config_.token_cycle[size_t(s.emitted) % config_.token_cycle.size()];
       ev.tokens.push_back(tok);
       s.emitted++;
-      if (config_.honour_stop_tokens && !s.req.sampling.ignore_eos &&
-          std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), tok) !=
-              s.req.sampling.stop_token_ids.end()) {
+      if (config_.honour_stop_tokens && s.req.sampling.ends_sequence(tok, int32_t(s.emitted))) {
         ev.finished = true;
         ev.reason = FinishReason::kStop;
         break;

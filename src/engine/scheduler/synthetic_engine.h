@@ -44,8 +44,9 @@ struct SyntheticConfig {
   uint64_t seed = 0;              // seeds every request's schedule
   // Token ids streamed, cycled (the server fills these from its tokenizer); empty = ids 0, 1, 2...
   std::vector<int32_t> token_cycle;
-  // Stop at the first stop token of the request's StopConditions when it appears in token_cycle
-  // (ignore_eos honoured). Off by default so that every request streams exactly max_tokens.
+  // Stop at the first token of token_cycle that ends the request by SamplingParams::ends_sequence()
+  // (eos_ids unless ignore_eos, stop_token_ids always, after min_tokens). Off by default so that every
+  // request streams exactly max_tokens.
   bool honour_stop_tokens = false;
 };
 

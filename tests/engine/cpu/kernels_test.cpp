@@ -81,7 +81,7 @@ TEST(Registry, EveryOpHasASupportedReference) {
   for (int i = 0; i < int(Op::kCount); ++i) {
     auto v = reg.find(Op(i), "reference");
     ASSERT_TRUE(v.ok()) << v.status().to_string();
-    EXPECT_NE((*v)->fn, nullptr);
+    EXPECT_NE((*v)->host_address(), nullptr);
     ASSERT_NE(reg.best(Op(i)), nullptr);
     ASSERT_NE(reg.best(Op(i), Phase::kPrefill), nullptr);
   }
@@ -96,10 +96,10 @@ void dummy_rmsnorm(const KernelContext&, const float*, const float*, int64_t, in
 
 TEST(Registry, UnsupportedVariantsAreRefusedAndSkippedByAuto) {
   KernelRegistry reg;  // a private registry, so the built-in one is untouched
-  auto* fn = reinterpret_cast<void*>(&dummy_rmsnorm);
-  reg.add(Op::kRmsNorm, {"plain", "always runs", nullptr, fn, {0, 0}});
-  reg.add(Op::kRmsNorm, {"future", "needs a CPU we lack", &never_supported, fn, {9, 9}});
-  reg.add(Op::kRmsNorm, {"prefill_only", "preferred for prefill", nullptr, fn, {5, -1}});
+  RmsNormFn fn = &dummy_rmsnorm;
+  ASSERT_TRUE(reg.add(Op::kRmsNorm, {"plain", "always runs", nullptr, fn, {0, 0}}).ok());
+  ASSERT_TRUE(reg.add(Op::kRmsNorm, {"future", "needs a CPU we lack", &never_supported, fn, {9, 9}}).ok());
+  ASSERT_TRUE(reg.add(Op::kRmsNorm, {"prefill_only", "preferred for prefill", nullptr, fn, {5, -1}}).ok());
   auto f = reg.find(Op::kRmsNorm, "future");
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), Code::kFailedPrecondition);
@@ -109,6 +109,51 @@ TEST(Registry, UnsupportedVariantsAreRefusedAndSkippedByAuto) {
   EXPECT_EQ(reg.best(Op::kRmsNorm)->name, "plain");
   EXPECT_EQ(reg.best(Op::kRope), nullptr);  // nothing registered for rope here
   EXPECT_EQ(reg.list(Op::kRmsNorm).size(), 3u);
+}
+
+int gpu_matmul_entry = 0;  // stands in for a device launch handle
+
+TEST(Registry, AGpuVariantIsNeverHandedToTheCpuModel) {
+  KernelRegistry reg;
+  KernelVariant gpu;
+  gpu.name = "gpu_only";
+  gpu.fn = DeviceKernel{KernelDevice::kCuda, &gpu_matmul_entry};
+  gpu.rank = {99, 99};
+  ASSERT_TRUE(reg.add(Op::kMatmul, gpu).ok());
+  EXPECT_EQ(gpu.device(), KernelDevice::kCuda);
+  // Keyed by device: the CPU's lists, lookups and "auto" do not see it.
+  EXPECT_TRUE(reg.list(Op::kMatmul).empty());
+  EXPECT_EQ(reg.best(Op::kMatmul, Phase::kDecode), nullptr);
+  EXPECT_EQ(reg.find(Op::kMatmul, "gpu_only").status().code(), Code::kNotFound);
+  ASSERT_EQ(reg.list(KernelDevice::kCuda, Op::kMatmul).size(), 1u);
+  auto found = reg.find(KernelDevice::kCuda, Op::kMatmul, "gpu_only");
+  ASSERT_TRUE(found.ok());
+  // Typed: a device kernel is no CPU function of any type.
+  EXPECT_EQ((*found)->cpu<MatmulFn>(), nullptr);
+  EXPECT_EQ((*found)->host_address(), nullptr);
+  // The same in the built-in registry that resolve_kernels reads: a selection naming it fails.
+  ASSERT_TRUE(KernelRegistry::instance().add(Op::kMatmul, gpu).ok());
+  auto sel = KernelSelection::parse_json(R"({"matmul": "gpu_only"})");
+  ASSERT_TRUE(sel.ok());
+  auto sets = resolve_kernels(*sel);
+  EXPECT_EQ(sets.status().code(), Code::kNotFound);
+  auto best = resolve_kernels(KernelSelection{});
+  ASSERT_TRUE(best.ok());
+  EXPECT_NE(best->at(size_t(Phase::kDecode)).names.at(Op::kMatmul), "gpu_only");
+}
+
+TEST(Registry, RefusesAFunctionOfTheWrongTypeOrDevice) {
+  KernelRegistry reg;
+  RmsNormFn norm = &dummy_rmsnorm;
+  EXPECT_EQ(reg.add(Op::kMatmul, {"wrong", "an rmsnorm under matmul", nullptr, norm}).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(reg.add(Op::kMatmul, {"empty", "no function", nullptr, {}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(reg.add(Op::kMatmul, {"cpu_handle", "a device kernel said to be the CPU's", nullptr,
+                                  DeviceKernel{KernelDevice::kCpu, &gpu_matmul_entry}})
+                .code(),
+            Code::kInvalidArgument);
+  EXPECT_TRUE(reg.list(Op::kMatmul).empty());
+  EXPECT_TRUE(reg.add(Op::kRmsNorm, {"right", "an rmsnorm", nullptr, norm}).ok());
 }
 
 TEST(Registry, OpNamesRoundTrip) {

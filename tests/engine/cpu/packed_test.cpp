@@ -103,7 +103,7 @@ TEST(Packed16, MatmulMatchesReferenceOverShapesAndThreads) {
   ThreadPool pool2(2), pool3(3);
   for (const KernelVariant* v : readers) {
     EXPECT_TRUE(v->bf16_activations) << v->name;
-    auto fn = reinterpret_cast<MatmulFn>(v->fn);
+    auto fn = v->cpu<MatmulFn>();
     uint64_t seed = 500;
     for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 2},
                         {32, 30},
@@ -147,7 +147,7 @@ TEST(Packed16, MatmulRowsDoNotDependOnTheirBatch) {
   if (readers.empty()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   ThreadPool pool(2);
   for (const KernelVariant* v : readers) {
-    auto fn = reinterpret_cast<MatmulFn>(v->fn);
+    auto fn = v->cpu<MatmulFn>();
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 640, 896}, {70, 96, 1088}}) {
       PackedWeights pw = make_packed(n, k, 71);
       auto x = random_floats(size_t(m * k), 72);

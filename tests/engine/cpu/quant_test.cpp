@@ -197,7 +197,7 @@ TEST(Quant, RegistryHasReferenceAndPicksFastVariantsPerPhase) {
 TEST(Quant, FastVariantsMatchReferenceOverShapesAndThreads) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (const KernelVariant* v : fast_quant_variants()) {
-    auto fn = reinterpret_cast<MatmulFn>(v->fn);
+    auto fn = v->cpu<MatmulFn>();
     uint64_t seed = 500;
     for (const Quantization& q : kSchemes) {
       for (int64_t m : {1, 2, 3, 4, 5, 8, 17, 33}) {  // 33: the hybrid's dequantize + sgemm path

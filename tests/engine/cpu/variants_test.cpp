@@ -58,7 +58,7 @@ TEST(Variants, AutoPicksFastVariantsPerPhase) {
 TEST(Variants, MatmulMatchesReferenceOverShapesDtypesAndThreads) {
   ThreadPool pool2(2), pool3(3);
   for (const KernelVariant* v : fast_variants(Op::kMatmul)) {
-    auto fn = reinterpret_cast<MatmulFn>(v->fn);
+    auto fn = v->cpu<MatmulFn>();
     uint64_t seed = 100;
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 17}) {
@@ -100,7 +100,7 @@ TEST(Variants, OneDnnBf16WithinItsBoundAndOptInOnly) {
   for (Phase ph : {Phase::kPrefill, Phase::kDecode})
     EXPECT_NE(KernelRegistry::instance().best(Op::kMatmul, ph)->name, "onednn_bf16");
   if (!v.ok()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: " << v.status().to_string();
-  auto fn = reinterpret_cast<MatmulFn>((*v)->fn);
+  auto fn = (*v)->cpu<MatmulFn>();
   uint64_t seed = 900;
   for (DType dt : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (int64_t m : {1, 3, 17, 64, 129}) {
@@ -140,7 +140,7 @@ TEST(Variants, TiledMatmulRowsDoNotDependOnTheirBatch) {
     auto v = KernelRegistry::instance().find(Op::kMatmul, name);
     if (!v.ok()) continue;  // not on this CPU
     ++tested;
-    auto fn = reinterpret_cast<MatmulFn>((*v)->fn);
+    auto fn = (*v)->cpu<MatmulFn>();
     for (DType dt : {DType::kBF16, DType::kF32}) {
       const int64_t m = 19, n = 70, k = 330;
       auto tw = make_weights(n, k, dt, 41);
@@ -168,7 +168,7 @@ TEST(Variants, MatmulLargeShapeOfTheModel) {
   ref::matmul({&pool, Phase::kPrefill}, x.data(), m, tw.w, nullptr, expect.data());
   for (const KernelVariant* v : fast_variants(Op::kMatmul)) {
     std::fill(got.begin(), got.end(), NAN);
-    reinterpret_cast<MatmulFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), m, tw.w, nullptr, got.data());
+    v->cpu<MatmulFn>()({&pool, Phase::kPrefill}, x.data(), m, tw.w, nullptr, got.data());
     // Outputs are sums of 896 terms of size ~0.25; 1e-4 absolute is ~30x the expected float error.
     // bf16_activations variants round x to bf16 (relative 2^-9 each): errors of random sign,
     // ~sqrt(896) * 0.25 * 2^-9 ~ 0.015 typical, so 0.06 (a wrong or missing term is ~0.25).
@@ -189,11 +189,10 @@ TEST(Variants, RmsNormMatchesReference) {
         auto w = random_floats(size_t(dim), uint64_t(dim));
         std::vector<float> expect(x.size()), got(x.size());
         ref::rmsnorm({}, x.data(), w.data(), rows, dim, 1e-6f, expect.data());
-        reinterpret_cast<RmsNormFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), w.data(), rows, dim, 1e-6f,
-                                           got.data());
+        v->cpu<RmsNormFn>()({&pool, Phase::kPrefill}, x.data(), w.data(), rows, dim, 1e-6f, got.data());
         EXPECT_LE(max_rel_err(got, expect, 1e-3), 1e-5) << v->name << " rows=" << rows << " dim=" << dim;
-        reinterpret_cast<RmsNormFn>(v->fn)({&pool, Phase::kPrefill}, x.data(), w.data(), rows, dim, 1e-6f,
-                                           x.data());  // in place
+        v->cpu<RmsNormFn>()({&pool, Phase::kPrefill}, x.data(), w.data(), rows, dim, 1e-6f,
+                            x.data());  // in place
         EXPECT_EQ(x, got);
       }
     }
@@ -210,8 +209,7 @@ TEST(Variants, SwigluMatchesReference) {
         auto u = random_floats(size_t(rows * dim), uint64_t(rows + dim + 1), 3.0f);
         std::vector<float> expect(g.size()), got(g.size());
         ref::swiglu({}, g.data(), u.data(), rows, dim, expect.data());
-        reinterpret_cast<SwigluFn>(v->fn)({&pool, Phase::kPrefill}, g.data(), u.data(), rows, dim,
-                                          got.data());
+        v->cpu<SwigluFn>()({&pool, Phase::kPrefill}, g.data(), u.data(), rows, dim, got.data());
         EXPECT_LE(max_rel_err(got, expect, 1e-3), 2e-6) << v->name << " rows=" << rows << " dim=" << dim;
       }
     }
@@ -233,8 +231,8 @@ TEST(Variants, RopeMatchesReference) {
         for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = float(std::pow(1e6, -double(2 * i) / hd));
         auto expect = x, got = x;
         ref::rope({}, expect.data(), tokens, heads, hd, pos.data(), inv_freq.data());
-        reinterpret_cast<RopeFn>(v->fn)({&pool, Phase::kPrefill}, got.data(), tokens, heads, hd, pos.data(),
-                                        inv_freq.data());
+        v->cpu<RopeFn>()({&pool, Phase::kPrefill}, got.data(), tokens, heads, hd, pos.data(),
+                         inv_freq.data());
         double worst = 0;
         for (size_t i = 0; i < got.size(); ++i) {
           double d = std::fabs(double(got[i]) - expect[i]);
@@ -272,8 +270,7 @@ TEST(Variants, AttentionMatchesReferenceOverLayouts) {
       auto q = random_floats(size_t(rows * L.n_heads * L.hd), 9);
       std::vector<float> expect(q.size()), got(q.size(), NAN);
       ref::attention({}, q.data(), cache.view, seqs, L.n_heads, 0.3f, expect.data());
-      reinterpret_cast<AttentionFn>(v->fn)({&pool, Phase::kDecode}, q.data(), cache.view, seqs, L.n_heads,
-                                           0.3f, got.data());
+      v->cpu<AttentionFn>()({&pool, Phase::kDecode}, q.data(), cache.view, seqs, L.n_heads, 0.3f, got.data());
       double worst = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         double d = std::fabs(double(got[i]) - expect[i]);

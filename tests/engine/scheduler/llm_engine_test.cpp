@@ -312,14 +312,14 @@ TEST(LlmEngine, CancelFreesBlocksAndEndsTheStream) {
   EXPECT_FALSE(f.engine->step());
 }
 
-TEST(LlmEngine, StopTokenEndsWithStopUnlessIgnored) {
+TEST(LlmEngine, EosEndsWithStopUnlessIgnored) {
   auto p = prompt_of(7, 70);
   auto ref = toy_reference(p, 6, kVocab);
   for (bool ignore : {false, true}) {
     Fixture f(small_config());
     auto a = std::make_shared<Collected>();
     auto r = greedy(p, 6, a);
-    r.sampling.stop_token_ids = {ref[2]};
+    r.sampling.eos_ids = {ref[2]};
     r.sampling.ignore_eos = ignore;
     ASSERT_TRUE(f.engine->submit(std::move(r)).ok());
     f.run_all();
@@ -332,6 +332,43 @@ TEST(LlmEngine, StopTokenEndsWithStopUnlessIgnored) {
       size_t first = size_t(std::find(ref.begin(), ref.end(), ref[2]) - ref.begin());
       EXPECT_EQ(a->tokens, std::vector<int32_t>(ref.begin(), ref.begin() + std::ptrdiff_t(first) + 1));
     }
+  }
+}
+
+TEST(LlmEngine, StopTokenIdsEndEvenUnderIgnoreEosAndEosIdsDoNot) {
+  auto p = prompt_of(7, 71);
+  auto ref = toy_reference(p, 8, kVocab);
+  for (bool ignore : {false, true}) {
+    Fixture f(small_config());
+    auto a = std::make_shared<Collected>();
+    auto r = greedy(p, 8, a);
+    r.sampling.eos_ids = {ref[1]};
+    r.sampling.stop_token_ids = {ref[3]};
+    r.sampling.ignore_eos = ignore;
+    ASSERT_TRUE(f.engine->submit(std::move(r)).ok());
+    f.run_all();
+    EXPECT_EQ(a->reason, FinishReason::kStop) << "ignore_eos " << ignore;
+    size_t end = 0;
+    while (ref[end] != ref[3] && (ignore || ref[end] != ref[1])) ++end;
+    EXPECT_EQ(a->tokens, std::vector<int32_t>(ref.begin(), ref.begin() + std::ptrdiff_t(end) + 1));
+  }
+}
+
+TEST(LlmEngine, MinTokensHoldsOffEosAndStopIds) {
+  auto p = prompt_of(7, 72);
+  auto ref = toy_reference(p, 4, kVocab);
+  Fixture f(small_config());
+  auto a = std::make_shared<Collected>();
+  auto r = greedy(p, 6, a);
+  r.sampling.eos_ids = {ref[0]};
+  r.sampling.stop_token_ids = {ref[1]};
+  r.sampling.min_tokens = 2;
+  ASSERT_TRUE(f.engine->submit(std::move(r)).ok());
+  f.run_all();
+  ASSERT_GE(a->tokens.size(), 3u);  // nothing may end it before the third token
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(a->tokens[i], ref[0]);
+    EXPECT_NE(a->tokens[i], ref[1]);
   }
 }
 
