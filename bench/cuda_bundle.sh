@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs binaries built with CUDA here (plumb, cuda_runner_test, cuda_runner_bench) with the Debian
-# libraries they link into .dev/cuda_bundle.tar.xz for the device host (bench/cuda_runs.sh unpacks
-# it to /tmp/cbundle). As bench/device_bundle.sh, but the CUDA libraries (cuBLAS, cuBLASLt) are
+# libraries they link into DEST/cuda_bundle.tar.xz for the device host (bench/cuda_runs.sh unpacks
+# it to /tmp/cbundle), and copies the device scripts (bench/cuda_*.sh, bench/cuda_ceilings.py) beside
+# it. DEST is $PLUMB_BUNDLE_DIR, or .dev/cuda in this checkout (a folder git ignores, carried along). As bench/device_bundle.sh, but the CUDA libraries (cuBLAS, cuBLASLt) are
 # not carried: the run path points at the device's own /usr/local/cuda/lib64, and the driver's
 # libcuda is found where the host keeps it. Needs patchelf.
 # Usage: bench/cuda_bundle.sh BINARY...
@@ -9,7 +10,8 @@ set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: bench/cuda_bundle.sh BINARY..." >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=/tmp/cbundle
-rm -rf $B && mkdir -p $B/lib "$ROOT/.dev"
+DEST=${PLUMB_BUNDLE_DIR:-$ROOT/.dev/cuda}
+rm -rf $B && mkdir -p $B/lib "$DEST"
 for bin in "$@"; do
   cp "$bin" $B/
   ldd "$bin" | awk '{print $3}' | grep / | grep -v -E 'libcublas|libcudart|libcuda\.' | xargs -I{} cp -L {} $B/lib/
@@ -22,5 +24,6 @@ done
 for f in $B/lib/*.so*; do
   case $f in */ld-linux*) ;; *) patchelf --set-rpath '$ORIGIN' "$f" ;; esac
 done
-tar cJf "$ROOT/.dev/cuda_bundle.tar.xz" -C /tmp cbundle
-ls -la "$ROOT/.dev/cuda_bundle.tar.xz"
+tar cJf "$DEST/cuda_bundle.tar.xz" -C /tmp cbundle
+cp "$ROOT"/bench/cuda_*.sh "$ROOT/bench/cuda_ceilings.py" "$DEST/"
+ls -la "$DEST"

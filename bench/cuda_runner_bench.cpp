@@ -2,11 +2,14 @@
 // on the device beside the copy-bandwidth and GEMM-peak probes and computes the ratios).
 //
 //   cuda_runner_bench CONFIG_JSON [--prompt 1024] [--steps 32] [--batches 1,8,64] [--prefill 8192]
+//                     [--graphs 1] [--short 1]
 //
 // Prints one JSON object per measure on stdout: batch-B decode (B sequences of `prompt` tokens
 // each, then `steps` timed steps of one token per sequence: median, min, max step time) and the
 // prefill of `prefill` tokens as one sequence in one step (median of 3 after a warm-up). A step's
 // time is forward() from call to return: it ends with the logits on the host (monotonic clock).
+// --graphs 0 launches every kernel one by one (CudaRunnerOptions::cuda_graphs off); --short 0 skips
+// the same batches at a 16-token prompt.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,13 +64,15 @@ int main(int argc, char** argv) {
         "usage: cuda_runner_bench CONFIG_JSON [--prompt N] [--steps N] [--batches 1,8,64] [--prefill N]\n");
     return 2;
   }
-  int prompt = 1024, steps = 32, prefill = 8192;
+  int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1;
   std::vector<int> batches{1, 8, 64};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--prompt") prompt = std::stoi(v);
     if (k == "--steps") steps = std::stoi(v);
     if (k == "--prefill") prefill = std::stoi(v);
+    if (k == "--graphs") graphs = std::stoi(v);
+    if (k == "--short") short_ctx = std::stoi(v);
     if (k == "--batches") {
       batches.clear();
       for (size_t p = 0; p < v.size();) {
@@ -86,7 +91,9 @@ int main(int argc, char** argv) {
   auto model = engine::Model::dummy(*config, opts);
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().to_string().c_str()), 1;
   const double t1 = now_ms();
-  auto runner = cuda::make_cuda_runner(std::move(model).value(), 0, "bench");
+  cuda::CudaRunnerOptions ro;
+  ro.cuda_graphs = graphs != 0;
+  auto runner = cuda::make_cuda_runner(std::move(model).value(), 0, "bench", ro);
   if (!runner.ok()) return std::fprintf(stderr, "%s\n", runner.status().to_string().c_str()), 1;
   const double t2 = now_ms();
   scheduler::ModelRunner& r = **runner;
@@ -132,9 +139,10 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "{\"measure\":\"decode\",\"batch\":%d,\"context\":%d,\"steps\":%d,\"median_ms\":%.4f,\"min_ms\":%.4f,"
+        "{\"measure\":\"decode\",\"graphs\":%d,\"batch\":%d,\"context\":%d,\"steps\":%d,\"median_ms\":%.4f,"
+        "\"min_ms\":%.4f,"
         "\"max_ms\":%.4f,\"no_logits_median_ms\":%.4f}\n",
-        B, len + 3 + steps / 2, steps, median(t[0]), *std::min_element(t[0].begin(), t[0].end()),
+        graphs, B, len + 3 + steps / 2, steps, median(t[0]), *std::min_element(t[0].begin(), t[0].end()),
         *std::max_element(t[0].begin(), t[0].end()), median(t[1]));
     std::fflush(stdout);
     return true;
@@ -143,7 +151,7 @@ int main(int argc, char** argv) {
     if (!decode(B, prompt)) return 1;
   }
   for (int B : batches) {  // the same batches at a context of about 16 + steps tokens: attention ~ 0
-    if (!decode(B, 16)) return 1;
+    if (short_ctx && !decode(B, 16)) return 1;
   }
 
   if (prefill > 0) {

@@ -1,22 +1,26 @@
 #!/bin/bash
-# The CUDA runner's figures, in one call on the device host, from the repository root with
-# .dev/cuda_bundle.tar.xz (bench/cuda_bundle.sh) carried along:
+# The CUDA runner's figures, in one call on the device host, from the repository root with the
+# folder that bench/cuda_bundle.sh filled (default .dev/cuda: the bundle and these scripts) carried:
 #  1. the GPU tests (tests/engine/cuda: logits against the CPU runner, greedy tokens, batch
-#     invariance, refusals) and `plumb generate --device cuda` beside `--device cpu`;
-#  2. the device's ceilings (bench/cuda_ceilings.py: device-to-device copy bandwidth, bf16 GEMM peak);
-#  3. bench/cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16
-#     weights): decode step time at batch 1/8/64 after 1,024-token prompts, prefill of 8,192 tokens;
+#     invariance, CUDA graphs against eager launches, refusals) and `plumb generate --device cuda`
+#     beside `--device cpu`;
+#  2. the device's ceilings (cuda_ceilings.py: device-to-device copy bandwidth, bf16 GEMM peak);
+#  3. cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16 weights):
+#     decode step time at batch 1/8/64 after 1,024-token prompts (CUDA graphs on, the default, then
+#     off for batches 1 and 64), prefill of 8,192 tokens;
 #  4. the ratios: decode step time over its HBM roofline (the bytes a step reads: every weight but
 #     the embedding table, plus the KV of every sequence, over the measured copy bandwidth), and
 #     prefill FLOP/s over the measured GEMM peak;
-#  5. compute-sanitizer memcheck over a subset of the GPU tests.
-# Usage: bench/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was built in (it
-# finds models/ there): linked to this checkout when it does not exist here. Outputs under $OUT.
+#  5. compute-sanitizer memcheck over the GPU tests (cuda_memcheck.sh), unless SKIP_MEMCHECK=1.
+# Usage: bash .dev/cuda/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was
+# built in (it finds models/ there): linked to this checkout when it does not exist here. Outputs
+# under $OUT.
 set -u
 R=$(pwd)
+H=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-$R/.dev/out}
 mkdir -p "$O"
-tar xJf .dev/cuda_bundle.tar.xz -C /tmp
+[ -x /tmp/cbundle/plumb ] || tar xJf "$H/cuda_bundle.tar.xz" -C /tmp
 B=/tmp/cbundle
 if [ -n "${1:-}" ] && [ ! -e "$1" ]; then mkdir -p "$(dirname "$1")" && ln -s "$R" "$1"; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$O/device.txt"
@@ -27,14 +31,17 @@ echo "== 1. GPU tests"
 for dev in cpu cuda; do
   echo "-- plumb generate --device $dev"
   "$B/plumb" generate --device $dev --prompt "Q: What is 2 + 3?" --chat --max-tokens 24 --temperature 0 2>&1 | tail -7
-done | tee "$O/generate.txt"
+done > "$O/generate.txt" 2>&1
+tail -3 "$O/generate.txt"
 
 echo "== 2. ceilings"
-python3 bench/cuda_ceilings.py | tee "$O/ceilings.jsonl"
+python3 "$H/cuda_ceilings.py" | tee "$O/ceilings.jsonl"
 
 echo "== 3. Llama-3-8B shape, dummy bf16 weights"
 "$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,8,64 \
   --prefill 8192 | tee "$O/bench.jsonl"
+"$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,64 \
+  --prefill 0 --short 0 --graphs 0 | tee -a "$O/bench.jsonl"
 
 echo "== 4. ratios"
 python3 - "$O" <<'PY' | tee "$O/summary.txt"
@@ -53,8 +60,8 @@ for r in get("decode"):
     b, ctx = r["batch"], r["context"]
     roof = (w_bytes + b * ctx * kv_tok) / bw * 1e3
     roof_nl = (w_bytes - 2 * V * d + b * ctx * kv_tok) / bw * 1e3   # a step with no logits skips lm_head
-    print(f"decode batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), roofline {roof:.3f} ms, "
-          f"ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; with no logits (no lm_head, no copy) "
+    print(f"decode graphs {r.get('graphs', 0)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
+          f"roofline {roof:.3f} ms, ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; no logits "
           f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f})")
 for r in get("prefill"):
     T, t = r["tokens"], r["median_ms"] / 1e3
@@ -64,7 +71,7 @@ for r in get("prefill"):
           f"{gemm/t/peak:.3f} of peak; with attention {(gemm+attn)/t/1e12:.1f} TFLOP/s = {(gemm+attn)/t/peak:.3f}")
 PY
 
-echo "== 5. compute-sanitizer memcheck (small models)"
-timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/cuda_runner_test" --gtest_color=no \
-  --gtest_filter='*Qwen2*:*HeadDim256*:*BatchInvariance*:*BadInput*' > "$O/memcheck.txt" 2>&1
-echo "memcheck rc=$? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$O/memcheck.txt") problem lines); $(grep 'ERROR SUMMARY' "$O/memcheck.txt" | tail -1)"
+if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
+  echo "== 5. compute-sanitizer memcheck"
+  bash "$H/cuda_memcheck.sh"
+fi

@@ -2,7 +2,9 @@
 // the synthetic engine (tokens on a known schedule, no model compute).
 #include <pthread.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -17,6 +19,7 @@
 #include "core/log.h"
 #include "engine/model.h"
 #include "engine/scheduler/llm_engine.h"
+#include "engine/scheduler/model_runner.h"
 #include "engine/scheduler/synthetic_engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "net/http_server.h"
@@ -42,6 +45,9 @@ struct ServeArgs {
       threads;
   std::optional<int64_t> kv_cache_tokens;
   std::optional<bool> chunked_prefill, prefix_caching;
+  // CUDA runner (docs/cuda.md): unset = on, off in the naive preset; unset = --kv-cache-tokens.
+  std::optional<bool> cuda_graphs;
+  std::optional<double> gpu_memory_utilization;
   std::optional<std::string> scheduling_policy, kernels;
   double debug_step_slowdown = 0.0;  // both engines: every step (synthetic: every delay) takes 1 + x as long
   // Synthetic engine.
@@ -183,8 +189,31 @@ int run(const ServeArgs& a) {
                        std::to_string(cfg->num_hidden_layers) + " layers, " +
                        std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
                        ", quantization " + model->weights().quantization().name() + ")";
-    auto runner = scheduler::make_runner(a.model.device_spec(), std::move(model), desc);
+    const scheduler::Device dev = a.model.device_spec();
+    if (dev.kind != scheduler::Device::Kind::kCuda && (a.cuda_graphs || a.gpu_memory_utilization)) {
+      return fail(kExitUsage,
+                  invalid_argument("--cuda-graphs and --gpu-memory-utilization need --device cuda[:N]"));
+    }
+    scheduler::RunnerOptions ro;
+    ro.cuda_graphs = a.cuda_graphs.value_or(a.preset != "naive");
+    ro.reference_kernels = a.preset == "naive";
+    auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
     if (!runner.ok()) return fail(kExitError, runner.status());
+    if (a.gpu_memory_utilization) {
+      if (a.kv_cache_tokens) {
+        return fail(kExitUsage,
+                    invalid_argument("--kv-cache-tokens and --gpu-memory-utilization are exclusive"));
+      }
+      auto tokens =
+          (*runner)->kv_tokens_for_memory_fraction(*a.gpu_memory_utilization, eff->max_num_batched_tokens);
+      if (!tokens.ok()) return fail(kExitUsage, tokens.status());
+      c.kv_cache_tokens = std::min<int64_t>(*tokens, int64_t(INT32_MAX) / 2);
+      auto sized = scheduler::normalize(c, cfg->max_context(), &notes);
+      if (!sized.ok()) return fail(kExitUsage, sized.status());
+      eff = std::move(sized);
+      log::info("event=kv_cache_sized gpu_memory_utilization={} kv_cache_tokens={}",
+                *a.gpu_memory_utilization, eff->kv_cache_tokens);
+    }
     auto e = scheduler::LlmEngine::create(*eff, std::move(runner).value());
     if (!e.ok()) return fail(kExitError, e.status());
     backend = std::move(e).value();
@@ -265,6 +294,12 @@ void setup(CLI::App& root) {
   cmd->add_option("--kv-cache-tokens", a->kv_cache_tokens,
                   "KV cache capacity in tokens; also caps the context [default " +
                       std::to_string(d.kv_cache_tokens) + "]");
+  cmd->add_option("--cuda-graphs", a->cuda_graphs,
+                  "true|false: replay decode steps as CUDA graphs, one per batch-size bucket (--device cuda) "
+                  "[default true, naive false]");
+  cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                  "fraction of the GPU's memory for weights, workspace and KV cache; sizes the KV cache from "
+                  "what is free after loading (--device cuda; instead of --kv-cache-tokens)");
   cmd->add_option("--enable-prefix-caching", a->prefix_caching,
                   "true|false: reuse cached full KV blocks across requests [default true, naive false]");
   cmd->add_option("--scheduling-policy", a->scheduling_policy,

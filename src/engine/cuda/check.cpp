@@ -18,4 +18,12 @@ Status cublas_status(cublasStatus_t s, const char* call, const char* file, int l
   return internal_error(msg);
 }
 
+namespace {
+thread_local bool t_capturing = false;
+}  // namespace
+
+bool capturing() { return t_capturing; }
+CaptureScope::CaptureScope() { t_capturing = true; }
+CaptureScope::~CaptureScope() { t_capturing = false; }
+
 }  // namespace plumb::cuda

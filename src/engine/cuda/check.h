@@ -6,7 +6,8 @@
 //
 // The message names the call, the file and line, and the library's own error name. Out-of-memory
 // errors map to ResourceExhausted, everything else to Internal. PLUMB_CUDA_LAUNCH also synchronizes
-// the device in builds without NDEBUG, so that a faulting kernel is reported at its launch.
+// the device in builds without NDEBUG (outside graph capture), so that a faulting kernel is
+// reported at its launch.
 #pragma once
 
 #include <cublas_v2.h>
@@ -18,6 +19,19 @@ namespace plumb::cuda {
 
 Status cuda_status(cudaError_t e, const char* call, const char* file, int line);
 Status cublas_status(cublasStatus_t s, const char* call, const char* file, int line);
+
+// Whether this thread is capturing a CUDA graph: PLUMB_CUDA_LAUNCH's debug synchronization is
+// skipped then (a synchronization would end the capture with an error).
+bool capturing();
+
+// Marks this thread as capturing for its lifetime.
+class CaptureScope {
+ public:
+  CaptureScope();
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+};
 
 }  // namespace plumb::cuda
 
@@ -38,9 +52,9 @@ Status cublas_status(cublasStatus_t s, const char* call, const char* file, int l
 #ifdef NDEBUG
 #define PLUMB_CUDA_LAUNCH(expr) PLUMB_CUDA_RETURN_IF_ERROR(expr)
 #else
-#define PLUMB_CUDA_LAUNCH(expr)                          \
-  do {                                                   \
-    PLUMB_CUDA_RETURN_IF_ERROR(expr);                    \
-    PLUMB_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize()); \
+#define PLUMB_CUDA_LAUNCH(expr)                                                           \
+  do {                                                                                    \
+    PLUMB_CUDA_RETURN_IF_ERROR(expr);                                                     \
+    if (!::plumb::cuda::capturing()) PLUMB_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize()); \
   } while (0)
 #endif

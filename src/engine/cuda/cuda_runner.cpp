@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "engine/cpu/packed.h"
@@ -24,6 +26,28 @@ std::string gib(int64_t bytes) {
 
 // Device memory kept free beside the weights for the KV cache's minimum and the step workspace.
 constexpr int64_t kWorkingSetReserve = 512LL << 20;
+// cuBLAS's workspace, set once so that its GEMMs can be captured into CUDA graphs.
+constexpr size_t kCublasWorkspace = 32u << 20;
+// Decode steps of up to this many sequences replay a CUDA graph; larger steps launch one by one.
+constexpr int64_t kMaxGraphBatch = 256;
+
+// The batch-size bucket a decode step of `s` sequences is padded to: 1, 2, 4, 8, then multiples of 8.
+int64_t graph_bucket(int64_t s) {
+  if (s <= 8) {
+    int64_t b = 1;
+    while (b < s) b *= 2;
+    return b;
+  }
+  return (s + 7) / 8 * 8;
+}
+
+// The offsets of the step metadata's parts in meta_ (int32 elements) and the step's sizes.
+struct StepPlan {
+  int64_t T = 0, R = 0, n_pre = 0, n_dec = 0, n_tiles = 0;
+  int64_t o_ids = 0, o_pos = 0, o_slot = 0, o_rowseq = 0, o_btoff = 0, o_lrows = 0, o_pre = 0, o_dec = 0,
+          o_tiles = 0, o_bt = 0;
+  int32_t n_split = 1;
+};
 
 struct DeviceLayer {
   DeviceBuffer qkv_w;                  // bf16 [(nh + 2 nkv) hd, d]: q_proj, k_proj, v_proj rows
@@ -38,6 +62,7 @@ struct DeviceLayer {
 class CudaModelRunner final : public scheduler::ModelRunner {
  public:
   ~CudaModelRunner() override {
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -54,12 +79,18 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   std::string describe() const override { return description_; }
   Status init_kv(int32_t num_blocks, int32_t block_size) override;
   Status forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) override;
+  Result<int64_t> kv_tokens_for_memory_fraction(double fraction, int64_t max_step_tokens) const override;
 
  private:
   CudaModelRunner() = default;
   Status upload(const engine::Model& model);
   Status reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats);
   Status validate(std::span<const scheduler::StepSeq> batch) const;
+  // Enqueues the step's kernels on stream_ (no host synchronization: capturable into a graph).
+  Status enqueue(const StepPlan& p);
+  // Launches the graph of a padded decode step, capturing it first if there is none for the plan's
+  // shape or the workspace moved since.
+  Status launch_graph(const StepPlan& p);
   // y[T, n] = x[T, k] · W[n, k]ᵀ + beta · y (bf16 inputs, float32 accumulate and output).
   Status gemm(const DeviceBuffer& w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
               float beta);
@@ -71,6 +102,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   CudaRunnerOptions opts_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer cublas_ws_;
 
   DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
   bool tied_ = false;
@@ -79,6 +111,18 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   // Paged KV cache (bf16), one allocation each for K and V over all layers.
   DeviceBuffer k_cache_, v_cache_;
   int32_t num_blocks_ = 0, block_size_ = 0;
+  // One block past num_blocks_ that padded rows of a graph step write to and read from.
+  std::vector<int32_t> pad_table_, pad_token_{0};
+  std::vector<scheduler::StepSeq> padded_;
+
+  // Decode-step graphs by (rows, n_split, logits wanted); each remembers the workspace generation
+  // it was captured against (reserve() bumps it whenever a buffer moves).
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int64_t generation = -1;
+  };
+  std::map<std::tuple<int64_t, int32_t, bool>, Graph> graphs_;
+  int64_t generation_ = 0;
 
   // Step workspace, grown to the largest step seen.
   int64_t cap_rows_ = 0, cap_logit_rows_ = 0, cap_meta_ = 0, cap_partial_ = 0;
@@ -164,6 +208,8 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr
   PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasCreate(&r->cublas_));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(r->cublas_, r->stream_));
+  PLUMB_ASSIGN_OR_RETURN(r->cublas_ws_, DeviceBuffer::allocate(kCublasWorkspace, "the cuBLAS workspace"));
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(r->cublas_, r->cublas_ws_.get(), kCublasWorkspace));
   PLUMB_RETURN_IF_ERROR(r->upload(*model));
   model.reset();  // the host copy is no longer needed
   return r;
@@ -204,8 +250,9 @@ Status CudaModelRunner::upload(const engine::Model& model) {
 
 Status CudaModelRunner::init_kv(int32_t num_blocks, int32_t block_size) {
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const int64_t per_cache = int64_t(num_blocks) * block_size * c_.num_hidden_layers * c_.num_key_value_heads *
-                            c_.head_dim * int64_t(sizeof(uint16_t));
+  // One block more than asked: the padding block of graph steps (never in a caller's block table).
+  const int64_t per_cache = int64_t(num_blocks + 1) * block_size * c_.num_hidden_layers *
+                            c_.num_key_value_heads * c_.head_dim * int64_t(sizeof(uint16_t));
   size_t free_b = 0, total_b = 0;
   PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
   if (2 * per_cache + kWorkingSetReserve > int64_t(free_b)) {
@@ -219,6 +266,7 @@ Status CudaModelRunner::init_kv(int32_t num_blocks, int32_t block_size) {
   PLUMB_ASSIGN_OR_RETURN(v_cache_, DeviceBuffer::allocate(size_t(per_cache), "the V cache"));
   num_blocks_ = num_blocks;
   block_size_ = block_size;
+  pad_table_ = {num_blocks};
   return Status::Ok();
 }
 
@@ -236,6 +284,7 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
     PLUMB_ASSIGN_OR_RETURN(gu_, DeviceBuffer::allocate(n * size_t(2 * ff) * 4, "gate/up"));
     PLUMB_ASSIGN_OR_RETURN(act_, DeviceBuffer::allocate(n * size_t(ff) * 2, "SwiGLU output"));
     cap_rows_ = rows;
+    ++generation_;
   }
   if (logit_rows > cap_logit_rows_) {
     const size_t bytes = size_t(logit_rows) * size_t(c_.vocab_size) * 4;
@@ -243,16 +292,19 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
     PLUMB_ASSIGN_OR_RETURN(logits_, DeviceBuffer::allocate(bytes, "logits"));
     PLUMB_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::allocate(bytes, "logits"));
     cap_logit_rows_ = logit_rows;
+    ++generation_;
   }
   if (meta_ints > cap_meta_) {
     const int64_t n = std::max<int64_t>(meta_ints, 2 * cap_meta_);
     PLUMB_ASSIGN_OR_RETURN(meta_, DeviceBuffer::allocate(size_t(n) * 4, "step metadata"));
     PLUMB_ASSIGN_OR_RETURN(meta_host_, PinnedBuffer::allocate(size_t(n) * 4, "step metadata"));
     cap_meta_ = n;
+    ++generation_;
   }
   if (partial_floats > cap_partial_) {
     PLUMB_ASSIGN_OR_RETURN(partial_, DeviceBuffer::allocate(size_t(partial_floats) * 4, "split-KV partials"));
     cap_partial_ = partial_floats;
+    ++generation_;
   }
   return Status::Ok();
 }
@@ -309,30 +361,50 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   logits.clear();
   PLUMB_RETURN_IF_ERROR(validate(batch));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads,
-                hd = c_.head_dim, ff = c_.intermediate_size, V = c_.vocab_size;
-  const int64_t qkv_w = (nh + 2 * nkv) * hd;
+  const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads, hd = c_.head_dim,
+                V = c_.vocab_size;
+
+  // A decode step (one token per sequence, every sequence wanting its logits or none) is padded to
+  // its bucket's size with rows that write and read only the padding block, so that one graph per
+  // bucket serves every step of that size.
+  const auto S_real = int64_t(batch.size());
+  bool graph = opts_.cuda_graphs && S_real <= kMaxGraphBatch;
+  for (const auto& in : batch) {
+    graph = graph && in.tokens.size() == 1 && in.logits != scheduler::StepSeq::Logits::kAll &&
+            in.logits == batch[0].logits;
+  }
+  if (graph) {
+    padded_.assign(batch.begin(), batch.end());
+    padded_.resize(size_t(graph_bucket(S_real)),
+                   scheduler::StepSeq{pad_token_, 0, pad_table_, batch[0].logits});
+    batch = padded_;
+  }
   const auto S = int64_t(batch.size());
 
   // The step's metadata, built once on the host: per row ids, pos, slot, row_seq; per sequence the
   // offset of its block table; the rows that want logits; the prefill rows; the decode rows; the
   // block tables. One copy to the device.
   const int64_t tile = prefill_tile_rows();
-  int64_t T = 0, R = 0, n_pre = 0, n_dec = 0, n_bt = 0, max_dec_ctx = 0, n_tiles = 0;
-  for (const auto& in : batch) {
+  StepPlan p;
+  int64_t n_bt = 0, max_dec_ctx = 0, R_real = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const scheduler::StepSeq& in = batch[size_t(s)];
     const auto n = int64_t(in.tokens.size());
-    T += n;
-    if (n > 1) n_tiles += (n + tile - 1) / tile;
-    R += in.logits == scheduler::StepSeq::Logits::kAll    ? n
-         : in.logits == scheduler::StepSeq::Logits::kLast ? 1
-                                                          : 0;
-    (n > 1 ? n_pre : n_dec) += n > 1 ? n : 1;
+    p.T += n;
+    if (n > 1) p.n_tiles += (n + tile - 1) / tile;
+    const int64_t r = in.logits == scheduler::StepSeq::Logits::kAll    ? n
+                      : in.logits == scheduler::StepSeq::Logits::kLast ? 1
+                                                                       : 0;
+    p.R += r;
+    if (s < S_real) R_real += r;
+    (n > 1 ? p.n_pre : p.n_dec) += n > 1 ? n : 1;
     if (n == 1) max_dec_ctx = std::max<int64_t>(max_dec_ctx, in.start_pos + 1);
     n_bt += int64_t(in.block_table.size());
   }
-  const int64_t o_ids = 0, o_pos = T, o_slot = 2 * T, o_rowseq = 3 * T, o_btoff = 4 * T,
-                o_lrows = o_btoff + S, o_pre = o_lrows + R, o_dec = o_pre + n_pre, o_tiles = o_dec + n_dec,
-                o_bt = o_tiles + 2 * n_tiles, n_meta = o_bt + n_bt;
+  p.o_ids = 0, p.o_pos = p.T, p.o_slot = 2 * p.T, p.o_rowseq = 3 * p.T, p.o_btoff = 4 * p.T;
+  p.o_lrows = p.o_btoff + S, p.o_pre = p.o_lrows + p.R, p.o_dec = p.o_pre + p.n_pre;
+  p.o_tiles = p.o_dec + p.n_dec, p.o_bt = p.o_tiles + 2 * p.n_tiles;
+  const int64_t n_meta = p.o_bt + n_bt;
   meta_build_.assign(size_t(n_meta), 0);
   int32_t* m = meta_build_.data();
   {
@@ -340,43 +412,97 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
     for (int64_t s = 0; s < S; ++s) {
       const scheduler::StepSeq& in = batch[size_t(s)];
       const auto n = int64_t(in.tokens.size());
-      m[o_btoff + s] = int32_t(bt);
+      m[p.o_btoff + s] = int32_t(bt);
       for (int64_t j = 0; n > 1 && j < n; j += tile, ++ti) {
-        m[o_tiles + 2 * ti] = int32_t(row + j);
-        m[o_tiles + 2 * ti + 1] = int32_t(std::min(tile, n - j));
+        m[p.o_tiles + 2 * ti] = int32_t(row + j);
+        m[p.o_tiles + 2 * ti + 1] = int32_t(std::min(tile, n - j));
       }
       for (int64_t j = 0; j < n; ++j, ++row) {
-        const int32_t p = in.start_pos + int32_t(j);
-        m[o_ids + row] = in.tokens[size_t(j)];
-        m[o_pos + row] = p;
-        m[o_slot + row] = in.block_table[size_t(p / block_size_)] * block_size_ + p % block_size_;
-        m[o_rowseq + row] = int32_t(s);
-        if (n > 1) m[o_pre + pr++] = int32_t(row);
+        const int32_t pos = in.start_pos + int32_t(j);
+        m[p.o_ids + row] = in.tokens[size_t(j)];
+        m[p.o_pos + row] = pos;
+        m[p.o_slot + row] = in.block_table[size_t(pos / block_size_)] * block_size_ + pos % block_size_;
+        m[p.o_rowseq + row] = int32_t(s);
+        if (n > 1) m[p.o_pre + pr++] = int32_t(row);
         if (in.logits == scheduler::StepSeq::Logits::kAll ||
             (in.logits == scheduler::StepSeq::Logits::kLast && j == n - 1)) {
-          m[o_lrows + lr++] = int32_t(row);
+          m[p.o_lrows + lr++] = int32_t(row);
         }
       }
-      if (n == 1) m[o_dec + dr++] = int32_t(row - 1);
-      for (int32_t b : in.block_table) m[o_bt + bt++] = b;
+      if (n == 1) m[p.o_dec + dr++] = int32_t(row - 1);
+      for (int32_t b : in.block_table) m[p.o_bt + bt++] = b;
     }
   }
-  // Split the decode rows' contexts so that about four blocks per multiprocessor run.
+  // Split the decode rows' contexts so that about four blocks per multiprocessor run. A graph step
+  // rounds the split count up to a power of two (the kernel reads each row's context from the
+  // metadata, so one graph serves every context of its split count).
   const AttnGeometry g{int32_t(nh), int32_t(nkv), int32_t(hd), block_size_};
   const int64_t maxg = hd == 256 ? 4 : 8, group = nh / nkv, chunks = (group + maxg - 1) / maxg;
-  int32_t n_split = 1;
-  if (n_dec > 0) {
-    const int64_t base = n_dec * nkv * chunks;
+  if (p.n_dec > 0) {
+    const int64_t base = p.n_dec * nkv * chunks;
     const int64_t want = (4 * int64_t(sm_count_) + base - 1) / base;
-    n_split = int32_t(std::clamp<int64_t>(std::min<int64_t>(want, max_dec_ctx / 32), 1, 64));
+    p.n_split = int32_t(std::clamp<int64_t>(std::min<int64_t>(want, max_dec_ctx / 32), 1, 64));
+    if (graph) {
+      int32_t pow2 = 1;
+      while (pow2 < p.n_split) pow2 *= 2;
+      p.n_split = pow2;
+    }
   }
-  PLUMB_RETURN_IF_ERROR(reserve(T, R, n_meta, decode_partial_floats(n_dec, g, n_split)));
+  PLUMB_RETURN_IF_ERROR(reserve(p.T, p.R, n_meta, decode_partial_floats(p.n_dec, g, p.n_split)));
   std::memcpy(meta_host_.get(), m, size_t(n_meta) * 4);
   PLUMB_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
-  const int32_t* dm = meta_.as<int32_t>();
-  const AttnBatch ab{dm + o_pos, dm + o_rowseq, dm + o_btoff, dm + o_bt};
+  if (graph) {
+    PLUMB_RETURN_IF_ERROR(launch_graph(p));
+  } else {
+    PLUMB_RETURN_IF_ERROR(enqueue(p));
+  }
+  if (R_real > 0) {
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(R_real * V) * 4,
+                                               cudaMemcpyDeviceToHost, stream_));
+  }
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const float* lh = logits_host_.as<float>();
+  logits.assign(lh, lh + R_real * V);
+  return Status::Ok();
+}
 
+Status CudaModelRunner::launch_graph(const StepPlan& p) {
+  Graph& gr = graphs_[{p.T, p.n_split, p.R > 0}];
+  if (gr.exec == nullptr || gr.generation != generation_) {
+    if (gr.exec != nullptr) {
+      PLUMB_CUDA_RETURN_IF_ERROR(cudaGraphExecDestroy(gr.exec));
+      gr.exec = nullptr;
+    }
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status st;
+    {
+      CaptureScope scope;
+      st = enqueue(p);
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!st.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return st.with_context("capturing a decode step of " + std::to_string(p.T) + " rows");
+    }
+    PLUMB_CUDA_RETURN_IF_ERROR(end);
+    const cudaError_t inst = cudaGraphInstantiate(&gr.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    PLUMB_CUDA_RETURN_IF_ERROR(inst);
+    gr.generation = generation_;
+  }
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(gr.exec, stream_));
+  return Status::Ok();
+}
+
+Status CudaModelRunner::enqueue(const StepPlan& p) {
+  const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads,
+                hd = c_.head_dim, ff = c_.intermediate_size, V = c_.vocab_size;
+  const int64_t qkv_w = (nh + 2 * nkv) * hd, T = p.T;
+  const AttnGeometry g{int32_t(nh), int32_t(nkv), int32_t(hd), block_size_};
+  const int32_t* dm = meta_.as<int32_t>();
+  const AttnBatch ab{dm + p.o_pos, dm + p.o_rowseq, dm + p.o_btoff, dm + p.o_bt};
   float* x = x_.as<float>();
   auto* h = h_.as<uint16_t>();
   float* qkv = qkv_.as<float>();
@@ -385,45 +511,80 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   auto* act = act_.as<uint16_t>();
   const auto eps = float(c_.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(float(hd));
-  const int64_t layer_kv = int64_t(num_blocks_) * block_size_ * nkv * hd;
+  const int64_t layer_kv = int64_t(num_blocks_ + 1) * block_size_ * nkv * hd;
+  // Decode-sized steps fold each RMSNorm into the GEMV after it, and SwiGLU into the gate/up GEMV.
+  const bool fused = !opts_.reference_kernels && gemv_norm_supports(T, d) && gemv_supports(T, ff);
 
-  PLUMB_CUDA_LAUNCH(launch_embedding(dm + o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
+  PLUMB_CUDA_LAUNCH(launch_embedding(dm + p.o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
   for (size_t li = 0; li < layers_.size(); ++li) {
     const DeviceLayer& L = layers_[li];
     uint16_t* kc = k_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     uint16_t* vc = v_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     // x += o_proj(attention(rope(q), rope(k), v)) over h = rmsnorm(x)
-    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
-    PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
-    PLUMB_CUDA_LAUNCH(launch_qkv_rope(qkv, T, dm + o_pos, dm + o_slot, L.qkv_bias.as<float>(),
+    if (fused) {
+      PLUMB_CUDA_LAUNCH(launch_gemv_norm(L.qkv_w.as<uint16_t>(), x, L.input_norm.as<float>(), eps, qkv, T,
+                                         qkv_w, d, stream_));
+    } else {
+      PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
+      PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
+    }
+    PLUMB_CUDA_LAUNCH(launch_qkv_rope(qkv, T, dm + p.o_pos, dm + p.o_slot, L.qkv_bias.as<float>(),
                                       L.q_norm.as<float>(), L.k_norm.as<float>(), eps, inv_freq_.as<float>(),
                                       g, kc, vc, stream_));
     if (opts_.reference_kernels) {
       PLUMB_CUDA_LAUNCH(
-          launch_attention_rows(qkv, qkv_w, dm + o_pre, n_pre, ab, kc, vc, g, scale, attn, stream_));
+          launch_attention_rows(qkv, qkv_w, dm + p.o_pre, p.n_pre, ab, kc, vc, g, scale, attn, stream_));
     } else {
-      PLUMB_CUDA_LAUNCH(
-          launch_attention_prefill(qkv, qkv_w, dm + o_tiles, n_tiles, ab, kc, vc, g, scale, attn, stream_));
+      PLUMB_CUDA_LAUNCH(launch_attention_prefill(qkv, qkv_w, dm + p.o_tiles, p.n_tiles, ab, kc, vc, g, scale,
+                                                 attn, stream_));
     }
-    PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + o_dec, n_dec, ab, kc, vc, g, scale, n_split,
-                                              partial_.as<float>(), attn, stream_));
+    PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + p.o_dec, p.n_dec, ab, kc, vc, g, scale,
+                                              p.n_split, partial_.as<float>(), attn, stream_));
     PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, 1.0f));
     // x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
-    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
-    PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
-    PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
+    if (fused) {
+      PLUMB_CUDA_LAUNCH(launch_gemv_norm_swiglu(L.gu_w.as<uint16_t>(), x, L.post_norm.as<float>(), eps, act,
+                                                T, ff, d, stream_));
+    } else {
+      PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
+      PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
+      PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
+    }
     PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, x, T, d, ff, 1.0f));
   }
-  if (R > 0) {
-    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + o_lrows, R, d, final_norm_.as<float>(), eps, h, stream_));
-    PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), R, V, d, 0.0f));
-    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(R * V) * 4,
-                                               cudaMemcpyDeviceToHost, stream_));
+  if (p.R > 0) {
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
   }
-  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  const float* lh = logits_host_.as<float>();
-  logits.assign(lh, lh + R * V);
   return Status::Ok();
+}
+
+Result<int64_t> CudaModelRunner::kv_tokens_for_memory_fraction(double fraction,
+                                                               int64_t max_step_tokens) const {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1], not " + std::to_string(fraction));
+  }
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  size_t free_b = 0, total_b = 0;
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+  // The step workspace of the largest step (activations of max_step_tokens rows, logits of up to
+  // 256 rows) and the fixed reserve for cuBLAS, graphs and the split-KV partials.
+  const int64_t d = c_.hidden_size, ff = c_.intermediate_size, hd = c_.head_dim;
+  const int64_t qkv_w = (c_.num_attention_heads + 2 * c_.num_key_value_heads) * hd;
+  const int64_t per_row = d * 4 + d * 2 + qkv_w * 4 + c_.num_attention_heads * hd * 2 + 2 * ff * 4 + ff * 2;
+  const int64_t workspace = std::max<int64_t>(max_step_tokens, 1) * per_row +
+                            std::min<int64_t>(max_step_tokens, 256) * c_.vocab_size * 4 * 2 +
+                            kWorkingSetReserve;
+  const int64_t in_use = int64_t(total_b) - int64_t(free_b);  // the weights, this process's and others'
+  const int64_t budget = int64_t(double(total_b) * fraction) - in_use - workspace;
+  const int64_t tokens = budget / kv_bytes_per_token();
+  if (tokens <= 0) {
+    return resource_exhausted(
+        "--gpu-memory-utilization " + std::to_string(fraction) + " of cuda:" + std::to_string(device_) +
+        " (" + gib(int64_t(double(total_b) * fraction)) + ") leaves no room for a KV cache: " + gib(in_use) +
+        " in use (weights), " + gib(workspace) + " of step workspace");
+  }
+  return tokens;
 }
 
 }  // namespace

@@ -37,6 +37,10 @@ struct CudaRunnerOptions {
   // The plain kernels only: cuBLAS for every GEMM (no decode GEMV) and the one-warp-per-row
   // attention kernel for prefill (no tensor-core kernel). What the fast kernels are tested against.
   bool reference_kernels = false;
+  // Decode steps (one token per sequence, up to 256 sequences) padded to a batch-size bucket (1, 2,
+  // 4, 8, then multiples of 8) and replayed as one CUDA graph per bucket and split-KV count,
+  // captured at the bucket's first step. Off: every kernel is launched one by one.
+  bool cuda_graphs = true;
 };
 
 // Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.

@@ -80,6 +80,18 @@ bool gemv_supports(int64_t T, int64_t k);
 cudaError_t launch_gemv(const uint16_t* w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
                         float beta, cudaStream_t stream);
 
+// gemv.cu, fused with the RMSNorm before it: y[t, :] = rmsnorm(x[t, :]) · W[n, k]ᵀ where x is the
+// float32 residual [T, k] and rmsnorm rounds to bf16 as launch_rmsnorm does (norm_w: f32 [k]).
+// gemv_norm_supports: gemv_supports and k <= 8192 (the normed rows are kept in shared memory).
+bool gemv_norm_supports(int64_t T, int64_t k);
+cudaError_t launch_gemv_norm(const uint16_t* w, const float* x, const float* norm_w, float eps, float* y,
+                             int64_t T, int64_t n, int64_t k, cudaStream_t stream);
+// gemv.cu, the MLP's first half in one pass: out[t, i] = bf16(silu(g) * u) with g, u the rows i
+// and ff + i of W [2 ff, k] (gate then up) applied to rmsnorm(x[t, :]); as launch_gemv_norm then
+// launch_swiglu. out: bf16 [T, ff].
+cudaError_t launch_gemv_norm_swiglu(const uint16_t* w, const float* x, const float* norm_w, float eps,
+                                    uint16_t* out, int64_t T, int64_t ff, int64_t k, cudaStream_t stream);
+
 // swiglu.cu: out[t, i] = bf16(silu(gu[t, i]) * gu[t, ff + i]). gu: f32 [T, 2 ff] (gate then up);
 // out: bf16 [T, ff].
 cudaError_t launch_swiglu(const float* gu, int64_t T, int64_t ff, uint16_t* out, cudaStream_t stream);

@@ -104,10 +104,19 @@ bool cuda_built() {
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
                                                  std::string description) {
+  return make_runner(device, std::move(model), std::move(description), RunnerOptions{});
+}
+
+Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
+                                                 std::string description, const RunnerOptions& opts) {
   if (device.kind == Device::Kind::kCpu) return make_model_runner(std::move(model), std::move(description));
 #ifdef PLUMB_HAVE_CUDA
-  return cuda::make_cuda_runner(std::move(model), device.index, std::move(description));
+  cuda::CudaRunnerOptions co;
+  co.cuda_graphs = opts.cuda_graphs;
+  co.reference_kernels = opts.reference_kernels;
+  return cuda::make_cuda_runner(std::move(model), device.index, std::move(description), co);
 #else
+  (void)opts;
   return failed_precondition("device " + device.name() +
                              ": plumb was built without CUDA; rebuild on a machine with the CUDA toolkit "
                              "(nvcc in /usr/local/cuda/bin or CMAKE_CUDA_COMPILER) with -DPLUMB_CUDA=on "

@@ -48,6 +48,14 @@ class ModelRunner {
   // The sampling kernel the engine's Samplers use for this runner's logits (the model's decode-phase
   // kSample variant, engine/cpu/kernels.h); nullptr: the registry's best.
   virtual engine::SampleFn sample_kernel() const { return nullptr; }
+  // KV token slots that fit when this process may use `fraction` of the device's memory in all
+  // (weights, the workspace of steps of up to max_step_tokens tokens, and the cache): what
+  // --gpu-memory-utilization sizes the cache with. Unimplemented where the runner has no device
+  // memory (the CPU runner).
+  virtual Result<int64_t> kv_tokens_for_memory_fraction(double fraction, int64_t max_step_tokens) const {
+    (void)fraction, (void)max_step_tokens;
+    return unimplemented("--gpu-memory-utilization needs a CUDA device");
+  }
   // A one-line description for logs and /health ("plumb-tiny, 2 layers, kernels auto").
   virtual std::string describe() const = 0;
 };
@@ -81,5 +89,13 @@ bool cuda_built();
 // weights). The model is consumed either way.
 Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
                                                  std::string description);
+
+// Settings of the device runners; the CPU runner ignores them.
+struct RunnerOptions {
+  bool cuda_graphs = true;         // --cuda-graphs: replay decode steps as CUDA graphs
+  bool reference_kernels = false;  // the plain kernels only (the naive preset)
+};
+Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
+                                                 std::string description, const RunnerOptions& opts);
 
 }  // namespace plumb::scheduler

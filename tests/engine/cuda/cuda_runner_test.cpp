@@ -11,6 +11,7 @@
 // kBatchTol of its logits alone (cuBLAS picks kernels by shape, so the bits may differ).
 #include "engine/cuda/cuda_runner.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -304,14 +305,16 @@ TEST(CudaRunner, BatchInvariance) {
   EXPECT_LE(d.rel(), kBatchTol);
 }
 
-// The fast kernels (tensor-core prefill attention, decode GEMV) against the plain ones (the
-// one-warp-per-row attention, cuBLAS for every GEMM) on the same weights and steps: prompts of
+// The fast kernels (tensor-core prefill attention, decode GEMV with the RMSNorm and SwiGLU fused
+// in, CUDA graphs) against the plain ones (the one-warp-per-row attention, separate norm and
+// SwiGLU passes, cuBLAS for every GEMM, launched one by one) on the same weights and steps: prompts of
 // several 64-row tiles in two chunks, then decode steps of one to three sequences.
 TEST(CudaRunner, FastKernelsMatchReferenceKernels) {
   SKIP_WITHOUT_GPU();
   auto fast = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "fast");
   CudaRunnerOptions ro;
   ro.reference_kernels = true;
+  ro.cuda_graphs = false;
   auto ref = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "reference", ro);
   ASSERT_TRUE(fast.ok() && ref.ok());
   ASSERT_TRUE((*fast)->init_kv(64, 16).ok() && (*ref)->init_kv(64, 16).ok());
@@ -348,6 +351,75 @@ TEST(CudaRunner, FastKernelsMatchReferenceKernels) {
   }
   report("fast vs reference kernels (llama3-gqa dummy)", d);
   EXPECT_LE(d.rel(), kBatchTol);
+}
+
+// Decode steps replayed from CUDA graphs against the same steps launched one by one: batches of
+// 1, 2, 3 (padded to 4), 5 (padded to 8) and 9 (padded to 16) sequences, with and without logits,
+// over contexts that cross block boundaries and change the split-KV count (a graph per shape,
+// replayed with new positions and block tables), interleaved with a prefill (not a graph step).
+TEST(CudaRunner, CudaGraphsMatchEagerLaunches) {
+  SKIP_WITHOUT_GPU();
+  CudaRunnerOptions eager_opts;
+  eager_opts.cuda_graphs = false;
+  auto graphs = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "graphs");
+  auto eager = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "eager", eager_opts);
+  ASSERT_TRUE(graphs.ok() && eager.ok());
+  ASSERT_TRUE((*graphs)->init_kv(200, 16).ok() && (*eager)->init_kv(200, 16).ok());
+  const int64_t V = (*graphs)->vocab_size();
+  Rng rng(21);
+  std::vector<Seq> seqs(9);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int t = 0; t < 20 + 30 * int(i); ++t) seqs[i].tokens.push_back(int32_t(rng.next_u64() % 2048));
+    for (int b = 0; b < 20; ++b) seqs[i].block_table.push_back(int32_t(i) * 20 + 19 - b);
+  }
+  Diff d;
+  d.add(run(**eager, seqs), run(**graphs, seqs), V);
+  const int sizes[] = {1, 2, 3, 5, 9, 1, 3, 9, 5, 2};
+  for (int step = 0; step < 40; ++step) {
+    const auto n = size_t(sizes[step % 10]);
+    std::vector<Seq> batch;
+    for (size_t i = 0; i < n; ++i) {
+      Seq& s = seqs[(i + size_t(step)) % seqs.size()];
+      s.start_pos += int32_t(s.tokens.size());
+      s.tokens = {int32_t(rng.next_u64() % 2048)};
+      s.logits = step % 7 == 3 ? StepSeq::Logits::kNone : StepSeq::Logits::kLast;
+      batch.push_back(s);
+    }
+    auto want = run(**eager, batch);
+    auto got = run(**graphs, batch);
+    ASSERT_EQ(want.size(), step % 7 == 3 ? size_t(0) : n * size_t(V)) << "step " << step;
+    d.add(want, got, V);
+    if (step == 20) {  // a prefill step in between: launched eagerly by both
+      Seq extra{{5, 6, 7, 8, 9, 10, 11}, 0, {199}, StepSeq::Logits::kLast};
+      d.add(run(**eager, {extra}), run(**graphs, {extra}), V);
+    }
+  }
+  report("CUDA graphs vs eager launches (llama3-gqa dummy)", d);
+  EXPECT_LE(d.rel(), kBatchTol);
+}
+
+TEST(CudaRunner, GpuMemoryUtilizationSizesTheKvCache) {
+  SKIP_WITHOUT_GPU();
+  auto g = make_cuda_runner(dummy_model(kQwen2), 0, "x");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  size_t free_b = 0, total_b = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  const double in_use = double(total_b - free_b) / double(total_b);
+  auto tokens = (*g)->kv_tokens_for_memory_fraction(std::min(0.95, in_use + 0.1), 2048);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
+  EXPECT_GT(*tokens, 0);
+  // The tokens it names fit: the cache is allocated, and a step runs over it.
+  const int32_t bs = 16;
+  const auto blocks = int32_t(std::min<int64_t>(*tokens / bs, 1 << 20));
+  ASSERT_TRUE((*g)->init_kv(blocks, bs).ok());
+  Seq s{{1, 2, 3}, 0, {blocks - 1}, StepSeq::Logits::kLast};
+  EXPECT_EQ(run(**g, {s}).size(), size_t((*g)->vocab_size()));
+  // Less than what is already in use leaves no room: refused with the sizes.
+  auto none = (*g)->kv_tokens_for_memory_fraction(in_use / 2, 2048);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("in use"), std::string::npos) << none.status().to_string();
+  EXPECT_EQ((*g)->kv_tokens_for_memory_fraction(1.5, 2048).status().code(), Code::kInvalidArgument);
 }
 
 TEST(CudaRunner, DeviceThatDoesNotExistIsRefused) {
