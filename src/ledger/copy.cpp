@@ -63,13 +63,23 @@ class Copier {
     PLUMB_RETURN_IF_ERROR(reference_rows());
     PLUMB_RETURN_IF_ERROR(registrations());
     PLUMB_ASSIGN_OR_RETURN(Rows runs, rows(from_, "runs"));
+    PLUMB_RETURN_IF_ERROR(plain_runs(runs));
+    PLUMB_RETURN_IF_ERROR(studies(runs));
+    PLUMB_RETURN_IF_ERROR(scores());
+    PLUMB_RETURN_IF_ERROR(readouts());
+    return rep_;
+  }
+
+ private:
+  // Runs outside studies, in id order (a comparison's pairs keep their order); a study's runs go
+  // with its trials.
+  Status plain_runs(const Rows& runs) {
     PLUMB_ASSIGN_OR_RETURN(Rows seals, rows(from_, "seals"));
     PLUMB_ASSIGN_OR_RETURN(Rows trials, rows(from_, "trials"));
     for (size_t r = 0; r < seals.size(); ++r) sealed_.insert(seals.i(r, "run_id"));
     std::set<int64_t> of_trials;
     for (size_t r = 0; r < trials.size(); ++r)
       if (!trials.null(r, "run_id")) of_trials.insert(trials.i(r, "run_id"));
-    // Runs outside studies, in id order (a comparison's pairs keep their order).
     for (size_t r = 0; r < runs.size(); ++r) {
       int64_t id = runs.i(r, "id");
       if (of_trials.count(id)) continue;
@@ -78,27 +88,29 @@ class Copier {
                                ": not sealed in the source (its rows do not back it); not copied");
         continue;
       }
-      PLUMB_ASSIGN_OR_RETURN(std::optional<RunRow> run, run_row(runs, r));
-      if (!run) continue;
-      PLUMB_ASSIGN_OR_RETURN(Rows reqs, rows(from_, "requests", id));
-      std::vector<RequestRow> rq = request_rows(reqs);
-      PLUMB_ASSIGN_OR_RETURN(std::vector<MetricRow> ms, from_.metrics_for(id));
-      auto nid = to_.insert_run(*run, rq, ms);
-      if (!nid.ok()) {
-        if (!refused(nid.status())) return nid.status();
-        rep_.refused.push_back("run " + std::to_string(id) + ": " + nid.status().message());
-        continue;
-      }
-      run_[id] = *nid;
-      ++rep_.copied["runs"];
+      PLUMB_RETURN_IF_ERROR(copy_run(runs, r));
     }
-    PLUMB_RETURN_IF_ERROR(studies(runs));
-    PLUMB_RETURN_IF_ERROR(scores());
-    PLUMB_RETURN_IF_ERROR(readouts());
-    return rep_;
+    return Status::Ok();
   }
 
- private:
+  Status copy_run(const Rows& runs, size_t r) {
+    int64_t id = runs.i(r, "id");
+    PLUMB_ASSIGN_OR_RETURN(std::optional<RunRow> run, run_row(runs, r));
+    if (!run) return Status::Ok();
+    PLUMB_ASSIGN_OR_RETURN(Rows reqs, rows(from_, "requests", id));
+    std::vector<RequestRow> rq = request_rows(reqs);
+    PLUMB_ASSIGN_OR_RETURN(std::vector<MetricRow> ms, from_.metrics_for(id));
+    auto nid = to_.insert_run(*run, rq, ms);
+    if (!nid.ok()) {
+      if (!refused(nid.status())) return nid.status();
+      rep_.refused.push_back("run " + std::to_string(id) + ": " + nid.status().message());
+      return Status::Ok();
+    }
+    run_[id] = *nid;
+    ++rep_.copied["runs"];
+    return Status::Ok();
+  }
+
   // A mapped id, or a refusal naming the missing row.
   std::optional<int64_t> mapped(const std::map<int64_t, int64_t>& m, int64_t id, const std::string& what,
                                 const std::string& row) {
@@ -109,6 +121,12 @@ class Copier {
   }
 
   Status reference_rows() {
+    PLUMB_RETURN_IF_ERROR(machines_and_builds());
+    PLUMB_RETURN_IF_ERROR(protocols_and_sets());
+    return ceilings_and_anchors();
+  }
+
+  Status machines_and_builds() {
     PLUMB_ASSIGN_OR_RETURN(Rows m, rows(from_, "machines"));
     for (size_t r = 0; r < m.size(); ++r) {
       MachineRow x{m.s(r, "fingerprint_hash"), m.s(r, "cpu_model"),  m.i(r, "cores"), m.i(r, "memory_bytes"),
@@ -120,6 +138,10 @@ class Copier {
       BuildRow x{b.s(r, "version"), b.s(r, "git_commit"), b.s(r, "build_type"), b.s(r, "compiler")};
       PLUMB_RETURN_IF_ERROR(put(build_, b.i(r, "id"), "builds", to_.insert_build(x)));
     }
+    return Status::Ok();
+  }
+
+  Status protocols_and_sets() {
     PLUMB_ASSIGN_OR_RETURN(Rows p, rows(from_, "protocols"));
     for (size_t r = 0; r < p.size(); ++r) {
       ProtocolRow x{p.i(r, "version"), p.s(r, "hash"), p.s(r, "canonical_json")};
@@ -131,6 +153,10 @@ class Copier {
                       s.i(r, "num_requests")};
       PLUMB_RETURN_IF_ERROR(put(set_, s.i(r, "id"), "request_sets", to_.insert_request_set(x)));
     }
+    return Status::Ok();
+  }
+
+  Status ceilings_and_anchors() {
     PLUMB_ASSIGN_OR_RETURN(Rows c, rows(from_, "machine_ceilings"));
     for (size_t r = 0; r < c.size(); ++r) {
       std::string row = "machine_ceilings row " + std::to_string(c.i(r, "id"));
@@ -253,36 +279,40 @@ class Copier {
       PLUMB_RETURN_IF_ERROR(put(study, old, "studies", to_.create_study(s)));
       if (!study.count(old)) continue;
       PLUMB_ASSIGN_OR_RETURN(std::vector<TrialRow> trials, from_.trials_for(old));
-      for (TrialRow t : trials) {
-        std::string trow = "study " + std::to_string(old) + " trial " + std::to_string(t.idx);
-        t.study_id = study[old];
-        std::optional<RunRow> run;
-        std::vector<RequestRow> rq;
-        std::vector<MetricRow> ms;
-        int64_t old_run = t.run_id.value_or(0);
-        if (t.run_id) {
-          PLUMB_ASSIGN_OR_RETURN(run, run_row(runs, run_at[old_run]));
-          if (!run) continue;
-          PLUMB_ASSIGN_OR_RETURN(Rows reqs, rows(from_, "requests", old_run));
-          rq = request_rows(reqs);
-          PLUMB_ASSIGN_OR_RETURN(ms, from_.metrics_for(old_run));
-          t.run_id.reset();
-        }
-        auto id = to_.insert_trial(t, run ? &*run : nullptr, rq, ms);
-        if (!id.ok()) {
-          if (!refused(id.status())) return id.status();
-          rep_.refused.push_back(trow + ": " + id.status().message());
-          continue;
-        }
-        ++rep_.copied["trials"];
-        if (run) {
-          PLUMB_ASSIGN_OR_RETURN(std::vector<TrialRow> now, to_.trials_for(study[old]));
-          for (const auto& n : now)
-            if (n.id == *id && n.run_id) run_[old_run] = *n.run_id;
-          ++rep_.copied["runs"];
-        }
-      }
+      for (const TrialRow& t : trials) PLUMB_RETURN_IF_ERROR(copy_trial(t, old, study[old], runs, run_at));
     }
+    return Status::Ok();
+  }
+
+  // One trial of source study `old`, with its run if it has one, into destination study `now`.
+  Status copy_trial(TrialRow t, int64_t old, int64_t now, const Rows& runs,
+                    std::map<int64_t, size_t>& run_at) {
+    std::string trow = "study " + std::to_string(old) + " trial " + std::to_string(t.idx);
+    t.study_id = now;
+    std::optional<RunRow> run;
+    std::vector<RequestRow> rq;
+    std::vector<MetricRow> ms;
+    int64_t old_run = t.run_id.value_or(0);
+    if (t.run_id) {
+      PLUMB_ASSIGN_OR_RETURN(run, run_row(runs, run_at[old_run]));
+      if (!run) return Status::Ok();
+      PLUMB_ASSIGN_OR_RETURN(Rows reqs, rows(from_, "requests", old_run));
+      rq = request_rows(reqs);
+      PLUMB_ASSIGN_OR_RETURN(ms, from_.metrics_for(old_run));
+      t.run_id.reset();
+    }
+    auto id = to_.insert_trial(t, run ? &*run : nullptr, rq, ms);
+    if (!id.ok()) {
+      if (!refused(id.status())) return id.status();
+      rep_.refused.push_back(trow + ": " + id.status().message());
+      return Status::Ok();
+    }
+    ++rep_.copied["trials"];
+    if (!run) return Status::Ok();
+    PLUMB_ASSIGN_OR_RETURN(std::vector<TrialRow> stored, to_.trials_for(now));
+    for (const auto& n : stored)
+      if (n.id == *id && n.run_id) run_[old_run] = *n.run_id;
+    ++rep_.copied["runs"];
     return Status::Ok();
   }
 

@@ -556,50 +556,48 @@ Result<std::unique_ptr<Ledger>> open_shared(const std::string& url, bool inspect
 }
 }  // namespace
 
-Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
-  if (is_postgres_url(path)) return open_shared(path, false);
-  PLUMB_ASSIGN_OR_RETURN(std::unique_ptr<SqliteLedger> l,
-                         open_connection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
-  sqlite3* db = l->db();
-  // WAL: readers never block the writer; synchronous=NORMAL in WAL mode loses nothing committed
-  // when the process dies (only an OS crash can lose the last transactions).
-  PLUMB_RETURN_IF_ERROR(exec(db,
-                             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
-                             "configuring ledger '" + path + "'"));
-  int64_t first = 0;
-  {
-    // The version the file records and its objects, read together.
-    PLUMB_RETURN_IF_ERROR(exec(db, "BEGIN", "reading ledger '" + path + "'"));
-    auto have = [&]() -> Result<std::pair<int64_t, Schema>> {
-      PLUMB_ASSIGN_OR_RETURN(Schema objects, read_schema(db));
-      if (objects.empty()) return std::make_pair(int64_t(-1), objects);  // a new file
-      if (!objects.count("table schema_version"))
-        return failed_precondition("'" + path +
-                                   "' is not a plumb ledger, or its schema_version table was dropped "
-                                   "(it holds other tables but no schema_version)." +
-                                   damaged_advice(path));
-      PLUMB_ASSIGN_OR_RETURN(int64_t v, l->schema_version());
-      return std::make_pair(v, objects);
-    }();
-    (void)exec(db, "COMMIT", "");
-    if (!have.ok()) return have.status();
-    first = std::max<int64_t>(0, have->first);
-    if (have->first < 0) {
-      PLUMB_RETURN_IF_ERROR(exec(db, kSchemaVersionTable, "creating schema_version"));
-    } else {
-      if (have->first > int64_t(migrations().size()))
-        return failed_precondition("ledger '" + path + "' has schema version " + std::to_string(have->first) +
-                                   ", newer than this plumb knows (" + std::to_string(migrations().size()) +
-                                   "); upgrade plumb");
-      PLUMB_RETURN_IF_ERROR(check_validator(path, have->first, have->second));
-    }
+namespace {
+
+// Step of open: the version the file records and its objects, read together, checked against the
+// validator that version defines. Returns the version to migrate from (0 for a new file, whose
+// schema_version table it creates).
+Result<int64_t> check_existing_schema(SqliteLedger& l, const std::string& path) {
+  sqlite3* db = l.db();
+  PLUMB_RETURN_IF_ERROR(exec(db, "BEGIN", "reading ledger '" + path + "'"));
+  auto have = [&]() -> Result<std::pair<int64_t, Schema>> {
+    PLUMB_ASSIGN_OR_RETURN(Schema objects, read_schema(db));
+    if (objects.empty()) return std::make_pair(int64_t(-1), objects);  // a new file
+    if (!objects.count("table schema_version"))
+      return failed_precondition("'" + path +
+                                 "' is not a plumb ledger, or its schema_version table was dropped "
+                                 "(it holds other tables but no schema_version)." +
+                                 damaged_advice(path));
+    PLUMB_ASSIGN_OR_RETURN(int64_t v, l.schema_version());
+    return std::make_pair(v, objects);
+  }();
+  (void)exec(db, "COMMIT", "");
+  if (!have.ok()) return have.status();
+  if (have->first < 0) {
+    PLUMB_RETURN_IF_ERROR(exec(db, kSchemaVersionTable, "creating schema_version"));
+    return int64_t(0);
   }
+  if (have->first > int64_t(migrations().size()))
+    return failed_precondition("ledger '" + path + "' has schema version " + std::to_string(have->first) +
+                               ", newer than this plumb knows (" + std::to_string(migrations().size()) +
+                               "); upgrade plumb");
+  PLUMB_RETURN_IF_ERROR(check_validator(path, have->first, have->second));
+  return have->first;
+}
+
+// Step of open: the migrations from `first` on, each in its own transaction.
+Status apply_migrations(SqliteLedger& l, int64_t first) {
+  sqlite3* db = l.db();
   const auto& ms = migrations();
   for (int64_t v = first; v < int64_t(ms.size()); ++v) {
     Transaction tx(db);
     PLUMB_RETURN_IF_ERROR(tx.begin());
     // Re-check inside the write lock: another process may have migrated meanwhile.
-    PLUMB_ASSIGN_OR_RETURN(int64_t now, l->schema_version());
+    PLUMB_ASSIGN_OR_RETURN(int64_t now, l.schema_version());
     if (now > v) continue;
     PLUMB_RETURN_IF_ERROR(exec(db, ms[size_t(v)], "migrating ledger to schema " + std::to_string(v + 1)));
     // Schema 3 introduced seals: the runs already stored are sealed where their rows back them.
@@ -610,6 +608,22 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
     PLUMB_RETURN_IF_ERROR(s.run("recording schema version"));
     PLUMB_RETURN_IF_ERROR(tx.commit());
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path) {
+  if (is_postgres_url(path)) return open_shared(path, false);
+  PLUMB_ASSIGN_OR_RETURN(std::unique_ptr<SqliteLedger> l,
+                         open_connection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
+  // WAL: readers never block the writer; synchronous=NORMAL in WAL mode loses nothing committed
+  // when the process dies (only an OS crash can lose the last transactions).
+  PLUMB_RETURN_IF_ERROR(exec(l->db(),
+                             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+                             "configuring ledger '" + path + "'"));
+  PLUMB_ASSIGN_OR_RETURN(int64_t first, check_existing_schema(*l, path));
+  PLUMB_RETURN_IF_ERROR(apply_migrations(*l, first));
   return std::unique_ptr<Ledger>(std::move(l));
 }
 
@@ -634,6 +648,90 @@ Result<std::string> SqliteLedger::chain_head() {
   return row ? s.text(0) : kGenesisHash;
 }
 
+namespace {
+
+// Steps of verify(), each adding its findings to `rep`.
+Status verify_schema_version_rows(sqlite3* db, VerifyReport& rep) {
+  Stmt s(db, "SELECT version FROM schema_version ORDER BY rowid");
+  PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
+  int64_t expect = 1;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading schema_version"));
+    if (!row) break;
+    if (s.i64(0) != expect)
+      rep.problems.push_back("schema_version: row " + std::to_string(expect) + " records version " +
+                             std::to_string(s.i64(0)) + " (rows missing, out of order or edited)");
+    ++expect;
+  }
+  return Status::Ok();
+}
+
+// Protocol rows: each must hash to its stored hash.
+Status verify_protocols(sqlite3* db, VerifyReport& rep) {
+  Stmt s(db, "SELECT id, hash, canonical_json FROM protocols ORDER BY id");
+  PLUMB_RETURN_IF_ERROR(s.prepared("protocols"));
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading protocols"));
+    if (!row) break;
+    if (sha256_hex(s.text(2)) != s.text(1))
+      rep.problems.push_back("protocol row " + std::to_string(s.i64(0)) +
+                             ": its text does not hash to its stored hash (edited or forged)");
+  }
+  return Status::Ok();
+}
+
+// One seal of the chain against the one before it (`prev`, `expect`) and against its run's rows.
+void verify_seal(sqlite3* db, Stmt& s, int64_t expect, const std::string& prev, VerifyReport& rep) {
+  int64_t seq = s.i64(0), run = s.i64(1);
+  std::string content = s.text(2), prev_hash = s.text(3), hash = s.text(4);
+  std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
+  if (seq != expect)
+    rep.problems.push_back(where + ": seals " + std::to_string(expect) + ".." + std::to_string(seq - 1) +
+                           " are missing (deleted)");
+  if (prev_hash != prev)
+    rep.problems.push_back(where +
+                           ": its prev_hash is not the previous seal's hash (a seal was deleted, "
+                           "inserted or edited before it)");
+  if (link_hash(seq, run, prev_hash, content) != hash)
+    rep.problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
+  auto now = run_content_hash(db, run);
+  if (!now.ok())
+    rep.problems.push_back(where + ": " + now.status().message());
+  else if (*now != content)
+    rep.problems.push_back(
+        where +
+        ": the run's content changed after it was sealed (its run row, a "
+        "per-request row, a metric or a row it refers to was edited, inserted or deleted)");
+}
+
+// The chain, then the runs without a seal.
+Status verify_chain(sqlite3* db, VerifyReport& rep) {
+  Stmt s(db, "SELECT seq, run_id, content_hash, prev_hash, hash FROM seals ORDER BY seq");
+  PLUMB_RETURN_IF_ERROR(s.prepared("seals"));
+  int64_t expect = 0;
+  std::string prev = kGenesisHash;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading seals"));
+    if (!row) break;
+    verify_seal(db, s, expect, prev, rep);
+    prev = s.text(4);
+    expect = s.i64(0) + 1;
+    ++rep.seals;
+  }
+  rep.chain_head = prev;
+  Stmt u(db, "SELECT id, id IN (SELECT run_id FROM seals) FROM runs ORDER BY id");
+  PLUMB_RETURN_IF_ERROR(u.prepared("runs"));
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, u.step("reading runs"));
+    if (!row) break;
+    ++rep.runs;
+    if (u.i64(1) == 0) rep.unsealed_runs.push_back(u.i64(0));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<VerifyReport> SqliteLedger::verify() {
   VerifyReport rep;
   rep.chain_head = kGenesisHash;
@@ -657,73 +755,10 @@ Result<VerifyReport> SqliteLedger::verify() {
   PLUMB_ASSIGN_OR_RETURN(Schema want, expected_schema(rep.schema_version));
   for (auto& d : schema_differences(objects, want, rep.schema_version))
     rep.problems.push_back("validator: " + d);
-  {
-    Stmt s(db_, "SELECT version FROM schema_version ORDER BY rowid");
-    PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
-    int64_t expect = 1;
-    while (true) {
-      PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading schema_version"));
-      if (!row) break;
-      if (s.i64(0) != expect)
-        rep.problems.push_back("schema_version: row " + std::to_string(expect) + " records version " +
-                               std::to_string(s.i64(0)) + " (rows missing, out of order or edited)");
-      ++expect;
-    }
-  }
+  PLUMB_RETURN_IF_ERROR(verify_schema_version_rows(db_, rep));
   if (!objects.count("table seals") || !objects.count("table runs")) return rep;
-  // Protocol rows: each must hash to its stored hash.
-  {
-    Stmt s(db_, "SELECT id, hash, canonical_json FROM protocols ORDER BY id");
-    PLUMB_RETURN_IF_ERROR(s.prepared("protocols"));
-    while (true) {
-      PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading protocols"));
-      if (!row) break;
-      if (sha256_hex(s.text(2)) != s.text(1))
-        rep.problems.push_back("protocol row " + std::to_string(s.i64(0)) +
-                               ": its text does not hash to its stored hash (edited or forged)");
-    }
-  }
-  // The chain.
-  Stmt s(db_, "SELECT seq, run_id, content_hash, prev_hash, hash FROM seals ORDER BY seq");
-  PLUMB_RETURN_IF_ERROR(s.prepared("seals"));
-  int64_t expect = 0;
-  std::string prev = kGenesisHash;
-  while (true) {
-    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading seals"));
-    if (!row) break;
-    int64_t seq = s.i64(0), run = s.i64(1);
-    std::string content = s.text(2), prev_hash = s.text(3), hash = s.text(4);
-    std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
-    if (seq != expect)
-      rep.problems.push_back(where + ": seals " + std::to_string(expect) + ".." + std::to_string(seq - 1) +
-                             " are missing (deleted)");
-    if (prev_hash != prev)
-      rep.problems.push_back(where +
-                             ": its prev_hash is not the previous seal's hash (a seal was deleted, "
-                             "inserted or edited before it)");
-    if (link_hash(seq, run, prev_hash, content) != hash)
-      rep.problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
-    auto now = run_content_hash(db_, run);
-    if (!now.ok())
-      rep.problems.push_back(where + ": " + now.status().message());
-    else if (*now != content)
-      rep.problems.push_back(
-          where +
-          ": the run's content changed after it was sealed (its run row, a "
-          "per-request row, a metric or a row it refers to was edited, inserted or deleted)");
-    prev = hash;
-    expect = seq + 1;
-    ++rep.seals;
-  }
-  rep.chain_head = prev;
-  Stmt u(db_, "SELECT id, id IN (SELECT run_id FROM seals) FROM runs ORDER BY id");
-  PLUMB_RETURN_IF_ERROR(u.prepared("runs"));
-  while (true) {
-    PLUMB_ASSIGN_OR_RETURN(bool row, u.step("reading runs"));
-    if (!row) break;
-    ++rep.runs;
-    if (u.i64(1) == 0) rep.unsealed_runs.push_back(u.i64(0));
-  }
+  PLUMB_RETURN_IF_ERROR(verify_protocols(db_, rep));
+  PLUMB_RETURN_IF_ERROR(verify_chain(db_, rep));
   return rep;
 }
 
