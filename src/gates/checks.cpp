@@ -12,6 +12,7 @@
 #include "core/sha256.h"
 #include "net/http_client.h"
 #include "protocol/protocol.h"
+#include "stats/stats.h"
 
 namespace plumb::gates {
 
@@ -109,13 +110,6 @@ std::optional<int64_t> usage_field(const json::object& reply, const char* key) {
   const auto& u = reply.at("usage").as_object();
   if (!u.contains(key) || !u.at(key).is_int64()) return std::nullopt;
   return u.at(key).as_int64();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 json::object completion_body(const std::string& prompt, int max_tokens) {
@@ -397,8 +391,8 @@ Status add_repeat_checks(OpenAiClient& target, const IntegrityOptions& opt, Gate
     repeat_t.push_back(sr);
     if (sf > 0) ratios.push_back(sr / sf);
   }
-  double mf = median(fresh_t), mr = median(repeat_t);
-  g.constraints.push_back(check("repeat_time_ratio", median(ratios), ">=", opt.min_repeat_time_ratio,
+  double mf = stats::median(fresh_t), mr = stats::median(repeat_t);
+  g.constraints.push_back(check("repeat_time_ratio", stats::median(ratios), ">=", opt.min_repeat_time_ratio,
                                 "exact repeats are answered far faster than fresh prompts of the same "
                                 "shape: more than prefix caching can "
                                 "explain (a response cache); disable it",

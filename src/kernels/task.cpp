@@ -164,18 +164,24 @@ Status write_task(const Task& t, const std::string& dir) {
 
 namespace {
 
+// A required string field of task.json.
+Result<std::string> required_string(const json::object& o, const std::string& dir, const char* k) {
+  PLUMB_ASSIGN_OR_RETURN(auto s, json::opt_string(o, k));
+  if (!s) return invalid_argument(dir + "/task.json: missing field '" + std::string(k) + "'");
+  return *s;
+}
+
+// A required integer field of task.json.
+Result<int64_t> required_int(const json::object& o, const std::string& dir, const char* k) {
+  PLUMB_ASSIGN_OR_RETURN(auto s, json::opt_int(o, k));
+  if (!s) return invalid_argument(dir + "/task.json: missing field '" + std::string(k) + "'");
+  return *s;
+}
+
 // task.json's module, op, phase, dtype and shapes, checked.
 Status read_task_shape(const std::string& dir, const json::object& o, Task& t) {
-  auto str = [&](const char* k) -> Result<std::string> {
-    PLUMB_ASSIGN_OR_RETURN(auto s, json::opt_string(o, k));
-    if (!s) return invalid_argument(dir + "/task.json: missing field '" + std::string(k) + "'");
-    return *s;
-  };
-  auto num = [&](const char* k) -> Result<int64_t> {
-    PLUMB_ASSIGN_OR_RETURN(auto s, json::opt_int(o, k));
-    if (!s) return invalid_argument(dir + "/task.json: missing field '" + std::string(k) + "'");
-    return *s;
-  };
+  auto str = [&](const char* k) { return required_string(o, dir, k); };
+  auto num = [&](const char* k) { return required_int(o, dir, k); };
   PLUMB_ASSIGN_OR_RETURN(t.module, str("module"));
   PLUMB_ASSIGN_OR_RETURN(std::string op, str("op"));
   PLUMB_ASSIGN_OR_RETURN(t.op, engine::op_from_name(op));

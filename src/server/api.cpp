@@ -506,6 +506,17 @@ size_t utf8_floor(const std::string& s, size_t len) {
   size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
   return (back + 1 >= need) ? len : n - 1;
 }
+
+// Cuts text at the earliest stop string that appears in the part not yet returned (from
+// `emitted`, or overlapping it by up to max_stop - 1 bytes); true when one did.
+bool cut_at_stop(std::string& text, size_t emitted, size_t max_stop, const std::vector<std::string>& stops) {
+  size_t from = emitted >= max_stop ? emitted - max_stop + 1 : 0;
+  size_t best = std::string::npos;
+  for (const auto& s : stops) best = std::min(best, text.find(s, from));
+  if (best == std::string::npos) return false;
+  text.resize(std::max(best, emitted));
+  return true;
+}
 }  // namespace
 
 LogprobEntry logprob_entry(const engine::Tokenizer& tok, const scheduler::TokenLogprob& lp) {
@@ -537,16 +548,8 @@ std::string TextAssembler::push(const std::vector<int32_t>& tokens,
     text_ += decoder_.push(tokens[i]);
     tokens_++;
     if (want_logprobs_ && i < logprobs.size()) logprobs_.push_back(logprob_entry(tok_, logprobs[i]));
-    if (!stop_.empty() && tokens_ >= min_tokens_) {
-      // The earliest stop string that now appears in the text not yet returned (or overlapping it).
-      size_t from = emitted_ >= max_stop_ ? emitted_ - max_stop_ + 1 : 0;
-      size_t best = std::string::npos;
-      for (const auto& s : stop_) best = std::min(best, text_.find(s, from));
-      if (best != std::string::npos) {
-        text_.resize(std::max(best, emitted_));
-        stopped_ = true;
-      }
-    }
+    if (!stop_.empty() && tokens_ >= min_tokens_ && cut_at_stop(text_, emitted_, max_stop_, stop_))
+      stopped_ = true;
   }
   return release(stopped_);
 }
@@ -554,15 +557,8 @@ std::string TextAssembler::push(const std::vector<int32_t>& tokens,
 std::string TextAssembler::finish() {
   if (!stopped_) {
     text_ += decoder_.flush();
-    if (!stop_.empty() && tokens_ >= min_tokens_) {
-      size_t from = emitted_ >= max_stop_ ? emitted_ - max_stop_ + 1 : 0;
-      size_t best = std::string::npos;
-      for (const auto& s : stop_) best = std::min(best, text_.find(s, from));
-      if (best != std::string::npos) {
-        text_.resize(std::max(best, emitted_));
-        stopped_ = true;
-      }
-    }
+    if (!stop_.empty() && tokens_ >= min_tokens_ && cut_at_stop(text_, emitted_, max_stop_, stop_))
+      stopped_ = true;
   }
   return release(true);
 }

@@ -237,13 +237,29 @@ std::vector<double> bootstrap_distribution(std::span<const double> xs, const Sta
 
 }  // namespace
 
+namespace {
+// The statistic on the sample and its sorted bootstrap distribution, both checked for NaN.
+struct Bootstrap {
+  double theta = 0;
+  std::vector<double> dist;
+};
+Result<Bootstrap> bootstrap(std::span<const double> xs, const Statistic& stat, double confidence,
+                            int resamples, uint64_t seed) {
+  PLUMB_RETURN_IF_ERROR(check_bootstrap_args(xs, confidence, resamples));
+  Bootstrap b;
+  b.theta = stat(xs);
+  if (std::isnan(b.theta)) return failed_precondition("bootstrap statistic is NaN on the sample");
+  b.dist = bootstrap_distribution(xs, stat, resamples, seed);
+  if (has_nan(b.dist)) return failed_precondition("bootstrap statistic returned NaN on a resample");
+  return b;
+}
+}  // namespace
+
 Result<Interval> bootstrap_percentile_interval(std::span<const double> xs, const Statistic& stat,
                                                double confidence, int resamples, uint64_t seed) {
-  PLUMB_RETURN_IF_ERROR(check_bootstrap_args(xs, confidence, resamples));
-  double theta = stat(xs);
-  if (std::isnan(theta)) return failed_precondition("bootstrap statistic is NaN on the sample");
-  std::vector<double> dist = bootstrap_distribution(xs, stat, resamples, seed);
-  if (has_nan(dist)) return failed_precondition("bootstrap statistic returned NaN on a resample");
+  PLUMB_ASSIGN_OR_RETURN(Bootstrap boot, bootstrap(xs, stat, confidence, resamples, seed));
+  const double theta = boot.theta;
+  const std::vector<double>& dist = boot.dist;
   if (dist.front() == dist.back()) return Interval{theta, theta};
   double alpha = 1.0 - confidence;
   return Interval{percentile_sorted(dist, 100.0 * alpha / 2.0),
@@ -252,11 +268,9 @@ Result<Interval> bootstrap_percentile_interval(std::span<const double> xs, const
 
 Result<Interval> bootstrap_bca_interval(std::span<const double> xs, const Statistic& stat, double confidence,
                                         int resamples, uint64_t seed) {
-  PLUMB_RETURN_IF_ERROR(check_bootstrap_args(xs, confidence, resamples));
-  double theta = stat(xs);
-  if (std::isnan(theta)) return failed_precondition("bootstrap statistic is NaN on the sample");
-  std::vector<double> dist = bootstrap_distribution(xs, stat, resamples, seed);
-  if (has_nan(dist)) return failed_precondition("bootstrap statistic returned NaN on a resample");
+  PLUMB_ASSIGN_OR_RETURN(Bootstrap boot, bootstrap(xs, stat, confidence, resamples, seed));
+  const double theta = boot.theta;
+  const std::vector<double>& dist = boot.dist;
   if (dist.front() == dist.back()) return Interval{theta, theta};
 
   // Bias correction. A proportion of 0 or 1 would give an infinite z0; clamp it to half a

@@ -2,6 +2,7 @@
 // and reports are in trial_loop.cpp, replay.cpp, revalidate.cpp and study_report.cpp.
 #include "tune/study.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -132,18 +133,25 @@ json::object StudyOptions::to_json() const {
                       {"pairs", pairs}};
 }
 
-Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
-  StudyOptions s;
-  auto str = [&](const char* k, std::string& out) {
-    if (auto* v = o.if_contains(k); v && v->is_string()) out = std::string(v->as_string());
-  };
+namespace {
+
+// The strategy's stored settings (TPE, halving, the external proposer).
+void strategy_from_json(const json::object& o, StrategyOptions& so) {
   auto num = [&](const char* k) { return json::number_at(o, k); };
-  str("name", s.name);
-  str("space", s.space);
-  str("strategy", s.strategy);
-  str("scenario", s.scenario);
-  str("size", s.size);
-  str("tokenizer", s.tokenizer);
+  if (auto v = num("startup")) so.startup = int(*v);
+  if (auto v = num("gamma")) so.gamma = *v;
+  if (auto v = num("candidates")) so.candidates = int(*v);
+  if (auto v = num("screen_configs")) so.screen_configs = int(*v);
+  if (auto v = num("eta")) so.eta = int(*v);
+  if (auto v = num("proposer_timeout_ms")) so.proposer_timeout = std::chrono::milliseconds(int64_t(*v));
+  if (auto* v = o.if_contains("proposer"); v && v->is_array())
+    for (const auto& x : v->as_array())
+      if (x.is_string()) so.proposer_argv.emplace_back(x.as_string());
+}
+
+// The seeds, budgets and timeouts; strategy_seed kept exact when stored as an integer.
+void numbers_from_json(const json::object& o, StudyOptions& s) {
+  auto num = [&](const char* k) { return json::number_at(o, k); };
   if (auto v = num("strategy_seed")) s.strategy_seed = uint64_t(*v);
   if (auto* v = o.if_contains("strategy_seed"); v && v->is_uint64()) s.strategy_seed = v->as_uint64();
   if (auto* v = o.if_contains("strategy_seed"); v && v->is_int64()) s.strategy_seed = uint64_t(v->as_int64());
@@ -154,23 +162,30 @@ Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
   if (auto v = num("request_timeout_s")) s.request_timeout_s = int(*v);
   if (auto v = num("trial_timeout_s")) s.trial_timeout_s = int(*v);
   if (auto v = num("screen_fraction")) s.screen_fraction = *v;
-  if (auto v = num("startup")) s.strategy_options.startup = int(*v);
-  if (auto v = num("gamma")) s.strategy_options.gamma = *v;
-  if (auto v = num("candidates")) s.strategy_options.candidates = int(*v);
-  if (auto v = num("screen_configs")) s.strategy_options.screen_configs = int(*v);
-  if (auto v = num("eta")) s.strategy_options.eta = int(*v);
-  if (auto v = num("proposer_timeout_ms"))
-    s.strategy_options.proposer_timeout = std::chrono::milliseconds(int64_t(*v));
+  if (auto v = num("pairs")) s.pairs = int(*v);
+}
+
+}  // namespace
+
+Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
+  StudyOptions s;
+  auto str = [&](const char* k, std::string& out) {
+    if (auto* v = o.if_contains(k); v && v->is_string()) out = std::string(v->as_string());
+  };
+  str("name", s.name);
+  str("space", s.space);
+  str("strategy", s.strategy);
+  str("scenario", s.scenario);
+  str("size", s.size);
+  str("tokenizer", s.tokenizer);
+  numbers_from_json(o, s);
+  strategy_from_json(o, s.strategy_options);
   auto flag = [&](const char* k, bool& out) {
     if (auto* v = o.if_contains(k); v && v->is_bool()) out = v->as_bool();
   };
   flag("revalidate", s.revalidate);
   flag("naive", s.naive);
   flag("gates", s.gates);
-  if (auto v = num("pairs")) s.pairs = int(*v);
-  if (auto* v = o.if_contains("proposer"); v && v->is_array())
-    for (const auto& x : v->as_array())
-      if (x.is_string()) s.strategy_options.proposer_argv.emplace_back(x.as_string());
   return s;
 }
 

@@ -155,6 +155,100 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
   return out;
 }
 
+namespace {
+
+// The Pareto front and the best configuration (or why there is none).
+std::string best_text(const StudyState& st) {
+  std::string s;
+  auto front = pareto_front(st);
+  if (!front.empty()) {
+    s += "\n  Pareto front (TTFT p50 lower, throughput higher):";
+    for (size_t i : front)
+      s += " #" + std::to_string(st.trials[i].obs.index + 1) + " (" +
+           opt_num(metric_of(st.trials[i].obs, "ttft_p50_ms"), "%.1f") + " ms, " +
+           opt_num(metric_of(st.trials[i].obs, "request_throughput"), "%.3f") + " req/s)";
+    s += "\n";
+  }
+  auto b = st.best();
+  if (b) {
+    s += "\n  best: trial " + std::to_string(st.trials[*b].obs.index + 1) + ", objective " +
+         opt_num(st.trials[*b].obs.objective) + " on the dev seed\n    " +
+         config_summary(st.space, st.trials[*b].obs.config) + "\n";
+    if (auto cmd = serve_command(st.space, st.trials[*b].obs.config); !cmd.empty()) s += "    " + cmd + "\n";
+  } else {
+    s += "\n  no feasible trial: no best configuration\n";
+    bool all_lag = !st.trials.empty();
+    for (const auto& t : st.trials) all_lag = all_lag && t.obs.failure.find("send_lag") != std::string::npos;
+    if (all_lag)
+      s += "  every trial failed the send-lag rule: the load generator could not keep its schedule on this\n"
+           "  machine (another process is using the CPU). Free the CPU and continue with plumb tune "
+           "--resume " +
+           std::to_string(st.row.id) + " --time-budget <more seconds>\n";
+  }
+  return s;
+}
+
+// The re-validation's comparisons, one line each with its readout.
+std::string comparisons_text(const StudyState& st, const Revalidation& reval) {
+  const Revalidation* rv = &reval;
+  std::string s;
+  char buf[512];
+  s += "\n  re-validation on held-out seeds (eval seed " + std::to_string(st.row.eval_seed) +
+       "), paired, pre-registered:\n";
+  std::snprintf(buf, sizeof buf, "    %-10s %9s %21s %-13s %7s %7s  %s\n", "baseline", "speedup", "95% CI",
+                "verdict", "CV base", "CV best", "pairs");
+  s += buf;
+  for (const auto& c : rv->comparisons) {
+    if (!c.readout) {
+      s += "    " + c.baseline + ": not available: " + c.error + "\n";
+      continue;
+    }
+    const auto& r = c.readout->readout;
+    std::string ci = "[" + opt_num(r.lo, "%.3f") + ", " + opt_num(r.hi, "%.3f") + "]";
+    std::snprintf(buf, sizeof buf, "    %-10s %9s %21s %-13s %6s%% %6s%%  %lld of %lld\n", c.baseline.c_str(),
+                  opt_num(r.ratio, "%.3fx").c_str(), ci.c_str(),
+                  std::string(protocol::verdict_name(r.verdict)).c_str(),
+                  opt_num(100 * r.cv_a, "%.1f").c_str(), opt_num(100 * r.cv_b, "%.1f").c_str(),
+                  (long long)r.pairs, (long long)c.readout->pairs_registered);
+    s += buf;
+    s += "      " + r.reason + (c.error.empty() ? "" : " (" + c.error + ")") + "\n";
+  }
+  return s;
+}
+
+// The gates on the best configuration and where its config file is.
+std::string revalidation_gates_text(const Revalidation& reval) {
+  const Revalidation* rv = &reval;
+  std::string s;
+  char buf[512];
+  if (rv->gates) {
+    for (const auto& g : rv->gates->gates) {
+      int fails = 0, ne = 0;
+      for (const auto& c : g.constraints) {
+        if (c.verdict == gates::Verdict::kNotEvaluated)
+          ++ne;
+        else if (c.verdict == gates::Verdict::kFail)
+          ++fails;
+      }
+      std::snprintf(buf, sizeof buf, "    gate %-10s %s (%zu constraints, %d failed, %d not evaluated)\n",
+                    g.gate.c_str(), g.passed() ? "PASS" : "FAIL", g.constraints.size(), fails, ne);
+      s += buf;
+      for (const auto& c : g.constraints)
+        if (c.verdict == gates::Verdict::kFail) s += "      failed: " + c.name + ": " + c.fix + "\n";
+    }
+  }
+  if (rv->gates && !rv->gates->passed())
+    s += "    the best configuration FAILS a gate: by the protocol it scores as its baseline (speedup "
+         "1.0),\n"
+         "    whatever its measured speed\n";
+  if (!rv->gates_error.empty()) s += "    gates: " + rv->gates_error + "\n";
+  s += "    best config: " + rv->best_config_path + " (plumb compare register --b " + rv->best_config_path +
+       ")\n";
+  return s;
+}
+
+}  // namespace
+
 std::string report_text(const StudyState& st, const Revalidation* rv) {
   std::string s;
   char buf[512];
@@ -192,76 +286,8 @@ std::string report_text(const StudyState& st, const Revalidation* rv) {
       any_inf = true;
       s += "    #" + std::to_string(t.obs.index + 1) + " " + t.obs.status + ": " + t.obs.failure + "\n";
     }
-  auto front = pareto_front(st);
-  if (!front.empty()) {
-    s += "\n  Pareto front (TTFT p50 lower, throughput higher):";
-    for (size_t i : front)
-      s += " #" + std::to_string(st.trials[i].obs.index + 1) + " (" +
-           opt_num(metric_of(st.trials[i].obs, "ttft_p50_ms"), "%.1f") + " ms, " +
-           opt_num(metric_of(st.trials[i].obs, "request_throughput"), "%.3f") + " req/s)";
-    s += "\n";
-  }
-  auto b = st.best();
-  if (b) {
-    s += "\n  best: trial " + std::to_string(st.trials[*b].obs.index + 1) + ", objective " +
-         opt_num(st.trials[*b].obs.objective) + " on the dev seed\n    " +
-         config_summary(st.space, st.trials[*b].obs.config) + "\n";
-    if (auto cmd = serve_command(st.space, st.trials[*b].obs.config); !cmd.empty()) s += "    " + cmd + "\n";
-  } else {
-    s += "\n  no feasible trial: no best configuration\n";
-    bool all_lag = !st.trials.empty();
-    for (const auto& t : st.trials) all_lag = all_lag && t.obs.failure.find("send_lag") != std::string::npos;
-    if (all_lag)
-      s += "  every trial failed the send-lag rule: the load generator could not keep its schedule on this\n"
-           "  machine (another process is using the CPU). Free the CPU and continue with plumb tune "
-           "--resume " +
-           std::to_string(st.row.id) + " --time-budget <more seconds>\n";
-  }
-  if (rv) {
-    s += "\n  re-validation on held-out seeds (eval seed " + std::to_string(st.row.eval_seed) +
-         "), paired, pre-registered:\n";
-    std::snprintf(buf, sizeof buf, "    %-10s %9s %21s %-13s %7s %7s  %s\n", "baseline", "speedup", "95% CI",
-                  "verdict", "CV base", "CV best", "pairs");
-    s += buf;
-    for (const auto& c : rv->comparisons) {
-      if (!c.readout) {
-        s += "    " + c.baseline + ": not available: " + c.error + "\n";
-        continue;
-      }
-      const auto& r = c.readout->readout;
-      std::string ci = "[" + opt_num(r.lo, "%.3f") + ", " + opt_num(r.hi, "%.3f") + "]";
-      std::snprintf(buf, sizeof buf, "    %-10s %9s %21s %-13s %6s%% %6s%%  %lld of %lld\n",
-                    c.baseline.c_str(), opt_num(r.ratio, "%.3fx").c_str(), ci.c_str(),
-                    std::string(protocol::verdict_name(r.verdict)).c_str(),
-                    opt_num(100 * r.cv_a, "%.1f").c_str(), opt_num(100 * r.cv_b, "%.1f").c_str(),
-                    (long long)r.pairs, (long long)c.readout->pairs_registered);
-      s += buf;
-      s += "      " + r.reason + (c.error.empty() ? "" : " (" + c.error + ")") + "\n";
-    }
-    if (rv->gates) {
-      for (const auto& g : rv->gates->gates) {
-        int fails = 0, ne = 0;
-        for (const auto& c : g.constraints) {
-          if (c.verdict == gates::Verdict::kNotEvaluated)
-            ++ne;
-          else if (c.verdict == gates::Verdict::kFail)
-            ++fails;
-        }
-        std::snprintf(buf, sizeof buf, "    gate %-10s %s (%zu constraints, %d failed, %d not evaluated)\n",
-                      g.gate.c_str(), g.passed() ? "PASS" : "FAIL", g.constraints.size(), fails, ne);
-        s += buf;
-        for (const auto& c : g.constraints)
-          if (c.verdict == gates::Verdict::kFail) s += "      failed: " + c.name + ": " + c.fix + "\n";
-      }
-    }
-    if (rv->gates && !rv->gates->passed())
-      s += "    the best configuration FAILS a gate: by the protocol it scores as its baseline (speedup "
-           "1.0),\n"
-           "    whatever its measured speed\n";
-    if (!rv->gates_error.empty()) s += "    gates: " + rv->gates_error + "\n";
-    s += "    best config: " + rv->best_config_path + " (plumb compare register --b " + rv->best_config_path +
-         ")\n";
-  }
+  s += best_text(st);
+  if (rv) s += comparisons_text(st, *rv) + revalidation_gates_text(*rv);
   return s;
 }
 
