@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,8 @@ enum class Backend { kSqlite, kPostgres };
 inline std::string backend_name(const ::testing::TestParamInfo<Backend>& i) {
   return i.param == Backend::kSqlite ? "Sqlite" : "Postgres";
 }
+// ctest lists the parameter by this name rather than as raw bytes.
+inline void PrintTo(Backend b, std::ostream* os) { *os << (b == Backend::kSqlite ? "sqlite" : "postgresql"); }
 
 // A fresh PostgreSQL database on the test server, dropped on destruction. url() is empty, and
 // skip_reason() says why, when there is no server to test against.
