@@ -12,7 +12,9 @@
 #include <utility>
 
 #include "core/random.h"
+#include "engine/cpu/huge_pages.h"
 #include "engine/cpu/packed.h"
+#include "engine/cpu/quant.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace plumb::engine {
@@ -34,6 +36,17 @@ void release_pages(const void* p, size_t bytes) {
   if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 }  // namespace
+
+struct ModelWeights::Buffer {
+  void* p = nullptr;  // malloc'd unless `huge` holds it
+  HugeBuffer huge;
+  ~Buffer();
+};
+
+ModelWeights::ModelWeights() = default;
+ModelWeights::~ModelWeights() = default;
+ModelWeights::ModelWeights(ModelWeights&&) noexcept = default;
+ModelWeights& ModelWeights::operator=(ModelWeights&&) noexcept = default;
 
 ModelWeights::Buffer::~Buffer() {
   if (!huge.data()) std::free(p);
