@@ -43,10 +43,9 @@ const char* finish_name(scheduler::FinishReason r) {
 
 // The serving engine's settings for one sequence: the whole prompt in one pass, a cache just large
 // enough, nothing shared. InvalidArgument for a request generate() does not take.
-Result<scheduler::LlmEngineConfig> one_sequence_config(const Model& model, std::span<const int32_t> prompt,
+Result<scheduler::LlmEngineConfig> one_sequence_config(int64_t ctx, std::span<const int32_t> prompt,
                                                        const GenerateOptions& opts) {
   PLUMB_RETURN_IF_ERROR(opts.sampling.validate());
-  const int64_t ctx = model.config().max_context();
   if (prompt.empty()) return invalid_argument("generate: the prompt has no tokens");
   if (int64_t(prompt.size()) > ctx) {
     return invalid_argument("generate: the prompt has " + std::to_string(prompt.size()) +
@@ -92,10 +91,19 @@ bool deliver(scheduler::TokenEvent& ev, TextStream* text,
 Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opts,
                                 TextStream* text,
                                 const std::function<bool(const GeneratedToken&)>& on_token) {
-  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig config, one_sequence_config(model, prompt, opts));
+  return generate(scheduler::make_model_runner(model, "generate"), prompt, opts, text, on_token);
+}
+
+Result<GenerateResult> generate(std::unique_ptr<scheduler::ModelRunner> model_runner,
+                                std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                TextStream* text,
+                                const std::function<bool(const GeneratedToken&)>& on_token) {
+  if (!model_runner) return invalid_argument("generate: no model runner");
+  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig config,
+                         one_sequence_config(model_runner->max_context(), prompt, opts));
   // Declared before the engine: its destructor may still deliver a final (cancelled) event.
   std::vector<scheduler::TokenEvent> events;
-  auto runner = std::make_unique<WholeContextRunner>(scheduler::make_model_runner(model, "generate"));
+  auto runner = std::make_unique<WholeContextRunner>(std::move(model_runner));
   PLUMB_ASSIGN_OR_RETURN(auto engine, scheduler::LlmEngine::create(config, std::move(runner),
                                                                    scheduler::LlmEngine::Mode::kManual));
   scheduler::GenerationRequest req;
