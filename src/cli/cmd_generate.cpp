@@ -1,10 +1,8 @@
 // `plumb generate`: run the reference engine on one prompt and stream the text.
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <iostream>
 #include <memory>
-#include <mutex>
+#include <sstream>
 #include <string>
 
 #include "cli/command.h"
@@ -14,7 +12,7 @@
 #include "core/log.h"
 #include "engine/generate.h"
 #include "engine/model.h"
-#include "engine/scheduler/llm_engine.h"
+#include "engine/scheduler/model_runner.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -39,85 +37,6 @@ struct GenerateArgs {
 int fail(int code, const Status& s) {
   std::cerr << "plumb generate: " << s.to_string() << "\n";
   return code;
-}
-
-// A device other than the CPU: the prompt runs through the serving engine (engine/scheduler/) over
-// the runner scheduler::make_runner builds, with the default preset's settings. Streams the text as
-// run() does and reports prefill and decode speed from the request's server-side timings.
-int run_on_device(const GenerateArgs& a, std::unique_ptr<engine::Model> model,
-                  const std::vector<int32_t>& ids, engine::TextStream& stream,
-                  const std::vector<int32_t>& eos_ids, double load_s) {
-  scheduler::LlmEngineConfig c;
-  c.device = a.model.device;
-  c.kv_block_size = a.block_size;
-  const int64_t context = model->config().max_context();
-  c.kv_cache_tokens = std::min<int64_t>(c.kv_cache_tokens, context);
-  c.kv_cache_tokens = std::max<int64_t>(c.kv_cache_tokens, a.block_size);
-  auto eff = scheduler::normalize(c, context);
-  if (!eff.ok()) return fail(kExitUsage, eff.status());
-  log::info("event=settings effective={}", scheduler::llm_engine_config_json(*eff));
-  const std::string name = a.model.model_config.empty() ? a.model.model_dir : a.model.model_config;
-  auto runner =
-      scheduler::make_runner(a.model.device_spec(), std::move(model), name.empty() ? "plumb-tiny" : name);
-  if (!runner.ok()) return fail(kExitError, runner.status());
-  const std::string described = (*runner)->describe();
-  auto engine = scheduler::LlmEngine::create(*eff, std::move(runner).value());
-  if (!engine.ok()) return fail(kExitError, engine.status());
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<scheduler::TokenEvent> events;
-  scheduler::GenerationRequest req;
-  req.prompt = ids;
-  req.sampling.temperature = a.temperature;
-  req.sampling.top_p = a.top_p;
-  req.sampling.top_k = a.top_k;
-  req.sampling.seed = a.seed;
-  req.sampling.max_tokens = a.max_tokens;
-  req.sampling.ignore_eos = a.ignore_eos;
-  req.sampling.eos_ids = eos_ids;
-  req.sink = [&](scheduler::TokenEvent&& ev) {
-    std::lock_guard lock(mu);
-    events.push_back(std::move(ev));
-    cv.notify_one();
-  };
-  auto id = (*engine)->submit(std::move(req));
-  if (!id.ok())
-    return fail(id.status().code() == Code::kInvalidArgument ? kExitUsage : kExitError, id.status());
-  int64_t generated = 0;
-  scheduler::TokenEvent last;
-  for (bool done = false; !done;) {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return !events.empty(); });
-    scheduler::TokenEvent ev = std::move(events.front());
-    events.pop_front();
-    lock.unlock();
-    for (int32_t t : ev.tokens) {
-      const std::string text = stream.push(t);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    }
-    std::fflush(stdout);
-    generated += int64_t(ev.tokens.size());
-    done = ev.finished;
-    if (done) last = std::move(ev);
-  }
-  const std::string tail = stream.flush();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
-  std::cout << "\n";
-  (*engine)->stop();
-  if (last.reason == scheduler::FinishReason::kError) return fail(kExitError, last.error);
-  const double prefill_ms = last.timings.prefill_ms(), decode_ms = last.timings.decode_ms();
-  std::cout << "---\n"
-            << "model: " << described << ", loaded in " << load_s << " s\n"
-            << "prompt tokens: " << ids.size() << "\n"
-            << "generated tokens: " << generated << " (finish: " << scheduler::finish_reason_name(last.reason)
-            << ")\n"
-            << "prefill: " << (prefill_ms > 0 ? double(ids.size()) / (prefill_ms / 1e3) : 0.0)
-            << " tokens/s (" << prefill_ms << " ms, queue and first token included)\n"
-            << "decode: " << (decode_ms > 0 ? double(generated - 1) / (decode_ms / 1e3) : 0.0)
-            << " tokens/s (" << decode_ms << " ms for " << (generated > 0 ? generated - 1 : 0)
-            << " tokens)\n";
-  return kExitOk;
 }
 
 int run(const GenerateArgs& a) {
@@ -174,12 +93,16 @@ int run(const GenerateArgs& a) {
     ids = byte_encode(a.prompt);
   }
 
-  if (a.model.device_spec().kind != scheduler::Device::Kind::kCpu) {
-    const std::vector<int32_t> eos = model_eos_ids(model->config(), tok.get());
-    auto text = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
-    return run_on_device(a, std::move(model), ids, *text, eos, load_s);
-  }
-
+  // The model line, before the runner takes the model.
+  const auto& cfg = model->config();
+  std::ostringstream described;
+  described << (a.model.model_config.empty() ? dir : a.model.model_config) << " ("
+            << architecture_name(cfg.arch) << ", " << cfg.num_hidden_layers << " layers, "
+            << (model->weights().quantization().scheme == QuantScheme::kNone
+                    ? std::string(dtype_name(model->weights().linear_dtype()))
+                    : model->weights().quantization().name() + " linear")
+            << (a.model.load_format == "dummy" ? " dummy" : "") << " weights, " << model->pool().size()
+            << " threads, " << (tok ? "tokenizer" : "byte-level text") << ")";
   GenerateOptions go;
   go.sampling.temperature = a.temperature;
   go.sampling.top_p = a.top_p;
@@ -187,11 +110,19 @@ int run(const GenerateArgs& a) {
   go.sampling.seed = a.seed;
   go.sampling.max_tokens = a.max_tokens;
   go.sampling.ignore_eos = a.ignore_eos;
-  go.sampling.eos_ids = model_eos_ids(model->config(), tok.get());
+  go.sampling.eos_ids = model_eos_ids(cfg, tok.get());
   go.block_size = a.block_size;
+  // The runner factory for --device (cpu, cuda, cuda:N): generate() is the same loop on every device.
+  const scheduler::Device device = a.model.device_spec();
+  if (device.kind != scheduler::Device::Kind::kCpu) {
+    log::info("event=settings device={}", device.name());
+    described << " on " << device.name();
+  }
+  auto runner = scheduler::make_runner(device, std::move(model), described.str());
+  if (!runner.ok()) return fail(kExitError, runner.status());
   // Special tokens (the EOS that ends a chat turn) are not printed.
   auto stream = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
-  auto res = generate(*model, ids, go, stream.get(), [](const GeneratedToken& g) {
+  auto res = generate(std::move(runner).value(), ids, go, stream.get(), [](const GeneratedToken& g) {
     std::fwrite(g.text.data(), 1, g.text.size(), stdout);
     std::fflush(stdout);
     return true;
@@ -200,15 +131,8 @@ int run(const GenerateArgs& a) {
   if (!res.ok())
     return fail(res.status().code() == Code::kInvalidArgument ? kExitUsage : kExitError, res.status());
 
-  const auto& cfg = model->config();
   std::cout << "---\n"
-            << "model: " << (a.model.model_config.empty() ? dir : a.model.model_config) << " ("
-            << architecture_name(cfg.arch) << ", " << cfg.num_hidden_layers << " layers, "
-            << (model->weights().quantization().scheme == QuantScheme::kNone
-                    ? std::string(dtype_name(model->weights().linear_dtype()))
-                    : model->weights().quantization().name() + " linear")
-            << (a.model.load_format == "dummy" ? " dummy" : "") << " weights, " << model->pool().size()
-            << " threads, " << (tok ? "tokenizer" : "byte-level text") << "), loaded in " << load_s << " s\n"
+            << "model: " << described.str() << ", loaded in " << load_s << " s\n"
             << "prompt tokens: " << res->prompt_tokens << "\n"
             << "generated tokens: " << res->tokens.size() << " (finish: " << res->finish_reason << ")\n"
             << "prefill: " << res->prefill_tokens_per_s() << " tokens/s (" << res->prefill_seconds * 1e3

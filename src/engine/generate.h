@@ -27,6 +27,10 @@
 #include "engine/model.h"
 #include "engine/sampling.h"
 
+namespace plumb::scheduler {
+class ModelRunner;  // engine/scheduler/model_runner.h
+}
+
 namespace plumb::engine {
 
 class Tokenizer;
@@ -85,6 +89,11 @@ std::vector<int32_t> model_eos_ids(const ModelConfig& config, const Tokenizer* t
 // forward pass or non-finite logits end it with that error. `text` may be null (no text then).
 // The model is borrowed for the call; its KV cache is private to the call.
 Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                TextStream* text, const std::function<bool(const GeneratedToken&)>& on_token);
+// The same over a runner of any device (scheduler::make_runner: the device seam), which it
+// consumes; the context is the runner's max_context().
+Result<GenerateResult> generate(std::unique_ptr<scheduler::ModelRunner> runner,
+                                std::span<const int32_t> prompt, const GenerateOptions& opts,
                                 TextStream* text, const std::function<bool(const GeneratedToken&)>& on_token);
 
 }  // namespace plumb::engine

@@ -38,7 +38,7 @@ struct ModelOptions {
   uint64_t seed = 0;                           // dummy weights' seed
   int threads = 0;                             // kernel threads including the caller; 0 = all cores
   KernelSelection kernels;                     // variant per op and phase; empty = "auto" everywhere
-  Quantization quantization;                   // linear layers: none | int8 | int4 (engine/cpu/quant.h)
+  Quantization quantization;                   // linear layers: none | int8 | int4 (engine/cpu/kernels.h)
 };
 
 // One sequence's part of a batch. Spans are borrowed for the duration of forward().

@@ -12,7 +12,9 @@
 #include <utility>
 
 #include "core/random.h"
+#include "engine/cpu/huge_pages.h"
 #include "engine/cpu/packed.h"
+#include "engine/cpu/quant.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace plumb::engine {
@@ -34,6 +36,17 @@ void release_pages(const void* p, size_t bytes) {
   if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 }  // namespace
+
+struct ModelWeights::Buffer {
+  void* p = nullptr;  // malloc'd unless `huge` holds it
+  HugeBuffer huge;
+  ~Buffer();
+};
+
+ModelWeights::ModelWeights() = default;
+ModelWeights::~ModelWeights() = default;
+ModelWeights::ModelWeights(ModelWeights&&) noexcept = default;
+ModelWeights& ModelWeights::operator=(ModelWeights&&) noexcept = default;
 
 ModelWeights::Buffer::~Buffer() {
   if (!huge.data()) std::free(p);
@@ -364,6 +377,34 @@ std::vector<T> normal_table(float std_dev) {
 
 }  // namespace
 
+namespace {
+
+// dst[0, n) of dtype dt (f32 or bf16) from the seeded normal tables, 65536 values per chunk. Each
+// chunk has its own stream, so the values do not depend on how chunks meet threads.
+void fill_normal(void* dst, int64_t n, DType dt, uint64_t tseed, const std::vector<float>& table_f32,
+                 const std::vector<uint16_t>& table_bf16, ThreadPool* pool) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  parallel(pool, chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      Rng rng(Rng(tseed ^ (uint64_t(ch) * 0xD1B54A32D192ED03ULL)).next_u64());
+      const int64_t b = ch * kChunk, e = std::min(n, b + kChunk);
+      for (int64_t i = b; i < e; i += 4) {
+        uint64_t r = rng.next_u64();
+        for (int64_t j = i; j < std::min(e, i + 4); ++j, r >>= 16) {
+          if (dt == DType::kF32) {
+            static_cast<float*>(dst)[j] = table_f32[r & 0xffff];
+          } else {
+            static_cast<uint16_t*>(dst)[j] = table_bf16[r & 0xffff];
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
 Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, WeightDType dtype,
                                          ThreadPool* pool, Quantization quant) {
   ModelWeights w;
@@ -372,7 +413,6 @@ Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, We
   const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
                 kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
   constexpr float kStd = 0.02f;
-  constexpr int64_t kChunk = 1 << 16;
   const std::vector<float> table_f32 = normal_table<float>(kStd);
   const std::vector<uint16_t> table_bf16 = normal_table<uint16_t>(kStd);
 
@@ -387,25 +427,7 @@ Result<ModelWeights> ModelWeights::dummy(const ModelConfig& c, uint64_t seed, We
     const bool quantized = linear && quant.scheme != QuantScheme::kNone;
     std::vector<unsigned char> tmp(quantized ? size_t(n) * dtype_size(dt) : 0);
     void* dst = quantized ? tmp.data() : w.own(size_t(n) * dtype_size(dt));
-    const uint64_t tseed = derive_seed(seed, name);
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    // Each chunk has its own stream, so the values do not depend on how chunks meet threads.
-    parallel(pool, chunks, [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        Rng rng(Rng(tseed ^ (uint64_t(ch) * 0xD1B54A32D192ED03ULL)).next_u64());
-        const int64_t b = ch * kChunk, e = std::min(n, b + kChunk);
-        for (int64_t i = b; i < e; i += 4) {
-          uint64_t r = rng.next_u64();
-          for (int64_t j = i; j < std::min(e, i + 4); ++j, r >>= 16) {
-            if (dt == DType::kF32) {
-              static_cast<float*>(dst)[j] = table_f32[r & 0xffff];
-            } else {
-              static_cast<uint16_t*>(dst)[j] = table_bf16[r & 0xffff];
-            }
-          }
-        }
-      }
-    });
+    fill_normal(dst, n, dt, derive_seed(seed, name), table_f32, table_bf16, pool);
     m.data = dst;
     if (quantized) return w.quantize(m, name, pool).value();  // seeded normals are finite
     return m;

@@ -36,9 +36,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/cpu/huge_pages.h"
 #include "engine/cpu/kernels.h"
-#include "engine/cpu/quant.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 
@@ -98,12 +96,13 @@ class ModelWeights {
   void set_layout(WeightLayout layout, ThreadPool* pool);
   DType linear_dtype() const { return layers.empty() ? embed.dtype : layers[0].q_proj.dtype; }
 
+  ModelWeights();
+  ~ModelWeights();
+  ModelWeights(ModelWeights&&) noexcept;
+  ModelWeights& operator=(ModelWeights&&) noexcept;
+
  private:
-  struct Buffer {
-    void* p = nullptr;  // malloc'd unless `huge` holds it
-    HugeBuffer huge;
-    ~Buffer();
-  };
+  struct Buffer;  // one owned allocation (weights.cpp)
   // Owns 64-byte-aligned memory for converted or generated weights. Buffers of 4 MiB and more are
   // HugeBuffers (engine/cpu/huge_pages.h): a decode step streams every weight.
   void* own(size_t bytes);

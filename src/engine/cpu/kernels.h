@@ -46,6 +46,18 @@ struct KernelContext {
 enum class QuantScheme : uint8_t { kNone, kInt8, kInt4 };
 const char* quant_scheme_name(QuantScheme q);  // "none", "int8", "int4"
 
+// What --quantization asks for (formats and kernels: engine/cpu/quant.h). group_size is only meaningful for
+// int4 (32 or 64).
+struct Quantization {
+  QuantScheme scheme = QuantScheme::kNone;
+  int32_t group_size = 0;
+  // "none", "int8", "int4" (group 32), "int4-g64".
+  std::string name() const;
+};
+// "none" | "int8" | "int4" (= int4 with groups of 32) | "int4-g32" | "int4-g64";
+// InvalidArgument naming the accepted values otherwise.
+Result<Quantization> parse_quantization(const std::string& s);
+
 // How a bf16 weight matrix's elements are laid out in memory (engine/cpu/packed.h).
 //  kRowMajor: W[r, c] at r * cols + c, the file's layout.
 //  kPacked16: bf16 only, rows % 16 == 0, cols even; 16 output features side by side, two input

@@ -32,16 +32,7 @@ namespace plumb::engine {
 
 constexpr int64_t kInt4Block = 32;  // columns per 16-byte int4 code block
 
-// What --quantization asks for. group_size is only meaningful for int4 (32 or 64).
-struct Quantization {
-  QuantScheme scheme = QuantScheme::kNone;
-  int32_t group_size = 0;
-  // "none", "int8", "int4" (group 32), "int4-g64".
-  std::string name() const;
-};
-// "none" | "int8" | "int4" (= int4 with groups of 32) | "int4-g32" | "int4-g64";
-// InvalidArgument naming the accepted values otherwise.
-Result<Quantization> parse_quantization(const std::string& s);
+// Quantization and parse_quantization (what --quantization asks for) are in engine/cpu/kernels.h.
 
 // Bytes of one row's codes.
 int64_t quant_row_bytes(QuantScheme q, int64_t cols);

@@ -41,14 +41,11 @@ const char* finish_name(scheduler::FinishReason r) {
   return r == scheduler::FinishReason::kStop ? "stop" : "length";
 }
 
-}  // namespace
-
-Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opts,
-                                TextStream* text,
-                                const std::function<bool(const GeneratedToken&)>& on_token) {
-  const SamplingParams& sp = opts.sampling;
-  PLUMB_RETURN_IF_ERROR(sp.validate());
-  const int64_t ctx = model.config().max_context();
+// The serving engine's settings for one sequence: the whole prompt in one pass, a cache just large
+// enough, nothing shared. InvalidArgument for a request generate() does not take.
+Result<scheduler::LlmEngineConfig> one_sequence_config(int64_t ctx, std::span<const int32_t> prompt,
+                                                       const GenerateOptions& opts) {
+  PLUMB_RETURN_IF_ERROR(opts.sampling.validate());
   if (prompt.empty()) return invalid_argument("generate: the prompt has no tokens");
   if (int64_t(prompt.size()) > ctx) {
     return invalid_argument("generate: the prompt has " + std::to_string(prompt.size()) +
@@ -56,9 +53,7 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, c
   }
   if (opts.block_size <= 0) return invalid_argument("generate: block_size must be > 0");
   // Generating n tokens writes the prompt and the first n-1 generated tokens into the cache.
-  const int64_t max_new = std::min<int64_t>(sp.max_tokens, ctx - int64_t(prompt.size()) + 1);
-
-  // One sequence: the whole prompt in one pass, a cache just large enough, nothing shared.
+  const int64_t max_new = std::min<int64_t>(opts.sampling.max_tokens, ctx - int64_t(prompt.size()) + 1);
   scheduler::LlmEngineConfig c;
   c.max_num_seqs = 1;
   c.enable_chunked_prefill = false;
@@ -66,15 +61,54 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, c
   c.kv_block_size = opts.block_size;
   c.kv_cache_tokens = std::max<int64_t>(int64_t(prompt.size()) + max_new, opts.block_size);
   c.max_queue = 1;
+  return c;
+}
+
+// Hands one event's tokens to the text stream and the callback; false when the callback asked to
+// stop. The final event's last token flushes the text.
+bool deliver(scheduler::TokenEvent& ev, TextStream* text,
+             const std::function<bool(const GeneratedToken&)>& on_token, GenerateResult& res) {
+  for (size_t i = 0; i < ev.tokens.size(); ++i) {
+    GeneratedToken g;
+    g.id = ev.tokens[i];
+    if (i < ev.logprobs.size()) {
+      g.logprob = ev.logprobs[i].logprob;
+      g.top = std::move(ev.logprobs[i].top);
+    }
+    res.tokens.push_back(g.id);
+    if (text) {
+      g.text = text->push(g.id);
+      if (ev.finished && i + 1 == ev.tokens.size()) g.text += text->flush();
+      res.text += g.text;
+    }
+    if (on_token && !on_token(g)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                TextStream* text,
+                                const std::function<bool(const GeneratedToken&)>& on_token) {
+  return generate(scheduler::make_model_runner(model, "generate"), prompt, opts, text, on_token);
+}
+
+Result<GenerateResult> generate(std::unique_ptr<scheduler::ModelRunner> model_runner,
+                                std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                TextStream* text,
+                                const std::function<bool(const GeneratedToken&)>& on_token) {
+  if (!model_runner) return invalid_argument("generate: no model runner");
+  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig config,
+                         one_sequence_config(model_runner->max_context(), prompt, opts));
   // Declared before the engine: its destructor may still deliver a final (cancelled) event.
   std::vector<scheduler::TokenEvent> events;
-  auto runner = std::make_unique<WholeContextRunner>(scheduler::make_model_runner(model, "generate"));
-  PLUMB_ASSIGN_OR_RETURN(
-      auto engine, scheduler::LlmEngine::create(c, std::move(runner), scheduler::LlmEngine::Mode::kManual));
-
+  auto runner = std::make_unique<WholeContextRunner>(std::move(model_runner));
+  PLUMB_ASSIGN_OR_RETURN(auto engine, scheduler::LlmEngine::create(config, std::move(runner),
+                                                                   scheduler::LlmEngine::Mode::kManual));
   scheduler::GenerationRequest req;
   req.prompt.assign(prompt.begin(), prompt.end());
-  req.sampling = sp;
+  req.sampling = opts.sampling;
   req.sink = [&events](scheduler::TokenEvent&& ev) { events.push_back(std::move(ev)); };
 
   Clock& clock = opts.clock ? *opts.clock : static_cast<Clock&>(SteadyClock::instance());
@@ -87,28 +121,16 @@ Result<GenerateResult> generate(Model& model, std::span<const int32_t> prompt, c
     if (!engine->step()) return internal_error("generate: the engine went idle before the request finished");
     for (scheduler::TokenEvent& ev : events) {
       if (ev.reason == scheduler::FinishReason::kError) return ev.error;
-      for (size_t i = 0; i < ev.tokens.size(); ++i) {
-        if (res.tokens.empty()) t_first = clock.now();
-        GeneratedToken g;
-        g.id = ev.tokens[i];
-        if (i < ev.logprobs.size()) {
-          g.logprob = ev.logprobs[i].logprob;
-          g.top = std::move(ev.logprobs[i].top);
-        }
-        res.tokens.push_back(g.id);
-        if (text) {
-          g.text = text->push(g.id);
-          if (ev.finished && i + 1 == ev.tokens.size()) g.text += text->flush();
-          res.text += g.text;
-        }
-        if (on_token && !on_token(g)) {
-          engine->cancel(id);
-          res.finish_reason = "cancelled";
-          break;
-        }
+      if (res.tokens.empty() && !ev.tokens.empty()) t_first = clock.now();
+      if (!deliver(ev, text, on_token, res)) {
+        engine->cancel(id);
+        res.finish_reason = "cancelled";
+        break;
       }
-      if (ev.finished && res.finish_reason.empty()) res.finish_reason = finish_name(ev.reason);
-      if (!res.finish_reason.empty()) break;
+      if (ev.finished) {
+        res.finish_reason = finish_name(ev.reason);
+        break;
+      }
     }
     events.clear();
   }
