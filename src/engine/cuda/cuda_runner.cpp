@@ -453,7 +453,14 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   PLUMB_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
   if (graph) {
-    PLUMB_RETURN_IF_ERROR(launch_graph(p));
+    if (const Status gs = launch_graph(p); !gs.ok()) {
+      // A step that cannot be captured or replayed runs eagerly, and so do the later ones; the
+      // reason stays in describe(). A device fault fails the eager launch as well.
+      cudaGetLastError();
+      opts_.cuda_graphs = false;
+      description_ += " (CUDA graphs off: " + gs.message() + ")";
+      PLUMB_RETURN_IF_ERROR(enqueue(p));
+    }
   } else {
     PLUMB_RETURN_IF_ERROR(enqueue(p));
   }

@@ -39,7 +39,8 @@ struct CudaRunnerOptions {
   bool reference_kernels = false;
   // Decode steps (one token per sequence, up to 256 sequences) padded to a batch-size bucket (1, 2,
   // 4, 8, then multiples of 8) and replayed as one CUDA graph per bucket and split-KV count,
-  // captured at the bucket's first step. Off: every kernel is launched one by one.
+  // captured at the bucket's first step. Off: every kernel is launched one by one. If a capture
+  // fails, the runner turns graphs off and says why in describe().
   bool cuda_graphs = true;
 };
 
