@@ -49,6 +49,29 @@ void ResponseParser::body(std::string_view piece) {
   if (on_body) on_body(piece);
 }
 
+namespace {
+// The chunk size: hex digits before any ';' extension, at most 15 of them; false if malformed.
+bool parse_chunk_size(std::string_view line, uint64_t& size) {
+  std::string_view hex = trim(line.substr(0, line.find(';')));
+  if (hex.empty() || hex.size() > 15) return false;
+  size = 0;
+  for (char c : hex) {
+    int d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return false;
+    size = size * 16 + static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
+}  // namespace
+
 // One state per case; each multi-byte step consumes what it can of data[i..] and advances i.
 // The single-byte CRLF states after a chunk stay inline: they run once per chunk.
 Status ResponseParser::feed(std::string_view data) {
@@ -57,7 +80,7 @@ Status ResponseParser::feed(std::string_view data) {
   while (i < data.size()) {
     switch (state_) {
       case State::kHead:
-        PLUMB_RETURN_IF_ERROR(feed_head(data, i));
+        if (!feed_head(data, i)) return error_;
         break;
       case State::kLength:
         feed_counted(data, i, State::kDone);
@@ -68,7 +91,7 @@ Status ResponseParser::feed(std::string_view data) {
         break;
       case State::kChunkSize:
       case State::kTrailers:
-        PLUMB_RETURN_IF_ERROR(feed_line(data, i));
+        if (!feed_line(data, i)) return error_;
         break;
       case State::kChunkData:
         feed_counted(data, i, State::kChunkCr);
@@ -98,7 +121,7 @@ Status ResponseParser::feed(std::string_view data) {
   return Status::Ok();
 }
 
-Status ResponseParser::feed_head(std::string_view data, std::size_t& i) {
+bool ResponseParser::feed_head(std::string_view data, std::size_t& i) {
   // Look for the blank line; it may straddle the previous feed.
   std::size_t old = line_.size();
   std::size_t take = std::min(data.size() - i, max_head_bytes_ + 4 - std::min(old, max_head_bytes_ + 4));
@@ -116,29 +139,37 @@ Status ResponseParser::feed_head(std::string_view data, std::size_t& i) {
     // The last 3 bytes may begin a terminator that ends within the limit (the head itself
     // must fit max_head_bytes_, as checked below); refusing them early would make the
     // outcome depend on where the stream was split.
-    if (line_.size() > max_head_bytes_ + 3)
-      return fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
+    if (line_.size() > max_head_bytes_ + 3) {
+      fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
+      return false;
+    }
     i += take;
-    return Status::Ok();
+    return true;
   }
-  if (end > max_head_bytes_)
-    return fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
+  if (end > max_head_bytes_) {
+    fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
+    return false;
+  }
   std::size_t used = end + term - old;  // bytes of this feed that belong to the head
   i += used;
   line_.resize(end);
-  PLUMB_RETURN_IF_ERROR(parse_head());
+  if (!parse_head().ok()) return false;
   line_.clear();
-  if (status_ == 101) return fail("unexpected 101 Switching Protocols");
+  if (status_ == 101) {
+    fail("unexpected 101 Switching Protocols");
+    return false;
+  }
   if (status_ >= 100 && status_ < 200) {  // interim response: the real one follows
     headers_.clear();
-    return Status::Ok();
+    return true;
   }
-  PLUMB_RETURN_IF_ERROR(start_body());
+  if (!start_body().ok()) return false;
   if (on_head) on_head();
-  return Status::Ok();
+  return true;
 }
 
-void ResponseParser::feed_counted(std::string_view data, std::size_t& i, State next) {
+[[gnu::always_inline]] inline void ResponseParser::feed_counted(std::string_view data, std::size_t& i,
+                                                                State next) {
   std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(remaining_, data.size() - i));
   body(data.substr(i, n));
   i += n;
@@ -146,27 +177,36 @@ void ResponseParser::feed_counted(std::string_view data, std::size_t& i, State n
   if (remaining_ == 0) state_ = next;
 }
 
-Status ResponseParser::feed_line(std::string_view data, std::size_t& i) {
+[[gnu::always_inline]] inline bool ResponseParser::feed_line(std::string_view data, std::size_t& i) {
   std::size_t nl = data.find('\n', i);
   std::string_view part = data.substr(i, nl == std::string_view::npos ? std::string_view::npos : nl - i);
-  if (line_.size() + part.size() > 4096) return fail("chunk-size or trailer line longer than 4096 bytes");
+  if (line_.size() + part.size() > 4096) {
+    fail("chunk-size or trailer line longer than 4096 bytes");
+    return false;
+  }
   line_.append(part);
   if (nl == std::string_view::npos) {
     i = data.size();
-    return Status::Ok();
+    return true;
   }
   i = nl + 1;
   std::string_view line = line_;
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (state_ == State::kTrailers) {
     trailer_bytes_ += line.size();
-    if (trailer_bytes_ > max_head_bytes_) return fail("chunked trailers too large");
+    if (trailer_bytes_ > max_head_bytes_) {
+      fail("chunked trailers too large");
+      return false;
+    }
     if (line.empty()) state_ = State::kDone;
     line_.clear();
-    return Status::Ok();
+    return true;
   }
   uint64_t size = 0;
-  PLUMB_RETURN_IF_ERROR(parse_chunk_size(line, size));
+  if (!parse_chunk_size(line, size)) {
+    fail("bad chunk size line '" + printable(line) + "'");
+    return false;
+  }
   line_.clear();
   if (size == 0) {
     state_ = State::kTrailers;
@@ -174,27 +214,7 @@ Status ResponseParser::feed_line(std::string_view data, std::size_t& i) {
     remaining_ = size;
     state_ = State::kChunkData;
   }
-  return Status::Ok();
-}
-
-Status ResponseParser::parse_chunk_size(std::string_view line, uint64_t& size) {
-  std::string_view hex = line.substr(0, line.find(';'));
-  hex = trim(hex);
-  if (hex.empty() || hex.size() > 15) return fail("bad chunk size line '" + printable(line) + "'");
-  size = 0;
-  for (char c : hex) {
-    int d;
-    if (c >= '0' && c <= '9')
-      d = c - '0';
-    else if (c >= 'a' && c <= 'f')
-      d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F')
-      d = c - 'A' + 10;
-    else
-      return fail("bad chunk size line '" + printable(line) + "'");
-    size = size * 16 + static_cast<uint64_t>(d);
-  }
-  return Status::Ok();
+  return true;
 }
 
 Status ResponseParser::parse_head() {
