@@ -112,150 +112,193 @@ struct PhaseSpec {
   bool warmup = false;
 };
 
-// Runs one phase to completion; returns its records (times relative to the phase's zero) and zero.
-Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* sim, const DriverOptions& opts,
-                 Phase& ph) {
-  const size_t n = ps.requests->size();
-  ph.slots.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    auto s = std::make_unique<Slot>();
-    s->phase = &ph;
-    s->rec.index = i;
-    s->rec.warmup = ps.warmup;
-    s->rec.hash = ps.hashes ? (*ps.hashes)[i] : workload::content_hash((*ps.requests)[i]);
-    s->rec.requested_output_tokens = (*ps.requests)[i].max_tokens;
-    s->rec.prompt_tokens = (*ps.requests)[i].prompt_tokens;
-    ph.slots.push_back(std::move(s));
-  }
-  ph.zero = clock.now();
-  int initial_slots = ps.cap;  // slots never used yet (free since the beginning)
-  size_t next = 0;
-  std::vector<Slot*> timed_out;
-  std::deque<size_t> order;  // sent, maybe unfinished, in send order (their deadlines are ordered too)
-  SteadyTime next_progress = opts.on_progress ? ph.zero + opts.progress_interval : kNever;
+// One phase's driver thread: the loop's state and its steps. run() reads as the loop: expire the
+// requests past their deadline, send those that are due and have a slot, report progress, wait.
+// Every step but make_slots() runs with ph.mu held through `l` and may drop it around calls into
+// the target or the progress callback.
+class PhaseLoop {
+ public:
+  PhaseLoop(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* sim, const DriverOptions& opts,
+            Phase& ph)
+      : ps_(ps), target_(target), clock_(clock), sim_(sim), opts_(opts), ph_(ph), n_(ps.requests->size()) {}
 
-  auto progress = [&](std::unique_lock<std::mutex>& l) {
-    ProgressInfo p;
-    p.warmup = ps.warmup;
-    p.done = ph.done;
-    p.total = n;
-    p.errors = ph.errors;
-    p.in_flight = ph.in_flight;
-    p.elapsed_s = seconds_between(ph.zero, clock.now());
-    p.rate = p.elapsed_s > 0 ? double(p.done) / p.elapsed_s : 0.0;
-    if (p.rate > 0) p.eta_s = double(n - p.done) / p.rate;
-    l.unlock();
-    opts.on_progress(p);
-    l.lock();
-  };
-
-  use_precise_timers();  // condition-variable wake-ups near a send time are then on time
-  std::unique_lock<std::mutex> l(ph.mu);
-  for (;;) {
-    SteadyTime now = clock.now();
-    // Timeouts: the oldest unfinished request has the earliest deadline.
-    while (!order.empty()) {
-      Slot& s = *ph.slots[order.front()];
-      if (s.finished) {
-        order.pop_front();
+  // Runs the phase to completion; its records (times relative to the phase's zero) stay in ph.
+  Status run() {
+    make_slots();
+    ph_.zero = clock_.now();
+    initial_slots_ = ps_.cap;
+    next_progress_ = opts_.on_progress ? ph_.zero + opts_.progress_interval : kNever;
+    use_precise_timers();  // condition-variable wake-ups near a send time are then on time
+    std::unique_lock<std::mutex> l(ph_.mu);
+    for (;;) {
+      SteadyTime now = clock_.now();
+      if (expire_timeouts(l, now)) now = clock_.now();
+      send_due(l, now);
+      if (ph_.done == n_) break;
+      if (now >= next_progress_) {
+        progress(l);
+        next_progress_ += opts_.progress_interval;
         continue;
       }
-      if (s.sent_at + opts.request_timeout > now) break;
+      PLUMB_RETURN_IF_ERROR(wait(l, now));
+    }
+    if (opts_.on_progress) progress(l);
+    l.unlock();
+    target_.cancel_all();
+    return Status::Ok();
+  }
+
+ private:
+  void make_slots() {
+    ph_.slots.reserve(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      auto s = std::make_unique<Slot>();
+      s->phase = &ph_;
+      s->rec.index = i;
+      s->rec.warmup = ps_.warmup;
+      s->rec.hash = ps_.hashes ? (*ps_.hashes)[i] : workload::content_hash((*ps_.requests)[i]);
+      s->rec.requested_output_tokens = (*ps_.requests)[i].max_tokens;
+      s->rec.prompt_tokens = (*ps_.requests)[i].prompt_tokens;
+      ph_.slots.push_back(std::move(s));
+    }
+  }
+
+  // Fails the requests past their deadline and cancels them at the target; true if any were.
+  bool expire_timeouts(std::unique_lock<std::mutex>& l, SteadyTime now) {
+    // The oldest unfinished request has the earliest deadline.
+    while (!order_.empty()) {
+      Slot& s = *ph_.slots[order_.front()];
+      if (s.finished) {
+        order_.pop_front();
+        continue;
+      }
+      if (s.sent_at + opts_.request_timeout > now) break;
       s.rec.failure = Failure::kTimeout;
       s.rec.error = "no complete response within the request timeout";
-      ph.finish(s, now);
-      order.pop_front();
-      timed_out.push_back(&s);
+      ph_.finish(s, now);
+      order_.pop_front();
+      timed_out_.push_back(&s);
     }
-    if (!timed_out.empty()) {
-      // Abandon them at the target too, so they stop holding server resources.
-      l.unlock();
-      for (Slot* s : timed_out) target.cancel(s);
-      l.lock();
-      timed_out.clear();
-      now = clock.now();
-    }
-    // Sends that are due and have a slot.
-    while (next < n) {
-      SteadyTime sched = ph.zero + ps.offsets[next];
+    if (timed_out_.empty()) return false;
+    // Abandon them at the target too, so they stop holding server resources.
+    l.unlock();
+    for (Slot* s : timed_out_) target_.cancel(s);
+    l.lock();
+    timed_out_.clear();
+    return true;
+  }
+
+  // Sends every request whose time has come while a slot is free; `now` follows the clock.
+  void send_due(std::unique_lock<std::mutex>& l, SteadyTime& now) {
+    while (next_ < n_) {
+      SteadyTime sched = ph_.zero + ps_.offsets[next_];
       if (sched > now) break;
-      if (ps.cap > 0 && ph.in_flight >= size_t(ps.cap)) break;
-      Slot& s = *ph.slots[next];
+      if (ps_.cap > 0 && ph_.in_flight >= size_t(ps_.cap)) break;
+      Slot& s = *ph_.slots[next_];
       Nanos slot_free = Nanos::min();
-      if (ps.cap > 0) {
-        if (initial_slots > 0) {
-          --initial_slots;
+      if (ps_.cap > 0) {
+        if (initial_slots_ > 0) {
+          --initial_slots_;
         } else {
-          slot_free = ph.freed.front();
-          ph.freed.pop_front();
+          slot_free = ph_.freed.front();
+          ph_.freed.pop_front();
         }
       }
-      s.rec.scheduled = ps.offsets[next];
-      s.rec.eligible = std::max(ps.offsets[next], slot_free);
-      ++ph.in_flight;
-      ph.max_in_flight = std::max(ph.max_in_flight, int(ph.in_flight));
-      order.push_back(next);
-      const workload::Request& req = (*ps.requests)[next];
-      ++next;
+      s.rec.scheduled = ps_.offsets[next_];
+      s.rec.eligible = std::max(ps_.offsets[next_], slot_free);
+      ++ph_.in_flight;
+      ph_.max_in_flight = std::max(ph_.max_in_flight, int(ph_.in_flight));
+      order_.push_back(next_);
+      const workload::Request& req = (*ps_.requests)[next_];
+      ++next_;
       l.unlock();
       // Room for its chunks now, on this thread: the IO thread then never grows the vector (an
       // allocation, page faults) while it holds ph.mu, which this thread needs for every send.
       s.rec.chunks.reserve(size_t(std::clamp<int64_t>(int64_t(req.max_tokens) + 2, 2, 4096)));
-      s.sent_at = clock.now();
-      s.rec.sent = s.sent_at - ph.zero;
-      target.send(req, &s);
+      s.sent_at = clock_.now();
+      s.rec.sent = s.sent_at - ph_.zero;
+      target_.send(req, &s);
       l.lock();
-      now = clock.now();
+      now = clock_.now();
     }
-    if (ph.done == n) break;
-    if (now >= next_progress) {
-      progress(l);
-      next_progress += opts.progress_interval;
-      continue;
-    }
-    SteadyTime wake = next_progress;
+  }
+
+  void progress(std::unique_lock<std::mutex>& l) {
+    ProgressInfo p;
+    p.warmup = ps_.warmup;
+    p.done = ph_.done;
+    p.total = n_;
+    p.errors = ph_.errors;
+    p.in_flight = ph_.in_flight;
+    p.elapsed_s = seconds_between(ph_.zero, clock_.now());
+    p.rate = p.elapsed_s > 0 ? double(p.done) / p.elapsed_s : 0.0;
+    if (p.rate > 0) p.eta_s = double(n_ - p.done) / p.rate;
+    l.unlock();
+    opts_.on_progress(p);
+    l.lock();
+  }
+
+  // Sleeps until the next send, deadline or progress report, or until a request finishes.
+  Status wait(std::unique_lock<std::mutex>& l, SteadyTime now) {
+    SteadyTime wake = next_progress_;
     bool wake_is_send = false;
-    if (next < n && (ps.cap == 0 || ph.in_flight < size_t(ps.cap))) {
-      SteadyTime t = ph.zero + ps.offsets[next];
+    if (next_ < n_ && (ps_.cap == 0 || ph_.in_flight < size_t(ps_.cap))) {
+      SteadyTime t = ph_.zero + ps_.offsets[next_];
       if (t < wake) {
         wake = t;
         wake_is_send = true;
       }
     }
-    if (!order.empty()) {
-      SteadyTime t = ph.slots[order.front()]->sent_at + opts.request_timeout;
+    if (!order_.empty()) {
+      SteadyTime t = ph_.slots[order_.front()]->sent_at + opts_.request_timeout;
       if (t < wake) {
         wake = t;
         wake_is_send = false;
       }
     }
-    if (sim) {
+    if (sim_) {
       l.unlock();
-      auto nt = sim->next_timer();
+      auto nt = sim_->next_timer();
       if (nt && *nt <= wake) {
-        sim->run_next();
+        sim_->run_next();
       } else if (wake == kNever) {
         return internal_error("load generator stalled: nothing in flight and nothing to send");
       } else {
-        sim->sleep_until(wake);
+        sim_->sleep_until(wake);
       }
       l.lock();
     } else if (wake_is_send && wake - now <= std::chrono::microseconds(100)) {
       // Close to a send: spin on the clock for an accurate send time rather than trust the
       // condition variable's wake-up latency.
       l.unlock();
-      clock.sleep_until(wake);
+      clock_.sleep_until(wake);
       l.lock();
     } else if (wake == kNever) {
-      ph.cv.wait(l);
+      ph_.cv.wait(l);
     } else {
-      ph.cv.wait_until(l, wake_is_send ? wake - std::chrono::microseconds(60) : wake);
+      ph_.cv.wait_until(l, wake_is_send ? wake - std::chrono::microseconds(60) : wake);
     }
+    return Status::Ok();
   }
-  if (opts.on_progress) progress(l);
-  l.unlock();
-  target.cancel_all();
-  return Status::Ok();
+
+  const PhaseSpec& ps_;
+  Target& target_;
+  Clock& clock_;
+  SimClock* sim_;
+  const DriverOptions& opts_;
+  Phase& ph_;
+  const size_t n_;
+  int initial_slots_ = 0;  // slots never used yet (free since the beginning)
+  size_t next_ = 0;        // the next request to send
+  std::vector<Slot*> timed_out_;
+  std::deque<size_t> order_;  // sent, maybe unfinished, in send order (their deadlines are ordered too)
+  SteadyTime next_progress_;
+};
+
+// Runs one phase to completion; returns its records (times relative to the phase's zero) and zero.
+Status run_phase(const PhaseSpec& ps, Target& target, Clock& clock, SimClock* sim, const DriverOptions& opts,
+                 Phase& ph) {
+  return PhaseLoop(ps, target, clock, sim, opts, ph).run();
 }
 
 // Real-time priority for the calling thread while it lives (DriverOptions::realtime_pacing): one
@@ -287,10 +330,8 @@ class RealtimeScope {
   bool active_ = false;
 };
 
-}  // namespace
-
-Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workload::Schedule& schedule,
-                                    Target& target, const DriverOptions& opts) {
+Status check_inputs(const workload::RequestSet& set, const workload::Schedule& schedule,
+                    const DriverOptions& opts) {
   if (schedule.offsets.size() != set.requests.size())
     return invalid_argument("schedule has " + std::to_string(schedule.offsets.size()) + " send times for " +
                             std::to_string(set.requests.size()) + " requests");
@@ -304,9 +345,12 @@ Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workl
   }
   if (!schedule.offsets.empty() && schedule.offsets[0] < Nanos(0))
     return invalid_argument("schedule offsets must be >= 0");
-  Clock& clock = opts.clock ? *opts.clock : SteadyClock::instance();
-  SimClock* sim = dynamic_cast<SimClock*>(&clock);
+  return Status::Ok();
+}
 
+// The run's provenance: which request set, against what, under which load.
+metrics::RunRecord describe_run(const workload::RequestSet& set, const workload::Schedule& schedule,
+                                const Target& target) {
   metrics::RunRecord run;
   run.request_set_hash = set.set_hash;
   run.target = target.describe();
@@ -316,19 +360,52 @@ Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workl
   run.load.max_concurrency = schedule.max_concurrency;
   run.load.ramp_up_s = schedule.spec.ramp_up_s;
   run.load.seed = schedule.spec.seed;
+  return run;
+}
+
+// Moves both phases' records into run; warmup times are re-based on the measured phase's zero
+// (they become negative).
+void collect_records(Phase& warm, Phase& measured, metrics::RunRecord& run) {
+  const Nanos shift = warm.zero - measured.zero;
+  for (auto& s : warm.slots) {
+    RequestRecord r = std::move(s->rec);
+    for (auto* t : {&r.scheduled, &r.eligible, &r.sent, &r.first_byte, &r.first_token, &r.end}) {
+      if (*t) **t += shift;
+    }
+    for (auto& c : r.chunks) c.t += shift;
+    run.warmup.push_back(std::move(r));
+  }
+  for (auto& s : measured.slots) {
+    if (s->rec.end && *s->rec.end > run.duration) run.duration = *s->rec.end;
+    run.requests.push_back(std::move(s->rec));
+  }
+  run.max_in_flight = measured.max_in_flight;
+}
+
+// Turns the target's reading thread's real-time priority off again when the run ends.
+struct TargetRealtime {
+  Target& t;
+  bool on;
+  ~TargetRealtime() {
+    if (on) t.set_realtime(false);
+  }
+};
+
+}  // namespace
+
+Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workload::Schedule& schedule,
+                                    Target& target, const DriverOptions& opts) {
+  PLUMB_RETURN_IF_ERROR(check_inputs(set, schedule, opts));
+  Clock& clock = opts.clock ? *opts.clock : SteadyClock::instance();
+  SimClock* sim = dynamic_cast<SimClock*>(&clock);
+  metrics::RunRecord run = describe_run(set, schedule, target);
 
   // Virtual time needs no priority. The target's reading thread gets it too: it stamps the end of a
   // response, which frees the next request's slot, so a reader held back by a busy server sharing
   // its cores (a scheduler slice, milliseconds) delays that send as surely as a late driver would.
   RealtimeScope realtime(opts.realtime_pacing && sim == nullptr);
   run.realtime_pacing = realtime.active();
-  struct TargetRealtime {
-    Target& t;
-    bool on;
-    ~TargetRealtime() {
-      if (on) t.set_realtime(false);
-    }
-  } target_realtime{target, realtime.active() && target.set_realtime(true)};
+  TargetRealtime target_realtime{target, realtime.active() && target.set_realtime(true)};
 
   Phase warm;
   if (!opts.warmup.empty()) {
@@ -344,22 +421,7 @@ Result<metrics::RunRecord> run_load(const workload::RequestSet& set, const workl
   Phase measured;
   PhaseSpec ms{&set.requests, &set.hashes, schedule.offsets, schedule.max_concurrency, false};
   PLUMB_RETURN_IF_ERROR(run_phase(ms, target, clock, sim, opts, measured));
-
-  // Warmup times are re-based on the measured phase's zero (they become negative).
-  const Nanos shift = warm.zero - measured.zero;
-  for (auto& s : warm.slots) {
-    RequestRecord r = std::move(s->rec);
-    for (auto* t : {&r.scheduled, &r.eligible, &r.sent, &r.first_byte, &r.first_token, &r.end}) {
-      if (*t) **t += shift;
-    }
-    for (auto& c : r.chunks) c.t += shift;
-    run.warmup.push_back(std::move(r));
-  }
-  for (auto& s : measured.slots) {
-    if (s->rec.end && *s->rec.end > run.duration) run.duration = *s->rec.end;
-    run.requests.push_back(std::move(s->rec));
-  }
-  run.max_in_flight = measured.max_in_flight;
+  collect_records(warm, measured, run);
   return run;
 }
 

@@ -49,118 +49,53 @@ void ResponseParser::body(std::string_view piece) {
   if (on_body) on_body(piece);
 }
 
+namespace {
+// The chunk size: hex digits before any ';' extension, at most 15 of them; false if malformed.
+bool parse_chunk_size(std::string_view line, uint64_t& size) {
+  std::string_view hex = trim(line.substr(0, line.find(';')));
+  if (hex.empty() || hex.size() > 15) return false;
+  size = 0;
+  for (char c : hex) {
+    int d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return false;
+    size = size * 16 + static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
+}  // namespace
+
+// One state per case; each multi-byte step consumes what it can of data[i..] and advances i.
+// The single-byte CRLF states after a chunk stay inline: they run once per chunk.
 Status ResponseParser::feed(std::string_view data) {
   if (!error_.ok()) return error_;
   std::size_t i = 0;
   while (i < data.size()) {
     switch (state_) {
-      case State::kHead: {
-        // Look for the blank line; it may straddle the previous feed.
-        std::size_t old = line_.size();
-        std::size_t take =
-            std::min(data.size() - i, max_head_bytes_ + 4 - std::min(old, max_head_bytes_ + 4));
-        line_.append(data.substr(i, take));
-        std::size_t from = old >= 3 ? old - 3 : 0;
-        std::size_t crlf = line_.find("\r\n\r\n", from);
-        std::size_t lf = line_.find("\n\n", from);
-        std::size_t end = std::string::npos, term = 0;
-        if (crlf != std::string::npos && (lf == std::string::npos || crlf < lf)) {
-          end = crlf, term = 4;
-        } else if (lf != std::string::npos) {
-          end = lf, term = 2;
-        }
-        if (end == std::string::npos) {
-          // The last 3 bytes may begin a terminator that ends within the limit (the head itself
-          // must fit max_head_bytes_, as checked below); refusing them early would make the
-          // outcome depend on where the stream was split.
-          if (line_.size() > max_head_bytes_ + 3)
-            return fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
-          i += take;
-          break;
-        }
-        if (end > max_head_bytes_)
-          return fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
-        std::size_t used = end + term - old;  // bytes of this feed that belong to the head
-        i += used;
-        line_.resize(end);
-        PLUMB_RETURN_IF_ERROR(parse_head());
-        line_.clear();
-        if (status_ == 101) return fail("unexpected 101 Switching Protocols");
-        if (status_ >= 100 && status_ < 200) {  // interim response: the real one follows
-          headers_.clear();
-          break;
-        }
-        PLUMB_RETURN_IF_ERROR(start_body());
-        if (on_head) on_head();
+      case State::kHead:
+        if (!feed_head(data, i)) return error_;
         break;
-      }
-      case State::kLength: {
-        std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(remaining_, data.size() - i));
-        body(data.substr(i, n));
-        i += n;
-        remaining_ -= n;
-        if (remaining_ == 0) state_ = State::kDone;
+      case State::kLength:
+        feed_counted(data, i, State::kDone);
         break;
-      }
       case State::kUntilClose:
         body(data.substr(i));
         i = data.size();
         break;
       case State::kChunkSize:
-      case State::kTrailers: {
-        std::size_t nl = data.find('\n', i);
-        std::string_view part =
-            data.substr(i, nl == std::string_view::npos ? std::string_view::npos : nl - i);
-        if (line_.size() + part.size() > 4096)
-          return fail("chunk-size or trailer line longer than 4096 bytes");
-        line_.append(part);
-        if (nl == std::string_view::npos) {
-          i = data.size();
-          break;
-        }
-        i = nl + 1;
-        std::string_view line = line_;
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (state_ == State::kTrailers) {
-          trailer_bytes_ += line.size();
-          if (trailer_bytes_ > max_head_bytes_) return fail("chunked trailers too large");
-          if (line.empty()) state_ = State::kDone;
-          line_.clear();
-          break;
-        }
-        std::string_view hex = line.substr(0, line.find(';'));
-        hex = trim(hex);
-        if (hex.empty() || hex.size() > 15) return fail("bad chunk size line '" + printable(line) + "'");
-        uint64_t size = 0;
-        for (char c : hex) {
-          int d;
-          if (c >= '0' && c <= '9')
-            d = c - '0';
-          else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-          else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-          else
-            return fail("bad chunk size line '" + printable(line) + "'");
-          size = size * 16 + static_cast<uint64_t>(d);
-        }
-        line_.clear();
-        if (size == 0) {
-          state_ = State::kTrailers;
-        } else {
-          remaining_ = size;
-          state_ = State::kChunkData;
-        }
+      case State::kTrailers:
+        if (!feed_line(data, i)) return error_;
         break;
-      }
-      case State::kChunkData: {
-        std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(remaining_, data.size() - i));
-        body(data.substr(i, n));
-        i += n;
-        remaining_ -= n;
-        if (remaining_ == 0) state_ = State::kChunkCr;
+      case State::kChunkData:
+        feed_counted(data, i, State::kChunkCr);
         break;
-      }
       case State::kChunkCr:
         if (data[i] == '\r') {
           state_ = State::kChunkLf;
@@ -184,6 +119,102 @@ Status ResponseParser::feed(std::string_view data) {
     if (!error_.ok()) return error_;
   }
   return Status::Ok();
+}
+
+bool ResponseParser::feed_head(std::string_view data, std::size_t& i) {
+  // Look for the blank line; it may straddle the previous feed.
+  std::size_t old = line_.size();
+  std::size_t take = std::min(data.size() - i, max_head_bytes_ + 4 - std::min(old, max_head_bytes_ + 4));
+  line_.append(data.substr(i, take));
+  std::size_t from = old >= 3 ? old - 3 : 0;
+  std::size_t crlf = line_.find("\r\n\r\n", from);
+  std::size_t lf = line_.find("\n\n", from);
+  std::size_t end = std::string::npos, term = 0;
+  if (crlf != std::string::npos && (lf == std::string::npos || crlf < lf)) {
+    end = crlf, term = 4;
+  } else if (lf != std::string::npos) {
+    end = lf, term = 2;
+  }
+  if (end == std::string::npos) {
+    // The last 3 bytes may begin a terminator that ends within the limit (the head itself
+    // must fit max_head_bytes_, as checked below); refusing them early would make the
+    // outcome depend on where the stream was split.
+    if (line_.size() > max_head_bytes_ + 3) {
+      fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
+      return false;
+    }
+    i += take;
+    return true;
+  }
+  if (end > max_head_bytes_) {
+    fail("response head larger than " + std::to_string(max_head_bytes_) + " bytes");
+    return false;
+  }
+  std::size_t used = end + term - old;  // bytes of this feed that belong to the head
+  i += used;
+  line_.resize(end);
+  if (!parse_head().ok()) return false;
+  line_.clear();
+  if (status_ == 101) {
+    fail("unexpected 101 Switching Protocols");
+    return false;
+  }
+  if (status_ >= 100 && status_ < 200) {  // interim response: the real one follows
+    headers_.clear();
+    return true;
+  }
+  if (!start_body().ok()) return false;
+  if (on_head) on_head();
+  return true;
+}
+
+[[gnu::always_inline]] inline void ResponseParser::feed_counted(std::string_view data, std::size_t& i,
+                                                                State next) {
+  std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(remaining_, data.size() - i));
+  body(data.substr(i, n));
+  i += n;
+  remaining_ -= n;
+  if (remaining_ == 0) state_ = next;
+}
+
+[[gnu::always_inline]] inline bool ResponseParser::feed_line(std::string_view data, std::size_t& i) {
+  std::size_t nl = data.find('\n', i);
+  std::string_view part = data.substr(i, nl == std::string_view::npos ? std::string_view::npos : nl - i);
+  if (line_.size() + part.size() > 4096) {
+    fail("chunk-size or trailer line longer than 4096 bytes");
+    return false;
+  }
+  line_.append(part);
+  if (nl == std::string_view::npos) {
+    i = data.size();
+    return true;
+  }
+  i = nl + 1;
+  std::string_view line = line_;
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (state_ == State::kTrailers) {
+    trailer_bytes_ += line.size();
+    if (trailer_bytes_ > max_head_bytes_) {
+      fail("chunked trailers too large");
+      return false;
+    }
+    if (line.empty()) state_ = State::kDone;
+    line_.clear();
+    return true;
+  }
+  uint64_t size = 0;
+  if (!parse_chunk_size(line, size)) {
+    fail("bad chunk size line '" + printable(line) + "'");
+    return false;
+  }
+  line_.clear();
+  if (size == 0) {
+    state_ = State::kTrailers;
+  } else {
+    remaining_ = size;
+    state_ = State::kChunkData;
+  }
+  return true;
 }
 
 Status ResponseParser::parse_head() {

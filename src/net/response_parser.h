@@ -55,6 +55,11 @@ class ResponseParser {
     kUntilClose,
     kDone
   };
+  // The steps of feed(): each consumes what it can of data[i..] and advances i. Those returning
+  // bool return false after fail() (the error is then error_): no Status on the per-chunk path.
+  bool feed_head(std::string_view data, std::size_t& i);
+  void feed_counted(std::string_view data, std::size_t& i, State next);  // Content-Length or chunk body
+  bool feed_line(std::string_view data, std::size_t& i);                 // chunk-size or trailer line
   Status parse_head();
   Status start_body();
   Status fail(std::string msg);

@@ -284,17 +284,16 @@ std::optional<ApiError> parse_logit_bias(const json::object& o, int32_t vocab,
   return std::nullopt;
 }
 
-}  // namespace
+// The request's fields as sent, before defaults; each is checked on its own as it is read.
+struct RequestFields {
+  std::optional<int64_t> max_tokens, max_completion_tokens, top_k, seed, min_tokens;
+  std::optional<double> temperature, top_p, presence_penalty, frequency_penalty, repetition_penalty;
+  std::optional<bool> stream, ignore_eos, skip_special;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
 
-std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, bool chat,
-                                                           const ParseContext& ctx) {
-  auto parsed = json::parse(body);
-  if (!parsed.ok()) return bad_request("the body is not valid JSON: " + parsed.status().message());
-  if (!parsed->is_object()) return bad_request("the body must be a JSON object");
-  const json::object& o = parsed->as_object();
-  CompletionRequest r;
-  r.chat = chat;
-
+// 'model' names the served model when given (404 otherwise); r.model keeps what was sent.
+std::optional<ApiError> parse_model(const json::object& o, const ParseContext& ctx, CompletionRequest& r) {
   if (auto it = o.find("model"); it != o.end() && it->value().is_null()) {
     return bad_request("field 'model' must be a string (the served model's id), not null", "model");
   }
@@ -309,56 +308,67 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     e.code = "model_not_found";
     return e;
   }
+  return std::nullopt;
+}
 
-  if (auto e = refuse_unimplemented(o, chat)) return *e;
-
-  std::optional<int64_t> n, max_tokens, max_completion_tokens, top_k, seed, logprobs_int, top_logprobs,
-      min_tokens;
-  std::optional<double> temperature, top_p, presence_penalty, frequency_penalty, repetition_penalty;
-  std::optional<bool> stream, ignore_eos, echo, logprobs_bool, skip_special;
+// n, the token budgets and the sampling numbers, each in its documented range.
+std::optional<ApiError> parse_sampling_fields(const json::object& o, RequestFields& f) {
+  std::optional<int64_t> n;
   if (auto e = take(json::opt_int(o, "n"), n, "n")) return *e;
   if (n && *n != 1) return bad_request("only n=1 is supported", "n");
-  if (auto e = take(json::opt_int(o, "max_tokens"), max_tokens, "max_tokens")) return *e;
+  if (auto e = take(json::opt_int(o, "max_tokens"), f.max_tokens, "max_tokens")) return *e;
   if (auto e =
-          take(json::opt_int(o, "max_completion_tokens"), max_completion_tokens, "max_completion_tokens")) {
+          take(json::opt_int(o, "max_completion_tokens"), f.max_completion_tokens, "max_completion_tokens")) {
     return *e;
   }
-  if (auto e = take(json::opt_double(o, "temperature"), temperature, "temperature")) return *e;
+  if (auto e = take(json::opt_double(o, "temperature"), f.temperature, "temperature")) return *e;
   // OpenAI's bound (and what makes sense: far above 2 every token is equally likely).
-  if (temperature && !(*temperature >= 0.0 && *temperature <= 2.0)) {
-    return bad_request("temperature must be in [0, 2], got " + json::dump(json::value(*temperature)),
+  if (f.temperature && !(*f.temperature >= 0.0 && *f.temperature <= 2.0)) {
+    return bad_request("temperature must be in [0, 2], got " + json::dump(json::value(*f.temperature)),
                        "temperature");
   }
-  if (auto e = take(json::opt_double(o, "top_p"), top_p, "top_p")) return *e;
-  if (top_p && !(*top_p > 0.0 && *top_p <= 1.0)) {
-    return bad_request("top_p must be in (0, 1], got " + json::dump(json::value(*top_p)), "top_p");
+  if (auto e = take(json::opt_double(o, "top_p"), f.top_p, "top_p")) return *e;
+  if (f.top_p && !(*f.top_p > 0.0 && *f.top_p <= 1.0)) {
+    return bad_request("top_p must be in (0, 1], got " + json::dump(json::value(*f.top_p)), "top_p");
   }
-  if (auto e = take(json::opt_double(o, "presence_penalty"), presence_penalty, "presence_penalty")) return *e;
-  if (presence_penalty && !(*presence_penalty >= -2.0 && *presence_penalty <= 2.0)) {
+  if (auto e = take(json::opt_double(o, "presence_penalty"), f.presence_penalty, "presence_penalty"))
+    return *e;
+  if (f.presence_penalty && !(*f.presence_penalty >= -2.0 && *f.presence_penalty <= 2.0)) {
     return bad_request("presence_penalty must be in [-2, 2]", "presence_penalty");
   }
-  if (auto e = take(json::opt_double(o, "frequency_penalty"), frequency_penalty, "frequency_penalty"))
+  if (auto e = take(json::opt_double(o, "frequency_penalty"), f.frequency_penalty, "frequency_penalty"))
     return *e;
-  if (frequency_penalty && !(*frequency_penalty >= -2.0 && *frequency_penalty <= 2.0)) {
+  if (f.frequency_penalty && !(*f.frequency_penalty >= -2.0 && *f.frequency_penalty <= 2.0)) {
     return bad_request("frequency_penalty must be in [-2, 2]", "frequency_penalty");
   }
-  if (auto e = take(json::opt_double(o, "repetition_penalty"), repetition_penalty, "repetition_penalty")) {
+  if (auto e = take(json::opt_double(o, "repetition_penalty"), f.repetition_penalty, "repetition_penalty")) {
     return *e;
   }
-  if (repetition_penalty && !(*repetition_penalty > 0.0 && *repetition_penalty <= 1e6)) {
+  if (f.repetition_penalty && !(*f.repetition_penalty > 0.0 && *f.repetition_penalty <= 1e6)) {
     return bad_request("repetition_penalty must be > 0 (1 = off)", "repetition_penalty");
   }
-  if (auto e = take(json::opt_int(o, "min_tokens"), min_tokens, "min_tokens")) return *e;
-  if (min_tokens && *min_tokens < 0) return bad_request("min_tokens must be >= 0", "min_tokens");
-  std::vector<std::pair<int32_t, float>> logit_bias;
-  if (auto e = parse_logit_bias(o, ctx.tokenizer->vocab_size(), logit_bias)) return *e;
-  if (auto e = take(json::opt_int(o, "top_k"), top_k, "top_k")) return *e;
-  if (auto e = take(json::opt_int(o, "seed"), seed, "seed")) return *e;
-  if (auto e = take(json::opt_bool(o, "stream"), stream, "stream")) return *e;
-  if (auto e = take(json::opt_bool(o, "ignore_eos"), ignore_eos, "ignore_eos")) return *e;
-  if (auto e = take(json::opt_bool(o, "skip_special_tokens"), skip_special, "skip_special_tokens")) return *e;
+  return std::nullopt;
+}
 
+// min_tokens, logit_bias, top_k, seed and the flags.
+std::optional<ApiError> parse_token_fields(const json::object& o, const ParseContext& ctx, RequestFields& f) {
+  if (auto e = take(json::opt_int(o, "min_tokens"), f.min_tokens, "min_tokens")) return *e;
+  if (f.min_tokens && *f.min_tokens < 0) return bad_request("min_tokens must be >= 0", "min_tokens");
+  if (auto e = parse_logit_bias(o, ctx.tokenizer->vocab_size(), f.logit_bias)) return *e;
+  if (auto e = take(json::opt_int(o, "top_k"), f.top_k, "top_k")) return *e;
+  if (auto e = take(json::opt_int(o, "seed"), f.seed, "seed")) return *e;
+  if (auto e = take(json::opt_bool(o, "stream"), f.stream, "stream")) return *e;
+  if (auto e = take(json::opt_bool(o, "ignore_eos"), f.ignore_eos, "ignore_eos")) return *e;
+  if (auto e = take(json::opt_bool(o, "skip_special_tokens"), f.skip_special, "skip_special_tokens"))
+    return *e;
+  return std::nullopt;
+}
+
+// Chat: logprobs is a bool and top_logprobs a count; completions: logprobs is the count, with echo.
+std::optional<ApiError> parse_logprobs(const json::object& o, bool chat, CompletionRequest& r) {
   if (chat) {
+    std::optional<bool> logprobs_bool;
+    std::optional<int64_t> top_logprobs;
     if (auto e = take(json::opt_bool(o, "logprobs"), logprobs_bool, "logprobs")) return *e;
     if (auto e = take(json::opt_int(o, "top_logprobs"), top_logprobs, "top_logprobs")) return *e;
     if (top_logprobs && (*top_logprobs < 0 || *top_logprobs > 20)) {
@@ -369,47 +379,60 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     }
     r.want_logprobs = logprobs_bool.value_or(false);
     r.top_logprobs = int32_t(top_logprobs.value_or(0));
+    return std::nullopt;
+  }
+  std::optional<int64_t> logprobs_int;
+  std::optional<bool> echo;
+  if (auto e = take(json::opt_int(o, "logprobs"), logprobs_int, "logprobs")) return *e;
+  if (logprobs_int && (*logprobs_int < 0 || *logprobs_int > 20)) {
+    return bad_request("logprobs must be an integer in [0, 20]", "logprobs");
+  }
+  if (auto e = take(json::opt_bool(o, "echo"), echo, "echo")) return *e;
+  r.want_logprobs = logprobs_int.has_value();
+  r.top_logprobs = int32_t(logprobs_int.value_or(0));
+  r.echo = echo.value_or(false);
+  r.prompt_logprobs = r.echo && r.want_logprobs;
+  return std::nullopt;
+}
+
+// stop: a string or a list of strings.
+std::optional<ApiError> parse_stop(const json::object& o, CompletionRequest& r) {
+  auto it = o.find("stop");
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  if (it->value().is_string()) {
+    r.stop.emplace_back(it->value().as_string());
+  } else if (it->value().is_array()) {
+    for (const auto& s : it->value().as_array()) {
+      if (!s.is_string()) return bad_request("field 'stop' must be a string or a list of strings", "stop");
+      r.stop.emplace_back(s.as_string());
+    }
   } else {
-    if (auto e = take(json::opt_int(o, "logprobs"), logprobs_int, "logprobs")) return *e;
-    if (logprobs_int && (*logprobs_int < 0 || *logprobs_int > 20)) {
-      return bad_request("logprobs must be an integer in [0, 20]", "logprobs");
-    }
-    if (auto e = take(json::opt_bool(o, "echo"), echo, "echo")) return *e;
-    r.want_logprobs = logprobs_int.has_value();
-    r.top_logprobs = int32_t(logprobs_int.value_or(0));
-    r.echo = echo.value_or(false);
-    r.prompt_logprobs = r.echo && r.want_logprobs;
+    return bad_request("field 'stop' must be a string or a list of strings", "stop");
   }
+  // An empty stop string would match before the first token: the client meant something else.
+  if (std::find(r.stop.begin(), r.stop.end(), std::string()) != r.stop.end()) {
+    return bad_request("stop strings must not be empty", "stop");
+  }
+  return std::nullopt;
+}
 
-  // stop: a string or a list of strings.
-  if (auto it = o.find("stop"); it != o.end() && !it->value().is_null()) {
-    if (it->value().is_string()) {
-      r.stop.emplace_back(it->value().as_string());
-    } else if (it->value().is_array()) {
-      for (const auto& s : it->value().as_array()) {
-        if (!s.is_string()) return bad_request("field 'stop' must be a string or a list of strings", "stop");
-        r.stop.emplace_back(s.as_string());
-      }
-    } else {
-      return bad_request("field 'stop' must be a string or a list of strings", "stop");
-    }
-    // An empty stop string would match before the first token: the client meant something else.
-    if (std::find(r.stop.begin(), r.stop.end(), std::string()) != r.stop.end()) {
-      return bad_request("stop strings must not be empty", "stop");
-    }
+std::optional<ApiError> parse_stream_options(const json::object& o, CompletionRequest& r) {
+  auto it = o.find("stream_options");
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  if (!it->value().is_object())
+    return bad_request("field 'stream_options' must be an object", "stream_options");
+  std::optional<bool> usage;
+  if (auto e = take(json::opt_bool(it->value().as_object(), "include_usage"), usage,
+                    "stream_options.include_usage")) {
+    return *e;
   }
-  if (auto it = o.find("stream_options"); it != o.end() && !it->value().is_null()) {
-    if (!it->value().is_object())
-      return bad_request("field 'stream_options' must be an object", "stream_options");
-    std::optional<bool> usage;
-    if (auto e = take(json::opt_bool(it->value().as_object(), "include_usage"), usage,
-                      "stream_options.include_usage")) {
-      return *e;
-    }
-    r.include_usage = usage.value_or(false);
-  }
+  r.include_usage = usage.value_or(false);
+  return std::nullopt;
+}
 
-  // The prompt.
+// The prompt or the messages, tokenized into r.prompt_ids: not empty, every id in the vocabulary.
+std::optional<ApiError> parse_input(const json::object& o, bool chat, const ParseContext& ctx,
+                                    CompletionRequest& r) {
   if (auto e = chat ? parse_messages(o, ctx, r) : parse_prompt(o, ctx, r)) return *e;
   if (r.prompt_ids.empty()) return bad_request("the prompt is empty", chat ? "messages" : "prompt");
   int32_t vocab = ctx.tokenizer->vocab_size();
@@ -420,12 +443,17 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
           "prompt");
     }
   }
+  return std::nullopt;
+}
 
+// The completion's token budget: max_completion_tokens, else max_tokens, else the endpoint's
+// default; it must fit the context beside the prompt.
+std::optional<ApiError> resolve_max_tokens(const RequestFields& f, bool chat, const ParseContext& ctx,
+                                           const CompletionRequest& r, int64_t& max_gen) {
   int64_t prompt_len = int64_t(r.prompt_ids.size());
-  std::optional<int64_t> mt = max_completion_tokens ? max_completion_tokens : max_tokens;
-  const char* mt_name = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
+  std::optional<int64_t> mt = f.max_completion_tokens ? f.max_completion_tokens : f.max_tokens;
+  const char* mt_name = f.max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   if (mt && *mt < 1) return bad_request(std::string(mt_name) + " must be >= 1", mt_name);
-  int64_t max_gen;
   if (mt) {
     max_gen = *mt;
   } else if (chat) {
@@ -434,59 +462,90 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     max_gen = 16;  // the OpenAI default for completions
   }
   // Compared as max_gen > room, never as a sum: max_tokens may be as large as INT64_MAX.
-  if (std::max<int64_t>(max_gen, 1) > ctx.max_context - prompt_len) {
-    std::string total = max_gen > INT64_MAX - prompt_len ? "more than " + std::to_string(INT64_MAX)
-                                                         : std::to_string(prompt_len + max_gen);
-    ApiError e =
-        bad_request("This model's maximum context length is " + std::to_string(ctx.max_context) +
-                        " tokens. However, you requested " + total + " tokens (" +
-                        std::to_string(prompt_len) + " in the " + (chat ? "messages" : "prompt") + ", " +
-                        std::to_string(max_gen) + " for the completion). Please reduce the length of the " +
-                        (chat ? "messages" : "prompt") + " or the completion.",
-                    chat ? "messages" : "prompt");
-    e.code = "context_length_exceeded";
-    return e;
-  }
+  if (std::max<int64_t>(max_gen, 1) <= ctx.max_context - prompt_len) return std::nullopt;
+  std::string total = max_gen > INT64_MAX - prompt_len ? "more than " + std::to_string(INT64_MAX)
+                                                       : std::to_string(prompt_len + max_gen);
+  ApiError e =
+      bad_request("This model's maximum context length is " + std::to_string(ctx.max_context) +
+                      " tokens. However, you requested " + total + " tokens (" + std::to_string(prompt_len) +
+                      " in the " + (chat ? "messages" : "prompt") + ", " + std::to_string(max_gen) +
+                      " for the completion). Please reduce the length of the " +
+                      (chat ? "messages" : "prompt") + " or the completion.",
+                  chat ? "messages" : "prompt");
+  e.code = "context_length_exceeded";
+  return e;
+}
 
+// r.sampling from the fields and their defaults, then SamplingParams::validate's verdict, its
+// message naming the field it refused.
+std::optional<ApiError> fill_sampling(RequestFields& f, int64_t max_gen, const ParseContext& ctx,
+                                      CompletionRequest& r) {
   auto& s = r.sampling;
-  s.temperature = float(temperature.value_or(1.0));
-  s.top_p = float(top_p.value_or(1.0));
-  s.top_k = int32_t(std::clamp<int64_t>(top_k.value_or(0), -1, INT32_MAX));
-  if (top_k && *top_k < -1) return bad_request("top_k must be >= 0 (or -1 for off)", "top_k");
+  s.temperature = float(f.temperature.value_or(1.0));
+  s.top_p = float(f.top_p.value_or(1.0));
+  s.top_k = int32_t(std::clamp<int64_t>(f.top_k.value_or(0), -1, INT32_MAX));
+  if (f.top_k && *f.top_k < -1) return bad_request("top_k must be >= 0 (or -1 for off)", "top_k");
   if (s.top_k < 0) s.top_k = 0;
-  if (seed) {
-    s.seed = uint64_t(*seed);
+  if (f.seed) {
+    s.seed = uint64_t(*f.seed);
     r.seeded = true;
   }
   s.max_tokens = int32_t(max_gen);
-  s.ignore_eos = ignore_eos.value_or(false);
-  r.skip_special_tokens = skip_special.value_or(true);
+  s.ignore_eos = f.ignore_eos.value_or(false);
+  r.skip_special_tokens = f.skip_special.value_or(true);
   s.eos_ids = ctx.eos_ids;
   s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
-  s.logit_bias = std::move(logit_bias);
-  s.presence_penalty = float(presence_penalty.value_or(0.0));
-  s.frequency_penalty = float(frequency_penalty.value_or(0.0));
-  s.repetition_penalty = float(repetition_penalty.value_or(1.0));
-  if (min_tokens && *min_tokens > max_gen) {
-    return bad_request("min_tokens (" + std::to_string(*min_tokens) + ") must not exceed max_tokens (" +
+  s.logit_bias = std::move(f.logit_bias);
+  s.presence_penalty = float(f.presence_penalty.value_or(0.0));
+  s.frequency_penalty = float(f.frequency_penalty.value_or(0.0));
+  s.repetition_penalty = float(f.repetition_penalty.value_or(1.0));
+  if (f.min_tokens && *f.min_tokens > max_gen) {
+    return bad_request("min_tokens (" + std::to_string(*f.min_tokens) + ") must not exceed max_tokens (" +
                            std::to_string(max_gen) + ")",
                        "min_tokens");
   }
-  s.min_tokens = int32_t(min_tokens.value_or(0));
+  s.min_tokens = int32_t(f.min_tokens.value_or(0));
   r.min_tokens = s.min_tokens;
   if (Status st = s.validate(); !st.ok()) {
     const std::string& msg = st.message();
     std::string param;
-    for (const char* f : {"temperature", "top_p", "max_tokens", "logit_bias", "presence_penalty",
-                          "frequency_penalty", "repetition_penalty", "min_tokens"}) {
-      if (msg.find(std::string("'") + f + "'") != std::string::npos) {
-        param = f;
+    for (const char* name : {"temperature", "top_p", "max_tokens", "logit_bias", "presence_penalty",
+                             "frequency_penalty", "repetition_penalty", "min_tokens"}) {
+      if (msg.find(std::string("'") + name + "'") != std::string::npos) {
+        param = name;
         break;
       }
     }
     return bad_request(msg, param);
   }
-  r.stream = stream.value_or(false);
+  return std::nullopt;
+}
+
+}  // namespace
+
+// The first error in this order wins: model, unimplemented fields, sampling and token fields, logprobs,
+// stop, stream_options, the prompt, the token budget, the sampling parameters as a whole.
+std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body, bool chat,
+                                                           const ParseContext& ctx) {
+  auto parsed = json::parse(body);
+  if (!parsed.ok()) return bad_request("the body is not valid JSON: " + parsed.status().message());
+  if (!parsed->is_object()) return bad_request("the body must be a JSON object");
+  const json::object& o = parsed->as_object();
+  CompletionRequest r;
+  r.chat = chat;
+  RequestFields f;
+  if (auto e = parse_model(o, ctx, r)) return *e;
+  if (auto e = refuse_unimplemented(o, chat)) return *e;
+  if (auto e = parse_sampling_fields(o, f)) return *e;
+  if (auto e = parse_token_fields(o, ctx, f)) return *e;
+  if (auto e = parse_logprobs(o, chat, r)) return *e;
+  if (auto e = parse_stop(o, r)) return *e;
+  if (auto e = parse_stream_options(o, r)) return *e;
+  if (auto e = parse_input(o, chat, ctx, r)) return *e;
+  int64_t max_gen = 0;
+  if (auto e = resolve_max_tokens(f, chat, ctx, r, max_gen)) return *e;
+  if (auto e = fill_sampling(f, max_gen, ctx, r)) return *e;
+  r.stream = f.stream.value_or(false);
   return r;
 }
 

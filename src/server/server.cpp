@@ -125,56 +125,78 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
 
   // --- the sink ---
 
+  // One engine event for one request: a cancellation or a failure ends it at once; otherwise the
+  // event's text goes out (or into the body), and a final event completes the response.
   void on_event(const std::shared_ptr<Stream>& sp, TokenEvent&& ev) {
     Stream& s = *sp;
     std::lock_guard lock(s.mu);
     if (s.done) return;
-    if (ev.finished && ev.reason == FinishReason::kCancelled && !s.stopped_by_string) {
-      // The client went away, or the server is shutting down.
-      s.done = true;
-      metrics.cancelled++;
-      if (!s.writer->is_closed()) {
-        if (s.req.stream) {
-          s.writer->end();
-        } else {
-          ApiError e;
-          e.status = 503;
-          e.type = "server_error";
-          e.message = "the request was cancelled (server shutting down)";
-          send_error(*s.writer, e);
-        }
-      }
-      forget(s);
-      return;
+    if (ev.finished && ev.reason == FinishReason::kCancelled && !s.stopped_by_string) return end_cancelled(s);
+    if (ev.finished && ev.reason == FinishReason::kError) return end_failed(s, ev);
+    take_prompt_logprobs(s, ev);
+    emit_text(s, ev);
+    if (!ev.finished) return;
+    s.done = true;
+    int64_t completion_tokens = s.text->tokens();
+    std::string_view reason = finish_reason_text(ev.reason, s.stopped_by_string || s.text->stopped());
+    metrics.record(ev.timings, completion_tokens);
+    json::object timings = timings_json(ev.timings, completion_tokens);
+    if (s.req.stream) {
+      end_stream(s, reason, completion_tokens, timings);
+    } else {
+      send_body(s, reason, completion_tokens, std::move(timings));
     }
-    if (ev.finished && ev.reason == FinishReason::kError) {
-      s.done = true;
-      metrics.failed++;
-      ApiError e;
-      // 500: the server (its model) failed, not the request. A stream already sent its 200 head:
-      // it ends with this error body as its last event before [DONE], and no finish_reason.
-      e.status = 500;
-      e.type = "server_error";
-      e.message = "inference failed: " + ev.error.message();
-      if (engine::is_nonfinite_logits(ev.error)) {
-        metrics.nonfinite_logits++;
-        e.code = "nonfinite_logits";
-      } else {
-        metrics.other_errors++;
-      }
+    forget(s);
+  }
+
+  // The client went away, or the server is shutting down. Caller holds s.mu.
+  void end_cancelled(Stream& s) {
+    s.done = true;
+    metrics.cancelled++;
+    if (!s.writer->is_closed()) {
       if (s.req.stream) {
-        s.writer->write(net::sse_format_data(e.body()));
-        s.writer->write(net::sse_format_data("[DONE]"));
         s.writer->end();
       } else {
+        ApiError e;
+        e.status = 503;
+        e.type = "server_error";
+        e.message = "the request was cancelled (server shutting down)";
         send_error(*s.writer, e);
       }
-      forget(s);
-      return;
     }
+    forget(s);
+  }
+
+  // 500: the server (its model) failed, not the request. A stream already sent its 200 head: it
+  // ends with this error body as its last event before [DONE], and no finish_reason. Caller holds s.mu.
+  void end_failed(Stream& s, const TokenEvent& ev) {
+    s.done = true;
+    metrics.failed++;
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "inference failed: " + ev.error.message();
+    if (engine::is_nonfinite_logits(ev.error)) {
+      metrics.nonfinite_logits++;
+      e.code = "nonfinite_logits";
+    } else {
+      metrics.other_errors++;
+    }
+    if (s.req.stream) {
+      s.writer->write(net::sse_format_data(e.body()));
+      s.writer->write(net::sse_format_data("[DONE]"));
+      s.writer->end();
+    } else {
+      send_error(*s.writer, e);
+    }
+    forget(s);
+  }
+
+  // Echo with logprobs: the prompt's entries (the first prompt token has no logprob), streamed
+  // once they exist. Caller holds s.mu.
+  void take_prompt_logprobs(Stream& s, const TokenEvent& ev) {
     if (!ev.prompt_logprobs.empty() ||
         (s.req.prompt_logprobs && s.prompt_entries.empty() && !ev.tokens.empty())) {
-      // Echo with logprobs: the first prompt token has no logprob.
       LogprobEntry first;
       int32_t t0 = s.req.prompt_ids[0];
       first.token = tokenizer.decode(std::span<const int32_t>(&t0, 1));
@@ -187,6 +209,11 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
       s.echo_sent = true;
       s.writer->write(sse_piece(s, s.req.prompt_text, s.prompt_entries));
     }
+  }
+
+  // The event's tokens as text (cut at a stop string, which cancels the request at the engine):
+  // one SSE chunk when streaming, else appended to the body. Caller holds s.mu.
+  void emit_text(Stream& s, const TokenEvent& ev) {
     std::string piece;
     if (!s.stopped_by_string) {
       piece = s.text->push(ev.tokens, ev.logprobs);
@@ -203,72 +230,69 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
       s.body_text += piece;
       for (auto& e : entries) s.logprobs.push_back(std::move(e));
     }
-    if (!ev.finished) return;
+  }
 
-    // The end.
-    s.done = true;
-    int64_t completion_tokens = s.text->tokens();
-    std::string_view reason = finish_reason_text(ev.reason, s.stopped_by_string || s.text->stopped());
-    metrics.record(ev.timings, completion_tokens);
-    json::object timings = timings_json(ev.timings, completion_tokens);
-    if (s.req.stream) {
-      json::object o = chunk_base(s);
-      json::object choice;
-      choice["index"] = 0;
-      if (s.req.chat) {
-        choice["delta"] = json::object();
-      } else {
-        choice["text"] = "";
-      }
-      choice["logprobs"] = nullptr;
-      choice["finish_reason"] = reason;
-      json::array choices;
-      choices.push_back(std::move(choice));
-      o["choices"] = std::move(choices);
-      o["plumb_timings"] = timings;
-      s.writer->write(net::sse_format_data(json::dump(o)));
-      if (s.req.include_usage) {
-        json::object u = chunk_base(s);
-        u["choices"] = json::array();
-        u["usage"] = usage_json(s, completion_tokens);
-        u["plumb_timings"] = timings;
-        s.writer->write(net::sse_format_data(json::dump(u)));
-      }
-      s.writer->write(net::sse_format_data("[DONE]"));
-      s.writer->end();
+  // The final chunk with finish_reason, the usage chunk if asked for, [DONE]. Caller holds s.mu.
+  void end_stream(Stream& s, std::string_view reason, int64_t completion_tokens,
+                  const json::object& timings) {
+    json::object o = chunk_base(s);
+    json::object choice;
+    choice["index"] = 0;
+    if (s.req.chat) {
+      choice["delta"] = json::object();
     } else {
-      json::object o;
-      o["id"] = s.id;
-      o["object"] = s.req.chat ? "chat.completion" : "text_completion";
-      o["created"] = s.created;
-      o["model"] = options.served_model_name;
-      json::object choice;
-      choice["index"] = 0;
-      if (s.req.chat) {
-        json::object msg;
-        msg["role"] = "assistant";
-        msg["content"] = s.body_text;
-        choice["message"] = std::move(msg);
-        choice["logprobs"] = logprobs_json(s, s.logprobs, 0);
-      } else {
-        std::string text = s.req.echo ? s.req.prompt_text + s.body_text : s.body_text;
-        std::vector<LogprobEntry> all;
-        if (s.req.echo && s.req.want_logprobs) {
-          all = s.prompt_entries;
-        }
-        for (auto& e : s.logprobs) all.push_back(e);
-        choice["text"] = text;
-        choice["logprobs"] = logprobs_json(s, all, 0);
-      }
-      choice["finish_reason"] = reason;
-      json::array choices;
-      choices.push_back(std::move(choice));
-      o["choices"] = std::move(choices);
-      o["usage"] = usage_json(s, completion_tokens);
-      o["plumb_timings"] = std::move(timings);
-      s.writer->send(200, "application/json", json::dump(o));
+      choice["text"] = "";
     }
-    forget(s);
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = reason;
+    json::array choices;
+    choices.push_back(std::move(choice));
+    o["choices"] = std::move(choices);
+    o["plumb_timings"] = timings;
+    s.writer->write(net::sse_format_data(json::dump(o)));
+    if (s.req.include_usage) {
+      json::object u = chunk_base(s);
+      u["choices"] = json::array();
+      u["usage"] = usage_json(s, completion_tokens);
+      u["plumb_timings"] = timings;
+      s.writer->write(net::sse_format_data(json::dump(u)));
+    }
+    s.writer->write(net::sse_format_data("[DONE]"));
+    s.writer->end();
+  }
+
+  // The whole non-streamed response. Caller holds s.mu.
+  void send_body(Stream& s, std::string_view reason, int64_t completion_tokens, json::object timings) {
+    json::object o;
+    o["id"] = s.id;
+    o["object"] = s.req.chat ? "chat.completion" : "text_completion";
+    o["created"] = s.created;
+    o["model"] = options.served_model_name;
+    json::object choice;
+    choice["index"] = 0;
+    if (s.req.chat) {
+      json::object msg;
+      msg["role"] = "assistant";
+      msg["content"] = s.body_text;
+      choice["message"] = std::move(msg);
+      choice["logprobs"] = logprobs_json(s, s.logprobs, 0);
+    } else {
+      std::string text = s.req.echo ? s.req.prompt_text + s.body_text : s.body_text;
+      std::vector<LogprobEntry> all;
+      if (s.req.echo && s.req.want_logprobs) {
+        all = s.prompt_entries;
+      }
+      for (auto& e : s.logprobs) all.push_back(e);
+      choice["text"] = text;
+      choice["logprobs"] = logprobs_json(s, all, 0);
+    }
+    choice["finish_reason"] = reason;
+    json::array choices;
+    choices.push_back(std::move(choice));
+    o["choices"] = std::move(choices);
+    o["usage"] = usage_json(s, completion_tokens);
+    o["plumb_timings"] = std::move(timings);
+    s.writer->send(200, "application/json", json::dump(o));
   }
 
   void forget(Stream& s) {
@@ -314,29 +338,8 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     std::lock_guard lock(s.mu);
     auto id = backend.submit(std::move(g));
     if (!id.ok()) {
-      ApiError e;
-      e.message = id.status().message();
-      switch (id.status().code()) {
-        case Code::kInvalidArgument:
-          e.status = 400;
-          break;
-        case Code::kResourceExhausted:
-          e.status = 429;
-          e.type = "rate_limit_error";
-          e.code = "queue_full";
-          metrics.rejected++;
-          break;
-        case Code::kUnavailable:
-          e.status = 503;
-          e.type = "server_error";
-          break;
-        default:
-          e.status = 500;
-          e.type = "server_error";
-          break;
-      }
       s.done = true;
-      return send_error(*w, e);
+      return send_error(*w, submit_error(id.status()));
     }
     s.backend_id = *id;
     s.submitted = true;
@@ -351,28 +354,59 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
         self->backend.cancel(bid);
       }
     });
-    if (s.req.stream) {
-      w->start_stream(200, "text/event-stream");
-      if (chat) {
-        json::object o = chunk_base(s);
-        json::object choice;
-        choice["index"] = 0;
-        json::object delta;
-        delta["role"] = "assistant";
-        delta["content"] = "";
-        choice["delta"] = std::move(delta);
-        choice["logprobs"] = nullptr;
-        choice["finish_reason"] = nullptr;
-        json::array choices;
-        choices.push_back(std::move(choice));
-        o["choices"] = std::move(choices);
-        w->write(net::sse_format_data(json::dump(o)));
-      } else if (s.req.echo && !s.req.prompt_logprobs) {
-        // Without logprobs the prompt goes out at once; with them, on_event sends it together with
-        // the prompt logprobs.
-        s.echo_sent = true;
-        w->write(sse_piece(s, s.req.prompt_text, {}));
-      }
+    if (s.req.stream) open_stream(s, *w, chat);
+  }
+
+  // The engine refused the request: 400 for a bad one, 429 when its queue is full, 503 while it
+  // stops, 500 otherwise.
+  ApiError submit_error(const Status& st) {
+    ApiError e;
+    e.message = st.message();
+    switch (st.code()) {
+      case Code::kInvalidArgument:
+        e.status = 400;
+        break;
+      case Code::kResourceExhausted:
+        e.status = 429;
+        e.type = "rate_limit_error";
+        e.code = "queue_full";
+        metrics.rejected++;
+        break;
+      case Code::kUnavailable:
+        e.status = 503;
+        e.type = "server_error";
+        break;
+      default:
+        e.status = 500;
+        e.type = "server_error";
+        break;
+    }
+    return e;
+  }
+
+  // The stream's head and its first chunk: the assistant's role for chat, the prompt for echo
+  // without logprobs. Caller holds s.mu.
+  void open_stream(Stream& s, net::ResponseWriter& w, bool chat) {
+    w.start_stream(200, "text/event-stream");
+    if (chat) {
+      json::object o = chunk_base(s);
+      json::object choice;
+      choice["index"] = 0;
+      json::object delta;
+      delta["role"] = "assistant";
+      delta["content"] = "";
+      choice["delta"] = std::move(delta);
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = nullptr;
+      json::array choices;
+      choices.push_back(std::move(choice));
+      o["choices"] = std::move(choices);
+      w.write(net::sse_format_data(json::dump(o)));
+    } else if (s.req.echo && !s.req.prompt_logprobs) {
+      // Without logprobs the prompt goes out at once; with them, on_event sends it together with
+      // the prompt logprobs.
+      s.echo_sent = true;
+      w.write(sse_piece(s, s.req.prompt_text, {}));
     }
   }
 
