@@ -517,13 +517,8 @@ std::string special_token_text(const bj::object& cfg, std::string_view key) {
   return {};
 }
 
-void build(std::string_view tokenizer_json, std::string_view config_json, std::string_view generation_json,
-           Tokenizer::Impl& impl) {
-  auto root_r = json::parse(tokenizer_json);
-  if (!root_r.ok()) fail(root_r.status().with_context("tokenizer.json"));
-  if (!root_r->is_object()) fail(invalid_argument("tokenizer.json: top level must be an object"));
-  const bj::object& root = root_r->as_object();
-
+// The BPE model (the only supported type).
+void parse_model_section(const bj::object& root, Tokenizer::Impl& impl) {
   const bj::value* model = member(root, "model");
   if (!model) fail(invalid_argument("tokenizer.json: missing 'model'"));
   const bj::object& m = need_object(model, "model");
@@ -532,7 +527,10 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     fail(unimplemented("tokenizer.json: model type '" + mtype + "' is not supported (only BPE)"));
   }
   parse_bpe(m, impl);
+}
 
+// Normalizers, pre-tokenizers (ByteLevel last), decoders and the post-processor.
+void parse_pipeline(const bj::object& root, Tokenizer::Impl& impl) {
   if (const bj::value* n = member(root, "normalizer")) parse_normalizer(*n, impl.normalizers);
   if (const bj::value* p = member(root, "pre_tokenizer")) parse_pre_tokenizer(*p, impl.pre_tokenizers);
   for (size_t i = 0; i < impl.pre_tokenizers.size(); ++i) {
@@ -551,7 +549,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     impl.decoders.push_back(std::move(join));
   }
   if (const bj::value* p = member(root, "post_processor")) parse_post_processor(*p, impl);
+}
 
+void parse_added_tokens(const bj::object& root, Tokenizer::Impl& impl) {
   // Added tokens.
   if (const bj::value* at = member(root, "added_tokens")) {
     if (!at->is_array()) fail(invalid_argument("tokenizer.json: 'added_tokens' must be an array"));
@@ -580,7 +580,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     bool in_normalized = a.normalized && !impl.normalizers.empty();
     (in_normalized ? impl.normalized_trie : impl.raw_trie).insert(a.content, int32_t(i));
   }
+}
 
+void build_id_tables(Tokenizer::Impl& impl) {
   // id -> token tables.
   int64_t max_id = -1;
   for (const auto& [tok, id] : impl.vocab) max_id = std::max<int64_t>(max_id, id);
@@ -607,7 +609,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
   for (int32_t id : impl.suffix_ids) {
     if (id < 0 || id > max_id) fail(invalid_argument("tokenizer.json: post_processor id out of range"));
   }
+}
 
+void choose_word_marker(Tokenizer::Impl& impl) {
   // Word marker for SentencePiece-style models (see tokenizer_impl.h).
   if (!impl.byte_level) {
     std::string marker;
@@ -636,7 +640,10 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
       if (safe) impl.word_marker = marker;
     }
   }
+}
 
+// Each byte's token id and byte-fallback id (-1 where the vocab has none).
+void build_byte_ids(Tokenizer::Impl& impl) {
   const auto& bm = unicode::byte_map();
   for (int b = 0; b < 256; ++b) {
     auto it = impl.vocab.find(bm.byte_to_utf8[size_t(b)]);
@@ -646,7 +653,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     auto fb = impl.vocab.find(name);
     impl.fallback_ids[size_t(b)] = fb == impl.vocab.end() ? -1 : fb->second;
   }
+}
 
+void parse_tokenizer_config(std::string_view config_json, Tokenizer::Impl& impl) {
   // tokenizer_config.json.
   auto lookup = [&](const std::string& tok) -> std::optional<int32_t> {
     if (tok.empty()) return std::nullopt;
@@ -673,6 +682,10 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
       }
     }
   }
+}
+
+// The eos set: tokenizer_config's eos_token, then generation_config's eos_token_id(s).
+void parse_generation_config(std::string_view generation_json, Tokenizer::Impl& impl) {
   if (impl.eos_id) impl.eos_ids.push_back(*impl.eos_id);
   if (!generation_json.empty()) {
     auto gen = json::parse_object(generation_json);
@@ -691,6 +704,22 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
       }
     }
   }
+}
+
+void build(std::string_view tokenizer_json, std::string_view config_json, std::string_view generation_json,
+           Tokenizer::Impl& impl) {
+  auto root_r = json::parse(tokenizer_json);
+  if (!root_r.ok()) fail(root_r.status().with_context("tokenizer.json"));
+  if (!root_r->is_object()) fail(invalid_argument("tokenizer.json: top level must be an object"));
+  const bj::object& root = root_r->as_object();
+  parse_model_section(root, impl);
+  parse_pipeline(root, impl);
+  parse_added_tokens(root, impl);
+  build_id_tables(impl);
+  choose_word_marker(impl);
+  build_byte_ids(impl);
+  parse_tokenizer_config(config_json, impl);
+  parse_generation_config(generation_json, impl);
 }
 
 }  // namespace
