@@ -937,27 +937,33 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s = std::move(out);
 }
 
+// The model's words of a fully pre-tokenized piece: the piece itself, or, with a word marker, cut
+// before each marker that follows a non-marker character.
+inline void model_words(const Tokenizer::Impl& impl, std::string_view piece, std::vector<int32_t>& out) {
+  if (impl.word_marker.empty()) {
+    impl.bpe_word(piece, out);
+    return;
+  }
+  // Cut before each marker that follows a non-marker character.
+  const std::string& mk = impl.word_marker;
+  size_t start = 0;
+  for (size_t pos = piece.find(mk); pos != std::string_view::npos; pos = piece.find(mk, pos + mk.size())) {
+    // Fewer bytes than a marker before pos (e.g. "a" in "a\u2581b" when no Prepend normalizer
+    // adds a leading marker) cannot be a marker.
+    if (pos > start && (pos < mk.size() || piece.compare(pos - mk.size(), mk.size(), mk) != 0)) {
+      impl.bpe_word(piece.substr(start, pos - start), out);
+      start = pos;
+    }
+  }
+  impl.bpe_word(piece.substr(start), out);
+}
+
 // Runs pre-tokenizer `step` and onwards over piece; the model gets each final piece.
 void pre_tokenize(const Tokenizer::Impl& impl, size_t step, std::string_view piece, bool first,
                   std::vector<int32_t>& out) {
   if (piece.empty()) return;
   if (step == impl.pre_tokenizers.size()) {
-    if (impl.word_marker.empty()) {
-      impl.bpe_word(piece, out);
-      return;
-    }
-    // Cut before each marker that follows a non-marker character.
-    const std::string& mk = impl.word_marker;
-    size_t start = 0;
-    for (size_t pos = piece.find(mk); pos != std::string_view::npos; pos = piece.find(mk, pos + mk.size())) {
-      // Fewer bytes than a marker before pos (e.g. "a" in "a\u2581b" when no Prepend normalizer
-      // adds a leading marker) cannot be a marker.
-      if (pos > start && (pos < mk.size() || piece.compare(pos - mk.size(), mk.size(), mk) != 0)) {
-        impl.bpe_word(piece.substr(start, pos - start), out);
-        start = pos;
-      }
-    }
-    impl.bpe_word(piece.substr(start), out);
+    model_words(impl, piece, out);
     return;
   }
   const PreTokenizerStep& st = impl.pre_tokenizers[step];
@@ -1160,26 +1166,26 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out)
   shard.insert(word, h, out.data() + before, n);
 }
 
-void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
-  thread_local std::vector<int32_t> ids;
-  ids.clear();
+namespace {
 
-  if (ignore_merges) {
-    // Llama-3: a word that is itself in the vocabulary is emitted whole, merges or not.
-    std::string whole;
-    if (byte_level) {
-      const auto& bm = unicode::byte_map();
-      for (unsigned char b : word) whole += bm.byte_to_utf8[b];
-    } else {
-      whole = std::string(word);
-    }
-    if (auto it = vocab.find(whole); it != vocab.end()) {
-      out.push_back(it->second);
-      return;
-    }
+// Llama-3 (ignore_merges): a word that is itself in the vocabulary is emitted whole, merges or not.
+inline bool emit_whole_word(const Tokenizer::Impl& impl, std::string_view word, std::vector<int32_t>& out) {
+  std::string whole;
+  if (impl.byte_level) {
+    const auto& bm = unicode::byte_map();
+    for (unsigned char b : word) whole += bm.byte_to_utf8[b];
+  } else {
+    whole = std::string(word);
   }
+  if (auto it = impl.vocab.find(whole); it != impl.vocab.end()) {
+    out.push_back(it->second);
+    return true;
+  }
+  return false;
+}
 
-  // Initial symbols, with the reference's unknown-character handling.
+// The word's initial symbols into ids, with the reference's unknown-character handling.
+inline void initial_symbols(const Tokenizer::Impl& impl, std::string_view word, std::vector<int32_t>& ids) {
   std::optional<int32_t> pending_unk;
   auto known = [&](int32_t id) {
     if (pending_unk) {
@@ -1189,17 +1195,17 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     ids.push_back(id);
   };
   auto unknown = [&]() {
-    if (!unk_id) return;  // no unk token: the character is dropped, as in the reference
-    if (pending_unk && fuse_unk) return;
+    if (!impl.unk_id) return;  // no unk token: the character is dropped, as in the reference
+    if (pending_unk && impl.fuse_unk) return;
     if (pending_unk) ids.push_back(*pending_unk);
-    pending_unk = unk_id;
+    pending_unk = impl.unk_id;
   };
-  if (byte_level) {
+  if (impl.byte_level) {
     for (unsigned char b : word) {
-      if (byte_ids[b] >= 0) {
-        known(byte_ids[b]);
-      } else if (byte_fallback && fallback_ids[b] >= 0) {
-        ids.push_back(fallback_ids[b]);
+      if (impl.byte_ids[b] >= 0) {
+        known(impl.byte_ids[b]);
+      } else if (impl.byte_fallback && impl.fallback_ids[b] >= 0) {
+        ids.push_back(impl.fallback_ids[b]);
       } else {
         unknown();
       }
@@ -1209,15 +1215,15 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     for (size_t i = 0; i < word.size();) {
       size_t n = char_len_at(word, i);
       ch.assign(word.substr(i, n));
-      if (auto it = vocab.find(ch); it != vocab.end()) {
+      if (auto it = impl.vocab.find(ch); it != impl.vocab.end()) {
         known(it->second);
       } else {
         bool done = false;
-        if (byte_fallback) {
+        if (impl.byte_fallback) {
           bool all = true;
-          for (size_t k = 0; k < n; ++k) all = all && fallback_ids[uint8_t(word[i + k])] >= 0;
+          for (size_t k = 0; k < n; ++k) all = all && impl.fallback_ids[uint8_t(word[i + k])] >= 0;
           if (all) {
-            for (size_t k = 0; k < n; ++k) ids.push_back(fallback_ids[uint8_t(word[i + k])]);
+            for (size_t k = 0; k < n; ++k) ids.push_back(impl.fallback_ids[uint8_t(word[i + k])]);
             done = true;
           }
         }
@@ -1227,13 +1233,11 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     }
   }
   if (pending_unk) ids.push_back(*pending_unk);
+}
 
+// Applies the merges to ids (at least two symbols) and appends the result to out.
+inline void merge_symbols(const Tokenizer::Impl& impl, std::vector<int32_t>& ids, std::vector<int32_t>& out) {
   const size_t n = ids.size();
-  if (n <= 1) {
-    out.insert(out.end(), ids.begin(), ids.end());
-    return;
-  }
-
   // Merge lowest rank first, leftmost among equal ranks, over a linked list of symbols.
   thread_local std::vector<int32_t> next, prev;
   next.resize(n);
@@ -1243,8 +1247,8 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     prev[i] = int32_t(i) - 1;
   }
   auto find_merge = [&](int32_t a, int32_t b, uint64_t& packed) {
-    auto it = merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
-    if (it == merges.end()) return false;
+    auto it = impl.merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
+    if (it == impl.merges.end()) return false;
     packed = it->second;
     return true;
   };
@@ -1280,6 +1284,20 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     push(pos);
   }
   for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
+}
+
+}  // namespace
+
+void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges && emit_whole_word(*this, word, out)) return;
+  thread_local std::vector<int32_t> ids;
+  ids.clear();
+  initial_symbols(*this, word, ids);
+  if (ids.size() <= 1) {
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  merge_symbols(*this, ids, out);
 }
 
 }  // namespace plumb::engine
