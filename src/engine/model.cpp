@@ -150,6 +150,9 @@ Status Model::forward(std::span<const SequenceInput> batch, KvCache& cache, Forw
   return forward_impl(batch, cache, out, nullptr);
 }
 
+// One function on purpose: the reference forward pass reads top to bottom as the model's equations
+// (embedding, per layer norm / attention / MLP, final norm, logits), so it stays unsplit.
+// NOLINTNEXTLINE(readability-function-size)
 Status Model::forward_impl(std::span<const SequenceInput> batch, KvCache& cache, ForwardOutput* out,
                            KernelObserver* obs) {
   const ModelConfig& c = config_;

@@ -124,55 +124,34 @@ Result<RopeScaling> parse_rope_scaling(const json::object& o) {
 
 }  // namespace
 
-Result<ModelConfig> parse_model_config(std::string_view json_text) {
-  auto parsed = json::parse_object(json_text);
-  if (!parsed.ok()) return parsed.status().with_context("config.json");
-  const json::object& o = *parsed;
-  ModelConfig c;
+namespace {
 
+// The architecture named first in 'architectures'.
+Result<Architecture> parse_architecture(const json::object& o) {
   auto arch_it = o.find("architectures");
   if (arch_it == o.end()) return invalid_argument("config.json: missing field 'architectures'");
   if (!arch_it->value().is_array() || arch_it->value().get_array().empty() ||
       !arch_it->value().get_array()[0].is_string()) {
     return invalid_argument("config.json: field 'architectures' must be a non-empty list of strings");
   }
-  std::string arch(arch_it->value().get_array()[0].get_string());
+  const std::string arch(arch_it->value().get_array()[0].get_string());
   if (arch == "LlamaForCausalLM") {
-    c.arch = Architecture::kLlama;
+    return Architecture::kLlama;
   } else if (arch == "MistralForCausalLM") {
-    c.arch = Architecture::kMistral;
+    return Architecture::kMistral;
   } else if (arch == "Qwen2ForCausalLM") {
-    c.arch = Architecture::kQwen2;
+    return Architecture::kQwen2;
   } else if (arch == "Qwen3ForCausalLM") {
-    c.arch = Architecture::kQwen3;
+    return Architecture::kQwen3;
   } else {
     return unimplemented("config.json: architecture '" + arch +
                          "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM)");
   }
+}
 
-  PLUMB_ASSIGN_OR_RETURN(c.vocab_size, need_int(o, "vocab_size"));
-  PLUMB_ASSIGN_OR_RETURN(c.hidden_size, need_int(o, "hidden_size"));
-  PLUMB_ASSIGN_OR_RETURN(c.intermediate_size, need_int(o, "intermediate_size"));
-  PLUMB_ASSIGN_OR_RETURN(c.num_hidden_layers, need_int(o, "num_hidden_layers"));
-  PLUMB_ASSIGN_OR_RETURN(c.num_attention_heads, need_int(o, "num_attention_heads"));
-  PLUMB_ASSIGN_OR_RETURN(c.max_position_embeddings, need_int(o, "max_position_embeddings"));
-  PLUMB_RETURN_IF_ERROR(positive(c.vocab_size, "vocab_size"));
-  PLUMB_RETURN_IF_ERROR(positive(c.hidden_size, "hidden_size"));
-  PLUMB_RETURN_IF_ERROR(positive(c.intermediate_size, "intermediate_size"));
-  PLUMB_RETURN_IF_ERROR(positive(c.num_hidden_layers, "num_hidden_layers"));
-  PLUMB_RETURN_IF_ERROR(positive(c.num_attention_heads, "num_attention_heads"));
-  PLUMB_RETURN_IF_ERROR(positive(c.max_position_embeddings, "max_position_embeddings"));
-
-  PLUMB_ASSIGN_OR_RETURN(auto kv, json::opt_int(o, "num_key_value_heads"));
-  c.num_key_value_heads = (kv && *kv != 0) ? *kv : c.num_attention_heads;
-  PLUMB_RETURN_IF_ERROR(positive(c.num_key_value_heads, "num_key_value_heads"));
-  if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return invalid_argument("config.json: field 'num_key_value_heads' (" +
-                            std::to_string(c.num_key_value_heads) + ") must divide num_attention_heads (" +
-                            std::to_string(c.num_attention_heads) + ")");
-  }
-
+// head_dim, given or derived; it must be even for RoPE.
+Status resolve_head_dim(const json::object& o, ModelConfig& c) {
   // head_dim may be absent or null (then hidden_size / num_attention_heads).
   auto hd_it = o.find("head_dim");
   if (hd_it != o.end() && !hd_it->value().is_null()) {
@@ -192,6 +171,44 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
                             std::to_string(c.head_dim));
   }
 
+  return Status::Ok();
+}
+
+// num_key_value_heads, defaulting to num_attention_heads, which it must divide.
+Status parse_kv_heads(const json::object& o, ModelConfig& c) {
+  PLUMB_ASSIGN_OR_RETURN(auto kv, json::opt_int(o, "num_key_value_heads"));
+  c.num_key_value_heads = (kv && *kv != 0) ? *kv : c.num_attention_heads;
+  PLUMB_RETURN_IF_ERROR(positive(c.num_key_value_heads, "num_key_value_heads"));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return invalid_argument("config.json: field 'num_key_value_heads' (" +
+                            std::to_string(c.num_key_value_heads) + ") must divide num_attention_heads (" +
+                            std::to_string(c.num_attention_heads) + ")");
+  }
+
+  return Status::Ok();
+}
+
+// Sizes, head counts and head_dim (c.arch is set).
+Status parse_shape(const json::object& o, ModelConfig& c) {
+  PLUMB_ASSIGN_OR_RETURN(c.vocab_size, need_int(o, "vocab_size"));
+  PLUMB_ASSIGN_OR_RETURN(c.hidden_size, need_int(o, "hidden_size"));
+  PLUMB_ASSIGN_OR_RETURN(c.intermediate_size, need_int(o, "intermediate_size"));
+  PLUMB_ASSIGN_OR_RETURN(c.num_hidden_layers, need_int(o, "num_hidden_layers"));
+  PLUMB_ASSIGN_OR_RETURN(c.num_attention_heads, need_int(o, "num_attention_heads"));
+  PLUMB_ASSIGN_OR_RETURN(c.max_position_embeddings, need_int(o, "max_position_embeddings"));
+  PLUMB_RETURN_IF_ERROR(positive(c.vocab_size, "vocab_size"));
+  PLUMB_RETURN_IF_ERROR(positive(c.hidden_size, "hidden_size"));
+  PLUMB_RETURN_IF_ERROR(positive(c.intermediate_size, "intermediate_size"));
+  PLUMB_RETURN_IF_ERROR(positive(c.num_hidden_layers, "num_hidden_layers"));
+  PLUMB_RETURN_IF_ERROR(positive(c.num_attention_heads, "num_attention_heads"));
+  PLUMB_RETURN_IF_ERROR(positive(c.max_position_embeddings, "max_position_embeddings"));
+
+  PLUMB_RETURN_IF_ERROR(parse_kv_heads(o, c));
+  return resolve_head_dim(o, c);
+}
+
+// rms_norm_eps, rope_theta and rope_scaling.
+Status parse_numerics(const json::object& o, ModelConfig& c) {
   PLUMB_ASSIGN_OR_RETURN(auto eps, json::opt_double(o, "rms_norm_eps"));
   if (eps) c.rms_norm_eps = *eps;
   if (!(c.rms_norm_eps > 0)) return invalid_argument("config.json: field 'rms_norm_eps' must be > 0");
@@ -204,6 +221,11 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
         "config.json: field 'rope_theta' must be > 1 and finite in float32 (at most 3.4e38)");
   PLUMB_ASSIGN_OR_RETURN(c.rope_scaling, parse_rope_scaling(o));
 
+  return Status::Ok();
+}
+
+// Tied embeddings, biases, q/k norm, activation and sliding window (c.arch is set).
+Status parse_features(const json::object& o, ModelConfig& c) {
   // transformers' class defaults: LlamaConfig and Qwen3Config tie=False, Qwen2Config tie=False,
   // MistralConfig tie=False; the saved config.json normally states it explicitly.
   PLUMB_ASSIGN_OR_RETURN(auto tie, json::opt_bool(o, "tie_word_embeddings"));
@@ -230,6 +252,11 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
     if (applies && *sw > 0) c.sliding_window = *sw;
   }
 
+  return Status::Ok();
+}
+
+// bos and eos ids (c.vocab_size is set).
+Status parse_token_ids(const json::object& o, ModelConfig& c) {
   PLUMB_ASSIGN_OR_RETURN(auto bos, id_list(o, "bos_token_id"));
   if (bos.size() > 1) return invalid_argument("config.json: field 'bos_token_id' must be a single id");
   if (!bos.empty()) c.bos_token_id = bos[0];
@@ -241,6 +268,11 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
     }
   }
 
+  return Status::Ok();
+}
+
+// The stored dtype, under either of its names.
+Status parse_dtype(const json::object& o, ModelConfig& c) {
   // transformers >= 4.56 writes "dtype"; older versions "torch_dtype".
   PLUMB_ASSIGN_OR_RETURN(auto td, json::opt_string(o, "torch_dtype"));
   if (!td) {
@@ -248,6 +280,22 @@ Result<ModelConfig> parse_model_config(std::string_view json_text) {
     if (d_it != o.end() && d_it->value().is_string()) td = std::string(d_it->value().get_string());
   }
   if (td) c.torch_dtype = *td;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(std::string_view json_text) {
+  auto parsed = json::parse_object(json_text);
+  if (!parsed.ok()) return parsed.status().with_context("config.json");
+  const json::object& o = *parsed;
+  ModelConfig c;
+  PLUMB_ASSIGN_OR_RETURN(c.arch, parse_architecture(o));
+  PLUMB_RETURN_IF_ERROR(parse_shape(o, c));
+  PLUMB_RETURN_IF_ERROR(parse_numerics(o, c));
+  PLUMB_RETURN_IF_ERROR(parse_features(o, c));
+  PLUMB_RETURN_IF_ERROR(parse_token_ids(o, c));
+  PLUMB_RETURN_IF_ERROR(parse_dtype(o, c));
   return c;
 }
 

@@ -88,6 +88,94 @@ Result<TensorDType> parse_dtype(std::string_view s) {
 
 }  // namespace
 
+namespace {
+
+// One tensor's entry: dtype, shape and data_offsets, whose span must match dtype x shape and lie
+// inside the data buffer.
+Result<TensorInfo> parse_tensor_entry(std::string_view file_name, const std::string& name,
+                                      const json::value& value, uint64_t buffer_size) {
+  auto where = [&](const std::string& what) { return bad(file_name, "tensor '" + name + "': " + what); };
+  if (!value.is_object()) return where("entry must be an object");
+  const auto& e = value.get_object();
+  if (e.size() != 3) return where("entry must have exactly dtype, shape and data_offsets");
+  const auto* dt = e.if_contains("dtype");
+  const auto* sh = e.if_contains("shape");
+  const auto* off = e.if_contains("data_offsets");
+  if (!dt || !dt->is_string()) return where("missing or non-string 'dtype'");
+  if (!sh || !sh->is_array()) return where("missing or non-list 'shape'");
+  if (!off || !off->is_array() || off->get_array().size() != 2)
+    return where("'data_offsets' must be [begin, end]");
+  TensorInfo info;
+  info.name = name;
+  auto dtype = parse_dtype(dt->get_string());
+  if (!dtype.ok())
+    return Status(dtype.status().code(), "safetensors file '" + std::string(file_name) + "': tensor '" +
+                                             name + "': " + dtype.status().message());
+  info.dtype = *dtype;
+  // numel * dtype size must not overflow and must fit the buffer; checking against the buffer
+  // size at each step bounds every intermediate.
+  uint64_t nbytes = tensor_dtype_size(info.dtype);
+  bool has_zero = false;
+  for (const auto& d : sh->get_array()) {
+    uint64_t dim = 0;
+    if (!as_u64(d, &dim)) return where("shape entries must be non-negative integers");
+    if (dim > uint64_t(INT64_MAX)) return where("shape entry too large");
+    info.shape.push_back(int64_t(dim));
+    if (dim == 0) has_zero = true;
+  }
+  if (has_zero) {
+    nbytes = 0;
+  } else {
+    for (int64_t dim : info.shape) {
+      if (uint64_t(dim) > buffer_size || nbytes > buffer_size / uint64_t(dim)) {
+        return where("shape " + json::dump(*sh) + " needs more bytes than the data buffer holds (" +
+                     std::to_string(buffer_size) + ")");
+      }
+      nbytes *= uint64_t(dim);
+    }
+  }
+  if (!as_u64(off->get_array()[0], &info.begin) || !as_u64(off->get_array()[1], &info.end)) {
+    return where("data_offsets must be non-negative integers");
+  }
+  if (info.begin > info.end) return where("data_offsets begin > end");
+  if (info.end > buffer_size) {
+    return where("data_offsets end " + std::to_string(info.end) + " is past the data buffer (" +
+                 std::to_string(buffer_size) + " bytes); the file is truncated or the header lies");
+  }
+  if (info.end - info.begin != nbytes) {
+    return where("data_offsets span " + std::to_string(info.end - info.begin) + " bytes but dtype " +
+                 tensor_dtype_name(info.dtype) + " and shape " + json::dump(*sh) + " need " +
+                 std::to_string(nbytes));
+  }
+  return info;
+}
+
+// The tensors tile the data buffer exactly: no overlap, no hole, nothing left over.
+Status check_tiling(const std::vector<TensorInfo>& infos, uint64_t buffer_size, std::string_view file_name) {
+  std::vector<const TensorInfo*> order;
+  order.reserve(infos.size());
+  for (const auto& i : infos) order.push_back(&i);
+  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t pos = 0;
+  for (const TensorInfo* t : order) {
+    if (t->begin < pos) return bad(file_name, "tensor '" + t->name + "' overlaps the tensor before it");
+    if (t->begin > pos) {
+      return bad(file_name, "tensor '" + t->name + "' leaves a hole of " + std::to_string(t->begin - pos) +
+                                " bytes before it; the data buffer must be tiled exactly");
+    }
+    pos = t->end;
+  }
+  if (pos != buffer_size) {
+    return bad(file_name, "the tensors cover " + std::to_string(pos) + " bytes but the data buffer has " +
+                              std::to_string(buffer_size));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::vector<TensorInfo>> parse_safetensors_header(std::span<const unsigned char> bytes,
                                                          std::string_view file_name) {
   if (bytes.size() < 8) {
@@ -118,80 +206,10 @@ Result<std::vector<TensorInfo>> parse_safetensors_header(std::span<const unsigne
       }
       continue;
     }
-    auto where = [&](const std::string& what) { return bad(file_name, "tensor '" + name + "': " + what); };
-    if (!kv.value().is_object()) return where("entry must be an object");
-    const auto& e = kv.value().get_object();
-    if (e.size() != 3) return where("entry must have exactly dtype, shape and data_offsets");
-    const auto* dt = e.if_contains("dtype");
-    const auto* sh = e.if_contains("shape");
-    const auto* off = e.if_contains("data_offsets");
-    if (!dt || !dt->is_string()) return where("missing or non-string 'dtype'");
-    if (!sh || !sh->is_array()) return where("missing or non-list 'shape'");
-    if (!off || !off->is_array() || off->get_array().size() != 2)
-      return where("'data_offsets' must be [begin, end]");
-    TensorInfo info;
-    info.name = name;
-    auto dtype = parse_dtype(dt->get_string());
-    if (!dtype.ok())
-      return Status(dtype.status().code(), "safetensors file '" + std::string(file_name) + "': tensor '" +
-                                               name + "': " + dtype.status().message());
-    info.dtype = *dtype;
-    // numel * dtype size must not overflow and must fit the buffer; checking against the buffer
-    // size at each step bounds every intermediate.
-    uint64_t nbytes = tensor_dtype_size(info.dtype);
-    bool has_zero = false;
-    for (const auto& d : sh->get_array()) {
-      uint64_t dim = 0;
-      if (!as_u64(d, &dim)) return where("shape entries must be non-negative integers");
-      if (dim > uint64_t(INT64_MAX)) return where("shape entry too large");
-      info.shape.push_back(int64_t(dim));
-      if (dim == 0) has_zero = true;
-    }
-    if (has_zero) {
-      nbytes = 0;
-    } else {
-      for (int64_t dim : info.shape) {
-        if (uint64_t(dim) > buffer_size || nbytes > buffer_size / uint64_t(dim)) {
-          return where("shape " + json::dump(*sh) + " needs more bytes than the data buffer holds (" +
-                       std::to_string(buffer_size) + ")");
-        }
-        nbytes *= uint64_t(dim);
-      }
-    }
-    if (!as_u64(off->get_array()[0], &info.begin) || !as_u64(off->get_array()[1], &info.end)) {
-      return where("data_offsets must be non-negative integers");
-    }
-    if (info.begin > info.end) return where("data_offsets begin > end");
-    if (info.end > buffer_size) {
-      return where("data_offsets end " + std::to_string(info.end) + " is past the data buffer (" +
-                   std::to_string(buffer_size) + " bytes); the file is truncated or the header lies");
-    }
-    if (info.end - info.begin != nbytes) {
-      return where("data_offsets span " + std::to_string(info.end - info.begin) + " bytes but dtype " +
-                   tensor_dtype_name(info.dtype) + " and shape " + json::dump(*sh) + " need " +
-                   std::to_string(nbytes));
-    }
+    PLUMB_ASSIGN_OR_RETURN(auto info, parse_tensor_entry(file_name, name, kv.value(), buffer_size));
     infos.push_back(std::move(info));
   }
-  std::vector<const TensorInfo*> order;
-  order.reserve(infos.size());
-  for (const auto& i : infos) order.push_back(&i);
-  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  uint64_t pos = 0;
-  for (const TensorInfo* t : order) {
-    if (t->begin < pos) return bad(file_name, "tensor '" + t->name + "' overlaps the tensor before it");
-    if (t->begin > pos) {
-      return bad(file_name, "tensor '" + t->name + "' leaves a hole of " + std::to_string(t->begin - pos) +
-                                " bytes before it; the data buffer must be tiled exactly");
-    }
-    pos = t->end;
-  }
-  if (pos != buffer_size) {
-    return bad(file_name, "the tensors cover " + std::to_string(pos) + " bytes but the data buffer has " +
-                              std::to_string(buffer_size));
-  }
+  PLUMB_RETURN_IF_ERROR(check_tiling(infos, buffer_size, file_name));
   return infos;
 }
 

@@ -245,6 +245,66 @@ Result<TensorView> get_checked(const ModelTensors& t, const std::string& name,
   return v;
 }
 
+// The stored matrix v (rows x cols) into dst in dtype target: a copy, or a per-element conversion
+// spread over the pool by rows.
+void copy_converted(const TensorView& v, DType target, int64_t rows, int64_t cols, void* dst,
+                    ThreadPool* pool) {
+  const DType stored = to_dtype(v.dtype);
+  if (target == stored) {
+    std::memcpy(dst, v.data, v.nbytes);
+  } else {
+    parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
+        float f = element_f32(v.data, v.dtype, i);
+        if (target == DType::kF32) {
+          static_cast<float*>(dst)[i] = f;
+        } else if (target == DType::kBF16) {
+          static_cast<uint16_t*>(dst)[i] = f32_to_bf16(f);
+        } else {
+          static_cast<uint16_t*>(dst)[i] = f32_to_f16(f);
+        }
+      }
+    });
+  }
+}
+
+// One decoder layer's tensors under prefix p ("model.layers.<i>."), through from_tensors' loaders:
+// matrix(name, rows, cols, meaning, linear) and vec(name, n, meaning).
+template <typename Matrix, typename Vec>
+Result<LayerWeights> load_layer(const ModelConfig& c, const std::string& p, Matrix& matrix, Vec& vec) {
+  const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
+                kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size;
+  LayerWeights l;
+  PLUMB_ASSIGN_OR_RETURN(l.input_norm, vec(p + "input_layernorm.weight", d, "hidden_size"));
+  PLUMB_ASSIGN_OR_RETURN(l.q_proj, matrix(p + "self_attn.q_proj.weight", q_out, d,
+                                          "num_attention_heads*head_dim x hidden_size", true));
+  PLUMB_ASSIGN_OR_RETURN(l.k_proj, matrix(p + "self_attn.k_proj.weight", kv_out, d,
+                                          "num_key_value_heads*head_dim x hidden_size", true));
+  PLUMB_ASSIGN_OR_RETURN(l.v_proj, matrix(p + "self_attn.v_proj.weight", kv_out, d,
+                                          "num_key_value_heads*head_dim x hidden_size", true));
+  PLUMB_ASSIGN_OR_RETURN(l.o_proj, matrix(p + "self_attn.o_proj.weight", d, q_out,
+                                          "hidden_size x num_attention_heads*head_dim", true));
+  if (c.attention_bias) {
+    PLUMB_ASSIGN_OR_RETURN(l.q_bias, vec(p + "self_attn.q_proj.bias", q_out, "num_attention_heads*head_dim"));
+    PLUMB_ASSIGN_OR_RETURN(l.k_bias,
+                           vec(p + "self_attn.k_proj.bias", kv_out, "num_key_value_heads*head_dim"));
+    PLUMB_ASSIGN_OR_RETURN(l.v_bias,
+                           vec(p + "self_attn.v_proj.bias", kv_out, "num_key_value_heads*head_dim"));
+  }
+  if (c.qk_norm) {
+    PLUMB_ASSIGN_OR_RETURN(l.q_norm, vec(p + "self_attn.q_norm.weight", hd, "head_dim"));
+    PLUMB_ASSIGN_OR_RETURN(l.k_norm, vec(p + "self_attn.k_norm.weight", hd, "head_dim"));
+  }
+  PLUMB_ASSIGN_OR_RETURN(l.post_attention_norm, vec(p + "post_attention_layernorm.weight", d, "hidden_size"));
+  PLUMB_ASSIGN_OR_RETURN(l.gate_proj,
+                         matrix(p + "mlp.gate_proj.weight", ff, d, "intermediate_size x hidden_size", true));
+  PLUMB_ASSIGN_OR_RETURN(l.up_proj,
+                         matrix(p + "mlp.up_proj.weight", ff, d, "intermediate_size x hidden_size", true));
+  PLUMB_ASSIGN_OR_RETURN(l.down_proj,
+                         matrix(p + "mlp.down_proj.weight", d, ff, "hidden_size x intermediate_size", true));
+  return l;
+}
+
 }  // namespace
 
 Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
@@ -254,8 +314,7 @@ Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
   const ModelTensors& t = *tensors;  // kept alive by w.tensors_
   w.tensors_ = std::move(tensors);
   w.quant_ = quant;
-  const int64_t d = c.hidden_size, hd = c.head_dim, q_out = c.num_attention_heads * hd,
-                kv_out = c.num_key_value_heads * hd, ff = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t d = c.hidden_size, vocab = c.vocab_size;
 
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, const char* meaning,
                     bool linear = false) -> Result<WeightMatrix> {
@@ -280,22 +339,7 @@ Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
     }
     const int64_t n = rows * cols;
     void* dst = w.own(size_t(n) * dtype_size(target));
-    if (target == stored) {
-      std::memcpy(dst, v.data, v.nbytes);
-    } else {
-      parallel(pool, rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
-          float f = element_f32(v.data, v.dtype, i);
-          if (target == DType::kF32) {
-            static_cast<float*>(dst)[i] = f;
-          } else if (target == DType::kBF16) {
-            static_cast<uint16_t*>(dst)[i] = f32_to_bf16(f);
-          } else {
-            static_cast<uint16_t*>(dst)[i] = f32_to_f16(f);
-          }
-        }
-      });
-    }
+    copy_converted(v, target, rows, cols, dst, pool);
     m.data = dst;
     m.dtype = target;
     return m;
@@ -319,36 +363,7 @@ Result<ModelWeights> ModelWeights::from_tensors(const ModelConfig& c,
   PLUMB_ASSIGN_OR_RETURN(w.final_norm, vec("model.norm.weight", d, "hidden_size"));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerWeights l;
-    PLUMB_ASSIGN_OR_RETURN(l.input_norm, vec(p + "input_layernorm.weight", d, "hidden_size"));
-    PLUMB_ASSIGN_OR_RETURN(l.q_proj, matrix(p + "self_attn.q_proj.weight", q_out, d,
-                                            "num_attention_heads*head_dim x hidden_size", true));
-    PLUMB_ASSIGN_OR_RETURN(l.k_proj, matrix(p + "self_attn.k_proj.weight", kv_out, d,
-                                            "num_key_value_heads*head_dim x hidden_size", true));
-    PLUMB_ASSIGN_OR_RETURN(l.v_proj, matrix(p + "self_attn.v_proj.weight", kv_out, d,
-                                            "num_key_value_heads*head_dim x hidden_size", true));
-    PLUMB_ASSIGN_OR_RETURN(l.o_proj, matrix(p + "self_attn.o_proj.weight", d, q_out,
-                                            "hidden_size x num_attention_heads*head_dim", true));
-    if (c.attention_bias) {
-      PLUMB_ASSIGN_OR_RETURN(l.q_bias,
-                             vec(p + "self_attn.q_proj.bias", q_out, "num_attention_heads*head_dim"));
-      PLUMB_ASSIGN_OR_RETURN(l.k_bias,
-                             vec(p + "self_attn.k_proj.bias", kv_out, "num_key_value_heads*head_dim"));
-      PLUMB_ASSIGN_OR_RETURN(l.v_bias,
-                             vec(p + "self_attn.v_proj.bias", kv_out, "num_key_value_heads*head_dim"));
-    }
-    if (c.qk_norm) {
-      PLUMB_ASSIGN_OR_RETURN(l.q_norm, vec(p + "self_attn.q_norm.weight", hd, "head_dim"));
-      PLUMB_ASSIGN_OR_RETURN(l.k_norm, vec(p + "self_attn.k_norm.weight", hd, "head_dim"));
-    }
-    PLUMB_ASSIGN_OR_RETURN(l.post_attention_norm,
-                           vec(p + "post_attention_layernorm.weight", d, "hidden_size"));
-    PLUMB_ASSIGN_OR_RETURN(
-        l.gate_proj, matrix(p + "mlp.gate_proj.weight", ff, d, "intermediate_size x hidden_size", true));
-    PLUMB_ASSIGN_OR_RETURN(l.up_proj,
-                           matrix(p + "mlp.up_proj.weight", ff, d, "intermediate_size x hidden_size", true));
-    PLUMB_ASSIGN_OR_RETURN(
-        l.down_proj, matrix(p + "mlp.down_proj.weight", d, ff, "hidden_size x intermediate_size", true));
+    PLUMB_ASSIGN_OR_RETURN(LayerWeights l, load_layer(c, p, matrix, vec));
     w.layers.push_back(std::move(l));
   }
   return w;

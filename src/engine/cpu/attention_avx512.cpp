@@ -74,11 +74,101 @@ struct Job {
   float* out;
 };
 
+// Scores of the group's heads for one row (16 positions at a time) into scores [group, padded],
+// and each head's maximum into mx.
+template <int NC>
+PLUMB_AVX512_ATT_INLINE void group_scores(const Job& job, int64_t row, int64_t kvh, int64_t group,
+                                          int64_t context, int64_t padded, const float* const* krow,
+                                          float* scores, float* mx) {
+  constexpr int64_t hd = NC * 16;
+  const __m512 vscale = _mm512_set1_ps(job.scale);
+  for (int64_t g = 0; g < group; ++g) {
+    const float* qv = job.q + (row * job.n_heads + kvh * group + g) * hd;
+    __m512 qr[NC];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) qr[c] = _mm512_loadu_ps(qv + 16 * c);
+    float* sg = scores + g * padded;
+    __m512 vmx = _mm512_set1_ps(-INFINITY);
+    for (int64_t p = 0; p < padded; p += 16) {
+      __m512 acc[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        const float* kp = krow[size_t(p + j)];
+        __m512 a = _mm512_mul_ps(qr[0], _mm512_loadu_ps(kp));
+#pragma GCC unroll 8
+        for (int c = 1; c < NC; ++c) a = _mm512_fmadd_ps(qr[c], _mm512_loadu_ps(kp + 16 * c), a);
+        acc[j] = a;
+      }
+      __m512 sc = _mm512_mul_ps(hsum16x16(acc), vscale);
+      const int64_t valid = std::min<int64_t>(16, context - p);
+      if (valid < 16) sc = _mm512_mask_blend_ps(__mmask16((1u << valid) - 1), _mm512_set1_ps(-INFINITY), sc);
+      _mm512_storeu_ps(sg + p, sc);
+      vmx = _mm512_max_ps(vmx, sc);
+    }
+    mx[g] = _mm512_reduce_max_ps(vmx);
+  }
+}
+
+// exp(score - max) (the AVX2 polynomial, 8 at a time; padding lanes give exp(-inf) = 0) and the
+// normalizer of each head.
+PLUMB_AVX512_ATT_INLINE void group_softmax(int64_t group, int64_t context, int64_t padded, const float* mx,
+                                           float* scores, float* inv) {
+  for (int64_t g = 0; g < group; ++g) {
+    float* sg = scores + g * padded;
+    const __m256 vm = _mm256_set1_ps(mx[g]);
+    __m256 vs = _mm256_setzero_ps();
+    for (int64_t i = 0; i < padded; i += 8) {
+      __m256 ev = avx2::exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sg + i), vm));
+      ev = _mm256_and_ps(ev, _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+                                 _mm256_set1_epi32(int32_t(context - i)),
+                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));  // zero the padding
+      _mm256_storeu_ps(sg + i, ev);
+      vs = _mm256_add_ps(vs, ev);
+    }
+    inv[g] = 1.0f / avx2::hsum(vs);
+  }
+}
+
+// Output: up to kHeadsPerPass heads per pass over V, each V row loaded once per pass.
+template <int NC>
+PLUMB_AVX512_ATT_INLINE void group_output(const Job& job, int64_t row, int64_t kvh, int64_t group,
+                                          int64_t context, int64_t padded, const float* const* vrow,
+                                          const float* scores, const float* inv) {
+  constexpr int64_t hd = NC * 16;
+  constexpr int kHeadsPerPass = std::max(1, 16 / NC);  // output accumulators <= 16 registers
+  for (int64_t g0 = 0; g0 < group; g0 += kHeadsPerPass) {
+    const int nh = int(std::min<int64_t>(kHeadsPerPass, group - g0));
+    __m512 acc[kHeadsPerPass][NC];
+#pragma GCC unroll 16
+    for (int h = 0; h < kHeadsPerPass; ++h) {
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_setzero_ps();
+    }
+    const float* s0 = scores + g0 * padded;
+    for (int64_t p = 0; p < context; ++p) {
+      const float* vp = vrow[size_t(p)];
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const __m512 vc = _mm512_loadu_ps(vp + 16 * c);
+#pragma GCC unroll 16
+        for (int h = 0; h < kHeadsPerPass; ++h) {
+          if (h < nh) acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(s0[h * padded + p]), vc, acc[h][c]);
+        }
+      }
+    }
+    for (int h = 0; h < nh; ++h) {
+      float* o = job.out + (row * job.n_heads + kvh * group + g0 + h) * hd;
+      const __m512 vinv = _mm512_set1_ps(inv[g0 + h]);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[h][c], vinv));
+    }
+  }
+}
+
 // Items [b, e) of (row, KV head) pairs, item = row * n_kv + kvh; NC = head_dim / 16.
 template <int NC>
 PLUMB_AVX512_ATT void items(const Job& job, int64_t b, int64_t e) {
   constexpr int64_t hd = NC * 16;
-  constexpr int kHeadsPerPass = std::max(1, 16 / NC);  // output accumulators <= 16 registers
   const KvLayerView& kv = *job.kv;
   const int64_t n_kv = kv.n_kv_heads, bs = kv.block_size, group = job.n_heads / n_kv;
   thread_local std::vector<float> scores;             // [group, context]; grows, never shrinks
@@ -110,80 +200,10 @@ PLUMB_AVX512_ATT void items(const Job& job, int64_t b, int64_t e) {
     // Padding positions read position 0 (any valid row); their scores are never used.
     for (int64_t p = context; p < padded; ++p) krow[size_t(p)] = krow[0], vrow[size_t(p)] = vrow[0];
 
-    // Scores, 16 positions at a time per head, and each head's maximum.
-    const __m512 vscale = _mm512_set1_ps(job.scale);
-    float mx[64];  // per head of the group (group <= 64 checked by the caller)
-    for (int64_t g = 0; g < group; ++g) {
-      const float* qv = job.q + (row * job.n_heads + kvh * group + g) * hd;
-      __m512 qr[NC];
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) qr[c] = _mm512_loadu_ps(qv + 16 * c);
-      float* sg = scores.data() + g * padded;
-      __m512 vmx = _mm512_set1_ps(-INFINITY);
-      for (int64_t p = 0; p < padded; p += 16) {
-        __m512 acc[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) {
-          const float* kp = krow[size_t(p + j)];
-          __m512 a = _mm512_mul_ps(qr[0], _mm512_loadu_ps(kp));
-#pragma GCC unroll 8
-          for (int c = 1; c < NC; ++c) a = _mm512_fmadd_ps(qr[c], _mm512_loadu_ps(kp + 16 * c), a);
-          acc[j] = a;
-        }
-        __m512 sc = _mm512_mul_ps(hsum16x16(acc), vscale);
-        const int64_t valid = std::min<int64_t>(16, context - p);
-        if (valid < 16)
-          sc = _mm512_mask_blend_ps(__mmask16((1u << valid) - 1), _mm512_set1_ps(-INFINITY), sc);
-        _mm512_storeu_ps(sg + p, sc);
-        vmx = _mm512_max_ps(vmx, sc);
-      }
-      mx[g] = _mm512_reduce_max_ps(vmx);
-    }
-    // exp(score - max) (the AVX2 polynomial, 8 at a time; padding lanes give exp(-inf) = 0) and the
-    // normalizer of each head.
-    float inv[64];
-    for (int64_t g = 0; g < group; ++g) {
-      float* sg = scores.data() + g * padded;
-      const __m256 vm = _mm256_set1_ps(mx[g]);
-      __m256 vs = _mm256_setzero_ps();
-      for (int64_t i = 0; i < padded; i += 8) {
-        __m256 ev = avx2::exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sg + i), vm));
-        ev = _mm256_and_ps(ev, _mm256_castsi256_ps(_mm256_cmpgt_epi32(
-                                   _mm256_set1_epi32(int32_t(context - i)),
-                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));  // zero the padding
-        _mm256_storeu_ps(sg + i, ev);
-        vs = _mm256_add_ps(vs, ev);
-      }
-      inv[g] = 1.0f / avx2::hsum(vs);
-    }
-    // Output: up to kHeadsPerPass heads per pass over V, each V row loaded once per pass.
-    for (int64_t g0 = 0; g0 < group; g0 += kHeadsPerPass) {
-      const int nh = int(std::min<int64_t>(kHeadsPerPass, group - g0));
-      __m512 acc[kHeadsPerPass][NC];
-#pragma GCC unroll 16
-      for (int h = 0; h < kHeadsPerPass; ++h) {
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_setzero_ps();
-      }
-      const float* s0 = scores.data() + g0 * padded;
-      for (int64_t p = 0; p < context; ++p) {
-        const float* vp = vrow[size_t(p)];
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-          const __m512 vc = _mm512_loadu_ps(vp + 16 * c);
-#pragma GCC unroll 16
-          for (int h = 0; h < kHeadsPerPass; ++h) {
-            if (h < nh) acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(s0[h * padded + p]), vc, acc[h][c]);
-          }
-        }
-      }
-      for (int h = 0; h < nh; ++h) {
-        float* o = job.out + (row * job.n_heads + kvh * group + g0 + h) * hd;
-        const __m512 vinv = _mm512_set1_ps(inv[g0 + h]);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[h][c], vinv));
-      }
-    }
+    float mx[64], inv[64];  // per head of the group (group <= 64 checked by the caller)
+    group_scores<NC>(job, row, kvh, group, context, padded, krow.data(), scores.data(), mx);
+    group_softmax(group, context, padded, mx, scores.data(), inv);
+    group_output<NC>(job, row, kvh, group, context, padded, vrow.data(), scores.data(), inv);
   }
 }
 

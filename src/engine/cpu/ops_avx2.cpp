@@ -156,6 +156,92 @@ PLUMB_AVX2_INLINE __m256 hsum8x8(const __m256* acc) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// One head's K and V rows: position p lives at cache slot slot[p].
+struct HeadKv {
+  const KvLayerView& kv;
+  const int64_t* slot;
+  int64_t kvh;
+  const float* k_at(int64_t p) const { return kv.k + (slot[size_t(p)] * kv.n_kv_heads + kvh) * kv.head_dim; }
+  const float* v_at(int64_t p) const { return kv.v + (slot[size_t(p)] * kv.n_kv_heads + kvh) * kv.head_dim; }
+};
+
+// scores[0, context) = q . k_p * scale (8 positions at a time where wide); returns their maximum.
+PLUMB_AVX2_INLINE float head_scores(const float* qv, const HeadKv& rk, int64_t hd, int64_t context, bool wide,
+                                    float scale, float* scores) {
+  float mx = -INFINITY;
+  int64_t p = 0;
+  if (wide) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    for (; p + 8 <= context; p += 8) {
+      const float* kp[8];
+      __m256 acc[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) kp[j] = rk.k_at(p + j), acc[j] = _mm256_setzero_ps();
+      for (int64_t c = 0; c < hd; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(qv + c);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kp[j] + c), acc[j]);
+      }
+      const __m256 sc = _mm256_mul_ps(hsum8x8(acc), vscale);
+      _mm256_storeu_ps(&scores[size_t(p)], sc);
+      vmx = _mm256_max_ps(vmx, sc);
+    }
+    mx = std::max(mx, hmax(vmx));
+  }
+  for (; p < context; ++p) {
+    float sc = dot(qv, rk.k_at(p), hd) * scale;
+    scores[size_t(p)] = sc;
+    mx = std::max(mx, sc);
+  }
+  return mx;
+}
+
+// scores[0, context) = exp(score - mx), vectorized over the context; returns their sum.
+PLUMB_AVX2_INLINE float head_softmax(float* scores, int64_t context, float mx) {
+  float denom = 0.0f;
+  int64_t i = 0;
+  __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+  for (; i + 8 <= context; i += 8) {
+    __m256 ev = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&scores[size_t(i)]), vm));
+    _mm256_storeu_ps(&scores[size_t(i)], ev);
+    vs = _mm256_add_ps(vs, ev);
+  }
+  denom = hsum(vs);
+  for (; i < context; ++i) denom += (scores[size_t(i)] = std::exp(scores[size_t(i)] - mx));
+  return denom;
+}
+
+// o[0, hd) = sum_p scores[p] * v_p * inv: in registers, 64 dimensions per pass, where wide.
+PLUMB_AVX2_INLINE void head_output(const float* scores, const HeadKv& rk, int64_t hd, int64_t context,
+                                   bool wide, float inv, float* o) {
+  int64_t c0 = 0;
+  if (wide) {
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (; c0 < hd; c0 += 64) {  // up to 8 registers of output per pass over the context
+      const int nv = int(std::min<int64_t>(8, (hd - c0) / 8));
+      __m256 acc[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+      for (int64_t pp = 0; pp < context; ++pp) {
+        const __m256 w = _mm256_set1_ps(scores[size_t(pp)]);
+        const float* vp = rk.v_at(pp) + c0;
+        if (nv == 8) {
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
+        } else {
+          for (int i = 0; i < nv; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
+        }
+      }
+      for (int i = 0; i < nv; ++i) _mm256_storeu_ps(o + c0 + 8 * i, _mm256_mul_ps(acc[i], vinv));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
+  for (int64_t pp = 0; pp < context; ++pp) axpy(scores[size_t(pp)], rk.v_at(pp), o, hd);
+  for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
+}
+
 // Items are (sequence token, head) pairs: item = row * n_heads + h over the batch's q rows.
 // With head_dim a multiple of 8 the scores go 8 positions at a time (8 independent FMA chains, one
 // transpose-sum) and the output accumulates in registers, 64 dimensions per pass over the context;
@@ -184,74 +270,10 @@ PLUMB_AVX2 void attention_items(const AttentionJob& job, int64_t b, int64_t e) {
     }
     const int64_t kvh = h / group;
     const float* qv = job.q + (row * job.n_heads + h) * hd;
-    auto k_at = [&](int64_t p) { return kv.k + (slot[size_t(p)] * n_kv + kvh) * hd; };
-    auto v_at = [&](int64_t p) { return kv.v + (slot[size_t(p)] * n_kv + kvh) * hd; };
-    float mx = -INFINITY;
-    int64_t p = 0;
-    if (wide) {
-      const __m256 vscale = _mm256_set1_ps(job.scale);
-      __m256 vmx = _mm256_set1_ps(-INFINITY);
-      for (; p + 8 <= context; p += 8) {
-        const float* kp[8];
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) kp[j] = k_at(p + j), acc[j] = _mm256_setzero_ps();
-        for (int64_t c = 0; c < hd; c += 8) {
-          const __m256 qc = _mm256_loadu_ps(qv + c);
-#pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(kp[j] + c), acc[j]);
-        }
-        const __m256 sc = _mm256_mul_ps(hsum8x8(acc), vscale);
-        _mm256_storeu_ps(&scores[size_t(p)], sc);
-        vmx = _mm256_max_ps(vmx, sc);
-      }
-      mx = std::max(mx, hmax(vmx));
-    }
-    for (; p < context; ++p) {
-      float sc = dot(qv, k_at(p), hd) * job.scale;
-      scores[size_t(p)] = sc;
-      mx = std::max(mx, sc);
-    }
-    // exp(score - max), vectorized over the context.
-    float denom = 0.0f;
-    {
-      int64_t i = 0;
-      __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-      for (; i + 8 <= context; i += 8) {
-        __m256 ev = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(&scores[size_t(i)]), vm));
-        _mm256_storeu_ps(&scores[size_t(i)], ev);
-        vs = _mm256_add_ps(vs, ev);
-      }
-      denom = hsum(vs);
-      for (; i < context; ++i) denom += (scores[size_t(i)] = std::exp(scores[size_t(i)] - mx));
-    }
-    const float inv = 1.0f / denom;
-    float* o = job.out + (row * job.n_heads + h) * hd;
-    int64_t c0 = 0;
-    if (wide) {
-      const __m256 vinv = _mm256_set1_ps(inv);
-      for (; c0 < hd; c0 += 64) {  // up to 8 registers of output per pass over the context
-        const int nv = int(std::min<int64_t>(8, (hd - c0) / 8));
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-        for (int64_t pp = 0; pp < context; ++pp) {
-          const __m256 w = _mm256_set1_ps(scores[size_t(pp)]);
-          const float* vp = v_at(pp) + c0;
-          if (nv == 8) {
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
-          } else {
-            for (int i = 0; i < nv; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * i), acc[i]);
-          }
-        }
-        for (int i = 0; i < nv; ++i) _mm256_storeu_ps(o + c0 + 8 * i, _mm256_mul_ps(acc[i], vinv));
-      }
-      continue;
-    }
-    for (int64_t i = 0; i < hd; ++i) o[i] = 0.0f;
-    for (int64_t pp = 0; pp < context; ++pp) axpy(scores[size_t(pp)], v_at(pp), o, hd);
-    for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
+    const HeadKv rk{kv, slot.data(), kvh};
+    const float mx = head_scores(qv, rk, hd, context, wide, job.scale, scores.data());
+    const float inv = 1.0f / head_softmax(scores.data(), context, mx);
+    head_output(scores.data(), rk, hd, context, wide, inv, job.out + (row * job.n_heads + h) * hd);
   }
 }
 

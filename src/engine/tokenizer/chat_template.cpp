@@ -163,152 +163,195 @@ Result<ChatTemplate> ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, Cha
   return create(tokenizer.chat_template(), tokenizer.bos_token(), tokenizer.eos_token(), std::move(options));
 }
 
+namespace {
+
+// Llama 3: one header-delimited block per turn; Llama 3.1 opens with its dated system block.
+Result<std::string> apply_llama3(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 const std::string& bos, bool llama31_system_block,
+                                 const std::string& llama3_date) {
+  std::string out;
+  auto turn = [&](const ChatMessage& m) {
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + py_strip(m.content) + "<|eot_id|>";
+  };
+  if (llama31_system_block) {
+    out += bos;
+    size_t first = 0;
+    std::string system;
+    if (!messages.empty() && messages[0].role == "system") {
+      system = py_strip(messages[0].content);
+      first = 1;
+    }
+    out += "<|start_header_id|>system<|end_header_id|>\n\n";
+    out += "Cutting Knowledge Date: December 2023\n";
+    out += "Today Date: " + llama3_date + "\n\n";
+    out += system + "<|eot_id|>";
+    for (size_t i = first; i < messages.size(); ++i) {
+      if (messages[i].role == "ipython" || messages[i].role == "tool") {
+        return invalid_argument("llama3 chat template: tool messages are not supported");
+      }
+      turn(messages[i]);
+    }
+  } else {
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (i == 0) out += bos;
+      turn(messages[i]);
+    }
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Qwen3: the index of the last user turn (tool responses aside); assistant turns after it keep a
+// <think> block.
+size_t qwen3_last_query(std::span<const ChatMessage> messages) {
+  size_t last_query = messages.empty() ? 0 : messages.size() - 1;
+  for (size_t i = messages.size(); i-- > 0;) {
+    const std::string& c = messages[i].content;
+    bool tool_resp = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+    if (messages[i].role == "user" && !tool_resp) {
+      last_query = i;
+      break;
+    }
+  }
+  return last_query;
+}
+
+// A Qwen3 assistant turn i: its reasoning split from the content, kept only after the last query.
+std::string qwen3_assistant_turn(std::span<const ChatMessage> messages, size_t i, size_t last_query) {
+  std::string content = messages[i].content, reasoning;
+  if (size_t p = content.find("</think>"); p != std::string::npos) {
+    std::string before = strip_chars(content.substr(0, p), '\n', false, true);
+    size_t open = before.rfind("<think>");
+    reasoning = strip_chars(open == std::string::npos ? before : before.substr(open + 7), '\n', true, false);
+    content = strip_chars(content.substr(content.rfind("</think>") + 8), '\n', true, false);
+  }
+  bool last = i + 1 == messages.size();
+  std::string out;
+  if (i > last_query && (last || !reasoning.empty())) {
+    out += "<|im_start|>assistant\n<think>\n" + strip_chars(reasoning, '\n', true, true) + "\n</think>\n\n" +
+           strip_chars(content, '\n', true, false);
+  } else {
+    out += "<|im_start|>assistant\n" + content;
+  }
+  out += "<|im_end|>\n";
+  return out;
+}
+
+// ChatML (Qwen2, Qwen3): <|im_start|>role ... <|im_end|> per turn, with a default system turn.
+Result<std::string> apply_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 const std::optional<std::string>& default_system, bool qwen3,
+                                 bool enable_thinking) {
+  std::string out;
+  bool has_system = !messages.empty() && messages[0].role == "system";
+  if (!has_system && default_system) out += "<|im_start|>system\n" + *default_system + "<|im_end|>\n";
+  const size_t last_query = qwen3 ? qwen3_last_query(messages) : (messages.empty() ? 0 : messages.size() - 1);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (!qwen3 || m.role != "assistant") {
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      continue;
+    }
+    out += qwen3_assistant_turn(messages, i, last_query);
+  }
+  if (add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (qwen3 && !enable_thinking) out += "<think>\n\n</think>\n\n";
+  }
+  return out;
+}
+
+// The [INST] families' settings for one rendering.
+struct InstStyle {
+  ChatFamily family;
+  const std::string& bos;
+  const std::string& eos;
+  bool mistral_v2;
+  bool mistral_v3;
+};
+
+// One [INST] turn: message i, the k-th after the system message.
+std::string inst_turn(const InstStyle& st, std::span<const ChatMessage> messages, size_t i, size_t k,
+                      const std::optional<std::string>& system) {
+  const ChatMessage& m = messages[i];
+  if (st.family == ChatFamily::kLlama2) {
+    std::string content = m.content;
+    if (k == 0 && system) content = "<<SYS>>\n" + *system + "\n<</SYS>>\n\n" + content;
+    return m.role == "user" ? st.bos + "[INST] " + py_strip(content) + " [/INST]"
+                            : " " + py_strip(content) + " " + st.eos;
+  }
+  if (st.mistral_v3) {
+    // v0.3: the system message goes into the user turn only when that turn is the last message.
+    if (m.role != "user") return " " + py_strip(m.content) + st.eos;
+    bool last = i + 1 == messages.size();
+    return last && system ? "[INST] " + *system + "\n\n" + m.content + "[/INST]"
+                          : "[INST] " + m.content + "[/INST]";
+  }
+  if (st.mistral_v2) {
+    if (m.role != "user") return " " + m.content + st.eos;
+    return k == 0 && system ? " [INST] " + *system + "\n\n" + m.content + " [/INST]"
+                            : " [INST] " + m.content + " [/INST]";
+  }
+  return m.role == "user" ? "[INST] " + m.content + " [/INST]" : m.content + st.eos;
+}
+
+// Llama 2 and Mistral: alternating user/assistant turns in [INST] blocks, the system message folded
+// into a user turn.
+Result<std::string> apply_inst(std::span<const ChatMessage> messages, const InstStyle& st) {
+  std::string out;
+  size_t first = 0;
+  std::optional<std::string> system;
+  if (!messages.empty() && messages[0].role == "system") {
+    if (st.family == ChatFamily::kMistral && !st.mistral_v2 && !st.mistral_v3) {
+      return invalid_argument("mistral chat template: only user and assistant roles are supported");
+    }
+    system = messages[0].content;
+    first = 1;
+  }
+  if (st.family == ChatFamily::kMistral) out += st.bos;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    size_t k = i - first;
+    if ((m.role == "user") != (k % 2 == 0)) {
+      return invalid_argument(std::string(chat_family_name(st.family)) +
+                              " chat template: conversation roles must alternate user/assistant/user/...");
+    }
+    if (m.role != "user" && m.role != "assistant") {
+      return invalid_argument(std::string(chat_family_name(st.family)) + " chat template: role '" + m.role +
+                              "' is not supported");
+    }
+    out += inst_turn(st, messages, i, k, system);
+  }
+  return out;
+}
+
+// Zephyr: <|role|> ... eos per turn.
+Result<std::string> apply_zephyr(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 const std::string& eos) {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user" || m.role == "system" || m.role == "assistant") {
+      out += "<|" + m.role + "|>\n" + m.content + eos + "\n";
+    }
+    if (i + 1 == messages.size() && add_generation_prompt) out += "<|assistant|>\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages,
                                         bool add_generation_prompt) const {
-  std::string out;
   switch (family_) {
-    case ChatFamily::kLlama3: {
-      auto turn = [&](const ChatMessage& m) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + py_strip(m.content) + "<|eot_id|>";
-      };
-      if (llama31_system_block_) {
-        out += bos_;
-        size_t first = 0;
-        std::string system;
-        if (!messages.empty() && messages[0].role == "system") {
-          system = py_strip(messages[0].content);
-          first = 1;
-        }
-        out += "<|start_header_id|>system<|end_header_id|>\n\n";
-        out += "Cutting Knowledge Date: December 2023\n";
-        out += "Today Date: " + llama3_date_ + "\n\n";
-        out += system + "<|eot_id|>";
-        for (size_t i = first; i < messages.size(); ++i) {
-          if (messages[i].role == "ipython" || messages[i].role == "tool") {
-            return invalid_argument("llama3 chat template: tool messages are not supported");
-          }
-          turn(messages[i]);
-        }
-      } else {
-        for (size_t i = 0; i < messages.size(); ++i) {
-          if (i == 0) out += bos_;
-          turn(messages[i]);
-        }
-      }
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      return out;
-    }
-
-    case ChatFamily::kChatML: {
-      bool has_system = !messages.empty() && messages[0].role == "system";
-      if (!has_system && default_system_) out += "<|im_start|>system\n" + *default_system_ + "<|im_end|>\n";
-      // Qwen3: the index of the last user turn; assistant turns after it keep a <think> block.
-      size_t last_query = messages.empty() ? 0 : messages.size() - 1;
-      if (qwen3_) {
-        for (size_t i = messages.size(); i-- > 0;) {
-          const std::string& c = messages[i].content;
-          bool tool_resp = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
-          if (messages[i].role == "user" && !tool_resp) {
-            last_query = i;
-            break;
-          }
-        }
-      }
-      for (size_t i = 0; i < messages.size(); ++i) {
-        const ChatMessage& m = messages[i];
-        if (!qwen3_ || m.role != "assistant") {
-          out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-          continue;
-        }
-        std::string content = m.content, reasoning;
-        if (size_t p = content.find("</think>"); p != std::string::npos) {
-          std::string before = strip_chars(content.substr(0, p), '\n', false, true);
-          size_t open = before.rfind("<think>");
-          reasoning =
-              strip_chars(open == std::string::npos ? before : before.substr(open + 7), '\n', true, false);
-          content = strip_chars(content.substr(content.rfind("</think>") + 8), '\n', true, false);
-        }
-        bool last = i + 1 == messages.size();
-        if (i > last_query && (last || !reasoning.empty())) {
-          out += "<|im_start|>assistant\n<think>\n" + strip_chars(reasoning, '\n', true, true) +
-                 "\n</think>\n\n" + strip_chars(content, '\n', true, false);
-        } else {
-          out += "<|im_start|>assistant\n" + content;
-        }
-        out += "<|im_end|>\n";
-      }
-      if (add_generation_prompt) {
-        out += "<|im_start|>assistant\n";
-        if (qwen3_ && !options_.enable_thinking) out += "<think>\n\n</think>\n\n";
-      }
-      return out;
-    }
-
+    case ChatFamily::kLlama3:
+      return apply_llama3(messages, add_generation_prompt, bos_, llama31_system_block_, llama3_date_);
+    case ChatFamily::kChatML:
+      return apply_chatml(messages, add_generation_prompt, default_system_, qwen3_, options_.enable_thinking);
     case ChatFamily::kLlama2:
-    case ChatFamily::kMistral: {
-      size_t first = 0;
-      std::optional<std::string> system;
-      if (!messages.empty() && messages[0].role == "system") {
-        if (family_ == ChatFamily::kMistral && !mistral_v2_ && !mistral_v3_) {
-          return invalid_argument("mistral chat template: only user and assistant roles are supported");
-        }
-        system = messages[0].content;
-        first = 1;
-      }
-      if (family_ == ChatFamily::kMistral) out += bos_;
-      for (size_t i = first; i < messages.size(); ++i) {
-        const ChatMessage& m = messages[i];
-        size_t k = i - first;
-        if ((m.role == "user") != (k % 2 == 0)) {
-          return invalid_argument(
-              std::string(chat_family_name(family_)) +
-              " chat template: conversation roles must alternate user/assistant/user/...");
-        }
-        if (m.role != "user" && m.role != "assistant") {
-          return invalid_argument(std::string(chat_family_name(family_)) + " chat template: role '" + m.role +
-                                  "' is not supported");
-        }
-        if (family_ == ChatFamily::kLlama2) {
-          std::string content = m.content;
-          if (k == 0 && system) content = "<<SYS>>\n" + *system + "\n<</SYS>>\n\n" + content;
-          if (m.role == "user") {
-            out += bos_ + "[INST] " + py_strip(content) + " [/INST]";
-          } else {
-            out += " " + py_strip(content) + " " + eos_;
-          }
-        } else if (mistral_v3_) {
-          // v0.3: the system message goes into the user turn only when that turn is the last message.
-          if (m.role == "user") {
-            bool last = i + 1 == messages.size();
-            out += last && system ? "[INST] " + *system + "\n\n" + m.content + "[/INST]"
-                                  : "[INST] " + m.content + "[/INST]";
-          } else {
-            out += " " + py_strip(m.content) + eos_;
-          }
-        } else if (mistral_v2_) {
-          if (m.role == "user") {
-            out += k == 0 && system ? " [INST] " + *system + "\n\n" + m.content + " [/INST]"
-                                    : " [INST] " + m.content + " [/INST]";
-          } else {
-            out += " " + m.content + eos_;
-          }
-        } else {
-          out += m.role == "user" ? "[INST] " + m.content + " [/INST]" : m.content + eos_;
-        }
-      }
-      return out;
-    }
-
-    case ChatFamily::kZephyr: {
-      for (size_t i = 0; i < messages.size(); ++i) {
-        const ChatMessage& m = messages[i];
-        if (m.role == "user" || m.role == "system" || m.role == "assistant") {
-          out += "<|" + m.role + "|>\n" + m.content + eos_ + "\n";
-        }
-        if (i + 1 == messages.size() && add_generation_prompt) out += "<|assistant|>\n";
-      }
-      return out;
-    }
+    case ChatFamily::kMistral:
+      return apply_inst(messages, InstStyle{family_, bos_, eos_, mistral_v2_, mistral_v3_});
+    case ChatFamily::kZephyr:
+      return apply_zephyr(messages, add_generation_prompt, eos_);
   }
   return internal_error("unhandled chat family");
 }

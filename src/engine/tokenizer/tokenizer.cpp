@@ -517,13 +517,8 @@ std::string special_token_text(const bj::object& cfg, std::string_view key) {
   return {};
 }
 
-void build(std::string_view tokenizer_json, std::string_view config_json, std::string_view generation_json,
-           Tokenizer::Impl& impl) {
-  auto root_r = json::parse(tokenizer_json);
-  if (!root_r.ok()) fail(root_r.status().with_context("tokenizer.json"));
-  if (!root_r->is_object()) fail(invalid_argument("tokenizer.json: top level must be an object"));
-  const bj::object& root = root_r->as_object();
-
+// The BPE model (the only supported type).
+void parse_model_section(const bj::object& root, Tokenizer::Impl& impl) {
   const bj::value* model = member(root, "model");
   if (!model) fail(invalid_argument("tokenizer.json: missing 'model'"));
   const bj::object& m = need_object(model, "model");
@@ -532,7 +527,10 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     fail(unimplemented("tokenizer.json: model type '" + mtype + "' is not supported (only BPE)"));
   }
   parse_bpe(m, impl);
+}
 
+// Normalizers, pre-tokenizers (ByteLevel last), decoders and the post-processor.
+void parse_pipeline(const bj::object& root, Tokenizer::Impl& impl) {
   if (const bj::value* n = member(root, "normalizer")) parse_normalizer(*n, impl.normalizers);
   if (const bj::value* p = member(root, "pre_tokenizer")) parse_pre_tokenizer(*p, impl.pre_tokenizers);
   for (size_t i = 0; i < impl.pre_tokenizers.size(); ++i) {
@@ -551,7 +549,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     impl.decoders.push_back(std::move(join));
   }
   if (const bj::value* p = member(root, "post_processor")) parse_post_processor(*p, impl);
+}
 
+void parse_added_tokens(const bj::object& root, Tokenizer::Impl& impl) {
   // Added tokens.
   if (const bj::value* at = member(root, "added_tokens")) {
     if (!at->is_array()) fail(invalid_argument("tokenizer.json: 'added_tokens' must be an array"));
@@ -580,7 +580,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     bool in_normalized = a.normalized && !impl.normalizers.empty();
     (in_normalized ? impl.normalized_trie : impl.raw_trie).insert(a.content, int32_t(i));
   }
+}
 
+void build_id_tables(Tokenizer::Impl& impl) {
   // id -> token tables.
   int64_t max_id = -1;
   for (const auto& [tok, id] : impl.vocab) max_id = std::max<int64_t>(max_id, id);
@@ -607,7 +609,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
   for (int32_t id : impl.suffix_ids) {
     if (id < 0 || id > max_id) fail(invalid_argument("tokenizer.json: post_processor id out of range"));
   }
+}
 
+void choose_word_marker(Tokenizer::Impl& impl) {
   // Word marker for SentencePiece-style models (see tokenizer_impl.h).
   if (!impl.byte_level) {
     std::string marker;
@@ -636,7 +640,10 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
       if (safe) impl.word_marker = marker;
     }
   }
+}
 
+// Each byte's token id and byte-fallback id (-1 where the vocab has none).
+void build_byte_ids(Tokenizer::Impl& impl) {
   const auto& bm = unicode::byte_map();
   for (int b = 0; b < 256; ++b) {
     auto it = impl.vocab.find(bm.byte_to_utf8[size_t(b)]);
@@ -646,7 +653,9 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
     auto fb = impl.vocab.find(name);
     impl.fallback_ids[size_t(b)] = fb == impl.vocab.end() ? -1 : fb->second;
   }
+}
 
+void parse_tokenizer_config(std::string_view config_json, Tokenizer::Impl& impl) {
   // tokenizer_config.json.
   auto lookup = [&](const std::string& tok) -> std::optional<int32_t> {
     if (tok.empty()) return std::nullopt;
@@ -673,6 +682,10 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
       }
     }
   }
+}
+
+// The eos set: tokenizer_config's eos_token, then generation_config's eos_token_id(s).
+void parse_generation_config(std::string_view generation_json, Tokenizer::Impl& impl) {
   if (impl.eos_id) impl.eos_ids.push_back(*impl.eos_id);
   if (!generation_json.empty()) {
     auto gen = json::parse_object(generation_json);
@@ -691,6 +704,22 @@ void build(std::string_view tokenizer_json, std::string_view config_json, std::s
       }
     }
   }
+}
+
+void build(std::string_view tokenizer_json, std::string_view config_json, std::string_view generation_json,
+           Tokenizer::Impl& impl) {
+  auto root_r = json::parse(tokenizer_json);
+  if (!root_r.ok()) fail(root_r.status().with_context("tokenizer.json"));
+  if (!root_r->is_object()) fail(invalid_argument("tokenizer.json: top level must be an object"));
+  const bj::object& root = root_r->as_object();
+  parse_model_section(root, impl);
+  parse_pipeline(root, impl);
+  parse_added_tokens(root, impl);
+  build_id_tables(impl);
+  choose_word_marker(impl);
+  build_byte_ids(impl);
+  parse_tokenizer_config(config_json, impl);
+  parse_generation_config(generation_json, impl);
 }
 
 }  // namespace
@@ -908,27 +937,33 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s = std::move(out);
 }
 
+// The model's words of a fully pre-tokenized piece: the piece itself, or, with a word marker, cut
+// before each marker that follows a non-marker character.
+inline void model_words(const Tokenizer::Impl& impl, std::string_view piece, std::vector<int32_t>& out) {
+  if (impl.word_marker.empty()) {
+    impl.bpe_word(piece, out);
+    return;
+  }
+  // Cut before each marker that follows a non-marker character.
+  const std::string& mk = impl.word_marker;
+  size_t start = 0;
+  for (size_t pos = piece.find(mk); pos != std::string_view::npos; pos = piece.find(mk, pos + mk.size())) {
+    // Fewer bytes than a marker before pos (e.g. "a" in "a\u2581b" when no Prepend normalizer
+    // adds a leading marker) cannot be a marker.
+    if (pos > start && (pos < mk.size() || piece.compare(pos - mk.size(), mk.size(), mk) != 0)) {
+      impl.bpe_word(piece.substr(start, pos - start), out);
+      start = pos;
+    }
+  }
+  impl.bpe_word(piece.substr(start), out);
+}
+
 // Runs pre-tokenizer `step` and onwards over piece; the model gets each final piece.
 void pre_tokenize(const Tokenizer::Impl& impl, size_t step, std::string_view piece, bool first,
                   std::vector<int32_t>& out) {
   if (piece.empty()) return;
   if (step == impl.pre_tokenizers.size()) {
-    if (impl.word_marker.empty()) {
-      impl.bpe_word(piece, out);
-      return;
-    }
-    // Cut before each marker that follows a non-marker character.
-    const std::string& mk = impl.word_marker;
-    size_t start = 0;
-    for (size_t pos = piece.find(mk); pos != std::string_view::npos; pos = piece.find(mk, pos + mk.size())) {
-      // Fewer bytes than a marker before pos (e.g. "a" in "a\u2581b" when no Prepend normalizer
-      // adds a leading marker) cannot be a marker.
-      if (pos > start && (pos < mk.size() || piece.compare(pos - mk.size(), mk.size(), mk) != 0)) {
-        impl.bpe_word(piece.substr(start, pos - start), out);
-        start = pos;
-      }
-    }
-    impl.bpe_word(piece.substr(start), out);
+    model_words(impl, piece, out);
     return;
   }
   const PreTokenizerStep& st = impl.pre_tokenizers[step];
@@ -1131,26 +1166,26 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out)
   shard.insert(word, h, out.data() + before, n);
 }
 
-void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
-  thread_local std::vector<int32_t> ids;
-  ids.clear();
+namespace {
 
-  if (ignore_merges) {
-    // Llama-3: a word that is itself in the vocabulary is emitted whole, merges or not.
-    std::string whole;
-    if (byte_level) {
-      const auto& bm = unicode::byte_map();
-      for (unsigned char b : word) whole += bm.byte_to_utf8[b];
-    } else {
-      whole = std::string(word);
-    }
-    if (auto it = vocab.find(whole); it != vocab.end()) {
-      out.push_back(it->second);
-      return;
-    }
+// Llama-3 (ignore_merges): a word that is itself in the vocabulary is emitted whole, merges or not.
+inline bool emit_whole_word(const Tokenizer::Impl& impl, std::string_view word, std::vector<int32_t>& out) {
+  std::string whole;
+  if (impl.byte_level) {
+    const auto& bm = unicode::byte_map();
+    for (unsigned char b : word) whole += bm.byte_to_utf8[b];
+  } else {
+    whole = std::string(word);
   }
+  if (auto it = impl.vocab.find(whole); it != impl.vocab.end()) {
+    out.push_back(it->second);
+    return true;
+  }
+  return false;
+}
 
-  // Initial symbols, with the reference's unknown-character handling.
+// The word's initial symbols into ids, with the reference's unknown-character handling.
+inline void initial_symbols(const Tokenizer::Impl& impl, std::string_view word, std::vector<int32_t>& ids) {
   std::optional<int32_t> pending_unk;
   auto known = [&](int32_t id) {
     if (pending_unk) {
@@ -1160,17 +1195,17 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     ids.push_back(id);
   };
   auto unknown = [&]() {
-    if (!unk_id) return;  // no unk token: the character is dropped, as in the reference
-    if (pending_unk && fuse_unk) return;
+    if (!impl.unk_id) return;  // no unk token: the character is dropped, as in the reference
+    if (pending_unk && impl.fuse_unk) return;
     if (pending_unk) ids.push_back(*pending_unk);
-    pending_unk = unk_id;
+    pending_unk = impl.unk_id;
   };
-  if (byte_level) {
+  if (impl.byte_level) {
     for (unsigned char b : word) {
-      if (byte_ids[b] >= 0) {
-        known(byte_ids[b]);
-      } else if (byte_fallback && fallback_ids[b] >= 0) {
-        ids.push_back(fallback_ids[b]);
+      if (impl.byte_ids[b] >= 0) {
+        known(impl.byte_ids[b]);
+      } else if (impl.byte_fallback && impl.fallback_ids[b] >= 0) {
+        ids.push_back(impl.fallback_ids[b]);
       } else {
         unknown();
       }
@@ -1180,15 +1215,15 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     for (size_t i = 0; i < word.size();) {
       size_t n = char_len_at(word, i);
       ch.assign(word.substr(i, n));
-      if (auto it = vocab.find(ch); it != vocab.end()) {
+      if (auto it = impl.vocab.find(ch); it != impl.vocab.end()) {
         known(it->second);
       } else {
         bool done = false;
-        if (byte_fallback) {
+        if (impl.byte_fallback) {
           bool all = true;
-          for (size_t k = 0; k < n; ++k) all = all && fallback_ids[uint8_t(word[i + k])] >= 0;
+          for (size_t k = 0; k < n; ++k) all = all && impl.fallback_ids[uint8_t(word[i + k])] >= 0;
           if (all) {
-            for (size_t k = 0; k < n; ++k) ids.push_back(fallback_ids[uint8_t(word[i + k])]);
+            for (size_t k = 0; k < n; ++k) ids.push_back(impl.fallback_ids[uint8_t(word[i + k])]);
             done = true;
           }
         }
@@ -1198,13 +1233,11 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     }
   }
   if (pending_unk) ids.push_back(*pending_unk);
+}
 
+// Applies the merges to ids (at least two symbols) and appends the result to out.
+inline void merge_symbols(const Tokenizer::Impl& impl, std::vector<int32_t>& ids, std::vector<int32_t>& out) {
   const size_t n = ids.size();
-  if (n <= 1) {
-    out.insert(out.end(), ids.begin(), ids.end());
-    return;
-  }
-
   // Merge lowest rank first, leftmost among equal ranks, over a linked list of symbols.
   thread_local std::vector<int32_t> next, prev;
   next.resize(n);
@@ -1214,8 +1247,8 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     prev[i] = int32_t(i) - 1;
   }
   auto find_merge = [&](int32_t a, int32_t b, uint64_t& packed) {
-    auto it = merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
-    if (it == merges.end()) return false;
+    auto it = impl.merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
+    if (it == impl.merges.end()) return false;
     packed = it->second;
     return true;
   };
@@ -1251,6 +1284,20 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     push(pos);
   }
   for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
+}
+
+}  // namespace
+
+void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges && emit_whole_word(*this, word, out)) return;
+  thread_local std::vector<int32_t> ids;
+  ids.clear();
+  initial_symbols(*this, word, ids);
+  if (ids.size() <= 1) {
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  merge_symbols(*this, ids, out);
 }
 
 }  // namespace plumb::engine
