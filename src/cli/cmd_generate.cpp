@@ -39,6 +39,75 @@ int fail(int code, const Status& s) {
   return code;
 }
 
+// Tokenizer: the model folder's; for a config-only model, the shipped model's tokenizer when its
+// vocabulary fits inside the model's, else none: bytes (see docs/architecture.md, Engine).
+int load_tokenizer(const GenerateArgs& a, const std::string& dir, const engine::Model& model,
+                   std::unique_ptr<engine::Tokenizer>& tok) {
+  using namespace plumb::engine;
+  const std::string tok_dir = a.model.tokenizer_dir(dir);
+  if (!tok_dir.empty()) {
+    auto t = Tokenizer::load(tok_dir);
+    if (t.ok() && (*t)->vocab_size() <= model.config().vocab_size) {
+      tok = std::move(t).value();
+    } else if (!t.ok() && !a.model.model_dir.empty() && t.status().code() != Code::kNotFound) {
+      return fail(kExitError, t.status());
+    }
+  }
+
+  return kExitOk;
+}
+
+// The prompt as token ids: through the tokenizer (and chat template with --chat), else UTF-8 bytes.
+int encode_prompt(const GenerateArgs& a, const engine::Tokenizer* tok, const engine::Model& model,
+                  std::vector<int32_t>& ids) {
+  using namespace plumb::engine;
+  if (tok) {
+    if (a.chat) {
+      std::vector<ChatMessage> msgs = {{"user", a.prompt}};
+      auto text = apply_chat_template(*tok, msgs, true);
+      if (!text.ok()) return fail(kExitUsage, text.status());
+      ids = tok->encode(*text, /*add_special_tokens=*/false);
+    } else {
+      ids = tok->encode(a.prompt, /*add_special_tokens=*/true);
+    }
+  } else {
+    if (a.chat) return fail(kExitUsage, invalid_argument("--chat needs a tokenizer with a chat template"));
+    if (model.config().vocab_size < 256) {
+      return fail(kExitUsage, invalid_argument("no tokenizer, and the vocabulary is too small for bytes"));
+    }
+    ids = byte_encode(a.prompt);
+  }
+
+  return kExitOk;
+}
+
+// The model line of the summary, taken before the runner takes the model.
+std::string describe_model(const GenerateArgs& a, const std::string& dir, const engine::Model& model,
+                           bool has_tokenizer) {
+  using namespace plumb::engine;
+  const auto& cfg = model.config();
+  std::ostringstream d;
+  d << (a.model.model_config.empty() ? dir : a.model.model_config) << " (" << architecture_name(cfg.arch)
+    << ", " << cfg.num_hidden_layers << " layers, "
+    << (model.weights().quantization().scheme == QuantScheme::kNone
+            ? std::string(dtype_name(model.weights().linear_dtype()))
+            : model.weights().quantization().name() + " linear")
+    << (a.model.load_format == "dummy" ? " dummy" : "") << " weights, " << model.pool().size() << " threads, "
+    << (has_tokenizer ? "tokenizer" : "byte-level text") << ")";
+  return d.str();
+}
+
+void print_summary(const std::string& described, double load_s, const engine::GenerateResult& res) {
+  std::cout << "---\n"
+            << "model: " << described << ", loaded in " << load_s << " s\n"
+            << "prompt tokens: " << res.prompt_tokens << "\n"
+            << "generated tokens: " << res.tokens.size() << " (finish: " << res.finish_reason << ")\n"
+            << "prefill: " << res.prefill_tokens_per_s() << " tokens/s (" << res.prefill_seconds * 1e3
+            << " ms)\n"
+            << "decode: " << res.decode_tokens_per_s() << " tokens/s (" << res.decode_seconds * 1e3
+            << " ms for " << (res.tokens.empty() ? 0 : res.tokens.size() - 1) << " tokens)\n";
+}
+
 int run(const GenerateArgs& a) {
   using namespace plumb::engine;
   if (Status s = a.model.check(); !s.ok()) return fail(kExitUsage, s);
@@ -62,47 +131,15 @@ int run(const GenerateArgs& a) {
   std::unique_ptr<Model> model = std::move(loaded).value();
   const double load_s = seconds_between(t_load, clock.now());
 
-  // Tokenizer: the model folder's; for a config-only model, the shipped model's tokenizer when its
-  // vocabulary fits inside the model's, else bytes (see docs/architecture.md, Engine).
   std::unique_ptr<Tokenizer> tok;
-  const std::string tok_dir = a.model.tokenizer_dir(dir);
-  if (!tok_dir.empty()) {
-    auto t = Tokenizer::load(tok_dir);
-    if (t.ok() && (*t)->vocab_size() <= model->config().vocab_size) {
-      tok = std::move(t).value();
-    } else if (!t.ok() && !a.model.model_dir.empty() && t.status().code() != Code::kNotFound) {
-      return fail(kExitError, t.status());
-    }
-  }
-
+  if (int rc = load_tokenizer(a, dir, *model, tok); rc != kExitOk) return rc;
   std::vector<int32_t> ids;
-  if (tok) {
-    if (a.chat) {
-      std::vector<ChatMessage> msgs = {{"user", a.prompt}};
-      auto text = apply_chat_template(*tok, msgs, true);
-      if (!text.ok()) return fail(kExitUsage, text.status());
-      ids = tok->encode(*text, /*add_special_tokens=*/false);
-    } else {
-      ids = tok->encode(a.prompt, /*add_special_tokens=*/true);
-    }
-  } else {
-    if (a.chat) return fail(kExitUsage, invalid_argument("--chat needs a tokenizer with a chat template"));
-    if (model->config().vocab_size < 256) {
-      return fail(kExitUsage, invalid_argument("no tokenizer, and the vocabulary is too small for bytes"));
-    }
-    ids = byte_encode(a.prompt);
-  }
+  if (int rc = encode_prompt(a, tok.get(), *model, ids); rc != kExitOk) return rc;
 
   // The model line, before the runner takes the model.
   const auto& cfg = model->config();
   std::ostringstream described;
-  described << (a.model.model_config.empty() ? dir : a.model.model_config) << " ("
-            << architecture_name(cfg.arch) << ", " << cfg.num_hidden_layers << " layers, "
-            << (model->weights().quantization().scheme == QuantScheme::kNone
-                    ? std::string(dtype_name(model->weights().linear_dtype()))
-                    : model->weights().quantization().name() + " linear")
-            << (a.model.load_format == "dummy" ? " dummy" : "") << " weights, " << model->pool().size()
-            << " threads, " << (tok ? "tokenizer" : "byte-level text") << ")";
+  described << describe_model(a, dir, *model, tok != nullptr);
   GenerateOptions go;
   go.sampling.temperature = a.temperature;
   go.sampling.top_p = a.top_p;
@@ -131,14 +168,7 @@ int run(const GenerateArgs& a) {
   if (!res.ok())
     return fail(res.status().code() == Code::kInvalidArgument ? kExitUsage : kExitError, res.status());
 
-  std::cout << "---\n"
-            << "model: " << described.str() << ", loaded in " << load_s << " s\n"
-            << "prompt tokens: " << res->prompt_tokens << "\n"
-            << "generated tokens: " << res->tokens.size() << " (finish: " << res->finish_reason << ")\n"
-            << "prefill: " << res->prefill_tokens_per_s() << " tokens/s (" << res->prefill_seconds * 1e3
-            << " ms)\n"
-            << "decode: " << res->decode_tokens_per_s() << " tokens/s (" << res->decode_seconds * 1e3
-            << " ms for " << (res->tokens.empty() ? 0 : res->tokens.size() - 1) << " tokens)\n";
+  print_summary(described.str(), load_s, *res);
   return kExitOk;
 }
 

@@ -65,16 +65,8 @@ int fail(int code, const Status& s) {
   return code;
 }
 
-int run(const ServeArgs& a) {
-  using namespace plumb::engine;
-  // SIGTERM/SIGINT are taken synchronously by this thread (blocked in every thread, sigwait below),
-  // so the drain runs in normal code, not in a signal handler. Blocked before any thread starts
-  // (engine, kernel pool, IO), since threads inherit the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+// The flags that need no model: engine, port, connection and timeout bounds.
+int check_args(const ServeArgs& a) {
   if (Status s = a.model.check(); !s.ok()) return fail(kExitUsage, s);
   if (a.engine != "llm" && a.engine != "synthetic") {
     return fail(kExitUsage, invalid_argument("--engine must be 'llm' or 'synthetic'"));
@@ -89,6 +81,173 @@ int run(const ServeArgs& a) {
     if (!(v > 0 && v <= 86400))
       return fail(kExitUsage, invalid_argument(std::string(flag) + " must be in (0, 86400]"));
   }
+  return kExitOk;
+}
+
+// --served-model-name, else the model config's name, else the model folder's.
+std::string served_name(const ServeArgs& a, const std::string& dir) {
+  std::string name = a.served_model_name;
+  if (name.empty()) {
+    if (!a.model.model_config.empty()) {
+      name = a.model.model_config;
+    } else {
+      std::string d = dir;
+      while (!d.empty() && d.back() == '/') d.pop_back();
+      name = d.substr(d.find_last_of('/') + 1);
+    }
+  }
+  return name;
+}
+
+// The synthetic engine: delays on the configured schedule, tokens from the tokenizer.
+int make_synthetic(const ServeArgs& a, const engine::ModelConfig& cfg, const engine::Tokenizer& tokenizer,
+                   std::unique_ptr<scheduler::ServingEngine>& backend, std::string& summary) {
+  using namespace plumb::engine;
+  scheduler::SyntheticConfig sc;
+  auto kind = scheduler::parse_delay_kind(a.distribution);
+  if (!kind.ok()) return fail(kExitUsage, kind.status());
+  if (a.launch_jitter < 0 || a.launch_jitter >= 1)
+    return fail(kExitUsage, invalid_argument("--launch-jitter must be in [0, 1)"));
+  double scale = 1.0;
+  if (a.launch_jitter > 0) {
+    // Deliberately not seeded: each launch is a different "run" of the same configuration, the
+    // run-to-run noise a real server shows (a fault to inject, for the protocol's CV cap).
+    std::random_device rd;
+    scale = std::uniform_real_distribution<double>(1.0 - a.launch_jitter, 1.0 + a.launch_jitter)(rd);
+    log::info("synthetic: --launch-jitter {}: this process's delays are scaled by {:.4f}", a.launch_jitter,
+              scale);
+  }
+  scale *= 1.0 + a.debug_step_slowdown;  // the debug slowdown: longer waits, nothing else
+  sc.ttft = {*kind, a.ttft_ms * scale, a.jitter_ms * scale};
+  sc.itl = {*kind, a.itl_ms * scale, a.jitter_ms * scale};
+  sc.tokens_per_chunk = a.tokens_per_chunk;
+  sc.seed = a.seed;
+  sc.max_context = cfg.max_context();
+  sc.max_queue = a.max_queue.value_or(1 << 20);
+  sc.honour_stop_tokens = a.honour_eos;
+  sc.token_cycle = tokenizer.encode(
+      " The quick brown fox jumps over the lazy dog. A synthetic engine streams these words on a"
+      " schedule it knows exactly, so a client's measurements can be checked against the truth.",
+      false);
+  auto e = scheduler::SyntheticEngine::create(sc);
+  if (!e.ok()) return fail(kExitUsage, e.status());
+  backend = std::move(e).value();
+  summary =
+      "synthetic engine, ttft " + std::to_string(a.ttft_ms) + " ms, itl " + std::to_string(a.itl_ms) + " ms";
+  return kExitOk;
+}
+
+// The preset with the engine flags over it.
+int llm_config(const ServeArgs& a, scheduler::LlmEngineConfig& c) {
+  auto preset = scheduler::llm_engine_preset(a.preset);
+  if (!preset.ok()) return fail(kExitUsage, preset.status());
+  c = *preset;
+  if (a.max_num_seqs) c.max_num_seqs = *a.max_num_seqs;
+  if (a.max_num_batched_tokens) c.max_num_batched_tokens = *a.max_num_batched_tokens;
+  if (a.chunked_prefill) c.enable_chunked_prefill = *a.chunked_prefill;
+  if (a.prefill_chunk_size) c.prefill_chunk_size = *a.prefill_chunk_size;
+  if (a.kv_block_size) c.kv_block_size = *a.kv_block_size;
+  if (a.kv_cache_tokens) c.kv_cache_tokens = *a.kv_cache_tokens;
+  if (a.prefix_caching) c.enable_prefix_caching = *a.prefix_caching;
+  if (a.scheduling_policy) c.scheduling_policy = *a.scheduling_policy;
+  if (a.max_queue) c.max_queue = *a.max_queue;
+  if (a.threads) c.threads = *a.threads;
+  if (a.kernels) c.kernels = *a.kernels;
+  c.debug_step_slowdown = a.debug_step_slowdown;
+  c.device = a.model.device;
+  return kExitOk;
+}
+
+// --gpu-memory-utilization: the KV cache sized by the runner to that fraction of device memory.
+int size_kv_cache(const ServeArgs& a, const engine::ModelConfig& cfg, const scheduler::ModelRunner& runner,
+                  scheduler::LlmEngineConfig& c, Result<scheduler::LlmEngineConfig>& eff,
+                  std::vector<std::string>& notes) {
+  if (a.kv_cache_tokens) {
+    return fail(kExitUsage, invalid_argument("--kv-cache-tokens and --gpu-memory-utilization are exclusive"));
+  }
+  auto tokens = runner.kv_tokens_for_memory_fraction(*a.gpu_memory_utilization, eff->max_num_batched_tokens);
+  if (!tokens.ok()) return fail(kExitUsage, tokens.status());
+  c.kv_cache_tokens = std::min<int64_t>(*tokens, int64_t(INT32_MAX) / 2);
+  auto sized = scheduler::normalize(c, cfg.max_context(), &notes);
+  if (!sized.ok()) return fail(kExitUsage, sized.status());
+  eff = std::move(sized);
+  log::info("event=kv_cache_sized gpu_memory_utilization={} kv_cache_tokens={}", *a.gpu_memory_utilization,
+            eff->kv_cache_tokens);
+  return kExitOk;
+}
+
+// The reference engine: the preset with the flags over it, the model loaded and its runner built.
+int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConfig& cfg,
+             const std::string& name, std::unique_ptr<scheduler::ServingEngine>& backend,
+             std::string& summary) {
+  using namespace plumb::engine;
+  scheduler::LlmEngineConfig c;
+  if (int rc = llm_config(a, c); rc != kExitOk) return rc;
+  std::vector<std::string> notes;
+  auto eff = scheduler::normalize(c, cfg.max_context(), &notes);
+  if (!eff.ok()) return fail(kExitUsage, eff.status());
+  for (const auto& n : notes) log::info("event=setting_adjusted note=\"{}\"", n);
+  log::info("event=settings requested={} effective={}", scheduler::llm_engine_config_json(c),
+            scheduler::llm_engine_config_json(*eff));
+
+  auto sel = load_kernel_selection(eff->kernels);
+  if (!sel.ok()) return fail(kExitUsage, sel.status());
+  auto loaded = a.model.load(dir, cfg, a.model.options(a.seed, eff->threads, *sel));
+  if (!loaded.ok()) return fail(kExitError, loaded.status());
+  std::unique_ptr<Model> model = std::move(loaded).value();
+  std::string desc = name + " (" + architecture_name(cfg.arch) + ", " +
+                     std::to_string(cfg.num_hidden_layers) + " layers, " +
+                     std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
+                     ", quantization " + model->weights().quantization().name() + ")";
+  const scheduler::Device dev = a.model.device_spec();
+  if (dev.kind != scheduler::Device::Kind::kCuda && (a.cuda_graphs || a.gpu_memory_utilization)) {
+    return fail(kExitUsage,
+                invalid_argument("--cuda-graphs and --gpu-memory-utilization need --device cuda[:N]"));
+  }
+  scheduler::RunnerOptions ro;
+  ro.cuda_graphs = a.cuda_graphs.value_or(a.preset != "naive");
+  ro.reference_kernels = a.preset == "naive";
+  auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
+  if (!runner.ok()) return fail(kExitError, runner.status());
+  if (a.gpu_memory_utilization) {
+    if (int rc = size_kv_cache(a, cfg, **runner, c, eff, notes); rc != kExitOk) return rc;
+  }
+  auto e = scheduler::LlmEngine::create(*eff, std::move(runner).value());
+  if (!e.ok()) return fail(kExitError, e.status());
+  backend = std::move(e).value();
+  summary =
+      "preset " + a.preset + (a.model.quantization == "none" ? "" : ", quantization " + a.model.quantization);
+  return kExitOk;
+}
+
+server::ServerOptions server_options(const ServeArgs& a, const std::string& name) {
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = uint16_t(a.port);
+  so.io_threads = a.io_threads;
+  so.served_model_name = name;
+  so.max_connections = std::size_t(a.max_connections);
+  auto ms = [](double s) { return std::chrono::milliseconds(int64_t(s * 1000.0)); };
+  so.idle_timeout = ms(a.idle_timeout_s);
+  so.header_timeout = ms(a.header_timeout_s);
+  so.body_timeout = ms(a.body_timeout_s);
+  log::info("event=http_limits max_connections={} idle_timeout_s={} header_timeout_s={} body_timeout_s={}",
+            a.max_connections > 0 ? std::size_t(a.max_connections) : net::default_max_connections(),
+            a.idle_timeout_s, a.header_timeout_s, a.body_timeout_s);
+  return so;
+}
+
+int run(const ServeArgs& a) {
+  using namespace plumb::engine;
+  // SIGTERM/SIGINT are taken synchronously by this thread (blocked in every thread, sigwait below),
+  // so the drain runs in normal code, not in a signal handler. Blocked before any thread starts
+  // (engine, kernel pool, IO), since threads inherit the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  if (int rc = check_args(a); rc != kExitOk) return rc;
 
   auto folder = a.model.folder();
   if (!folder.ok()) return fail(kExitError, folder.status());
@@ -111,129 +270,17 @@ int run(const ServeArgs& a) {
                                  " ids) does not fit the model's vocabulary (" +
                                  std::to_string(cfg->vocab_size) + "); serve needs a tokenizer"));
   }
-  std::string name = a.served_model_name;
-  if (name.empty()) {
-    if (!a.model.model_config.empty()) {
-      name = a.model.model_config;
-    } else {
-      std::string d = dir;
-      while (!d.empty() && d.back() == '/') d.pop_back();
-      name = d.substr(d.find_last_of('/') + 1);
-    }
-  }
+  const std::string name = served_name(a, dir);
 
   std::unique_ptr<scheduler::ServingEngine> backend;
   std::string summary;
   if (a.engine == "synthetic") {
-    scheduler::SyntheticConfig sc;
-    auto kind = scheduler::parse_delay_kind(a.distribution);
-    if (!kind.ok()) return fail(kExitUsage, kind.status());
-    if (a.launch_jitter < 0 || a.launch_jitter >= 1)
-      return fail(kExitUsage, invalid_argument("--launch-jitter must be in [0, 1)"));
-    double scale = 1.0;
-    if (a.launch_jitter > 0) {
-      // Deliberately not seeded: each launch is a different "run" of the same configuration, the
-      // run-to-run noise a real server shows (a fault to inject, for the protocol's CV cap).
-      std::random_device rd;
-      scale = std::uniform_real_distribution<double>(1.0 - a.launch_jitter, 1.0 + a.launch_jitter)(rd);
-      log::info("synthetic: --launch-jitter {}: this process's delays are scaled by {:.4f}", a.launch_jitter,
-                scale);
-    }
-    scale *= 1.0 + a.debug_step_slowdown;  // the debug slowdown: longer waits, nothing else
-    sc.ttft = {*kind, a.ttft_ms * scale, a.jitter_ms * scale};
-    sc.itl = {*kind, a.itl_ms * scale, a.jitter_ms * scale};
-    sc.tokens_per_chunk = a.tokens_per_chunk;
-    sc.seed = a.seed;
-    sc.max_context = cfg->max_context();
-    sc.max_queue = a.max_queue.value_or(1 << 20);
-    sc.honour_stop_tokens = a.honour_eos;
-    sc.token_cycle = (*tok)->encode(
-        " The quick brown fox jumps over the lazy dog. A synthetic engine streams these words on a"
-        " schedule it knows exactly, so a client's measurements can be checked against the truth.",
-        false);
-    auto e = scheduler::SyntheticEngine::create(sc);
-    if (!e.ok()) return fail(kExitUsage, e.status());
-    backend = std::move(e).value();
-    summary = "synthetic engine, ttft " + std::to_string(a.ttft_ms) + " ms, itl " + std::to_string(a.itl_ms) +
-              " ms";
+    if (int rc = make_synthetic(a, *cfg, **tok, backend, summary); rc != kExitOk) return rc;
   } else {
-    auto preset = scheduler::llm_engine_preset(a.preset);
-    if (!preset.ok()) return fail(kExitUsage, preset.status());
-    scheduler::LlmEngineConfig c = *preset;
-    if (a.max_num_seqs) c.max_num_seqs = *a.max_num_seqs;
-    if (a.max_num_batched_tokens) c.max_num_batched_tokens = *a.max_num_batched_tokens;
-    if (a.chunked_prefill) c.enable_chunked_prefill = *a.chunked_prefill;
-    if (a.prefill_chunk_size) c.prefill_chunk_size = *a.prefill_chunk_size;
-    if (a.kv_block_size) c.kv_block_size = *a.kv_block_size;
-    if (a.kv_cache_tokens) c.kv_cache_tokens = *a.kv_cache_tokens;
-    if (a.prefix_caching) c.enable_prefix_caching = *a.prefix_caching;
-    if (a.scheduling_policy) c.scheduling_policy = *a.scheduling_policy;
-    if (a.max_queue) c.max_queue = *a.max_queue;
-    if (a.threads) c.threads = *a.threads;
-    if (a.kernels) c.kernels = *a.kernels;
-    c.debug_step_slowdown = a.debug_step_slowdown;
-    c.device = a.model.device;
-    std::vector<std::string> notes;
-    auto eff = scheduler::normalize(c, cfg->max_context(), &notes);
-    if (!eff.ok()) return fail(kExitUsage, eff.status());
-    for (const auto& n : notes) log::info("event=setting_adjusted note=\"{}\"", n);
-    log::info("event=settings requested={} effective={}", scheduler::llm_engine_config_json(c),
-              scheduler::llm_engine_config_json(*eff));
-
-    auto sel = load_kernel_selection(eff->kernels);
-    if (!sel.ok()) return fail(kExitUsage, sel.status());
-    auto loaded = a.model.load(dir, *cfg, a.model.options(a.seed, eff->threads, *sel));
-    if (!loaded.ok()) return fail(kExitError, loaded.status());
-    std::unique_ptr<Model> model = std::move(loaded).value();
-    std::string desc = name + " (" + architecture_name(cfg->arch) + ", " +
-                       std::to_string(cfg->num_hidden_layers) + " layers, " +
-                       std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
-                       ", quantization " + model->weights().quantization().name() + ")";
-    const scheduler::Device dev = a.model.device_spec();
-    if (dev.kind != scheduler::Device::Kind::kCuda && (a.cuda_graphs || a.gpu_memory_utilization)) {
-      return fail(kExitUsage,
-                  invalid_argument("--cuda-graphs and --gpu-memory-utilization need --device cuda[:N]"));
-    }
-    scheduler::RunnerOptions ro;
-    ro.cuda_graphs = a.cuda_graphs.value_or(a.preset != "naive");
-    ro.reference_kernels = a.preset == "naive";
-    auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
-    if (!runner.ok()) return fail(kExitError, runner.status());
-    if (a.gpu_memory_utilization) {
-      if (a.kv_cache_tokens) {
-        return fail(kExitUsage,
-                    invalid_argument("--kv-cache-tokens and --gpu-memory-utilization are exclusive"));
-      }
-      auto tokens =
-          (*runner)->kv_tokens_for_memory_fraction(*a.gpu_memory_utilization, eff->max_num_batched_tokens);
-      if (!tokens.ok()) return fail(kExitUsage, tokens.status());
-      c.kv_cache_tokens = std::min<int64_t>(*tokens, int64_t(INT32_MAX) / 2);
-      auto sized = scheduler::normalize(c, cfg->max_context(), &notes);
-      if (!sized.ok()) return fail(kExitUsage, sized.status());
-      eff = std::move(sized);
-      log::info("event=kv_cache_sized gpu_memory_utilization={} kv_cache_tokens={}",
-                *a.gpu_memory_utilization, eff->kv_cache_tokens);
-    }
-    auto e = scheduler::LlmEngine::create(*eff, std::move(runner).value());
-    if (!e.ok()) return fail(kExitError, e.status());
-    backend = std::move(e).value();
-    summary = "preset " + a.preset +
-              (a.model.quantization == "none" ? "" : ", quantization " + a.model.quantization);
+    if (int rc = make_llm(a, dir, *cfg, name, backend, summary); rc != kExitOk) return rc;
   }
 
-  server::ServerOptions so;
-  so.host = a.host;
-  so.port = uint16_t(a.port);
-  so.io_threads = a.io_threads;
-  so.served_model_name = name;
-  so.max_connections = std::size_t(a.max_connections);
-  auto ms = [](double s) { return std::chrono::milliseconds(int64_t(s * 1000.0)); };
-  so.idle_timeout = ms(a.idle_timeout_s);
-  so.header_timeout = ms(a.header_timeout_s);
-  so.body_timeout = ms(a.body_timeout_s);
-  log::info("event=http_limits max_connections={} idle_timeout_s={} header_timeout_s={} body_timeout_s={}",
-            a.max_connections > 0 ? std::size_t(a.max_connections) : net::default_max_connections(),
-            a.idle_timeout_s, a.header_timeout_s, a.body_timeout_s);
+  server::ServerOptions so = server_options(a, name);
   server::OpenAiServer srv(so, *backend, **tok);
 
   Status st = srv.start();

@@ -346,108 +346,89 @@ Result<int> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, con
   return std::max(protocol::kMinPairs, std::min(nc.suggested_pairs, fit));
 }
 
-int run_tune(TuneArgs& a) {
-  if (!a.print_space.empty()) {
-    auto t = tune::builtin_space_text(a.print_space);
-    if (!t.ok()) return fail(t.status());
-    std::fputs(t->c_str(), stdout);
-    return kExitOk;
-  }
-  auto lr = ledger::Ledger::open(a.ledger_path);
-  if (!lr.ok()) return fail(lr.status());
-  auto& ledger = **lr;
-  if (a.list) {
-    auto ss = ledger.list_studies();
-    if (!ss.ok()) return fail(ss.status());
-    std::printf("%-4s %-24s %-8s %-9s %-6s %-7s %-8s %s\n", "id", "created", "adapter", "strategy", "scn",
-                "trials", "best", "name");
-    for (const auto& s : *ss) {
-      auto st = tune::load_study(ledger, s.id);
-      std::string best = "-";
-      size_t n = 0;
-      if (st.ok()) {
-        n = st->trials.size();
-        if (auto b = st->best()) best = fmtd("%.4g", *st->trials[*b].obs.objective);
-      }
-      std::printf("%-4lld %-24s %-8s %-9s %-6s %-7zu %-8s %s\n", (long long)s.id, s.created_at.c_str(),
-                  s.adapter.c_str(), s.strategy.c_str(), (s.scenario + "/" + s.size_class).c_str(), n,
-                  best.c_str(), s.name.c_str());
+// --list: one line per study in the ledger.
+int list_studies(ledger::Ledger& ledger) {
+  auto ss = ledger.list_studies();
+  if (!ss.ok()) return fail(ss.status());
+  std::printf("%-4s %-24s %-8s %-9s %-6s %-7s %-8s %s\n", "id", "created", "adapter", "strategy", "scn",
+              "trials", "best", "name");
+  for (const auto& s : *ss) {
+    auto st = tune::load_study(ledger, s.id);
+    std::string best = "-";
+    size_t n = 0;
+    if (st.ok()) {
+      n = st->trials.size();
+      if (auto b = st->best()) best = fmtd("%.4g", *st->trials[*b].obs.objective);
     }
-    return kExitOk;
+    std::printf("%-4lld %-24s %-8s %-9s %-6s %-7zu %-8s %s\n", (long long)s.id, s.created_at.c_str(),
+                s.adapter.c_str(), s.strategy.c_str(), (s.scenario + "/" + s.size_class).c_str(), n,
+                best.c_str(), s.name.c_str());
   }
-  if (a.replay > 0) return run_replay(ledger, a);
-  tune::RunContext ctx;
-  ctx.plumb_binary = self_exe();
-  ctx.work_dir = a.work_dir;
-  if (!a.work_dir.empty()) std::filesystem::create_directories(a.work_dir);
-  if (!a.quiet) ctx.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
-  int64_t id = a.resume > 0 ? a.resume : a.report_only;
-  if (a.resume > 0) {
-    // A resume may spend a new budget: --trials / --time-budget given now replace the stored ones.
-    if (a.trials_opt && a.trials_opt->count() > 0) ctx.trials_override = a.study.trials;
-    if (a.budget_opt && a.budget_opt->count() > 0) ctx.time_budget_override = a.study.time_budget_s;
+  return kExitOk;
+}
+
+// A new study from the flags; says how to resume it.
+Result<int64_t> create_study(ledger::Ledger& ledger, TuneArgs& a) {
+  if (!a.proposer.empty()) {
+    a.study.strategy_options.proposer_argv = {"/bin/sh", "-c", a.proposer};
+    if (a.study.strategy == "bayes" && a.study.strategy_options.proposer_argv.size())
+      a.study.strategy = "external";
   }
-  if (id == 0) {
-    if (!a.proposer.empty()) {
-      a.study.strategy_options.proposer_argv = {"/bin/sh", "-c", a.proposer};
-      if (a.study.strategy == "bayes" && a.study.strategy_options.proposer_argv.size())
-        a.study.strategy = "external";
-    }
-    a.study.strategy_options.proposer_timeout =
-        std::chrono::milliseconds(int64_t(a.proposer_timeout_s * 1000));
-    a.study.revalidate = !a.no_revalidate;
-    a.study.naive = a.naive;
-    a.study.gates = !a.no_gates;
-    a.study.pairs = a.pairs;
-    auto created = tune::create_study(ledger, a.study);
-    if (!created.ok()) return fail(created.status());
-    id = *created;
-    std::fprintf(
-        stderr,
-        "study %lld created in %s (resume after an interruption: plumb tune --resume %lld --ledger %s)\n",
-        (long long)id, a.ledger_path.c_str(), (long long)id, a.ledger_path.c_str());
+  a.study.strategy_options.proposer_timeout = std::chrono::milliseconds(int64_t(a.proposer_timeout_s * 1000));
+  a.study.revalidate = !a.no_revalidate;
+  a.study.naive = a.naive;
+  a.study.gates = !a.no_gates;
+  a.study.pairs = a.pairs;
+  PLUMB_ASSIGN_OR_RETURN(int64_t id, tune::create_study(ledger, a.study));
+  std::fprintf(
+      stderr,
+      "study %lld created in %s (resume after an interruption: plumb tune --resume %lld --ledger %s)\n",
+      (long long)id, a.ledger_path.c_str(), (long long)id, a.ledger_path.c_str());
+  return id;
+}
+
+// The search: trials until the budget is spent; a stop keeps the finished trials.
+int run_search(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
+  auto r = tune::run_study(ledger, id, ctx);
+  if (!r.ok()) {
+    std::cerr << "plumb tune: study " << id << " stopped: " << r.status().to_string()
+              << "\n  finished trials are kept; continue with: plumb tune --resume " << id << " --ledger "
+              << a.ledger_path << "\n";
+    return exit_for(r.status()) == kExitUsage ? kExitError : exit_for(r.status());
   }
-  int preflight_pairs = 0;
-  if (a.report_only == 0 && !a.no_preflight) {
-    auto pf = preflight(ledger, id, a, ctx);
-    if (!pf.ok()) return fail(pf.status());
-    if (*pf < 0) return kExitFailed;
-    preflight_pairs = *pf;
+  std::fprintf(stderr, "search finished: %lld trials (%lld this run), stopped by %s\n",
+               (long long)r->trials_total, (long long)r->trials_run, r->stop_reason.c_str());
+  return kExitOk;
+}
+
+// The winner re-validated against the baselines, with the pre-flight's pair count when it asks for
+// more and --pairs was not given; nothing when the re-validation failed (said on stderr).
+std::optional<tune::Revalidation> revalidate_winner(ledger::Ledger& ledger, int64_t id, const TuneArgs& a,
+                                                    const tune::RunContext& ctx,
+                                                    const tune::StudyOptions& after, int preflight_pairs) {
+  tune::RevalidateOptions ro;
+  ro.pairs = after.pairs;
+  const bool pairs_given = a.pairs_opt && a.pairs_opt->count() > 0;
+  if (!pairs_given && preflight_pairs > ro.pairs) {
+    std::fprintf(stderr,
+                 "re-validation: %d pairs per comparison instead of %d (sized by the pre-flight CV)\n",
+                 preflight_pairs, ro.pairs);
+    ro.pairs = preflight_pairs;
   }
-  if (a.report_only == 0) {
-    auto r = tune::run_study(ledger, id, ctx);
-    if (!r.ok()) {
-      std::cerr << "plumb tune: study " << id << " stopped: " << r.status().to_string()
-                << "\n  finished trials are kept; continue with: plumb tune --resume " << id << " --ledger "
-                << a.ledger_path << "\n";
-      return exit_for(r.status()) == kExitUsage ? kExitError : exit_for(r.status());
-    }
-    std::fprintf(stderr, "search finished: %lld trials (%lld this run), stopped by %s\n",
-                 (long long)r->trials_total, (long long)r->trials_run, r->stop_reason.c_str());
+  ro.against_naive = after.naive;
+  ro.gates = after.gates;
+  auto r = tune::revalidate(ledger, id, ctx, ro);
+  if (!r.ok()) {
+    std::cerr << "plumb tune: re-validation failed: " << r.status().to_string() << "\n";
+    return std::nullopt;
   }
-  auto st = tune::load_study(ledger, id);
-  if (!st.ok()) return fail(st.status());
-  std::optional<tune::Revalidation> rv;
-  tune::StudyOptions after = a.report_only == 0 ? followup_settings(a, st->options) : st->options;
-  if (after.revalidate && a.report_only == 0 && st->best()) {
-    tune::RevalidateOptions ro;
-    ro.pairs = after.pairs;
-    const bool pairs_given = a.pairs_opt && a.pairs_opt->count() > 0;
-    if (!pairs_given && preflight_pairs > ro.pairs) {
-      std::fprintf(stderr,
-                   "re-validation: %d pairs per comparison instead of %d (sized by the pre-flight CV)\n",
-                   preflight_pairs, ro.pairs);
-      ro.pairs = preflight_pairs;
-    }
-    ro.against_naive = after.naive;
-    ro.gates = after.gates;
-    auto r = tune::revalidate(ledger, id, ctx, ro);
-    if (!r.ok())
-      std::cerr << "plumb tune: re-validation failed: " << r.status().to_string() << "\n";
-    else
-      rv = std::move(*r);
-  }
-  std::fputs(tune::report_text(*st, rv ? &*rv : nullptr).c_str(), stdout);
+  return std::move(*r);
+}
+
+// The report on stdout, with --json and --html files.
+int write_reports(ledger::Ledger& ledger, const TuneArgs& a, const tune::StudyState& st,
+                  const tune::Revalidation* rv) {
+  std::fputs(tune::report_text(st, rv).c_str(), stdout);
   // Where the re-validation's engine and client ran (launch/placement.h), from its stored runs.
   std::string placement;
   if (rv)
@@ -456,7 +437,7 @@ int run_tune(TuneArgs& a) {
   if (!placement.empty()) std::printf("placement: %s\n", placement.c_str());
   std::fflush(stdout);  // the report before the "wrote FILE" lines on stderr, also when both are one file
   if (!a.json_path.empty()) {
-    json::object j = tune::report_json(*st, rv ? &*rv : nullptr);
+    json::object j = tune::report_json(st, rv);
     // The ledger's chain head: two people compare the history behind this report by one value.
     auto head = ledger.chain_head();
     if (!head.ok()) return fail(head.status());
@@ -467,10 +448,64 @@ int run_tune(TuneArgs& a) {
     std::fprintf(stderr, "wrote %s\n", a.json_path.c_str());
   }
   if (!a.html_path.empty()) {
-    auto s = write_html(a.html_path, *st, rv ? &*rv : nullptr);
+    auto s = write_html(a.html_path, st, rv);
     if (!s.ok()) return fail(s);
     std::fprintf(stderr, "wrote %s\n", a.html_path.c_str());
   }
+  return kExitOk;
+}
+
+// Where and how trials run; a resume's new --trials / --time-budget.
+tune::RunContext run_context(const TuneArgs& a) {
+  tune::RunContext ctx;
+  ctx.plumb_binary = self_exe();
+  ctx.work_dir = a.work_dir;
+  if (!a.work_dir.empty()) std::filesystem::create_directories(a.work_dir);
+  if (!a.quiet) ctx.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  if (a.resume > 0) {
+    // A resume may spend a new budget: --trials / --time-budget given now replace the stored ones.
+    if (a.trials_opt && a.trials_opt->count() > 0) ctx.trials_override = a.study.trials;
+    if (a.budget_opt && a.budget_opt->count() > 0) ctx.time_budget_override = a.study.time_budget_s;
+  }
+  return ctx;
+}
+
+int run_tune(TuneArgs& a) {
+  if (!a.print_space.empty()) {
+    auto t = tune::builtin_space_text(a.print_space);
+    if (!t.ok()) return fail(t.status());
+    std::fputs(t->c_str(), stdout);
+    return kExitOk;
+  }
+  auto lr = ledger::Ledger::open(a.ledger_path);
+  if (!lr.ok()) return fail(lr.status());
+  auto& ledger = **lr;
+  if (a.list) return list_studies(ledger);
+  if (a.replay > 0) return run_replay(ledger, a);
+  tune::RunContext ctx = run_context(a);
+  int64_t id = a.resume > 0 ? a.resume : a.report_only;
+  if (id == 0) {
+    auto created = create_study(ledger, a);
+    if (!created.ok()) return fail(created.status());
+    id = *created;
+  }
+  int preflight_pairs = 0;
+  if (a.report_only == 0 && !a.no_preflight) {
+    auto pf = preflight(ledger, id, a, ctx);
+    if (!pf.ok()) return fail(pf.status());
+    if (*pf < 0) return kExitFailed;
+    preflight_pairs = *pf;
+  }
+  if (a.report_only == 0) {
+    if (int rc = run_search(ledger, id, a, ctx); rc != kExitOk) return rc;
+  }
+  auto st = tune::load_study(ledger, id);
+  if (!st.ok()) return fail(st.status());
+  std::optional<tune::Revalidation> rv;
+  tune::StudyOptions after = a.report_only == 0 ? followup_settings(a, st->options) : st->options;
+  if (after.revalidate && a.report_only == 0 && st->best())
+    rv = revalidate_winner(ledger, id, a, ctx, after, preflight_pairs);
+  if (int rc = write_reports(ledger, a, *st, rv ? &*rv : nullptr); rc != kExitOk) return rc;
   // Exit 1 when there is no winner, or when the winner fails a gate (it then scores as the baseline).
   if (!st->best()) return kExitFailed;
   if (rv && rv->gates && !rv->gates->passed()) return kExitFailed;

@@ -108,7 +108,10 @@ std::string format_binomial(const BinomialCi& ci) {
          pct(ci.lo) + "-" + pct(ci.hi) + ")";
 }
 
-Result<CalibrationResult> calibrate(ledger::Ledger& ledger, const CalibrateOptions& o) {
+namespace {
+
+// The options checked and the base configuration loaded: a plumb one without a slowdown of its own.
+Result<launch::EngineConfig> load_base_config(const CalibrateOptions& o) {
   if (!(o.slowdown > 0 && o.slowdown <= 100))
     return invalid_argument("calibrate: --slowdown must be in (0, 100]");
   if (o.comparisons < 1) return invalid_argument("calibrate: --comparisons must be >= 1");
@@ -121,6 +124,71 @@ Result<CalibrationResult> calibrate(ledger::Ledger& ledger, const CalibrateOptio
         o.config + " uses " + base.resolved.name);
   if (base.params.count("debug_step_slowdown"))
     return invalid_argument("calibrate: " + o.config + " already sets debug_step_slowdown");
+  return base;
+}
+
+// The readout of comparison c (stored when the ledger accepts it) copied into c.
+void read_verdict(ledger::Ledger& ledger, CalibrationComparison& c, CalibrationResult& out) {
+  auto r = readout_comparison(ledger, c.registration_id, true);
+  if (!r.ok() && r.status().code() == Code::kFailedPrecondition) {
+    // The ledger refuses to store some readouts (a noisy arm): compute it unstored to count it.
+    c.error = r.status().message();
+    r = readout_comparison(ledger, c.registration_id, false);
+  } else {
+    c.stored = r.ok();
+  }
+  if (!r.ok()) {
+    c.verdict = "error";
+    c.error = r.status().message();
+    return;
+  }
+  const auto& x = r->readout;
+  c.verdict = std::string(protocol::verdict_name(x.verdict));
+  c.ratio = x.ratio;
+  c.lo = x.lo;
+  c.hi = x.hi;
+  c.cv_a = x.cv_a;
+  c.cv_b = x.cv_b;
+  if (out.placement.empty()) out.placement = r->placement;
+}
+
+// Comparison j of the calibration: even ones A against A, odd ones A against the slow arm, the
+// scenarios taken in turn. Registered, run and read out.
+Result<CalibrationComparison> run_calibration_comparison(ledger::Ledger& ledger, const CalibrateOptions& o,
+                                                         const RunOptions& ro, int j,
+                                                         CalibrationResult& out) {
+  const bool same = j % 2 == 0;
+  const int i = j / 2;
+  CalibrationComparison c;
+  c.kind = same ? "a_vs_a" : "a_vs_slow";
+  c.scenario = o.scenarios[size_t(i) % o.scenarios.size()];
+  RegisterOptions reg;
+  reg.config_a = out.config_a;
+  reg.config_b = same ? out.config_a : out.config_slow;
+  reg.scenario = c.scenario;
+  reg.size = o.size;
+  reg.min_effect = o.min_effect;
+  reg.delta = o.delta;
+  reg.pairs = o.pairs;
+  reg.seed = derive_seed(o.seed, "calibrate/" + c.kind + "/" + std::to_string(i)) & 0x7fffffffULL;
+  PLUMB_ASSIGN_OR_RETURN(c.registration_id, register_comparison(ledger, reg));
+  ro.progress("calibrate " + std::to_string(j + 1) + "/" + std::to_string(2 * o.comparisons) + ": " + c.kind +
+              " on scenario " + c.scenario + " (" + o.size + "), comparison " +
+              std::to_string(c.registration_id));
+  PLUMB_ASSIGN_OR_RETURN(auto sum, run_comparison(ledger, c.registration_id, ro));
+  (void)sum;
+  read_verdict(ledger, c, out);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "  -> %s: ratio %.4f [%.4f, %.4f], CV A %.1f%% B %.1f%%", c.verdict.c_str(),
+                c.ratio, c.lo, c.hi, 100 * c.cv_a, 100 * c.cv_b);
+  ro.progress(buf);
+  return c;
+}
+
+}  // namespace
+
+Result<CalibrationResult> calibrate(ledger::Ledger& ledger, const CalibrateOptions& o) {
+  PLUMB_ASSIGN_OR_RETURN(launch::EngineConfig base, load_base_config(o));
   launch::EngineConfig slow = base;
   slow.params["debug_step_slowdown"] = o.slowdown;
 
@@ -134,70 +202,25 @@ Result<CalibrationResult> calibrate(ledger::Ledger& ledger, const CalibrateOptio
   PLUMB_RETURN_IF_ERROR(write_file_atomic(out.config_a, config_toml(base, o.config)));
   PLUMB_RETURN_IF_ERROR(write_file_atomic(out.config_slow, config_toml(slow, o.config)));
 
-  auto progress = [&](const std::string& m) {
+  RunOptions ro = o.run;
+  ro.progress = [&o](const std::string& m) {
     if (o.run.progress)
       o.run.progress(m);
     else
       log::info("{}", m);
   };
-  RunOptions ro = o.run;
   if (ro.work_dir.empty()) ro.work_dir = dir.string();
   int64_t fp = 0, aa = 0, detected = 0, slow_n = 0;
-  const int total = 2 * o.comparisons;
-  for (int j = 0; j < total; ++j) {
-    const bool same = j % 2 == 0;
-    const int i = j / 2;
-    CalibrationComparison c;
-    c.kind = same ? "a_vs_a" : "a_vs_slow";
-    c.scenario = o.scenarios[size_t(i) % o.scenarios.size()];
-    RegisterOptions reg;
-    reg.config_a = out.config_a;
-    reg.config_b = same ? out.config_a : out.config_slow;
-    reg.scenario = c.scenario;
-    reg.size = o.size;
-    reg.min_effect = o.min_effect;
-    reg.delta = o.delta;
-    reg.pairs = o.pairs;
-    reg.seed = derive_seed(o.seed, "calibrate/" + c.kind + "/" + std::to_string(i)) & 0x7fffffffULL;
-    PLUMB_ASSIGN_OR_RETURN(c.registration_id, register_comparison(ledger, reg));
-    progress("calibrate " + std::to_string(j + 1) + "/" + std::to_string(total) + ": " + c.kind +
-             " on scenario " + c.scenario + " (" + o.size + "), comparison " +
-             std::to_string(c.registration_id));
-    PLUMB_ASSIGN_OR_RETURN(auto sum, run_comparison(ledger, c.registration_id, ro));
-    (void)sum;
-    auto r = readout_comparison(ledger, c.registration_id, true);
-    if (!r.ok() && r.status().code() == Code::kFailedPrecondition) {
-      // The ledger refuses to store some readouts (a noisy arm): compute it unstored to count it.
-      c.error = r.status().message();
-      r = readout_comparison(ledger, c.registration_id, false);
-    } else {
-      c.stored = r.ok();
-    }
-    if (!r.ok()) {
-      c.verdict = "error";
-      c.error = r.status().message();
-    } else {
-      const auto& x = r->readout;
-      c.verdict = std::string(protocol::verdict_name(x.verdict));
-      c.ratio = x.ratio;
-      c.lo = x.lo;
-      c.hi = x.hi;
-      c.cv_a = x.cv_a;
-      c.cv_b = x.cv_b;
-      if (out.placement.empty()) out.placement = r->placement;
-    }
+  for (int j = 0; j < 2 * o.comparisons; ++j) {
+    PLUMB_ASSIGN_OR_RETURN(CalibrationComparison c, run_calibration_comparison(ledger, o, ro, j, out));
     if (c.verdict == "noisy") ++out.noisy;
-    if (same) {
+    if (c.kind == "a_vs_a") {
       ++aa;
       if (c.verdict == "better" || c.verdict == "worse") ++fp;
     } else {
       ++slow_n;
       if (c.verdict == "worse") ++detected;
     }
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "  -> %s: ratio %.4f [%.4f, %.4f], CV A %.1f%% B %.1f%%",
-                  c.verdict.c_str(), c.ratio, c.lo, c.hi, 100 * c.cv_a, 100 * c.cv_b);
-    progress(buf);
     out.comparisons.push_back(std::move(c));
   }
   out.false_positives = clopper_pearson(fp, aa);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "compare/measure.h"
@@ -134,91 +135,143 @@ Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOption
   return ledger.register_comparison(r);
 }
 
-Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunOptions& opt) {
-  auto progress = [&](const std::string& m) {
-    if (opt.progress)
-      opt.progress(m);
-    else
-      log::info("{}", m);
-  };
-  PLUMB_ASSIGN_OR_RETURN(auto reg, ledger.get_registration(id));
-  PLUMB_ASSIGN_OR_RETURN(auto sc, scenario_of(reg.scenario, reg.size_class));
-  launch::EngineConfig arms[2];
-  PLUMB_ASSIGN_OR_RETURN(arms[0], arm_config(reg.arm_a_config));
-  PLUMB_ASSIGN_OR_RETURN(arms[1], arm_config(reg.arm_b_config));
-  PLUMB_ASSIGN_OR_RETURN(ProvenanceIds ids, provenance_ids(ledger));
-  PLUMB_ASSIGN_OR_RETURN(auto counter, make_token_counter(opt.tokenizer));
-  MeasureOptions mo;
-  mo.plumb_binary = opt.plumb_binary;
-  mo.work_dir = opt.work_dir;
-  mo.request_timeout = opt.request_timeout;
-  mo.progress = progress;
-  mo.placement = opt.placement;
+namespace {
+
+using RecordedArms = std::map<std::pair<int64_t, std::string>, bool>;  // (pair, arm) already recorded
+
+Result<RecordedArms> recorded_arms(ledger::Ledger& ledger, int64_t id) {
   PLUMB_ASSIGN_OR_RETURN(auto existing, ledger.comparison_runs(id));
-  std::map<std::pair<int64_t, std::string>, bool> have;  // (pair, arm) already recorded
+  RecordedArms have;
   for (const auto& r : existing) {
     PLUMB_ASSIGN_OR_RETURN(auto t, ledger.row("runs", r.id));
     for (size_t c = 0; c < t.columns.size(); ++c)
       if (t.columns[c] == "pair_index" && !t.rows.empty()) have[{t.rows[0][c].i, r.arm}] = true;
   }
+  return have;
+}
+
+// What every run of one comparison shares: its registration, scenario, arms and settings.
+struct ComparisonContext {
+  ledger::Ledger& ledger;
+  int64_t id = 0;
+  const RunOptions& opt;
+  ledger::Registration reg;
+  protocol::Scenario sc;
+  launch::EngineConfig arms[2];
+  ProvenanceIds ids;
+  MeasureOptions mo;
+  std::function<void(const std::string&)> progress;
+};
+
+// One pair's seed, order and request set.
+struct PairContext {
+  int64_t index = 0;
+  std::string order;
+  uint64_t seed = 0;
+  const Workload* workload = nullptr;
+  int64_t set_id = 0;
+};
+
+json::object arm_settings(const ComparisonContext& cx, const PairContext& p, const std::string& arm) {
+  return json::object{
+      {"comparison", cx.id},
+      {"pair", p.index},
+      {"order", p.order},
+      {"arm", arm},
+      {"seed", int64_t(p.seed)},
+      {"request_set_hash", p.workload->set.set_hash},
+      {"warmup_requests", int64_t(p.workload->warmup.size())},
+      {"request_timeout_s", int64_t(cx.opt.request_timeout.count())},
+      {"tokenizer", cx.opt.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : cx.opt.tokenizer}};
+}
+
+// Measures one arm of one pair and records the run in the ledger.
+Status run_arm(ComparisonContext& cx, const PairContext& p, char arm, RunSummary& sum) {
+  std::string arm_s(1, arm);
+  const std::string where = "pair " + std::to_string(p.index) + " arm " + arm_s;
+  cx.progress("pair " + std::to_string(p.index + 1) + "/" + std::to_string(cx.reg.pairs) + " (" + p.order +
+              "), arm " + arm_s + ", seed " + std::to_string(p.seed));
+  auto m = measure(cx.arms[arm == 'A' ? 0 : 1], cx.sc, *p.workload, cx.mo);
+  if (!m.ok()) return m.status().with_context(where);
+  if (!m->started) return m->start_error.with_context(where);
+  if (sum.runs_recorded == 0)
+    cx.progress("placement: " + m->placement.describe() +
+                (m->engine_threads > 0 ? ", engine threads " + std::to_string(m->engine_threads) : ""));
+  ledger::RunRow& row = m->row;
+  fill_provenance(row, cx.ids, p.set_id, cx.sc, p.seed);
+  row.registration_id = cx.id;
+  row.arm = arm_s;
+  row.pair_index = p.index;
+  row.effective_settings = effective_settings(cx.mo, arm_settings(cx, p, arm_s));
+  auto run_id = cx.ledger.insert_run(row, m->requests, m->metrics);
+  if (!run_id.ok()) return run_id.status().with_context("recording " + where);
+  ++sum.runs_recorded;
+  if (!row.valid) ++sum.runs_invalid;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  run %lld: %s = %.6g, %s", (long long)*run_id, cx.reg.metric.c_str(),
+                row.objective.value_or(stats::kNaN), row.valid ? "valid" : "INVALID");
+  cx.progress(buf);
+  return Status::Ok();
+}
+
+// Loads the registration, its scenario and arms, and the measurement settings.
+Status load_context(ComparisonContext& cx) {
+  PLUMB_ASSIGN_OR_RETURN(cx.reg, cx.ledger.get_registration(cx.id));
+  PLUMB_ASSIGN_OR_RETURN(cx.sc, scenario_of(cx.reg.scenario, cx.reg.size_class));
+  PLUMB_ASSIGN_OR_RETURN(cx.arms[0], arm_config(cx.reg.arm_a_config));
+  PLUMB_ASSIGN_OR_RETURN(cx.arms[1], arm_config(cx.reg.arm_b_config));
+  PLUMB_ASSIGN_OR_RETURN(cx.ids, provenance_ids(cx.ledger));
+  cx.mo.plumb_binary = cx.opt.plumb_binary;
+  cx.mo.work_dir = cx.opt.work_dir;
+  cx.mo.request_timeout = cx.opt.request_timeout;
+  cx.mo.progress = cx.progress;
+  cx.mo.placement = cx.opt.placement;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunOptions& opt) {
+  ComparisonContext cx{ledger, id, opt};
+  cx.progress = [&opt](const std::string& m) {
+    if (opt.progress)
+      opt.progress(m);
+    else
+      log::info("{}", m);
+  };
+  PLUMB_RETURN_IF_ERROR(load_context(cx));
+  PLUMB_ASSIGN_OR_RETURN(auto counter, make_token_counter(opt.tokenizer));
+  PLUMB_ASSIGN_OR_RETURN(RecordedArms have, recorded_arms(ledger, id));
   RunSummary sum;
-  for (int64_t i = 0; i < reg.pairs; ++i) {
-    std::string order(protocol::pair_order(int(i)));
+  for (int64_t i = 0; i < cx.reg.pairs; ++i) {
+    PairContext p;
+    p.index = i;
+    p.order = std::string(protocol::pair_order(int(i)));
     if (have.count({i, "A"}) && have.count({i, "B"})) {
       ++sum.pairs_skipped;
       continue;
     }
-    uint64_t seed = uint64_t(reg.seeds[size_t(i)]);
-    PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(sc, seed, counter));
-    PLUMB_ASSIGN_OR_RETURN(int64_t set_id, insert_request_set(ledger, w, sc, seed));
-    for (char arm : order) {
-      std::string arm_s(1, arm);
-      if (have.count({i, arm_s})) continue;
-      progress("pair " + std::to_string(i + 1) + "/" + std::to_string(reg.pairs) + " (" + order + "), arm " +
-               arm_s + ", seed " + std::to_string(seed));
-      auto m = measure(arms[arm == 'A' ? 0 : 1], sc, w, mo);
-      if (!m.ok()) return m.status().with_context("pair " + std::to_string(i) + " arm " + arm_s);
-      if (!m->started) return m->start_error.with_context("pair " + std::to_string(i) + " arm " + arm_s);
-      if (sum.runs_recorded == 0)
-        progress("placement: " + m->placement.describe() +
-                 (m->engine_threads > 0 ? ", engine threads " + std::to_string(m->engine_threads) : ""));
-      ledger::RunRow& row = m->row;
-      fill_provenance(row, ids, set_id, sc, seed);
-      row.registration_id = id;
-      row.arm = arm_s;
-      row.pair_index = i;
-      json::object eff{
-          {"comparison", id},
-          {"pair", i},
-          {"order", order},
-          {"arm", arm_s},
-          {"seed", int64_t(seed)},
-          {"request_set_hash", w.set.set_hash},
-          {"warmup_requests", int64_t(w.warmup.size())},
-          {"request_timeout_s", int64_t(opt.request_timeout.count())},
-          {"tokenizer", opt.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : opt.tokenizer}};
-      row.effective_settings = effective_settings(mo, std::move(eff));
-      auto run_id = ledger.insert_run(row, m->requests, m->metrics);
-      if (!run_id.ok())
-        return run_id.status().with_context("recording pair " + std::to_string(i) + " arm " + arm_s);
-      ++sum.runs_recorded;
-      if (!row.valid) ++sum.runs_invalid;
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "  run %lld: %s = %.6g, %s", (long long)*run_id, reg.metric.c_str(),
-                    row.objective.value_or(stats::kNaN), row.valid ? "valid" : "INVALID");
-      progress(buf);
+    p.seed = uint64_t(cx.reg.seeds[size_t(i)]);
+    PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(cx.sc, p.seed, counter));
+    PLUMB_ASSIGN_OR_RETURN(p.set_id, insert_request_set(ledger, w, cx.sc, p.seed));
+    p.workload = &w;
+    for (char arm : p.order) {
+      if (have.count({i, std::string(1, arm)})) continue;
+      PLUMB_RETURN_IF_ERROR(run_arm(cx, p, arm, sum));
     }
   }
   return sum;
 }
 
-Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, bool store) {
-  ReadoutResult out;
-  PLUMB_ASSIGN_OR_RETURN(out.registration, ledger.get_registration(id));
-  const auto& reg = out.registration;
-  out.pairs_registered = reg.pairs;
+namespace {
+
+// Each pair's objective per arm, from the comparison's valid runs; counts the invalid ones and
+// takes the placement from the first valid run.
+using PairObjectives = std::map<int64_t, std::pair<std::optional<double>, std::optional<double>>>;
+
+Result<PairObjectives> pair_objectives(ledger::Ledger& ledger, int64_t id, ReadoutResult& out) {
   PLUMB_ASSIGN_OR_RETURN(auto runs, ledger.comparison_runs(id));
-  std::map<int64_t, std::pair<std::optional<double>, std::optional<double>>> by_pair;
+  PairObjectives by_pair;
   for (const auto& r : runs) {
     if (!r.valid || !r.objective) {
       ++out.runs_invalid;
@@ -236,6 +289,37 @@ Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, boo
     auto& slot = by_pair[pair];
     (r.arm == "A" ? slot.first : slot.second) = r.objective;
   }
+  return by_pair;
+}
+
+ledger::ReadoutRow readout_row(int64_t id, const ledger::Registration& reg, const protocol::Readout& ro) {
+  auto opt = [](double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; };
+  ledger::ReadoutRow row;
+  row.registration_id = id;
+  row.registration_hash = reg.registration_hash;
+  row.verdict = std::string(protocol::verdict_name(ro.verdict));
+  row.ratio = opt(ro.ratio);
+  row.ci_lo = opt(ro.lo);
+  row.ci_hi = opt(ro.hi);
+  row.boot_lo = opt(ro.boot_lo);
+  row.boot_hi = opt(ro.boot_hi);
+  row.cv_a = opt(ro.cv_a);
+  row.cv_b = opt(ro.cv_b);
+  row.cv_cap = protocol::kCvCap;
+  row.pairs = ro.pairs;
+  row.more_pairs_needed = ro.more_pairs_needed;
+  row.reason = ro.reason.empty() ? "no reason given" : ro.reason;
+  return row;
+}
+
+}  // namespace
+
+Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, bool store) {
+  ReadoutResult out;
+  PLUMB_ASSIGN_OR_RETURN(out.registration, ledger.get_registration(id));
+  const auto& reg = out.registration;
+  out.pairs_registered = reg.pairs;
+  PLUMB_ASSIGN_OR_RETURN(PairObjectives by_pair, pair_objectives(ledger, id, out));
   std::vector<double> a, b;
   for (const auto& [pair, v] : by_pair)
     if (v.first && v.second) {
@@ -251,25 +335,9 @@ Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, boo
   } else {
     PLUMB_ASSIGN_OR_RETURN(out.readout, protocol::readout(a, b, rule));
   }
-  const auto& ro = out.readout;
-  auto opt = [](double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; };
-  ledger::ReadoutRow& row = out.row;
-  row.registration_id = id;
-  row.registration_hash = reg.registration_hash;
-  row.verdict = std::string(protocol::verdict_name(ro.verdict));
-  row.ratio = opt(ro.ratio);
-  row.ci_lo = opt(ro.lo);
-  row.ci_hi = opt(ro.hi);
-  row.boot_lo = opt(ro.boot_lo);
-  row.boot_hi = opt(ro.boot_hi);
-  row.cv_a = opt(ro.cv_a);
-  row.cv_b = opt(ro.cv_b);
-  row.cv_cap = protocol::kCvCap;
-  row.pairs = ro.pairs;
-  row.more_pairs_needed = ro.more_pairs_needed;
-  row.reason = ro.reason.empty() ? "no reason given" : ro.reason;
+  out.row = readout_row(id, reg, out.readout);
   if (store) {
-    auto rid = ledger.record_readout(row);
+    auto rid = ledger.record_readout(out.row);
     if (!rid.ok()) return rid.status();
     out.readout_id = *rid;
   }

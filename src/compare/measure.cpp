@@ -356,98 +356,79 @@ Status run_profiles(loadgen::Target& target, launch::Engine* engine, const metri
   return Status::Ok();
 }
 
-Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenario* sc,
-                                 const metrics::ValidityBounds& bounds, const Workload& w,
-                                 const MeasureOptions& opt_in) {
-  MeasureOptions opt = opt_in;
-  Measurement out;
+// The engine a measurement launched, with what it was launched from.
+struct Launched {
   std::unique_ptr<launch::Engine> engine;
   std::optional<Watchdog> watchdog;
-  std::unique_ptr<loadgen::Target> target;
   launch::EngineConfig cfg;
   launch::LaunchSpec spec;
-  if (subject.launch) {
-    cfg = *subject.launch;
-    if (cfg.resolved.name == "plumb" && !cfg.params.count("plumb_binary") && !opt.plumb_binary.empty())
-      cfg.params["plumb_binary"] = opt.plumb_binary;
-    if (opt.model.empty())
-      if (auto it = cfg.params.find("served_model_name"); it != cfg.params.end())
-        opt.model = launch::format_value(it->second);
-    out.placement = launch::plan_placement(launch::available_cpus(), opt.placement);
-    size_thread_count(cfg, out);
-    PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
-    PLUMB_ASSIGN_OR_RETURN(spec, launch::render(cfg.resolved, cfg.params, port));
-    launch::LaunchOptions lo;
-    lo.work_dir = opt.work_dir;
-    lo.cpus = out.placement.engine_cpus;
-    lo.progress = opt.progress;
-    out.row.started_at = utc_timestamp_now();
-    auto t_launch = std::chrono::steady_clock::now();
-    auto started = launch::Engine::start(spec, lo, &out.start_failure);
-    if (!started.ok()) {
-      if (out.start_failure == launch::StartFailure::kBadSpec) return started.status();
-      out.outcome = outcome_of(out.start_failure);
-      out.start_error = started.status();
-      out.failure = started.status().message();
-      out.timed_out = out.outcome == Outcome::kTimedOut;
-      return out;
-    }
-    engine = std::move(started).value();
-    out.started = true;
-    out.ready_after_s = engine->ready_after_s();
-    out.log_path = engine->log_path();
-    out.base_url = engine->base_url();
-    if (opt.on_launched) opt.on_launched(*engine);
-    if (opt.max_duration.count() > 0) watchdog.emplace(engine->pid(), t_launch + opt.max_duration);
-  } else {
-    out.started = true;
-    out.base_url = subject.url;
-    out.row.started_at = utc_timestamp_now();
-  }
-  auto t = make_target(out.base_url, opt);
-  if (!t.ok()) return t.status();
-  target = std::move(t).value();
-  out.target = target->describe();
+};
 
-  out.valid = true;
-  json::array validity;
-  int64_t timeouts = 0;
-  bool reached = false;
-  Status ran = [&] {
-    // The client threads run_load starts inherit this thread's mask.
-    launch::ScopedAffinity bind(out.placement.client_cpus);
-    if (!bind.status().ok()) log::warn("client placement not applied: {}", bind.status().message());
-    return run_profiles(*target, engine.get(), bounds, w, opt, out, validity, timeouts, reached);
-  }();
-  target.reset();
-  if (watchdog) out.timed_out = watchdog->stop();
-  bool alive = true;
-  if (engine) {
-    alive = engine->running();
-    auto stopped = engine->stop();
-    if (!stopped.ok() && !out.timed_out) return stopped.status();
+// Launches the subject's configuration on a free port and placement. False when the engine did not
+// start: `out` then holds the outcome and start failure. A bad spec is an error.
+Result<bool> launch_subject(const launch::EngineConfig& config, MeasureOptions& opt, Measurement& out,
+                            Launched& l) {
+  l.cfg = config;
+  if (l.cfg.resolved.name == "plumb" && !l.cfg.params.count("plumb_binary") && !opt.plumb_binary.empty())
+    l.cfg.params["plumb_binary"] = opt.plumb_binary;
+  if (opt.model.empty())
+    if (auto it = l.cfg.params.find("served_model_name"); it != l.cfg.params.end())
+      opt.model = launch::format_value(it->second);
+  out.placement = launch::plan_placement(launch::available_cpus(), opt.placement);
+  size_thread_count(l.cfg, out);
+  PLUMB_ASSIGN_OR_RETURN(uint16_t port, launch::pick_free_port());
+  PLUMB_ASSIGN_OR_RETURN(l.spec, launch::render(l.cfg.resolved, l.cfg.params, port));
+  launch::LaunchOptions lo;
+  lo.work_dir = opt.work_dir;
+  lo.cpus = out.placement.engine_cpus;
+  lo.progress = opt.progress;
+  out.row.started_at = utc_timestamp_now();
+  auto t_launch = std::chrono::steady_clock::now();
+  auto started = launch::Engine::start(l.spec, lo, &out.start_failure);
+  if (!started.ok()) {
+    if (out.start_failure == launch::StartFailure::kBadSpec) return started.status();
+    out.outcome = outcome_of(out.start_failure);
+    out.start_error = started.status();
+    out.failure = started.status().message();
+    out.timed_out = out.outcome == Outcome::kTimedOut;
+    return false;
   }
-  if (!ran.ok()) return ran;
-  out.row.ended_at = utc_timestamp_now();
-  double objective = sc ? objective_of(*sc, out.per_profile) : stats::kNaN;
+  l.engine = std::move(started).value();
+  out.started = true;
+  out.ready_after_s = l.engine->ready_after_s();
+  out.log_path = l.engine->log_path();
+  out.base_url = l.engine->base_url();
+  if (opt.on_launched) opt.on_launched(*l.engine);
+  if (opt.max_duration.count() > 0) l.watchdog.emplace(l.engine->pid(), t_launch + opt.max_duration);
+  return true;
+}
 
-  // The outcome, in the order of the header's Outcome comment.
+// What the profiles left for the outcome to weigh.
+struct RunEvidence {
+  bool alive = true;     // the engine still ran when the load ended
+  int64_t timeouts = 0;  // requests that timed out
+  bool reached = false;  // some request reached the server
+};
+
+// The outcome, in the order of the header's Outcome comment.
+void decide_outcome(Measurement& out, const protocol::Scenario* sc, const Workload& w,
+                    const MeasureOptions& opt, const RunEvidence& ev, double objective) {
   if (out.timed_out) {
     out.outcome = Outcome::kTimedOut;
     out.failure = "ran past its time limit of " + std::to_string(opt.max_duration.count()) +
                   " s: the engine was stopped (a configuration far slower than the others)";
-  } else if (!alive) {
+  } else if (!ev.alive) {
     out.outcome = Outcome::kCrashed;
     out.failure = "the engine exited during the run (log: " + out.log_path + ")" +
                   (out.failure.empty() ? "" : "; " + out.failure);
   } else if (out.target_verified.has_value() && !*out.target_verified) {
     out.outcome = Outcome::kInfrastructureFailure;
-  } else if (!reached && !w.set.requests.empty()) {
+  } else if (!ev.reached && !w.set.requests.empty()) {
     out.outcome = Outcome::kInfrastructureFailure;
     out.failure =
         "no request could connect to " + out.base_url + (out.failure.empty() ? "" : "; " + out.failure);
   } else if (!out.valid) {
-    out.outcome = timeouts > 0 ? Outcome::kTimedOut : Outcome::kInvalid;
+    out.outcome = ev.timeouts > 0 ? Outcome::kTimedOut : Outcome::kInvalid;
   } else if (sc && (!std::isfinite(objective) || objective <= 0)) {
     out.outcome = Outcome::kInvalid;
     out.failure = "no finite objective (no request completed?)";
@@ -455,17 +436,63 @@ Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenari
     out.outcome = Outcome::kValid;
   }
   out.valid = out.outcome == Outcome::kValid;
-  if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
+}
 
+// The run row's engine description: the launched configuration, or the external URL.
+void describe_subject(Measurement& out, const Subject& subject, const Launched& l,
+                      const MeasureOptions& opt) {
   if (subject.launch) {
-    describe_engine(out, cfg, spec);
-  } else {
-    out.row.target_engine = out.base_url == "null" ? "null" : "external";
-    json::object eff_cfg{{"url", out.base_url}, {"target", out.target}};
-    out.row.engine_config = json::canonical(eff_cfg);
-    out.row.engine_config_hash = sha256_hex(out.row.engine_config);
-    out.row.model_identity = opt.model.empty() ? "the server's default model" : opt.model;
+    describe_engine(out, l.cfg, l.spec);
+    return;
   }
+  out.row.target_engine = out.base_url == "null" ? "null" : "external";
+  json::object eff_cfg{{"url", out.base_url}, {"target", out.target}};
+  out.row.engine_config = json::canonical(eff_cfg);
+  out.row.engine_config_hash = sha256_hex(out.row.engine_config);
+  out.row.model_identity = opt.model.empty() ? "the server's default model" : opt.model;
+}
+
+Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenario* sc,
+                                 const metrics::ValidityBounds& bounds, const Workload& w,
+                                 const MeasureOptions& opt_in) {
+  MeasureOptions opt = opt_in;
+  Measurement out;
+  Launched l;
+  if (subject.launch) {
+    PLUMB_ASSIGN_OR_RETURN(bool started, launch_subject(*subject.launch, opt, out, l));
+    if (!started) return out;
+  } else {
+    out.started = true;
+    out.base_url = subject.url;
+    out.row.started_at = utc_timestamp_now();
+  }
+  auto t = make_target(out.base_url, opt);
+  if (!t.ok()) return t.status();
+  std::unique_ptr<loadgen::Target> target = std::move(t).value();
+  out.target = target->describe();
+
+  out.valid = true;
+  json::array validity;
+  RunEvidence ev;
+  Status ran = [&] {
+    // The client threads run_load starts inherit this thread's mask.
+    launch::ScopedAffinity bind(out.placement.client_cpus);
+    if (!bind.status().ok()) log::warn("client placement not applied: {}", bind.status().message());
+    return run_profiles(*target, l.engine.get(), bounds, w, opt, out, validity, ev.timeouts, ev.reached);
+  }();
+  target.reset();
+  if (l.watchdog) out.timed_out = l.watchdog->stop();
+  if (l.engine) {
+    ev.alive = l.engine->running();
+    auto stopped = l.engine->stop();
+    if (!stopped.ok() && !out.timed_out) return stopped.status();
+  }
+  if (!ran.ok()) return ran;
+  out.row.ended_at = utc_timestamp_now();
+  double objective = sc ? objective_of(*sc, out.per_profile) : stats::kNaN;
+  decide_outcome(out, sc, w, opt, ev, objective);
+  if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
+  describe_subject(out, subject, l, opt);
   out.row.valid = out.valid;
   out.row.validity_json = json::dump(validity);
   out.objective = objective;

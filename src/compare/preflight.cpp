@@ -33,6 +33,40 @@ int suggested_pairs(double cv, double min_effect, int min_pairs, int max_pairs) 
   return max_pairs;
 }
 
+namespace {
+
+// Quiet, noisy or too noisy from the runs' CV and invalid runs, with the advice for the last two.
+void judge_noise(const NoiseCheckOptions& o, NoiseCheck& out) {
+  const double cv_pct = 100 * out.cv, cap_pct = 100 * out.cap;
+  char buf[400];
+  if (out.invalid_runs > 0 || !std::isfinite(out.cv) || out.cv > o.stop_factor * out.cap) {
+    out.noise = Noise::kTooNoisy;
+    if (out.invalid_runs > 0)
+      std::snprintf(buf, sizeof buf,
+                    "%lld of %d runs were invalid (a run broke a validity rule of docs/protocol.md §3): a "
+                    "comparison's pairs would be lost the same way. See the runs' failures above.",
+                    (long long)out.invalid_runs, o.runs);
+    else
+      std::snprintf(
+          buf, sizeof buf,
+          "the cross-run CV is %.1f%%, more than %.0fx the %.0f%% cap: a comparison on this machine "
+          "now would read `noisy` (no verdict). Quiet the machine (stop builds and other jobs; "
+          "check `uptime`), keep placement on, and run again; more pairs cannot fix this, since "
+          "they do not lower an arm's CV.",
+          cv_pct, o.stop_factor, cap_pct);
+    out.advice = buf;
+  } else if (out.cv > out.cap) {
+    out.noise = Noise::kNoisy;
+    std::snprintf(buf, sizeof buf,
+                  "the cross-run CV is %.1f%%, over the %.0f%% cap: a comparison may read `noisy`. A quieter "
+                  "machine is the fix; the estimate from %zu runs is itself rough, so the job goes on.",
+                  cv_pct, cap_pct, out.objectives.size());
+    out.advice = buf;
+  }
+}
+
+}  // namespace
+
 Result<NoiseCheck> noise_check(const NoiseCheckOptions& o) {
   if (o.runs < 3) return invalid_argument("noise check: runs must be >= 3");
   if (o.min_pairs < protocol::kMinPairs || o.max_pairs < o.min_pairs)
@@ -76,32 +110,7 @@ Result<NoiseCheck> noise_check(const NoiseCheckOptions& o) {
   }
   out.mean_run_s = total_s / o.runs;
   out.cv = out.objectives.size() >= 2 ? stats::cv(out.objectives) : stats::kNaN;
-  const double cv_pct = 100 * out.cv, cap_pct = 100 * out.cap;
-  char buf[400];
-  if (out.invalid_runs > 0 || !std::isfinite(out.cv) || out.cv > o.stop_factor * out.cap) {
-    out.noise = Noise::kTooNoisy;
-    if (out.invalid_runs > 0)
-      std::snprintf(buf, sizeof buf,
-                    "%lld of %d runs were invalid (a run broke a validity rule of docs/protocol.md §3): a "
-                    "comparison's pairs would be lost the same way. See the runs' failures above.",
-                    (long long)out.invalid_runs, o.runs);
-    else
-      std::snprintf(
-          buf, sizeof buf,
-          "the cross-run CV is %.1f%%, more than %.0fx the %.0f%% cap: a comparison on this machine "
-          "now would read `noisy` (no verdict). Quiet the machine (stop builds and other jobs; "
-          "check `uptime`), keep placement on, and run again; more pairs cannot fix this, since "
-          "they do not lower an arm's CV.",
-          cv_pct, o.stop_factor, cap_pct);
-    out.advice = buf;
-  } else if (out.cv > out.cap) {
-    out.noise = Noise::kNoisy;
-    std::snprintf(buf, sizeof buf,
-                  "the cross-run CV is %.1f%%, over the %.0f%% cap: a comparison may read `noisy`. A quieter "
-                  "machine is the fix; the estimate from %zu runs is itself rough, so the job goes on.",
-                  cv_pct, cap_pct, out.objectives.size());
-    out.advice = buf;
-  }
+  judge_noise(o, out);
   out.suggested_pairs = suggested_pairs(out.cv, o.min_effect, o.min_pairs, o.max_pairs);
   return out;
 }

@@ -209,12 +209,9 @@ std::string format_value(const ParamValue& v) {
       v);
 }
 
-Result<Adapter> parse_adapter(std::string_view toml_text, std::string_view source_name) {
-  PLUMB_ASSIGN_OR_RETURN(toml::table t, parse_toml(toml_text, source_name));
-  std::string src(source_name);
-  Adapter a;
-  PLUMB_ASSIGN_OR_RETURN(a.name, req_string(t, "name", src));
-  src = "adapter '" + a.name + "'";
+namespace {
+
+Status parse_command(const toml::table& t, const std::string& src, Adapter& a) {
   auto cmd = t.get_as<toml::array>("command");
   if (!cmd) return invalid_argument(src + ": missing field 'command' (an array of strings)");
   for (const auto& el : *cmd) {
@@ -223,72 +220,110 @@ Result<Adapter> parse_adapter(std::string_view toml_text, std::string_view sourc
     a.command.push_back(s->get());
   }
   if (a.command.empty() || a.command[0].empty()) return invalid_argument(src + ": field 'command' is empty");
+  return Status::Ok();
+}
+
+Status parse_readiness_timeout(const toml::table& t, const std::string& src, Adapter& a) {
+  auto n = t.get("readiness_timeout_s");
+  if (!n) return Status::Ok();
+  double s = 0;
+  if (auto i = n->as_integer())
+    s = double(i->get());
+  else if (auto d = n->as_floating_point())
+    s = d->get();
+  else
+    return invalid_argument(src + ": field 'readiness_timeout_s' must be a number");
+  if (!(s > 0)) return invalid_argument(src + ": field 'readiness_timeout_s' must be > 0");
+  a.readiness_timeout = std::chrono::milliseconds(int64_t(s * 1000));
+  return Status::Ok();
+}
+
+Status parse_env(const toml::table& t, const std::string& src, Adapter& a) {
+  auto n = t.get("env");
+  if (!n) return Status::Ok();
+  auto et = n->as_table();
+  if (!et) return invalid_argument(src + ": field 'env' must be a table");
+  for (const auto& [k, v] : *et) {
+    auto s = v.as_string();
+    if (!s) return invalid_argument(src + ": env." + std::string(k.str()) + " must be a string");
+    a.env[std::string(k.str())] = s->get();
+  }
+  return Status::Ok();
+}
+
+// The mapping rules a flag must meet: a bool needs a flag to print, every other non-args type one
+// flag.
+Status check_flag_spec(const FlagSpec& f, const std::string& where) {
+  if (f.type == ParamType::kBool) {
+    if (f.flag.empty() && f.false_flag.empty())
+      return invalid_argument(where + ": a bool needs 'flag' or 'false_flag'");
+    if (f.bool_as_value && f.flag.empty())
+      return invalid_argument(where + ": bool_style \"value\" needs 'flag'");
+  } else if (f.type != ParamType::kArgs && f.flag.empty()) {
+    return invalid_argument(where + ": missing field 'flag'");
+  }
+  return Status::Ok();
+}
+
+Result<FlagSpec> parse_flag(const toml::table& ft, const std::string& where) {
+  FlagSpec f;
+  PLUMB_ASSIGN_OR_RETURN(f.param, req_string(ft, "param", where));
+  PLUMB_ASSIGN_OR_RETURN(f.flag, opt_string(ft, "flag", where));
+  PLUMB_ASSIGN_OR_RETURN(f.false_flag, opt_string(ft, "false_flag", where));
+  PLUMB_ASSIGN_OR_RETURN(std::string type, req_string(ft, "type", where));
+  auto pt = parse_type(type);
+  if (!pt.ok()) return pt.status().with_context(where);
+  f.type = *pt;
+  PLUMB_ASSIGN_OR_RETURN(std::string style, opt_string(ft, "bool_style", where));
+  if (style == "value")
+    f.bool_as_value = true;
+  else if (!style.empty() && style != "switch")
+    return invalid_argument(where + ": bool_style must be \"switch\" or \"value\", got \"" + style + "\"");
+  if (auto j = ft.get("joined")) {
+    auto jb = j->as_boolean();
+    if (!jb) return invalid_argument(where + ": field 'joined' must be a bool");
+    f.joined = jb->get();
+  }
+  PLUMB_RETURN_IF_ERROR(check_flag_spec(f, where));
+  return f;
+}
+
+Status parse_flags(const toml::table& t, const std::string& src, Adapter& a) {
+  auto n = t.get("flags");
+  if (!n) return Status::Ok();
+  auto arr = n->as_array();
+  if (!arr) return invalid_argument(src + ": field 'flags' must be an array of tables ([[flags]])");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    auto ft = (*arr)[i].as_table();
+    std::string where = src + ": flags[" + std::to_string(i) + "]";
+    if (!ft) return invalid_argument(where + " must be a table");
+    PLUMB_ASSIGN_OR_RETURN(FlagSpec f, parse_flag(*ft, where));
+    if (!seen.insert(f.param).second)
+      return invalid_argument(where + ": parameter '" + f.param + "' is mapped twice");
+    a.flags.push_back(std::move(f));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Adapter> parse_adapter(std::string_view toml_text, std::string_view source_name) {
+  PLUMB_ASSIGN_OR_RETURN(toml::table t, parse_toml(toml_text, source_name));
+  std::string src(source_name);
+  Adapter a;
+  PLUMB_ASSIGN_OR_RETURN(a.name, req_string(t, "name", src));
+  src = "adapter '" + a.name + "'";
+  PLUMB_RETURN_IF_ERROR(parse_command(t, src, a));
   PLUMB_ASSIGN_OR_RETURN(a.health_url, req_string(t, "health_url", src));
   PLUMB_ASSIGN_OR_RETURN(a.log_file, opt_string(t, "log_file", src));
   if (a.log_file.empty()) a.log_file = a.name + "-{port}.log";
-  if (auto n = t.get("readiness_timeout_s")) {
-    double s = 0;
-    if (auto i = n->as_integer())
-      s = double(i->get());
-    else if (auto d = n->as_floating_point())
-      s = d->get();
-    else
-      return invalid_argument(src + ": field 'readiness_timeout_s' must be a number");
-    if (!(s > 0)) return invalid_argument(src + ": field 'readiness_timeout_s' must be > 0");
-    a.readiness_timeout = std::chrono::milliseconds(int64_t(s * 1000));
-  }
-  if (auto n = t.get("env")) {
-    auto et = n->as_table();
-    if (!et) return invalid_argument(src + ": field 'env' must be a table");
-    for (const auto& [k, v] : *et) {
-      auto s = v.as_string();
-      if (!s) return invalid_argument(src + ": env." + std::string(k.str()) + " must be a string");
-      a.env[std::string(k.str())] = s->get();
-    }
-  }
+  PLUMB_RETURN_IF_ERROR(parse_readiness_timeout(t, src, a));
+  PLUMB_RETURN_IF_ERROR(parse_env(t, src, a));
   if (auto n = t.get("defaults"); n && !n->is_table())
     return invalid_argument(src + ": field 'defaults' must be a table");
   PLUMB_ASSIGN_OR_RETURN(a.defaults, to_params(t.get_as<toml::table>("defaults"), src + ": defaults"));
-  if (auto n = t.get("flags")) {
-    auto arr = n->as_array();
-    if (!arr) return invalid_argument(src + ": field 'flags' must be an array of tables ([[flags]])");
-    std::set<std::string> seen;
-    for (size_t i = 0; i < arr->size(); ++i) {
-      auto ft = (*arr)[i].as_table();
-      std::string where = src + ": flags[" + std::to_string(i) + "]";
-      if (!ft) return invalid_argument(where + " must be a table");
-      FlagSpec f;
-      PLUMB_ASSIGN_OR_RETURN(f.param, req_string(*ft, "param", where));
-      PLUMB_ASSIGN_OR_RETURN(f.flag, opt_string(*ft, "flag", where));
-      PLUMB_ASSIGN_OR_RETURN(f.false_flag, opt_string(*ft, "false_flag", where));
-      PLUMB_ASSIGN_OR_RETURN(std::string type, req_string(*ft, "type", where));
-      auto pt = parse_type(type);
-      if (!pt.ok()) return pt.status().with_context(where);
-      f.type = *pt;
-      PLUMB_ASSIGN_OR_RETURN(std::string style, opt_string(*ft, "bool_style", where));
-      if (style == "value")
-        f.bool_as_value = true;
-      else if (!style.empty() && style != "switch")
-        return invalid_argument(where + ": bool_style must be \"switch\" or \"value\", got \"" + style +
-                                "\"");
-      if (auto j = ft->get("joined")) {
-        auto jb = j->as_boolean();
-        if (!jb) return invalid_argument(where + ": field 'joined' must be a bool");
-        f.joined = jb->get();
-      }
-      if (f.type == ParamType::kBool) {
-        if (f.flag.empty() && f.false_flag.empty())
-          return invalid_argument(where + ": a bool needs 'flag' or 'false_flag'");
-        if (f.bool_as_value && f.flag.empty())
-          return invalid_argument(where + ": bool_style \"value\" needs 'flag'");
-      } else if (f.type != ParamType::kArgs && f.flag.empty()) {
-        return invalid_argument(where + ": missing field 'flag'");
-      }
-      if (!seen.insert(f.param).second)
-        return invalid_argument(where + ": parameter '" + f.param + "' is mapped twice");
-      a.flags.push_back(std::move(f));
-    }
-  }
+  PLUMB_RETURN_IF_ERROR(parse_flags(t, src, a));
   return a;
 }
 
@@ -322,23 +357,21 @@ Result<Adapter> resolve_adapter(const std::string& name_or_path) {
   return load_adapter_file(name_or_path);
 }
 
-Result<LaunchSpec> render(const Adapter& adapter, const Params& params, uint16_t port) {
-  if (port == 0) return invalid_argument("render: port must be > 0");
-  Params all = adapter.defaults;
-  for (const auto& [k, v] : params) all[k] = v;
-  if (all.count("port"))
-    return invalid_argument("parameter 'port' is set by the launcher, not the configuration");
+namespace {
 
-  std::map<std::string, std::string> values;
-  for (const auto& [k, v] : all) values[k] = format_value(v);
-  values["port"] = std::to_string(port);
-
-  // Parameters that appear as placeholders are consumed there; every other one needs a flag.
+// The names that appear as {placeholders} in the command, health URL, log file or env.
+std::set<std::string> adapter_placeholders(const Adapter& adapter) {
   std::set<std::string> placeholders;
   for (const auto& c : adapter.command) collect_placeholders(c, placeholders);
   collect_placeholders(adapter.health_url, placeholders);
   collect_placeholders(adapter.log_file, placeholders);
   for (const auto& [k, v] : adapter.env) collect_placeholders(v, placeholders);
+  return placeholders;
+}
+
+// Parameters that appear as placeholders are consumed there; every other one needs a flag of its
+// type.
+Status check_params(const Adapter& adapter, const Params& all, const std::set<std::string>& placeholders) {
   std::map<std::string, const FlagSpec*> by_param;
   for (const auto& f : adapter.flags) by_param[f.param] = &f;
   for (const auto& [k, v] : all) {
@@ -354,16 +387,13 @@ Result<LaunchSpec> render(const Adapter& adapter, const Params& params, uint16_t
     auto st = check_type(*by_param[k], v);
     if (!st.ok()) return st.with_context("adapter '" + adapter.name + "'");
   }
+  return Status::Ok();
+}
 
-  LaunchSpec s;
-  s.adapter = adapter.name;
-  s.port = port;
-  s.readiness_timeout = adapter.readiness_timeout;
-  std::string what = "adapter '" + adapter.name + "'";
-  for (const auto& c : adapter.command) {
-    PLUMB_ASSIGN_OR_RETURN(std::string arg, substitute(c, values, nullptr, what));
-    s.argv.push_back(std::move(arg));
-  }
+// Appends the flags of every set parameter not consumed by a placeholder, in the adapter's order;
+// args-typed values go after all flags.
+void append_flags(const Adapter& adapter, const Params& all, const std::set<std::string>& placeholders,
+                  std::vector<std::string>& argv) {
   std::vector<std::string> trailing;
   for (const auto& f : adapter.flags) {
     auto it = all.find(f.param);
@@ -374,19 +404,47 @@ Result<LaunchSpec> render(const Adapter& adapter, const Params& params, uint16_t
     } else if (f.type == ParamType::kBool) {
       bool b = std::get<bool>(v);
       if (f.bool_as_value)
-        s.argv.push_back(f.flag + "=" + (b ? "true" : "false"));
+        argv.push_back(f.flag + "=" + (b ? "true" : "false"));
       else if (b && !f.flag.empty())
-        s.argv.push_back(f.flag);
+        argv.push_back(f.flag);
       else if (!b && !f.false_flag.empty())
-        s.argv.push_back(f.false_flag);
+        argv.push_back(f.false_flag);
     } else if (f.joined) {
-      s.argv.push_back(f.flag + "=" + format_value(v));
+      argv.push_back(f.flag + "=" + format_value(v));
     } else {
-      s.argv.push_back(f.flag);
-      s.argv.push_back(format_value(v));
+      argv.push_back(f.flag);
+      argv.push_back(format_value(v));
     }
   }
-  for (auto& x : trailing) s.argv.push_back(std::move(x));
+  for (auto& x : trailing) argv.push_back(std::move(x));
+}
+
+}  // namespace
+
+Result<LaunchSpec> render(const Adapter& adapter, const Params& params, uint16_t port) {
+  if (port == 0) return invalid_argument("render: port must be > 0");
+  Params all = adapter.defaults;
+  for (const auto& [k, v] : params) all[k] = v;
+  if (all.count("port"))
+    return invalid_argument("parameter 'port' is set by the launcher, not the configuration");
+
+  std::map<std::string, std::string> values;
+  for (const auto& [k, v] : all) values[k] = format_value(v);
+  values["port"] = std::to_string(port);
+
+  std::set<std::string> placeholders = adapter_placeholders(adapter);
+  PLUMB_RETURN_IF_ERROR(check_params(adapter, all, placeholders));
+
+  LaunchSpec s;
+  s.adapter = adapter.name;
+  s.port = port;
+  s.readiness_timeout = adapter.readiness_timeout;
+  std::string what = "adapter '" + adapter.name + "'";
+  for (const auto& c : adapter.command) {
+    PLUMB_ASSIGN_OR_RETURN(std::string arg, substitute(c, values, nullptr, what));
+    s.argv.push_back(std::move(arg));
+  }
+  append_flags(adapter, all, placeholders, s.argv);
   PLUMB_ASSIGN_OR_RETURN(s.health_url, substitute(adapter.health_url, values, nullptr, what));
   s.host = url_host(s.health_url);
   PLUMB_ASSIGN_OR_RETURN(s.log_file, substitute(adapter.log_file, values, nullptr, what));

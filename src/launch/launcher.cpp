@@ -84,6 +84,114 @@ std::string Engine::base_url() const {
   return "http://" + h + ":" + std::to_string(spec_.port);
 }
 
+namespace {
+
+void report_progress(const LaunchOptions& options, const std::string& m) {
+  if (options.progress)
+    options.progress(m);
+  else
+    log::info("{}", m);
+}
+
+// The engine's log: the spec's log file (or "<adapter>.log") under the work directory, absolute.
+std::string engine_log_path(const LaunchSpec& spec, const LaunchOptions& options) {
+  std::filesystem::path dir =
+      options.work_dir.empty() ? std::filesystem::current_path() : std::filesystem::path(options.work_dir);
+  std::filesystem::path log = spec.log_file.empty() ? dir / (spec.adapter + ".log") : dir / spec.log_file;
+  return std::filesystem::absolute(log).lexically_normal().string();
+}
+
+// Starts the command in its own process group, bound to options.cpus, output into log_path.
+Result<Subprocess> spawn_engine(const LaunchSpec& spec, const LaunchOptions& options,
+                                const std::string& log_path) {
+  SpawnOptions so;
+  so.argv = spec.argv;
+  so.env = spec.env;
+  so.cwd = options.work_dir;
+  so.stdout_path = log_path;
+  so.stderr_path = "=stdout";
+  so.new_process_group = true;
+  so.die_with_parent = true;
+  ScopedAffinity bind(options.cpus);
+  if (!bind.status().ok())
+    return failed_precondition("launch " + spec.adapter + ": cannot bind the engine to CPUs " +
+                               cpu_list(options.cpus) + ": " + bind.status().message());
+  return Subprocess::spawn(so);
+}
+
+// The launcher exited during start-up. A server that detached from it may still come up on the
+// port: watch it a while, and name whichever happened.
+Status exited_during_start(const LaunchSpec& spec, const LaunchOptions& options, const ExitInfo& ex,
+                           pid_t pgid, const std::string& log_path, Steady::time_point t0,
+                           StartFailure& why) {
+  const std::string port_s = std::to_string(spec.port);
+  auto watch_until =
+      Steady::now() + (ex.exited && ex.exit_code == 0 ? options.detach_watch : milliseconds(200));
+  while (true) {
+    auto ls = port_listeners(spec.port);
+    if (ls.ok() && !ls->empty()) {
+      const auto& l = (*ls)[0];
+      why = StartFailure::kDetached;
+      return failed_precondition(
+          with_log("launch " + spec.adapter + ": the launched process " + std::to_string(pgid) + " exited (" +
+                       ex.to_string() + ") but " + describe(l) + " holds port " + port_s +
+                       ": the engine detached from its launcher (daemonized), so plumb cannot supervise "
+                       "or stop it. "
+                       "Stop it (kill " +
+                       std::to_string(l.pid) + ") and make the start command run in the foreground",
+                   log_path));
+    }
+    if (Steady::now() >= watch_until) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  why = StartFailure::kExited;
+  return failed_precondition(with_log("launch " + spec.adapter + ": the engine exited during start-up (" +
+                                          ex.to_string() + ") after " +
+                                          std::to_string(seconds_between(t0, Steady::now())) + " s",
+                                      log_path));
+}
+
+// Probes the health URL until it answers 200, the process exits or the readiness timeout passes,
+// reporting progress every options.progress_interval.
+Status wait_until_ready(const LaunchSpec& spec, const LaunchOptions& options, Subprocess& proc,
+                        const std::string& log_path, Steady::time_point t0, StartFailure& why) {
+  const std::string port_s = std::to_string(spec.port);
+  const auto deadline = t0 + spec.readiness_timeout;
+  auto next_progress = t0 + options.progress_interval;
+  std::string last_probe = "no probe yet";
+  while (true) {
+    if (auto ex = proc.wait_for(milliseconds(0)))
+      return exited_during_start(spec, options, *ex, proc.pid(), log_path, t0, why);
+    auto r = net::http_request(spec.health_url, "GET", {}, options.probe_timeout);
+    if (r.ok() && r->status == 200) return Status::Ok();
+    last_probe = r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message();
+    auto now = Steady::now();
+    if (now >= deadline) {
+      why = StartFailure::kNotReady;
+      return timeout_error(with_log(
+          "launch " + spec.adapter + ": not ready after " +
+              std::to_string(std::chrono::duration_cast<milliseconds>(spec.readiness_timeout).count() /
+                             1000.0) +
+              " s (GET " + spec.health_url + ": " + last_probe +
+              "); raise readiness_timeout_s if it is just slow",
+          log_path));
+    }
+    if (now >= next_progress) {
+      report_progress(
+          options,
+          "waiting for " + spec.adapter + " on port " + port_s + ": " +
+              std::to_string(int(seconds_between(t0, now))) + " s of " +
+              std::to_string(
+                  int(std::chrono::duration_cast<std::chrono::seconds>(spec.readiness_timeout).count())) +
+              " s (" + last_probe + ")");
+      next_progress = now + options.progress_interval;
+    }
+    std::this_thread::sleep_for(options.poll_interval);
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const LaunchOptions& options,
                                               StartFailure* why) {
   StartFailure ignored = StartFailure::kNone;
@@ -92,12 +200,6 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
   auto failed = [why](StartFailure f, Status s) -> Status {
     *why = f;
     return s;
-  };
-  auto progress = [&](const std::string& m) {
-    if (options.progress)
-      options.progress(m);
-    else
-      log::info("{}", m);
   };
   if (spec.argv.empty()) return failed(StartFailure::kBadSpec, invalid_argument("launch: empty command"));
   if (spec.port == 0) return failed(StartFailure::kBadSpec, invalid_argument("launch: port must be > 0"));
@@ -113,36 +215,17 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
   std::unique_ptr<Engine> e(new Engine());
   e->spec_ = spec;
   e->options_ = options;
-  std::filesystem::path dir =
-      options.work_dir.empty() ? std::filesystem::current_path() : std::filesystem::path(options.work_dir);
-  std::filesystem::path log = spec.log_file.empty() ? dir / (spec.adapter + ".log") : dir / spec.log_file;
-  e->log_path_ = std::filesystem::absolute(log).lexically_normal().string();
+  e->log_path_ = engine_log_path(spec, options);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(e->log_path_).parent_path(), ec);
 
-  SpawnOptions so;
-  so.argv = spec.argv;
-  so.env = spec.env;
-  so.cwd = options.work_dir;
-  so.stdout_path = e->log_path_;
-  so.stderr_path = "=stdout";
-  so.new_process_group = true;
-  so.die_with_parent = true;
   auto t0 = Steady::now();
-  auto proc = [&] {
-    ScopedAffinity bind(options.cpus);
-    if (!bind.status().ok())
-      return Result<Subprocess>(failed_precondition("launch " + spec.adapter +
-                                                    ": cannot bind the engine to CPUs " +
-                                                    cpu_list(options.cpus) + ": " + bind.status().message()));
-    return Subprocess::spawn(so);
-  }();
+  auto proc = spawn_engine(spec, options, e->log_path_);
   if (!proc.ok()) return failed(StartFailure::kSpawn, proc.status().with_context("launch " + spec.adapter));
   e->proc_ = std::move(proc).value();
-  const pid_t pgid = e->proc_.pid();
   const std::string port_s = std::to_string(spec.port);
-  progress("launched " + spec.adapter + " (pid " + std::to_string(pgid) + ", port " + port_s + ", log " +
-           e->log_path_ + ")");
+  report_progress(options, "launched " + spec.adapter + " (pid " + std::to_string(e->proc_.pid()) +
+                               ", port " + port_s + ", log " + e->log_path_ + ")");
 
   auto fail = [&](StartFailure f, Status s) -> Result<std::unique_ptr<Engine>> {
     e->proc_.stop(options.stop_grace);
@@ -150,68 +233,14 @@ Result<std::unique_ptr<Engine>> Engine::start(const LaunchSpec& spec, const Laun
     *why = f;
     return s;
   };
-
-  const auto deadline = t0 + spec.readiness_timeout;
-  auto next_progress = t0 + options.progress_interval;
-  std::string last_probe = "no probe yet";
-  while (true) {
-    if (auto ex = e->proc_.wait_for(milliseconds(0))) {
-      // The launcher is gone. A server that detached from it may still come up on the port.
-      auto watch_until =
-          Steady::now() + (ex->exited && ex->exit_code == 0 ? options.detach_watch : milliseconds(200));
-      while (true) {
-        auto ls = port_listeners(spec.port);
-        if (ls.ok() && !ls->empty()) {
-          const auto& l = (*ls)[0];
-          return fail(
-              StartFailure::kDetached,
-              failed_precondition(with_log(
-                  "launch " + spec.adapter + ": the launched process " + std::to_string(pgid) + " exited (" +
-                      ex->to_string() + ") but " + describe(l) + " holds port " + port_s +
-                      ": the engine detached from its launcher (daemonized), so plumb cannot supervise "
-                      "or stop it. "
-                      "Stop it (kill " +
-                      std::to_string(l.pid) + ") and make the start command run in the foreground",
-                  e->log_path_)));
-        }
-        if (Steady::now() >= watch_until) break;
-        std::this_thread::sleep_for(milliseconds(50));
-      }
-      return fail(StartFailure::kExited,
-                  failed_precondition(with_log(
-                      "launch " + spec.adapter + ": the engine exited during start-up (" + ex->to_string() +
-                          ") after " + std::to_string(seconds_between(t0, Steady::now())) + " s",
-                      e->log_path_)));
-    }
-    auto r = net::http_request(spec.health_url, "GET", {}, options.probe_timeout);
-    if (r.ok() && r->status == 200) break;
-    last_probe = r.ok() ? "HTTP " + std::to_string(r->status) : r.status().message();
-    auto now = Steady::now();
-    if (now >= deadline) {
-      return fail(
-          StartFailure::kNotReady,
-          timeout_error(with_log(
-              "launch " + spec.adapter + ": not ready after " +
-                  std::to_string(std::chrono::duration_cast<milliseconds>(spec.readiness_timeout).count() /
-                                 1000.0) +
-                  " s (GET " + spec.health_url + ": " + last_probe +
-                  "); raise readiness_timeout_s if it is just slow",
-              e->log_path_)));
-    }
-    if (now >= next_progress) {
-      progress("waiting for " + spec.adapter + " on port " + port_s + ": " +
-               std::to_string(int(seconds_between(t0, now))) + " s of " +
-               std::to_string(
-                   int(std::chrono::duration_cast<std::chrono::seconds>(spec.readiness_timeout).count())) +
-               " s (" + last_probe + ")");
-      next_progress = now + options.progress_interval;
-    }
-    std::this_thread::sleep_for(options.poll_interval);
-  }
+  StartFailure wait_failure = StartFailure::kNone;
+  Status ready = wait_until_ready(spec, options, e->proc_, e->log_path_, t0, wait_failure);
+  if (!ready.ok()) return fail(wait_failure, ready);
   e->ready_after_s_ = seconds_between(t0, Steady::now());
   Status v = e->verify_port_owner();
   if (!v.ok()) return fail(StartFailure::kForeignOwner, v);
-  progress(spec.adapter + " ready on port " + port_s + " after " + std::to_string(e->ready_after_s_) + " s");
+  report_progress(options, spec.adapter + " ready on port " + port_s + " after " +
+                               std::to_string(e->ready_after_s_) + " s");
   return e;
 }
 
