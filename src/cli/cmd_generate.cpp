@@ -82,7 +82,7 @@ int encode_prompt(const GenerateArgs& a, const engine::Tokenizer* tok, const eng
 }
 
 // The model line of the summary, taken before the runner takes the model.
-std::string describe_model(const GenerateArgs& a, const std::string& dir, const engine::Model& model,
+std::string describe_model(const GenerateArgs& a, const std::string& dir, engine::Model& model,
                            bool has_tokenizer) {
   using namespace plumb::engine;
   const auto& cfg = model.config();

@@ -84,6 +84,19 @@ class CudaModelRunner final : public scheduler::ModelRunner {
  private:
   CudaModelRunner() = default;
   Status upload(const engine::Model& model);
+  Status upload_layer(const engine::LayerWeights& L, DeviceLayer& D);
+  // A decode step's batch padded to its graph bucket (in padded_), or the batch as given when the
+  // step cannot run as a graph; `graph` says which.
+  std::span<const scheduler::StepSeq> pad_for_graph(std::span<const scheduler::StepSeq> batch, bool& graph);
+  // The step's row counts and metadata offsets; returns the metadata's length in ints.
+  int64_t plan_step(std::span<const scheduler::StepSeq> batch, int64_t S_real, StepPlan& p,
+                    int64_t& max_dec_ctx, int64_t& R_real) const;
+  // The step's metadata (layout: plan_step's offsets) into meta_build_.
+  void fill_meta(std::span<const scheduler::StepSeq> batch, const StepPlan& p, int64_t n_meta);
+  // The split-KV factor of the decode rows.
+  void choose_split(StepPlan& p, int64_t max_dec_ctx, bool graph) const;
+  // Runs the planned step: as a graph where it can, else eagerly.
+  Status launch_step(const StepPlan& p, bool graph);
   Status reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats);
   Status validate(std::span<const scheduler::StepSeq> batch) const;
   // Enqueues the step's kernels on stream_ (no host synchronization: capturable into a graph).
@@ -133,7 +146,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   DeviceBuffer gu_;       // f32 [T, 2 ff]
   DeviceBuffer act_;      // bf16 [T, ff]     SwiGLU output
   DeviceBuffer logits_;   // f32 [R, V]
-  DeviceBuffer meta_;     // int32 step metadata (layout in forward())
+  DeviceBuffer meta_;     // int32 step metadata (layout in plan_step())
   DeviceBuffer partial_;  // f32 split-KV partial results
   PinnedBuffer meta_host_, logits_host_;
   std::vector<int32_t> meta_build_;
@@ -226,24 +239,27 @@ Status CudaModelRunner::upload(const engine::Model& model) {
   PLUMB_ASSIGN_OR_RETURN(inv_freq_, upload_floats(engine::rope_inv_freq(c_), "RoPE frequencies"));
   layers_.resize(w.layers.size());
   for (size_t i = 0; i < w.layers.size(); ++i) {
-    const engine::LayerWeights& L = w.layers[i];
-    DeviceLayer& D = layers_[i];
-    PLUMB_ASSIGN_OR_RETURN(D.qkv_w, upload_matrices({&L.q_proj, &L.k_proj, &L.v_proj}, "q/k/v_proj"));
-    PLUMB_ASSIGN_OR_RETURN(D.o_w, upload_matrices({&L.o_proj}, "o_proj"));
-    PLUMB_ASSIGN_OR_RETURN(D.gu_w, upload_matrices({&L.gate_proj, &L.up_proj}, "gate/up_proj"));
-    PLUMB_ASSIGN_OR_RETURN(D.down_w, upload_matrices({&L.down_proj}, "down_proj"));
-    PLUMB_ASSIGN_OR_RETURN(D.input_norm, upload_floats(L.input_norm, "input_norm"));
-    PLUMB_ASSIGN_OR_RETURN(D.post_norm, upload_floats(L.post_attention_norm, "post_attention_norm"));
-    if (c_.qk_norm) {
-      PLUMB_ASSIGN_OR_RETURN(D.q_norm, upload_floats(L.q_norm, "q_norm"));
-      PLUMB_ASSIGN_OR_RETURN(D.k_norm, upload_floats(L.k_norm, "k_norm"));
-    }
-    if (!L.q_bias.empty()) {
-      std::vector<float> bias(L.q_bias);
-      bias.insert(bias.end(), L.k_bias.begin(), L.k_bias.end());
-      bias.insert(bias.end(), L.v_bias.begin(), L.v_bias.end());
-      PLUMB_ASSIGN_OR_RETURN(D.qkv_bias, upload_floats(bias, "q/k/v bias"));
-    }
+    PLUMB_RETURN_IF_ERROR(upload_layer(w.layers[i], layers_[i]));
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::upload_layer(const engine::LayerWeights& L, DeviceLayer& D) {
+  PLUMB_ASSIGN_OR_RETURN(D.qkv_w, upload_matrices({&L.q_proj, &L.k_proj, &L.v_proj}, "q/k/v_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.o_w, upload_matrices({&L.o_proj}, "o_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.gu_w, upload_matrices({&L.gate_proj, &L.up_proj}, "gate/up_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.down_w, upload_matrices({&L.down_proj}, "down_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.input_norm, upload_floats(L.input_norm, "input_norm"));
+  PLUMB_ASSIGN_OR_RETURN(D.post_norm, upload_floats(L.post_attention_norm, "post_attention_norm"));
+  if (c_.qk_norm) {
+    PLUMB_ASSIGN_OR_RETURN(D.q_norm, upload_floats(L.q_norm, "q_norm"));
+    PLUMB_ASSIGN_OR_RETURN(D.k_norm, upload_floats(L.k_norm, "k_norm"));
+  }
+  if (!L.q_bias.empty()) {
+    std::vector<float> bias(L.q_bias);
+    bias.insert(bias.end(), L.k_bias.begin(), L.k_bias.end());
+    bias.insert(bias.end(), L.v_bias.begin(), L.v_bias.end());
+    PLUMB_ASSIGN_OR_RETURN(D.qkv_bias, upload_floats(bias, "q/k/v bias"));
   }
   return Status::Ok();
 }
@@ -361,32 +377,58 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   logits.clear();
   PLUMB_RETURN_IF_ERROR(validate(batch));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads, hd = c_.head_dim,
-                V = c_.vocab_size;
-
-  // A decode step (one token per sequence, every sequence wanting its logits or none) is padded to
-  // its bucket's size with rows that write and read only the padding block, so that one graph per
-  // bucket serves every step of that size.
   const auto S_real = int64_t(batch.size());
-  bool graph = opts_.cuda_graphs && S_real <= kMaxGraphBatch;
+  bool graph = false;
+  batch = pad_for_graph(batch, graph);
+  StepPlan p;
+  int64_t max_dec_ctx = 0, R_real = 0;
+  const int64_t n_meta = plan_step(batch, S_real, p, max_dec_ctx, R_real);
+  fill_meta(batch, p, n_meta);
+  choose_split(p, max_dec_ctx, graph);
+  const AttnGeometry g{int32_t(c_.num_attention_heads), int32_t(c_.num_key_value_heads), int32_t(c_.head_dim),
+                       block_size_};
+  PLUMB_RETURN_IF_ERROR(reserve(p.T, p.R, n_meta, decode_partial_floats(p.n_dec, g, p.n_split)));
+  std::memcpy(meta_host_.get(), meta_build_.data(), size_t(n_meta) * 4);
+  PLUMB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
+  PLUMB_RETURN_IF_ERROR(launch_step(p, graph));
+  const int64_t V = c_.vocab_size;
+  if (R_real > 0) {
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(R_real * V) * 4,
+                                               cudaMemcpyDeviceToHost, stream_));
+  }
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const float* lh = logits_host_.as<float>();
+  logits.assign(lh, lh + R_real * V);
+  return Status::Ok();
+}
+
+// A decode step (one token per sequence, every sequence wanting its logits or none) is padded to
+// its bucket's size with rows that write and read only the padding block, so that one graph per
+// bucket serves every step of that size.
+std::span<const scheduler::StepSeq> CudaModelRunner::pad_for_graph(std::span<const scheduler::StepSeq> batch,
+                                                                   bool& graph) {
+  const auto S_real = int64_t(batch.size());
+  graph = opts_.cuda_graphs && S_real <= kMaxGraphBatch;
   for (const auto& in : batch) {
     graph = graph && in.tokens.size() == 1 && in.logits != scheduler::StepSeq::Logits::kAll &&
             in.logits == batch[0].logits;
   }
-  if (graph) {
-    padded_.assign(batch.begin(), batch.end());
-    padded_.resize(size_t(graph_bucket(S_real)),
-                   scheduler::StepSeq{pad_token_, 0, pad_table_, batch[0].logits});
-    batch = padded_;
-  }
-  const auto S = int64_t(batch.size());
+  if (!graph) return batch;
+  padded_.assign(batch.begin(), batch.end());
+  padded_.resize(size_t(graph_bucket(S_real)),
+                 scheduler::StepSeq{pad_token_, 0, pad_table_, batch[0].logits});
+  return padded_;
+}
 
-  // The step's metadata, built once on the host: per row ids, pos, slot, row_seq; per sequence the
-  // offset of its block table; the rows that want logits; the prefill rows; the decode rows; the
-  // block tables. One copy to the device.
+// The step's metadata, built once on the host: per row ids, pos, slot, row_seq; per sequence the
+// offset of its block table; the rows that want logits; the prefill rows; the decode rows; the
+// prefill tiles; the block tables. One copy to the device.
+int64_t CudaModelRunner::plan_step(std::span<const scheduler::StepSeq> batch, int64_t S_real, StepPlan& p,
+                                   int64_t& max_dec_ctx, int64_t& R_real) const {
   const int64_t tile = prefill_tile_rows();
-  StepPlan p;
-  int64_t n_bt = 0, max_dec_ctx = 0, R_real = 0;
+  const auto S = int64_t(batch.size());
+  int64_t n_bt = 0;
   for (int64_t s = 0; s < S; ++s) {
     const scheduler::StepSeq& in = batch[size_t(s)];
     const auto n = int64_t(in.tokens.size());
@@ -404,39 +446,46 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   p.o_ids = 0, p.o_pos = p.T, p.o_slot = 2 * p.T, p.o_rowseq = 3 * p.T, p.o_btoff = 4 * p.T;
   p.o_lrows = p.o_btoff + S, p.o_pre = p.o_lrows + p.R, p.o_dec = p.o_pre + p.n_pre;
   p.o_tiles = p.o_dec + p.n_dec, p.o_bt = p.o_tiles + 2 * p.n_tiles;
-  const int64_t n_meta = p.o_bt + n_bt;
+  return p.o_bt + n_bt;
+}
+
+void CudaModelRunner::fill_meta(std::span<const scheduler::StepSeq> batch, const StepPlan& p,
+                                int64_t n_meta) {
+  const int64_t tile = prefill_tile_rows();
+  const auto S = int64_t(batch.size());
   meta_build_.assign(size_t(n_meta), 0);
   int32_t* m = meta_build_.data();
-  {
-    int64_t row = 0, lr = 0, pr = 0, dr = 0, bt = 0, ti = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      const scheduler::StepSeq& in = batch[size_t(s)];
-      const auto n = int64_t(in.tokens.size());
-      m[p.o_btoff + s] = int32_t(bt);
-      for (int64_t j = 0; n > 1 && j < n; j += tile, ++ti) {
-        m[p.o_tiles + 2 * ti] = int32_t(row + j);
-        m[p.o_tiles + 2 * ti + 1] = int32_t(std::min(tile, n - j));
-      }
-      for (int64_t j = 0; j < n; ++j, ++row) {
-        const int32_t pos = in.start_pos + int32_t(j);
-        m[p.o_ids + row] = in.tokens[size_t(j)];
-        m[p.o_pos + row] = pos;
-        m[p.o_slot + row] = in.block_table[size_t(pos / block_size_)] * block_size_ + pos % block_size_;
-        m[p.o_rowseq + row] = int32_t(s);
-        if (n > 1) m[p.o_pre + pr++] = int32_t(row);
-        if (in.logits == scheduler::StepSeq::Logits::kAll ||
-            (in.logits == scheduler::StepSeq::Logits::kLast && j == n - 1)) {
-          m[p.o_lrows + lr++] = int32_t(row);
-        }
-      }
-      if (n == 1) m[p.o_dec + dr++] = int32_t(row - 1);
-      for (int32_t b : in.block_table) m[p.o_bt + bt++] = b;
+  int64_t row = 0, lr = 0, pr = 0, dr = 0, bt = 0, ti = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const scheduler::StepSeq& in = batch[size_t(s)];
+    const auto n = int64_t(in.tokens.size());
+    m[p.o_btoff + s] = int32_t(bt);
+    for (int64_t j = 0; n > 1 && j < n; j += tile, ++ti) {
+      m[p.o_tiles + 2 * ti] = int32_t(row + j);
+      m[p.o_tiles + 2 * ti + 1] = int32_t(std::min(tile, n - j));
     }
+    for (int64_t j = 0; j < n; ++j, ++row) {
+      const int32_t pos = in.start_pos + int32_t(j);
+      m[p.o_ids + row] = in.tokens[size_t(j)];
+      m[p.o_pos + row] = pos;
+      m[p.o_slot + row] = in.block_table[size_t(pos / block_size_)] * block_size_ + pos % block_size_;
+      m[p.o_rowseq + row] = int32_t(s);
+      if (n > 1) m[p.o_pre + pr++] = int32_t(row);
+      if (in.logits == scheduler::StepSeq::Logits::kAll ||
+          (in.logits == scheduler::StepSeq::Logits::kLast && j == n - 1)) {
+        m[p.o_lrows + lr++] = int32_t(row);
+      }
+    }
+    if (n == 1) m[p.o_dec + dr++] = int32_t(row - 1);
+    for (int32_t b : in.block_table) m[p.o_bt + bt++] = b;
   }
-  // Split the decode rows' contexts so that about four blocks per multiprocessor run. A graph step
-  // rounds the split count up to a power of two (the kernel reads each row's context from the
-  // metadata, so one graph serves every context of its split count).
-  const AttnGeometry g{int32_t(nh), int32_t(nkv), int32_t(hd), block_size_};
+}
+
+// Split the decode rows' contexts so that about four blocks per multiprocessor run. A graph step
+// rounds the split count up to a power of two (the kernel reads each row's context from the
+// metadata, so one graph serves every context of its split count).
+void CudaModelRunner::choose_split(StepPlan& p, int64_t max_dec_ctx, bool graph) const {
+  const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads, hd = c_.head_dim;
   const int64_t maxg = hd == 256 ? 4 : 8, group = nh / nkv, chunks = (group + maxg - 1) / maxg;
   if (p.n_dec > 0) {
     const int64_t base = p.n_dec * nkv * chunks;
@@ -448,10 +497,9 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
       p.n_split = pow2;
     }
   }
-  PLUMB_RETURN_IF_ERROR(reserve(p.T, p.R, n_meta, decode_partial_floats(p.n_dec, g, p.n_split)));
-  std::memcpy(meta_host_.get(), m, size_t(n_meta) * 4);
-  PLUMB_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
+}
+
+Status CudaModelRunner::launch_step(const StepPlan& p, bool graph) {
   if (graph) {
     if (const Status gs = launch_graph(p); !gs.ok()) {
       // A step that cannot be captured or replayed runs eagerly, and so do the later ones; the
@@ -464,13 +512,6 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   } else {
     PLUMB_RETURN_IF_ERROR(enqueue(p));
   }
-  if (R_real > 0) {
-    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(R_real * V) * 4,
-                                               cudaMemcpyDeviceToHost, stream_));
-  }
-  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  const float* lh = logits_host_.as<float>();
-  logits.assign(lh, lh + R_real * V);
   return Status::Ok();
 }
 
@@ -503,7 +544,9 @@ Status CudaModelRunner::launch_graph(const StepPlan& p) {
   return Status::Ok();
 }
 
-Status CudaModelRunner::enqueue(const StepPlan& p) {
+// The forward pass stays one function, reading top to bottom as the model's equations (as the CPU
+// engine's Model::forward_impl does).
+Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-function-size)
   const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads,
                 hd = c_.head_dim, ff = c_.intermediate_size, V = c_.vocab_size;
   const int64_t qkv_w = (nh + 2 * nkv) * hd, T = p.T;
