@@ -81,9 +81,10 @@ int run_anchors(const AnchorsArgs& a) {
   }
   std::printf("\nthis machine's ceilings");
   if (ceilings.empty()) {
-    std::printf(": not measured yet (run `plumb machine --ledger %s`)\n", a.ledger_path.c_str());
+    std::printf(": not measured yet (run `plumb machine --ledger %s`)\n",
+                ledger::redact_url(a.ledger_path).c_str());
   } else {
-    std::printf(" (%s)\n", a.ledger_path.c_str());
+    std::printf(" (%s)\n", ledger::redact_url(a.ledger_path).c_str());
     for (const auto& c : ceilings) {
       const json::object& o = c.as_object();
       std::printf("  %-18s %10.2f %s  (measured %s)\n", str(o, "name").c_str(), o.at("value").as_double(),

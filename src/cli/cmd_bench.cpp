@@ -486,7 +486,8 @@ Status after_measurement(BenchArgs& a, bool own_server, const compare::Workload&
     json::object caller{{"command", "bench"}, {"bench", settings_json(a)}};
     auto id = record_run(a.ledger_path, w, m, compare::effective_settings(mo, std::move(caller)), a.seed);
     if (!id.ok()) return job_error("--ledger: " + id.status().to_string());
-    std::fprintf(stderr, "plumb bench: recorded run %lld in %s\n", (long long)*id, a.ledger_path.c_str());
+    std::fprintf(stderr, "plumb bench: recorded run %lld in %s\n", (long long)*id,
+                 ledger::redact_url(a.ledger_path).c_str());
   }
   if (m.outcome != compare::Outcome::kValid && m.outcome != compare::Outcome::kInvalid)
     std::fprintf(stderr, "plumb bench: the run is %s: %s\n",

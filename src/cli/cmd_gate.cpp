@@ -292,7 +292,7 @@ Status write_outputs(const GateArgs& a, const GateInputs& in, GateServers& s, co
   info.reference_accuracy = reference_accuracy;
   auto id = gates::record_gate_run(*s.ledger, report, info);
   if (!id.ok()) return job_error("ledger: " + id.status().to_string());
-  std::cout << "recorded in " << a.ledger_path << " as run " << *id << "\n";
+  std::cout << "recorded in " << ledger::redact_url(a.ledger_path) << " as run " << *id << "\n";
   return Status::Ok();
 }
 

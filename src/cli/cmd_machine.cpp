@@ -93,7 +93,9 @@ int run_machine(const MachineArgs& a) {
     }
     out["ledger"] = a.ledger_path;
     out["machine_id"] = *id;
-    if (!a.as_json) std::printf("stored in %s as machine %lld\n", a.ledger_path.c_str(), (long long)*id);
+    if (!a.as_json)
+      std::printf("stored in %s as machine %lld\n", ledger::redact_url(a.ledger_path).c_str(),
+                  (long long)*id);
   }
   if (a.as_json) std::printf("%s\n", json::dump_pretty(out).c_str());
   return kExitOk;

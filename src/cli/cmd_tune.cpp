@@ -393,7 +393,7 @@ int run_search(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune
   if (!r.ok()) {
     std::cerr << "plumb tune: study " << id << " stopped: " << r.status().to_string()
               << "\n  finished trials are kept; continue with: plumb tune --resume " << id << " --ledger "
-              << a.ledger_path << "\n";
+              << ledger::redact_url(a.ledger_path) << "\n";
     return exit_for(r.status()) == kExitUsage ? kExitError : exit_for(r.status());
   }
   std::fprintf(stderr, "search finished: %lld trials (%lld this run), stopped by %s\n",

@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "core/sha256.h"
 #include "ledger/schema.h"
+#include "ledger/seal_format.h"
 #ifdef PLUMB_HAVE_POSTGRES
 #include "ledger/pg_ledger.h"
 #endif
@@ -279,17 +280,8 @@ void hash_row(Sha256& h, Stmt& s) {
 Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
   Sha256 h;
   h.update("plumb-seal/1\nrun\n");
-  Stmt r(
-      db,
-      "SELECT r.id, r.machine_id, r.build_id, r.protocol_id, r.request_set_id, r.registration_id, r.arm, "
-      "r.pair_index, r.scenario, r.size_class, r.target_engine, r.engine_config, r.engine_config_hash, "
-      "r.model_identity, r.seed, r.effective_settings, r.started_at, r.ended_at, r.valid, r.validity_json, "
-      "r.gate_status, r.objective, m.fingerprint_hash, m.cpu_model, m.cores, m.memory_bytes, m.gpu_model, "
-      "m.gpu_driver, m.kernel, b.version, b.git_commit, b.build_type, b.compiler, p.version, p.hash, "
-      "s.set_hash, s.scenario, s.size_class, s.seed, s.num_requests, g.registration_hash "
-      "FROM runs r JOIN machines m ON m.id = r.machine_id JOIN builds b ON b.id = r.build_id "
-      "JOIN protocols p ON p.id = r.protocol_id JOIN request_sets s ON s.id = r.request_set_id "
-      "LEFT JOIN registrations g ON g.id = r.registration_id WHERE r.id = ?");
+  const std::string run_sql = std::string(seal_format::kRunSelect) + "?";
+  Stmt r(db, run_sql.c_str());
   PLUMB_RETURN_IF_ERROR(r.prepared("run content"));
   r.bind(run_id);
   PLUMB_ASSIGN_OR_RETURN(bool found, r.step("reading run content"));
@@ -322,11 +314,6 @@ Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
   return h.hex_digest();
 }
 
-std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content) {
-  return sha256_hex("plumb-seal/1 " + std::to_string(seq) + " " + std::to_string(run_id) + " " + prev + " " +
-                    content);
-}
-
 // A run's protocol row must be what its hash says: the seal's checks read the protocol's scenario
 // definitions from that row.
 Status check_protocol_row(sqlite3* db, int64_t run_id) {
@@ -355,7 +342,7 @@ Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id) {
   PLUMB_ASSIGN_OR_RETURN(bool row, head.step("reading the chain head"));
   seal.seq = row ? head.i64(0) : 0;
   seal.prev_hash = row && !head.null(1) ? head.text(1) : kGenesisHash;
-  seal.hash = link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
+  seal.hash = seal_format::link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
   seal.sealed_at = utc_timestamp_now();
   Stmt ins(
       db,
@@ -682,26 +669,9 @@ Status verify_protocols(sqlite3* db, VerifyReport& rep) {
 
 // One seal of the chain against the one before it (`prev`, `expect`) and against its run's rows.
 void verify_seal(sqlite3* db, Stmt& s, int64_t expect, const std::string& prev, VerifyReport& rep) {
-  int64_t seq = s.i64(0), run = s.i64(1);
-  std::string content = s.text(2), prev_hash = s.text(3), hash = s.text(4);
-  std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
-  if (seq != expect)
-    rep.problems.push_back(where + ": seals " + std::to_string(expect) + ".." + std::to_string(seq - 1) +
-                           " are missing (deleted)");
-  if (prev_hash != prev)
-    rep.problems.push_back(where +
-                           ": its prev_hash is not the previous seal's hash (a seal was deleted, "
-                           "inserted or edited before it)");
-  if (link_hash(seq, run, prev_hash, content) != hash)
-    rep.problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
-  auto now = run_content_hash(db, run);
-  if (!now.ok())
-    rep.problems.push_back(where + ": " + now.status().message());
-  else if (*now != content)
-    rep.problems.push_back(
-        where +
-        ": the run's content changed after it was sealed (its run row, a "
-        "per-request row, a metric or a row it refers to was edited, inserted or deleted)");
+  const int64_t run = s.i64(1);
+  seal_format::check_seal(s.i64(0), run, s.text(2), s.text(3), s.text(4), expect, prev,
+                          run_content_hash(db, run), rep.problems);
 }
 
 // The chain, then the runs without a seal.

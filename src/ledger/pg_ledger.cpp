@@ -27,6 +27,7 @@
 #include "core/json.h"
 #include "core/sha256.h"
 #include "ledger/pg_schema.h"
+#include "ledger/seal_format.h"
 
 namespace plumb::ledger {
 
@@ -125,17 +126,7 @@ void hash_row(Sha256& h, const pqxx::row& r) {
 Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
   Sha256 h;
   h.update("plumb-seal/1\nrun\n");
-  pqxx::result r = w.exec(
-      "SELECT r.id, r.machine_id, r.build_id, r.protocol_id, r.request_set_id, r.registration_id, r.arm, "
-      "r.pair_index, r.scenario, r.size_class, r.target_engine, r.engine_config, r.engine_config_hash, "
-      "r.model_identity, r.seed, r.effective_settings, r.started_at, r.ended_at, r.valid, r.validity_json, "
-      "r.gate_status, r.objective, m.fingerprint_hash, m.cpu_model, m.cores, m.memory_bytes, m.gpu_model, "
-      "m.gpu_driver, m.kernel, b.version, b.git_commit, b.build_type, b.compiler, p.version, p.hash, "
-      "s.set_hash, s.scenario, s.size_class, s.seed, s.num_requests, g.registration_hash "
-      "FROM runs r JOIN machines m ON m.id = r.machine_id JOIN builds b ON b.id = r.build_id "
-      "JOIN protocols p ON p.id = r.protocol_id JOIN request_sets s ON s.id = r.request_set_id "
-      "LEFT JOIN registrations g ON g.id = r.registration_id WHERE r.id = " +
-      lit(run_id));
+  pqxx::result r = w.exec(std::string(seal_format::kRunSelect) + lit(run_id));
   if (r.empty())
     return not_found("run " + std::to_string(run_id) +
                      " or a row it refers to (machine, build, protocol, request set) is missing");
@@ -160,11 +151,6 @@ Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
   return h.hex_digest();
 }
 
-std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content) {
-  return sha256_hex("plumb-seal/1 " + std::to_string(seq) + " " + std::to_string(run_id) + " " + prev + " " +
-                    content);
-}
-
 // The chain is one sequence for every writer: a seal takes this lock before it reads the head, and
 // holds it to commit (the trigger takes it too, for writers other than plumb).
 void lock_chain(Txb& w) { w.exec("SELECT pg_advisory_xact_lock(7301, 0)"); }
@@ -187,7 +173,7 @@ Result<SealRow> seal_in_tx(Txb& w, int64_t run_id) {
   pqxx::row head = w.exec1("SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
   seal.seq = I(head[0]);
   seal.prev_hash = head[1].is_null() ? kGenesisHash : T(head[1]);
-  seal.hash = link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
+  seal.hash = seal_format::link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
   seal.sealed_at = utc_timestamp_now();
   w.exec("INSERT INTO seals (seq, run_id, content_hash, prev_hash, hash, sealed_at) VALUES (" +
          lit(seal.seq) + ", " + lit(run_id) + ", " + lit(w, seal.content_hash) + ", " +
@@ -869,26 +855,10 @@ Result<VerifyReport> PostgresLedger::verify() {
     std::string prev = kGenesisHash;
     for (const auto& s :
          w.exec("SELECT seq, run_id, content_hash, prev_hash, hash FROM seals ORDER BY seq")) {
-      int64_t seq = I(s[0]), run = I(s[1]);
-      std::string content = T(s[2]), prev_hash = T(s[3]), hash = T(s[4]);
-      std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
-      if (seq != next)
-        rep.problems.push_back(where + ": seals " + std::to_string(next) + ".." + std::to_string(seq - 1) +
-                               " are missing (deleted)");
-      if (prev_hash != prev)
-        rep.problems.push_back(
-            where +
-            ": its prev_hash is not the previous seal's hash (a seal was deleted, inserted or "
-            "edited before it)");
-      if (link_hash(seq, run, prev_hash, content) != hash)
-        rep.problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
-      auto now = run_content_hash(w, run);
-      if (!now.ok())
-        rep.problems.push_back(where + ": " + now.status().message());
-      else if (*now != content)
-        rep.problems.push_back(where +
-                               ": the run's content changed after it was sealed (its run row, a per-request "
-                               "row, a metric or a row it refers to was edited, inserted or deleted)");
+      const int64_t seq = I(s[0]), run = I(s[1]);
+      const std::string hash = T(s[4]);
+      seal_format::check_seal(seq, run, T(s[2]), T(s[3]), hash, next, prev, run_content_hash(w, run),
+                              rep.problems);
       prev = hash;
       next = seq + 1;
       ++rep.seals;

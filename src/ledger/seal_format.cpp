@@ -1,0 +1,33 @@
+#include "ledger/seal_format.h"
+
+#include "core/sha256.h"
+
+namespace plumb::ledger::seal_format {
+
+std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content) {
+  return sha256_hex("plumb-seal/1 " + std::to_string(seq) + " " + std::to_string(run_id) + " " + prev + " " +
+                    content);
+}
+
+void check_seal(int64_t seq, int64_t run, const std::string& content, const std::string& prev_hash,
+                const std::string& hash, int64_t expect, const std::string& prev,
+                const Result<std::string>& now, std::vector<std::string>& problems) {
+  const std::string where = "seal " + std::to_string(seq) + " (run " + std::to_string(run) + ")";
+  if (seq != expect)
+    problems.push_back(where + ": seals " + std::to_string(expect) + ".." + std::to_string(seq - 1) +
+                       " are missing (deleted)");
+  if (prev_hash != prev)
+    problems.push_back(where +
+                       ": its prev_hash is not the previous seal's hash (a seal was deleted, "
+                       "inserted or edited before it)");
+  if (link_hash(seq, run, prev_hash, content) != hash)
+    problems.push_back(where + ": its hash does not match its fields (the seal row was edited)");
+  if (!now.ok())
+    problems.push_back(where + ": " + now.status().message());
+  else if (*now != content)
+    problems.push_back(where +
+                       ": the run's content changed after it was sealed (its run row, a "
+                       "per-request row, a metric or a row it refers to was edited, inserted or deleted)");
+}
+
+}  // namespace plumb::ledger::seal_format

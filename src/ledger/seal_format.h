@@ -1,0 +1,36 @@
+// The seal's canonical form, shared by both ledger backends (ledger.cpp for SQLite, pg_ledger.cpp
+// for PostgreSQL) so that one run seals to the same hash on each, and one seal row is checked by
+// the same rules. Internal to src/ledger.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plumb::ledger::seal_format {
+
+// The run row and the rows it refers to, in the order they are hashed; the caller appends the run
+// id (a placeholder or a literal).
+inline constexpr const char* kRunSelect =
+    "SELECT r.id, r.machine_id, r.build_id, r.protocol_id, r.request_set_id, r.registration_id, r.arm, "
+    "r.pair_index, r.scenario, r.size_class, r.target_engine, r.engine_config, r.engine_config_hash, "
+    "r.model_identity, r.seed, r.effective_settings, r.started_at, r.ended_at, r.valid, r.validity_json, "
+    "r.gate_status, r.objective, m.fingerprint_hash, m.cpu_model, m.cores, m.memory_bytes, m.gpu_model, "
+    "m.gpu_driver, m.kernel, b.version, b.git_commit, b.build_type, b.compiler, p.version, p.hash, "
+    "s.set_hash, s.scenario, s.size_class, s.seed, s.num_requests, g.registration_hash "
+    "FROM runs r JOIN machines m ON m.id = r.machine_id JOIN builds b ON b.id = r.build_id "
+    "JOIN protocols p ON p.id = r.protocol_id JOIN request_sets s ON s.id = r.request_set_id "
+    "LEFT JOIN registrations g ON g.id = r.registration_id WHERE r.id = ";
+
+// A seal's own hash: its position, its run, the hash before it and its run's content hash.
+std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content);
+
+// One seal row of the chain checked against the one before it (`expect`ed seq, `prev` hash) and
+// against its run's content hashed now (`now`); each finding is appended to `problems`.
+void check_seal(int64_t seq, int64_t run, const std::string& content, const std::string& prev_hash,
+                const std::string& hash, int64_t expect, const std::string& prev,
+                const Result<std::string>& now, std::vector<std::string>& problems);
+
+}  // namespace plumb::ledger::seal_format
