@@ -246,7 +246,12 @@ int cmd_migrate(const LedgerArgs& a) {
     std::printf("copied  %-18s %lld\n", table.c_str(), (long long)n);
     total += n;
   }
-  if (rep->copied.empty()) std::printf("copied  nothing (the source holds no rows)\n");
+  for (const auto& [table, n] : rep->already)
+    std::printf("already %-18s %lld (in the destination before; not copied again)\n", table.c_str(),
+                (long long)n);
+  if (rep->copied.empty())
+    std::printf("copied  nothing (%s)\n", rep->already.empty() ? "the source holds no rows"
+                                                               : "the destination holds every row already");
   auto head = (*to)->chain_head();
   if (head.ok()) std::printf("destination chain head %s\n", head->c_str());
   if (rep->refused.empty()) {
@@ -315,8 +320,9 @@ void setup(CLI::App& root) {
       "Copies every row with its provenance (machine, build, protocol, request set, registration) through\n"
       "the destination's validator, as new rows: ids are the destination's, and each run is sealed into its\n"
       "chain. A run not sealed in the source is not copied; a row the destination refuses is listed with\n"
-      "the reason. Copying the same file twice copies its runs twice. Exit 0: all copied; 1: some "
-      "refused.\n\n"
+      "the reason. Copying is idempotent: rows the destination already holds (an earlier migrate of the\n"
+      "same file) are counted as 'already' and not copied again, so migrating a file that grew copies only\n"
+      "its new rows. Exit 0: all copied; 1: some refused.\n\n"
       "Example:\n"
       "  plumb ledger migrate plumb.db postgresql://plumb@db.example/plumb\n"
       "Details: docs/ledger.md");

@@ -302,6 +302,9 @@ int run_replay(ledger::Ledger& ledger, const TuneArgs& a) {
       100 * median(fr), fmtd("%.4g", grid_best).c_str(), (long long)n,
       100.0 * double(n) / double(st->trials.size()),
       std::isfinite(median(t95)) ? fmtd("%.1f", median(t95)).c_str() : "never");
+  size_t reached = size_t(std::count_if(t95.begin(), t95.end(), [](double x) { return std::isfinite(x); }));
+  std::printf("  reached 95%% of the grid best within %lld trials: %zu of %d seeds\n", (long long)n, reached,
+              a.replay_seeds);
   return kExitOk;
 }
 

@@ -22,8 +22,9 @@ class Rng {
   double uniform() { return double(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
   // Uniform integer in [lo, hi] (inclusive). Requires lo <= hi.
   int64_t uniform_int(int64_t lo, int64_t hi) {
-    uint64_t span = uint64_t(hi - lo) + 1;
-    return lo + int64_t(span == 0 ? next_u64() : next_u64() % span);
+    // Unsigned arithmetic: hi - lo overflows int64_t when the range spans more than half of it.
+    uint64_t span = uint64_t(hi) - uint64_t(lo) + 1;
+    return int64_t(uint64_t(lo) + (span == 0 ? next_u64() : next_u64() % span));
   }
   // Standard normal (Box–Muller, one value per call).
   double normal();

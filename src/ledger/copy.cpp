@@ -2,6 +2,7 @@
 // inserts. Nothing here knows either backend.
 #include "ledger/copy.h"
 
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -50,6 +51,35 @@ Result<Rows> rows(Ledger& l, const std::string& table, int64_t run_id = 0) {
   return Rows(std::move(t));
 }
 
+// Natural keys: what identifies a row apart from its ids, so that a row the destination already
+// holds (an earlier copy of the same source, or of the source before it grew) is recognised.
+std::string join_key(std::initializer_list<std::string> parts) {
+  std::string k;
+  for (const auto& p : parts) k += p + '\x1f';
+  return k;
+}
+
+std::string registration_key(const Registration& g) {
+  std::string seeds;
+  for (int64_t x : g.seeds) seeds += std::to_string(x) + ",";
+  return join_key({g.created_at, g.arm_a_config, g.arm_b_config, g.scenario, g.size_class, g.metric,
+                   g.direction, g.rule, seeds});
+}
+
+std::string run_key(const Rows& t, size_t r) {
+  return join_key({t.s(r, "started_at"), t.s(r, "ended_at"), t.s(r, "engine_config_hash"),
+                   std::to_string(t.i(r, "seed")), t.s(r, "arm"),
+                   t.null(r, "pair_index") ? "-" : std::to_string(t.i(r, "pair_index")), t.s(r, "scenario"),
+                   t.s(r, "size_class"), t.s(r, "target_engine"), t.s(r, "model_identity"),
+                   std::to_string(t.i(r, "valid")), t.s(r, "gate_status"),
+                   t.null(r, "objective") ? "-" : std::to_string(t.d(r, "objective"))});
+}
+
+std::string study_key(const StudyRow& s) {
+  return join_key({s.created_at, s.name, s.strategy, std::to_string(s.strategy_seed), s.scenario,
+                   s.size_class, std::to_string(s.dev_seed), std::to_string(s.eval_seed)});
+}
+
 // A refusal is the destination's validator speaking; anything else stops the copy.
 bool refused(const Status& s) {
   return s.code() == Code::kFailedPrecondition || s.code() == Code::kInvalidArgument;
@@ -60,6 +90,7 @@ class Copier {
   Copier(Ledger& from, Ledger& to) : from_(from), to_(to) {}
 
   Result<CopyReport> run() {
+    PLUMB_RETURN_IF_ERROR(load_existing());
     PLUMB_RETURN_IF_ERROR(reference_rows());
     PLUMB_RETURN_IF_ERROR(registrations());
     PLUMB_ASSIGN_OR_RETURN(Rows runs, rows(from_, "runs"));
@@ -71,6 +102,46 @@ class Copier {
   }
 
  private:
+  // The destination's registrations, runs, studies and scores by natural key.
+  Status load_existing() {
+    // Reference rows are inserted idempotently (the existing row's id comes back): ids held before
+    // tell a row found from a row written.
+    for (const char* t : {"machines", "machine_ceilings", "builds", "protocols", "request_sets", "anchors"}) {
+      PLUMB_ASSIGN_OR_RETURN(Rows held, rows(to_, t));
+      for (size_t r = 0; r < held.size(); ++r) held_ids_[t].insert(held.i(r, "id"));
+    }
+    PLUMB_ASSIGN_OR_RETURN(std::vector<Registration> regs, to_.list_registrations());
+    for (const auto& g : regs) have_registration_[registration_key(g)].push_back(g.id);
+    // Plain runs only: a trial's run is found through its trial (studies()).
+    PLUMB_ASSIGN_OR_RETURN(Rows trials, rows(to_, "trials"));
+    std::set<int64_t> of_trials;
+    for (size_t r = 0; r < trials.size(); ++r)
+      if (!trials.null(r, "run_id")) of_trials.insert(trials.i(r, "run_id"));
+    PLUMB_ASSIGN_OR_RETURN(Rows runs, rows(to_, "runs"));
+    for (size_t r = 0; r < runs.size(); ++r)
+      if (!of_trials.count(runs.i(r, "id"))) have_run_[run_key(runs, r)].push_back(runs.i(r, "id"));
+    PLUMB_ASSIGN_OR_RETURN(std::vector<StudyRow> studies, to_.list_studies());
+    for (const auto& s : studies) have_study_[study_key(s)].push_back(s.id);
+    PLUMB_ASSIGN_OR_RETURN(Rows sc, rows(to_, "scores"));
+    for (size_t r = 0; r < sc.size(); ++r)
+      have_score_.insert(join_key({std::to_string(sc.i(r, "run_id")),
+                                   std::to_string(sc.i(r, "baseline_run_id")), sc.s(r, "baseline_name")}));
+    return Status::Ok();
+  }
+
+  // The destination's id of a row it already holds under `key` (counted as already there), if any.
+  // Each held row answers for one source row: a source with two rows of one key (two runs started
+  // in the same millisecond) finds both only where the destination holds both.
+  std::optional<int64_t> already(std::map<std::string, std::vector<int64_t>>& have, const std::string& key,
+                                 const std::string& table) {
+    auto it = have.find(key);
+    if (it == have.end() || it->second.empty()) return std::nullopt;
+    int64_t id = it->second.front();
+    it->second.erase(it->second.begin());
+    ++rep_.already[table];
+    return id;
+  }
+
   // Runs outside studies, in id order (a comparison's pairs keep their order); a study's runs go
   // with its trials.
   Status plain_runs(const Rows& runs) {
@@ -95,6 +166,10 @@ class Copier {
 
   Status copy_run(const Rows& runs, size_t r) {
     int64_t id = runs.i(r, "id");
+    if (auto have = already(have_run_, run_key(runs, r), "runs")) {
+      run_[id] = *have;
+      return Status::Ok();
+    }
     PLUMB_ASSIGN_OR_RETURN(std::optional<RunRow> run, run_row(runs, r));
     if (!run) return Status::Ok();
     PLUMB_ASSIGN_OR_RETURN(Rows reqs, rows(from_, "requests", id));
@@ -182,7 +257,8 @@ class Copier {
              const Result<int64_t>& r) {
     if (r.ok()) {
       m[old_id] = *r;
-      ++rep_.copied[table];
+      auto held = held_ids_.find(table);
+      ++(held != held_ids_.end() && held->second.count(*r) ? rep_.already : rep_.copied)[table];
       return Status::Ok();
     }
     if (!refused(r.status())) return r.status();
@@ -202,6 +278,10 @@ class Copier {
       auto p = mapped(protocol_, g.protocol_id, "protocol", "registration " + std::to_string(old));
       if (!p) continue;
       g.protocol_id = *p;  // its hash is recomputed over the destination's protocol id
+      if (auto have = already(have_registration_, registration_key(g), "registrations")) {
+        registration_[old] = *have;
+        continue;
+      }
       PLUMB_RETURN_IF_ERROR(put(registration_, old, "registrations", to_.register_comparison(g)));
     }
     return Status::Ok();
@@ -276,10 +356,24 @@ class Copier {
       s.protocol_id = *p;
       s.machine_id = *m;
       std::map<int64_t, int64_t> study;
-      PLUMB_RETURN_IF_ERROR(put(study, old, "studies", to_.create_study(s)));
+      if (auto have = already(have_study_, study_key(s), "studies"))
+        study[old] = *have;
+      else
+        PLUMB_RETURN_IF_ERROR(put(study, old, "studies", to_.create_study(s)));
       if (!study.count(old)) continue;
       PLUMB_ASSIGN_OR_RETURN(std::vector<TrialRow> trials, from_.trials_for(old));
-      for (const TrialRow& t : trials) PLUMB_RETURN_IF_ERROR(copy_trial(t, old, study[old], runs, run_at));
+      PLUMB_ASSIGN_OR_RETURN(std::vector<TrialRow> held, to_.trials_for(study[old]));
+      for (const TrialRow& t : trials) {
+        if (size_t(t.idx) < held.size()) {  // copied before: trials are appended by index
+          if (t.run_id && held[size_t(t.idx)].run_id) {
+            run_[*t.run_id] = *held[size_t(t.idx)].run_id;
+            ++rep_.already["runs"];
+          }
+          ++rep_.already["trials"];
+          continue;
+        }
+        PLUMB_RETURN_IF_ERROR(copy_trial(t, old, study[old], runs, run_at));
+      }
     }
     return Status::Ok();
   }
@@ -323,6 +417,10 @@ class Copier {
       auto a = mapped(run_, s.i(r, "run_id"), "run", row);
       auto b = a ? mapped(run_, s.i(r, "baseline_run_id"), "run", row) : std::nullopt;
       if (!b) continue;
+      if (have_score_.count(join_key({std::to_string(*a), std::to_string(*b), s.s(r, "baseline_name")}))) {
+        ++rep_.already["scores"];
+        continue;
+      }
       std::map<int64_t, int64_t> ignore;
       PLUMB_RETURN_IF_ERROR(put(ignore, s.i(r, "id"), "scores",
                                 to_.insert_score({*a, *b, s.s(r, "baseline_name"), s.d(r, "value")})));
@@ -334,7 +432,14 @@ class Copier {
     for (const auto& [old, now] : registration_) {
       PLUMB_ASSIGN_OR_RETURN(std::vector<ReadoutRow> rs, from_.readouts_for(old));
       PLUMB_ASSIGN_OR_RETURN(Registration g, to_.get_registration(now));
+      PLUMB_ASSIGN_OR_RETURN(std::vector<ReadoutRow> held, to_.readouts_for(now));
+      std::set<std::string> have;
+      for (const auto& h : held) have.insert(join_key({h.created_at, h.verdict, h.reason}));
       for (ReadoutRow x : rs) {
+        if (have.count(join_key({x.created_at, x.verdict, x.reason}))) {
+          ++rep_.already["readouts"];
+          continue;
+        }
         int64_t id = x.id;
         x.registration_id = now;
         x.registration_hash = g.registration_hash;
@@ -350,6 +455,10 @@ class Copier {
   CopyReport rep_;
   std::set<int64_t> sealed_;
   std::map<int64_t, int64_t> machine_, build_, protocol_, set_, registration_, run_;
+  // The destination's rows by natural key, oldest first.
+  std::map<std::string, std::vector<int64_t>> have_registration_, have_run_, have_study_;
+  std::set<std::string> have_score_;
+  std::map<std::string, std::set<int64_t>> held_ids_;  // reference tables' ids before the copy
 };
 
 }  // namespace

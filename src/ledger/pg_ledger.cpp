@@ -9,11 +9,13 @@
 // IoError.
 #include "ledger/pg_ledger.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <pqxx/pqxx>
@@ -342,8 +344,53 @@ StudyRow read_study(const pqxx::row& s) {
   return r;
 }
 
-// What differs between the database's validator (trigger functions and triggers in the current
-// schema) and this build's, one line each.
+// The ledger tables' columns and constraints as the database holds them, in pg::catalog()'s form.
+std::vector<std::string> live_catalog(Txb& w) {
+  std::string in;
+  for (const auto& t : table_names()) in += (in.empty() ? "" : ", ") + w.quote(t);
+  std::vector<std::string> out;
+  for (const auto& r :
+       w.exec("SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull "
+              "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+              "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
+              "AND a.attnum > 0 AND NOT a.attisdropped AND c.relname IN (" +
+              in + ")"))
+    out.push_back("column " + T(r[0]) + "." + T(r[1]) + " " + T(r[2]) + (r[3].as<bool>() ? " NOT NULL" : ""));
+  for (const auto& r : w.exec("SELECT c.relname, k.conname, CASE k.contype WHEN 'c' THEN 'check' WHEN 'f' "
+                              "THEN 'foreign key' WHEN 'p' THEN 'primary key' WHEN 'u' THEN 'unique' "
+                              "ELSE k.contype::text END FROM pg_constraint k JOIN pg_class c ON c.oid = "
+                              "k.conrelid WHERE c.relnamespace = current_schema()::regnamespace "
+                              "AND c.relname IN (" +
+                              in + ")"))
+    out.push_back("constraint " + T(r[0]) + "." + T(r[1]) + " " + T(r[2]));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The table a pg::catalog() line is about ("column runs.valid ..." -> "runs").
+std::string catalog_table(const std::string& line) {
+  size_t b = line.find(' ') + 1;
+  return line.substr(b, line.find('.', b) - b);
+}
+
+// What differs between the tables' shape and the one create_script() gives them, one line each;
+// tables in `dropped` are already reported whole.
+void catalog_differences(Txb& w, const std::set<std::string>& dropped, std::vector<std::string>& out) {
+  std::vector<std::string> have = live_catalog(w);
+  const std::vector<std::string>& want = pg::catalog();
+  std::vector<std::string> missing, extra;
+  std::set_difference(want.begin(), want.end(), have.begin(), have.end(), std::back_inserter(missing));
+  std::set_difference(have.begin(), have.end(), want.begin(), want.end(), std::back_inserter(extra));
+  for (const auto& m : missing)
+    if (!dropped.count(catalog_table(m)))
+      out.push_back(m + " is missing or changed (schema v" + std::to_string(pg::kVersion) + " has it)");
+  for (const auto& e : extra)
+    out.push_back(e + " is not part of schema v" + std::to_string(pg::kVersion) +
+                  " (added or changed outside plumb)");
+}
+
+// What differs between the database's validator (trigger functions, triggers, and the tables'
+// columns and constraints in the current schema) and this build's, one line each.
 std::vector<std::string> validator_differences(Txb& w) {
   std::vector<std::string> out;
   std::map<std::string, std::string> have_fn;
@@ -389,9 +436,13 @@ std::vector<std::string> validator_differences(Txb& w) {
   for (const auto& [name, h] : have_tg)
     out.push_back("trigger " + name + " on " + h.table + " is not part of schema v" +
                   std::to_string(pg::kVersion) + " (added outside plumb)");
+  std::set<std::string> dropped;
   for (const auto& t : table_names())
-    if (w.exec1("SELECT to_regclass(" + w.quote(t) + ") IS NULL")[0].as<bool>())
+    if (w.exec1("SELECT to_regclass(" + w.quote(t) + ") IS NULL")[0].as<bool>()) {
       out.push_back("table " + t + " is missing (dropped?)");
+      dropped.insert(t);
+    }
+  catalog_differences(w, dropped, out);
   return out;
 }
 

@@ -34,4 +34,13 @@ std::string create_script();
 const std::vector<Function>& functions();
 const std::vector<Trigger>& triggers();
 
+// The shape create_script() gives the ledger's tables, as the catalog reports it, one line per
+// column ("column TABLE.COLUMN TYPE[ NOT NULL]", type as format_type prints it) and per constraint
+// ("constraint TABLE.NAME KIND", KIND one of check, foreign key, primary key, unique), sorted. A
+// database whose tables differ (a dropped CHECK or NOT NULL, a retyped column) has lost part of
+// its validator. A CHECK rewritten under its old name is not seen: expressions are printed
+// differently by different PostgreSQL versions, so only names and kinds are compared.
+// tests/ledger/shared_ledger_test.cpp checks this list against a freshly created ledger.
+const std::vector<std::string>& catalog();
+
 }  // namespace plumb::ledger::pg

@@ -47,12 +47,20 @@ std::optional<double> as_number(const ParamValue& v) {
   return std::nullopt;
 }
 
+// Whether x converts to int64_t without undefined behaviour: finite and in [-2^63, 2^63).
+bool fits_int64(double x) {
+  return std::isfinite(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0;
+}
+
 // A value checked/converted to the parameter's kind (ints: integral numbers only).
 Result<ParamValue> coerce(const ParamSpec& p, const ParamValue& v, const std::string& where) {
   switch (p.kind) {
     case ParamKind::kInt: {
+      if (std::holds_alternative<int64_t>(v)) return v;  // exact: not through a double (2^53 and up)
       auto x = as_number(v);
       if (!x || std::floor(*x) != *x) return invalid_argument(where + ": '" + p.name + "' takes integers");
+      if (!fits_int64(*x))
+        return invalid_argument(where + ": '" + p.name + "' takes integers within the 64-bit range");
       return ParamValue{int64_t(*x)};
     }
     case ParamKind::kFloat: {
@@ -107,6 +115,8 @@ Result<double> number_field(const toml::table& t, std::string_view key, const st
 Status parse_range(const toml::table& t, const std::string& where, ParamSpec& p) {
   PLUMB_ASSIGN_OR_RETURN(p.low, number_field(t, "low", where));
   PLUMB_ASSIGN_OR_RETURN(p.high, number_field(t, "high", where));
+  if (!std::isfinite(p.low) || !std::isfinite(p.high) || !std::isfinite(p.high - p.low))
+    return invalid_argument(where + ": low, high and high - low must be finite numbers");
   if (p.low > p.high) return invalid_argument(where + ": low > high");
   if (auto lg = t.get("log")) {
     auto b = lg->as_boolean();
@@ -116,6 +126,8 @@ Status parse_range(const toml::table& t, const std::string& where, ParamSpec& p)
   if (p.log && p.low <= 0) return invalid_argument(where + ": log = true needs low > 0");
   if (p.kind == ParamKind::kInt && (std::floor(p.low) != p.low || std::floor(p.high) != p.high))
     return invalid_argument(where + ": an int range needs integer low and high");
+  if (p.kind == ParamKind::kInt && (!fits_int64(p.low) || !fits_int64(p.high)))
+    return invalid_argument(where + ": an int range must lie within the 64-bit integer range");
   if (auto* g = t.get("grid")) {
     PLUMB_ASSIGN_OR_RETURN(p.grid, value_list(*g, p, where + ": grid"));
     for (const auto& x : p.grid) {

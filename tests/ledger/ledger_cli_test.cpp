@@ -1,6 +1,6 @@
 // `plumb ledger verify` and the chain head in exports, through the real binary: exit 0 and the head
 // on a sound ledger; exit 1 naming the run whose row was edited (triggers dropped first); the same
-// head in `plumb ledger export --format json`; `plumb ledger migrate` into a SQLite file and into
+// head in `plumb ledger export --format json`; `plumb ledger migrate` (twice) into a SQLite file and into
 // PostgreSQL.
 #include <gtest/gtest.h>
 
@@ -79,6 +79,12 @@ TEST_P(LedgerCliBoth, MigrateCopiesALocalLedgerAndReportsCounts) {
   auto rep = ledger_->verify();
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->ok());
+  // The same file again: nothing is copied twice, and the output says why.
+  auto w = plumb({"ledger", "migrate", src, where_});
+  EXPECT_TRUE(w.exit.exited && w.exit.exit_code == 0) << w.out;
+  EXPECT_NE(w.out.find("already runs               3"), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("the destination holds every row already"), std::string::npos) << w.out;
+  EXPECT_EQ(ledger_->list_runs(0)->size(), 3u);
 }
 
 TEST_F(LedgerCliTest, VerifyFindsAnEditedRowAndExitsOne) {

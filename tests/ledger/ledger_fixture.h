@@ -93,6 +93,36 @@ inline RunRow good_run(int64_t machine, int64_t build, int64_t protocol, int64_t
   return r;
 }
 
+// A grid study of scenario `scenario` (small) on dev seed 21, eval seed 1337, with empty space and options.
+inline StudyRow study_row(int64_t protocol, int64_t machine, const std::string& name,
+                          const std::string& scenario = "A") {
+  StudyRow r;
+  r.name = name;
+  r.adapter = "plumb";
+  r.space_json = r.options_json = "{}";
+  r.strategy = "grid";
+  r.scenario = scenario;
+  r.size_class = "small";
+  r.dev_seed = 21;
+  r.eval_seed = 1337;
+  r.protocol_id = protocol;
+  r.machine_id = machine;
+  return r;
+}
+
+// A feasible trial `idx` of study `sid` (pass its run to insert_trial).
+inline TrialRow feasible_trial(int64_t sid, int64_t idx, double objective, const std::string& config = "{}") {
+  TrialRow t;
+  t.study_id = sid;
+  t.idx = idx;
+  t.config_json = config;
+  t.feasible = true;
+  t.objective = objective;
+  t.rationale = "grid point";
+  t.started_at = t.ended_at = "2026-01-01T00:00:00.000Z";
+  return t;
+}
+
 enum class Backend { kSqlite, kPostgres };
 inline std::string backend_name(const ::testing::TestParamInfo<Backend>& i) {
   return i.param == Backend::kSqlite ? "Sqlite" : "Postgres";

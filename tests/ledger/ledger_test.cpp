@@ -170,19 +170,8 @@ TEST_P(LedgerBoth, CeilingsLatestPerName) {
 class StudyFixture : public LedgerTest {
  protected:
   int64_t study() {
-    StudyRow r;
-    r.name = "s";
-    r.adapter = "plumb";
-    r.space_json = "{}";
-    r.strategy = "grid";
-    r.scenario = "D";
-    r.size_class = "small";
-    r.dev_seed = 21;
-    r.eval_seed = 1337;
+    StudyRow r = testing::study_row(protocol_, machine_, "s", "D");
     r.budget_trials = 3;
-    r.options_json = "{}";
-    r.protocol_id = protocol_;
-    r.machine_id = machine_;
     auto id = ledger_->create_study(r);
     EXPECT_TRUE(id.ok()) << id.status().to_string();
     return id.ok() ? *id : 0;

@@ -22,18 +22,8 @@ using testing::Backend;
 class WritersFixture : public testing::LedgerTest {
  protected:
   int64_t study() {
-    StudyRow r;
-    r.name = "shared";
-    r.adapter = "plumb";
-    r.space_json = "{}";
+    StudyRow r = testing::study_row(protocol_, machine_, "shared");
     r.strategy = "random";
-    r.scenario = "A";
-    r.size_class = "small";
-    r.dev_seed = 21;
-    r.eval_seed = 1337;
-    r.options_json = "{}";
-    r.protocol_id = protocol_;
-    r.machine_id = machine_;
     auto id = ledger_->create_study(r);
     EXPECT_TRUE(id.ok()) << id.status().to_string();
     return id.ok() ? *id : 0;
@@ -60,14 +50,9 @@ class WritersFixture : public testing::LedgerTest {
         *failed = true;
         return refused;
       }
-      TrialRow t;
-      t.study_id = sid;
-      t.idx = int64_t(ts->size());
-      t.config_json = "{\"writer\":\"" + who + "\",\"n\":" + std::to_string(done) + "}";
-      t.feasible = true;
-      t.objective = 100.0;
+      TrialRow t = testing::feasible_trial(sid, int64_t(ts->size()), 100.0,
+                                           "{\"writer\":\"" + who + "\",\"n\":" + std::to_string(done) + "}");
       t.rationale = "random point";
-      t.started_at = t.ended_at = "2026-01-01T00:00:00.000Z";
       auto id = (*l)->insert_trial(t, &run_template, reqs, {});
       if (id.ok()) {
         ++done;
@@ -166,25 +151,8 @@ TEST_P(SharedLedgerTest, CopyRefusesWhatTheDestinationsValidatorRefuses) {
     failed_gate.gate_status = "fail";
     ASSERT_TRUE((*l)->insert_run(failed_gate, backed(), {}).ok());  // 2
     // A study with a feasible and an infeasible trial.
-    StudyRow st;
-    st.name = "local";
-    st.adapter = "plumb";
-    st.space_json = st.options_json = "{}";
-    st.strategy = "grid";
-    st.scenario = "A";
-    st.size_class = "small";
-    st.dev_seed = 21;
-    st.eval_seed = 1337;
-    st.protocol_id = p;
-    st.machine_id = m;
-    int64_t sid = *(*l)->create_study(st);
-    TrialRow t;
-    t.study_id = sid;
-    t.config_json = "{}";
-    t.feasible = true;
-    t.objective = 100.0;
-    t.rationale = "grid point";
-    t.started_at = t.ended_at = "2026-01-01T00:00:00.000Z";
+    int64_t sid = *(*l)->create_study(testing::study_row(p, m, "local"));
+    TrialRow t = testing::feasible_trial(sid, 0, 100.0);
     ASSERT_TRUE((*l)->insert_trial(t, &good, backed(), {}).ok());  // run 3
     t.idx = 1;
     t.feasible = false;
@@ -234,6 +202,68 @@ TEST_P(SharedLedgerTest, CopyRefusesWhatTheDestinationsValidatorRefuses) {
   ASSERT_TRUE(trials.ok());
   ASSERT_EQ(trials->size(), 2u);
   EXPECT_TRUE((*trials)[0].run_id.has_value());
+
+  // Copying the same file again copies nothing: every row is found where the first copy put it.
+  auto again = copy_ledger(**from, *ledger_);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->copied.count("runs"), 0u);
+  EXPECT_EQ(again->copied.count("studies"), 0u);
+  EXPECT_EQ(again->copied.count("trials"), 0u);
+  EXPECT_EQ(again->copied.count("scores"), 0u);
+  EXPECT_EQ(again->already["runs"], 3);  // two plain runs and the trial's
+  EXPECT_EQ(again->already["studies"], 1);
+  EXPECT_EQ(again->already["trials"], 2);
+  EXPECT_EQ(again->already["scores"], 1);
+  EXPECT_EQ(again->refused.size(), 2u);  // the same two refusals, nothing new
+  ASSERT_TRUE((v = ledger_->verify()).ok());
+  EXPECT_EQ(v->seals, 3);
+  EXPECT_EQ(ledger_->list_studies()->size(), 1u);
+  EXPECT_EQ(ledger_->trials_for((*studies)[0].id)->size(), 2u);
+}
+
+// A file copied once, then grown (a new run, a new trial of its study): the next copy takes only the
+// new rows.
+TEST_P(SharedLedgerTest, CopyAfterTheSourceGrewCopiesOnlyTheNewRows) {
+  std::string src = dir_ + "/grows.db";
+  auto l = Ledger::open(src);
+  ASSERT_TRUE(l.ok());
+  int64_t m = *(*l)->insert_machine({testing::hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
+  int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
+  int64_t p = *(*l)->insert_protocol(testing::real_protocol());
+  int64_t s = *(*l)->insert_request_set({testing::hex64('d'), "A", "small", 21, 32});
+  // Two runs with the same content and start: two runs, not one.
+  RunRow run = testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z");
+  ASSERT_TRUE((*l)->insert_run(run, backed(), {}).ok());
+  ASSERT_TRUE((*l)->insert_run(run, backed(), {}).ok());
+  int64_t sid = *(*l)->create_study(testing::study_row(p, m, "grows"));
+  TrialRow t = testing::feasible_trial(sid, 0, 100.0);
+  ASSERT_TRUE((*l)->insert_trial(t, &run, backed(), {}).ok());
+  auto first = copy_ledger(**l, *ledger_);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->copied["runs"], 3);
+
+  RunRow later = testing::good_run(m, b, p, s, "2026-01-02T00:00:01.000Z");
+  ASSERT_TRUE((*l)->insert_run(later, backed(), {}).ok());
+  t.idx = 1;
+  auto trial = (*l)->insert_trial(t, &later, backed(), {});
+  ASSERT_TRUE(trial.ok()) << trial.status().to_string();
+  auto second = copy_ledger(**l, *ledger_);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second->copied["runs"], 2);  // the new plain run and the new trial's run
+  EXPECT_EQ(second->copied["trials"], 1);
+  EXPECT_EQ(second->copied.count("studies"), 0u);
+  EXPECT_EQ(second->already["runs"], 3);  // the two plain runs and the first trial's
+  EXPECT_EQ(second->already["machines"], 1);
+  EXPECT_EQ(second->copied.count("machines"), 0u);
+  EXPECT_EQ(second->already["trials"], 1);
+  EXPECT_EQ(second->already["studies"], 1);
+  EXPECT_TRUE(second->refused.empty());
+  auto runs = ledger_->list_runs(0);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 5u);
+  auto v = ledger_->verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok());
 }
 
 TEST(SharedLedgerUrl, PasswordsAreRedactedForMessages) {
@@ -356,6 +386,39 @@ TEST_P(PostgresOnly, OpenRefusesADisabledOrReplacedTrigger) {
   auto rep = (*insp)->verify();
   ASSERT_TRUE(rep.ok());
   EXPECT_EQ(rep->problems.size(), 2u);
+}
+
+// A fresh ledger has exactly the shape pg::catalog() lists (the list is data: when the schema
+// changes, this test names each line that must change).
+TEST_P(PostgresOnly, FreshLedgerHasTheCatalogsShape) {
+  auto rep = ledger_->verify();
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  for (const auto& p : rep->problems) ADD_FAILURE() << p << " (update src/ledger/pg_catalog.cpp)";
+}
+
+// A dropped CHECK constraint, a dropped NOT NULL and a retyped column are part of the validator
+// lost: the open refuses, naming each, and verify() lists them.
+TEST_P(PostgresOnly, OpenRefusesLoosenedColumnsAndDroppedConstraints) {
+  ASSERT_EQ(raw("ALTER TABLE runs DROP CONSTRAINT runs_arm_check"), "");
+  auto l = Ledger::open(where_);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(l.status().message().find("constraint runs.runs_arm_check check is missing"), std::string::npos)
+      << l.status().message();
+  ASSERT_EQ(raw("ALTER TABLE requests ALTER COLUMN end_ns DROP NOT NULL; "
+                "ALTER TABLE metrics ALTER COLUMN value TYPE real"),
+            "");
+  auto insp = Ledger::open_for_inspection(where_);
+  ASSERT_TRUE(insp.ok());
+  auto rep = (*insp)->verify();
+  ASSERT_TRUE(rep.ok());
+  std::string all;
+  for (const auto& p : rep->problems) all += p + "\n";
+  EXPECT_NE(all.find("column requests.end_ns bigint NOT NULL is missing or changed"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("column requests.end_ns bigint is not part of"), std::string::npos) << all;
+  EXPECT_NE(all.find("column metrics.value real NOT NULL is not part of"), std::string::npos) << all;
+  EXPECT_EQ(rep->problems.size(), 5u) << all;
 }
 
 // Per-request rows need their run (PostgreSQL checks it per statement, not by a foreign key).
