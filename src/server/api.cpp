@@ -214,7 +214,6 @@ constexpr RefusedField kRefused[] = {
     {"min_p", null_or_zero, Scope::kBoth, "min_p sampling"},
     {"use_beam_search", null_or_false, Scope::kBoth, "beam search"},
     {"length_penalty", null_or_one, Scope::kBoth, "beam search (length_penalty)"},
-    {"stop_token_ids", null_or_empty, Scope::kBoth, "client stop token ids (use 'stop' strings)"},
     {"include_stop_str_in_output", null_or_false, Scope::kBoth, "keeping the stop string in the output"},
     {"allowed_token_ids", null_or_empty, Scope::kBoth, "restricting the vocabulary"},
     {"bad_words", null_or_empty, Scope::kBoth, "banned words"},
@@ -284,12 +283,39 @@ std::optional<ApiError> parse_logit_bias(const json::object& o, int32_t vocab,
   return std::nullopt;
 }
 
+// stop_token_ids (vLLM): token ids in the vocabulary that end the output whether or not ignore_eos
+// is set (SamplingParams::ends_sequence); at most kMaxStopTokenIds of them.
+constexpr size_t kMaxStopTokenIds = 256;
+std::optional<ApiError> parse_stop_token_ids(const json::object& o, int32_t vocab,
+                                             std::vector<int32_t>& out) {
+  auto it = o.find("stop_token_ids");
+  if (it == o.end() || it->value().is_null()) return std::nullopt;
+  const char* field = "stop_token_ids";
+  if (!it->value().is_array())
+    return bad_request("field 'stop_token_ids' must be an array of token ids", field);
+  const auto& a = it->value().as_array();
+  if (a.size() > kMaxStopTokenIds)
+    return bad_request("stop_token_ids holds " + std::to_string(a.size()) + " ids; at most " +
+                           std::to_string(kMaxStopTokenIds) + " are accepted",
+                       field);
+  for (const auto& v : a) {
+    int64_t id = v.is_int64()    ? v.as_int64()
+                 : v.is_uint64() ? int64_t(std::min<uint64_t>(v.as_uint64(), INT64_MAX))
+                                 : -1;
+    if (!(v.is_int64() || v.is_uint64()) || id < 0 || id >= vocab)
+      return bad_request("stop_token_ids must be token ids in [0, " + std::to_string(vocab) + ")", field);
+    out.push_back(int32_t(id));
+  }
+  return std::nullopt;
+}
+
 // The request's fields as sent, before defaults; each is checked on its own as it is read.
 struct RequestFields {
   std::optional<int64_t> max_tokens, max_completion_tokens, top_k, seed, min_tokens;
   std::optional<double> temperature, top_p, presence_penalty, frequency_penalty, repetition_penalty;
   std::optional<bool> stream, ignore_eos, skip_special;
   std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> stop_token_ids;
 };
 
 // 'model' names the served model when given (404 otherwise); r.model keeps what was sent.
@@ -350,11 +376,12 @@ std::optional<ApiError> parse_sampling_fields(const json::object& o, RequestFiel
   return std::nullopt;
 }
 
-// min_tokens, logit_bias, top_k, seed and the flags.
+// min_tokens, logit_bias, stop_token_ids, top_k, seed and the flags.
 std::optional<ApiError> parse_token_fields(const json::object& o, const ParseContext& ctx, RequestFields& f) {
   if (auto e = take(json::opt_int(o, "min_tokens"), f.min_tokens, "min_tokens")) return *e;
   if (f.min_tokens && *f.min_tokens < 0) return bad_request("min_tokens must be >= 0", "min_tokens");
   if (auto e = parse_logit_bias(o, ctx.tokenizer->vocab_size(), f.logit_bias)) return *e;
+  if (auto e = parse_stop_token_ids(o, ctx.tokenizer->vocab_size(), f.stop_token_ids)) return *e;
   if (auto e = take(json::opt_int(o, "top_k"), f.top_k, "top_k")) return *e;
   if (auto e = take(json::opt_int(o, "seed"), f.seed, "seed")) return *e;
   if (auto e = take(json::opt_bool(o, "stream"), f.stream, "stream")) return *e;
@@ -494,6 +521,7 @@ std::optional<ApiError> fill_sampling(RequestFields& f, int64_t max_gen, const P
   s.ignore_eos = f.ignore_eos.value_or(false);
   r.skip_special_tokens = f.skip_special.value_or(true);
   s.eos_ids = ctx.eos_ids;
+  s.stop_token_ids = std::move(f.stop_token_ids);
   s.logprobs = r.want_logprobs ? r.top_logprobs : -1;
   s.logit_bias = std::move(f.logit_bias);
   s.presence_penalty = float(f.presence_penalty.value_or(0.0));

@@ -168,6 +168,27 @@ TEST_F(Api, SamplingFieldsReachTheEngine) {
   EXPECT_EQ(param(R"({"prompt": "a", "max_tokens": 3, "min_tokens": 4})"), "min_tokens");
 }
 
+// stop_token_ids end the output under ignore_eos too (SamplingParams::ends_sequence); ids outside
+// the vocabulary, non-integers and oversized lists are a 400 naming the field.
+TEST_F(Api, StopTokenIdsAreTakenAndChecked) {
+  auto v = parse_completion(R"({"prompt": "a", "stop_token_ids": [5, 7], "ignore_eos": true})", false, ctx());
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(v)) << err(v).body();
+  const auto& r = std::get<CompletionRequest>(v);
+  EXPECT_EQ(r.sampling.stop_token_ids, (std::vector<int32_t>{5, 7}));
+  EXPECT_TRUE(r.sampling.ends_sequence(7, 3));
+  EXPECT_FALSE(r.sampling.ends_sequence(2, 3));  // EOS, under ignore_eos
+  std::string many = "[";
+  for (int i = 0; i < 257; ++i) many += (i ? ",1" : "1");
+  many += "]";
+  for (std::string bad :
+       {std::string("[-1]"), std::string("[100000000]"), std::string("[1.5]"), std::string("\"5\""), many}) {
+    std::string body = R"({"prompt": "a", "stop_token_ids": )" + bad + "}";
+    ApiError e = err(parse_completion(body, false, ctx()));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "stop_token_ids") << body;
+  }
+}
+
 TEST_F(Api, FieldsPlumbDoesNotImplementAreRefusedNotIgnored) {
   auto ct = engine::ChatTemplate::for_tokenizer(*tok_);
   ASSERT_TRUE(ct.ok());
@@ -178,9 +199,9 @@ TEST_F(Api, FieldsPlumbDoesNotImplementAreRefusedNotIgnored) {
        {R"("response_format": {"type": "json_object"})",
         R"("response_format": {"type": "json_schema", "json_schema": {}})",
         R"("tools": [{"type": "function", "function": {"name": "f"}}])", R"("tool_choice": "required")",
-        R"("n": 2)", R"("min_p": 0.1)", R"("guided_json": {"type": "object"})", R"("stop_token_ids": [5])",
-        R"("echo": true)", R"("add_generation_prompt": false)",
-        R"("chat_template_kwargs": {"enable_thinking": false})", R"("use_beam_search": true)"}) {
+        R"("n": 2)", R"("min_p": 0.1)", R"("guided_json": {"type": "object"})", R"("echo": true)",
+        R"("add_generation_prompt": false)", R"("chat_template_kwargs": {"enable_thinking": false})",
+        R"("use_beam_search": true)"}) {
     std::string body = chat_prefix + f + "}";
     ApiError e = err(parse_completion(body, true, c));
     EXPECT_EQ(e.status, 400) << body;

@@ -189,6 +189,25 @@ TEST_F(Serve, StopStringsCutTheText) {
   }
 }
 
+// A client's stop_token_ids end the output under ignore_eos: logit_bias forces token 7 at every
+// step, so without the stop id the output is 12 of them, with it one, finish_reason "stop".
+TEST_F(Serve, ClientStopTokenIdsEndTheOutputUnderIgnoreEos) {
+  const std::string force = "\"logit_bias\": {\"7\": 100}";
+  auto free_run = http(port(), "POST", "/v1/completions", completion_body("Once upon a time", 12, force));
+  ASSERT_EQ(free_run.status, 200) << free_run.body;
+  auto o = obj(free_run.body);
+  EXPECT_EQ(o.at("usage").as_object().at("completion_tokens").as_int64(), 12);
+  EXPECT_EQ(o.at("choices").as_array().at(0).as_object().at("finish_reason").as_string(), "length");
+  auto stopped = http(port(), "POST", "/v1/completions",
+                      completion_body("Once upon a time", 12, force + ", \"stop_token_ids\": [7]"));
+  ASSERT_EQ(stopped.status, 200) << stopped.body;
+  o = obj(stopped.body);
+  EXPECT_EQ(o.at("usage").as_object().at("completion_tokens").as_int64(), 1);
+  EXPECT_EQ(o.at("choices").as_array().at(0).as_object().at("finish_reason").as_string(), "stop");
+  auto bad = http(port(), "POST", "/v1/completions", completion_body("a", 4, "\"stop_token_ids\": [-3]"));
+  EXPECT_EQ(bad.status, 400) << bad.body;
+}
+
 TEST_F(Serve, SeedsAreReproducible) {
   std::string body = R"({"model": "plumb-tiny", "prompt": "A cat", "max_tokens": 16, "temperature": 1.0,
                          "ignore_eos": true, "seed": )";
