@@ -59,14 +59,9 @@ TEST_P(LedgerCliBoth, MigrateCopiesALocalLedgerAndReportsCounts) {
   {
     auto l = Ledger::open(src);
     ASSERT_TRUE(l.ok());
-    int64_t m =
-        *(*l)->insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux 6.1 x86_64"});
-    int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
-    int64_t p = *(*l)->insert_protocol(testing::real_protocol());
-    int64_t s = *(*l)->insert_request_set({hex64('d'), "A", "small", 21, 32});
+    testing::Provenance pv = testing::insert_provenance(**l);
     for (int i = 0; i < 3; ++i)
-      ASSERT_TRUE(
-          (*l)->insert_run(testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z"), backed(), {}).ok());
+      ASSERT_TRUE((*l)->insert_run(pv.run("2026-01-01T00:00:01.000Z"), backed(), {}).ok());
   }
   auto v = plumb({"ledger", "migrate", src, where_});
   EXPECT_TRUE(v.exit.exited && v.exit.exit_code == 0) << v.out;

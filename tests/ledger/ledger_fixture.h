@@ -93,6 +93,20 @@ inline RunRow good_run(int64_t machine, int64_t build, int64_t protocol, int64_t
   return r;
 }
 
+// The rows a run refers to (machine, build, protocol, request set), written into a ledger.
+struct Provenance {
+  int64_t machine = 0, build = 0, protocol = 0, set = 0;
+  RunRow run(const std::string& start) const { return good_run(machine, build, protocol, set, start); }
+};
+inline Provenance insert_provenance(Ledger& l) {
+  Provenance p;
+  p.machine = *l.insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux 6.1 x86_64"});
+  p.build = *l.insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
+  p.protocol = *l.insert_protocol(real_protocol());
+  p.set = *l.insert_request_set({hex64('d'), "A", "small", 21, 32});
+  return p;
+}
+
 // A grid study of scenario `scenario` (small) on dev seed 21, eval seed 1337, with empty space and options.
 inline StudyRow study_row(int64_t protocol, int64_t machine, const std::string& name,
                           const std::string& scenario = "A") {

@@ -141,11 +141,9 @@ TEST_P(SharedLedgerTest, CopyRefusesWhatTheDestinationsValidatorRefuses) {
   {
     auto l = Ledger::open(src);
     ASSERT_TRUE(l.ok());
-    int64_t m = *(*l)->insert_machine({testing::hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
-    int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
-    int64_t p = *(*l)->insert_protocol(testing::real_protocol());
-    int64_t s = *(*l)->insert_request_set({testing::hex64('d'), "A", "small", 21, 32});
-    RunRow good = testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z");
+    testing::Provenance pv = testing::insert_provenance(**l);
+    int64_t p = pv.protocol, m = pv.machine;
+    RunRow good = pv.run("2026-01-01T00:00:01.000Z");
     ASSERT_TRUE((*l)->insert_run(good, backed(), {}).ok());  // 1
     RunRow failed_gate = good;
     failed_gate.gate_status = "fail";
@@ -227,22 +225,19 @@ TEST_P(SharedLedgerTest, CopyAfterTheSourceGrewCopiesOnlyTheNewRows) {
   std::string src = dir_ + "/grows.db";
   auto l = Ledger::open(src);
   ASSERT_TRUE(l.ok());
-  int64_t m = *(*l)->insert_machine({testing::hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
-  int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
-  int64_t p = *(*l)->insert_protocol(testing::real_protocol());
-  int64_t s = *(*l)->insert_request_set({testing::hex64('d'), "A", "small", 21, 32});
+  testing::Provenance pv = testing::insert_provenance(**l);
   // Two runs with the same content and start: two runs, not one.
-  RunRow run = testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z");
+  RunRow run = pv.run("2026-01-01T00:00:01.000Z");
   ASSERT_TRUE((*l)->insert_run(run, backed(), {}).ok());
   ASSERT_TRUE((*l)->insert_run(run, backed(), {}).ok());
-  int64_t sid = *(*l)->create_study(testing::study_row(p, m, "grows"));
+  int64_t sid = *(*l)->create_study(testing::study_row(pv.protocol, pv.machine, "grows"));
   TrialRow t = testing::feasible_trial(sid, 0, 100.0);
   ASSERT_TRUE((*l)->insert_trial(t, &run, backed(), {}).ok());
   auto first = copy_ledger(**l, *ledger_);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first->copied["runs"], 3);
 
-  RunRow later = testing::good_run(m, b, p, s, "2026-01-02T00:00:01.000Z");
+  RunRow later = pv.run("2026-01-02T00:00:01.000Z");
   ASSERT_TRUE((*l)->insert_run(later, backed(), {}).ok());
   t.idx = 1;
   auto trial = (*l)->insert_trial(t, &later, backed(), {});
