@@ -17,6 +17,7 @@
 #include "compare/preflight.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "executor/executor.h"
 #include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
@@ -50,6 +51,14 @@ struct TuneArgs {
   bool no_preflight = false;
   int preflight_runs = 4;
   std::string placement = "auto";  // the pre-flight's (trials and comparisons place with auto)
+  // Where trials run (executor/executor.h).
+  std::string executor = "local";
+  int max_parallel = 1;
+  int max_job_retries = 2;
+  double poll_s = 2;
+  std::string slurm_config;
+  executor::SlurmSettings slurm;
+  std::string run_trial;  // --run-trial SPEC: the node's half of a trial job
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
   CLI::Option* no_revalidate_opt = nullptr;
@@ -470,7 +479,57 @@ tune::RunContext run_context(const TuneArgs& a) {
   return ctx;
 }
 
+// --run-trial SPEC: measure one trial job's proposal here and record it in the shared ledger.
+int run_trial_job(const TuneArgs& a) {
+  auto spec = json::parse_file(a.run_trial);
+  if (!spec.ok()) return fail(spec.status());
+  if (!spec->is_object()) return fail(invalid_argument(a.run_trial + ": a trial job spec is a JSON object"));
+  const auto& o = spec->as_object();
+  auto url = json::string_at(o, "ledger");
+  auto study = json::number_at(o, "study_id");
+  if (!url || !study) return fail(invalid_argument(a.run_trial + ": the spec has no ledger or study_id"));
+  auto lr = ledger::Ledger::open(*url);
+  if (!lr.ok()) return fail(lr.status());
+  auto st = tune::load_study(**lr, int64_t(*study));
+  if (!st.ok()) return fail(st.status());
+  auto job = tune::TrialJob::from_json(st->space, o);
+  if (!job.ok()) return fail(job.status().with_context(a.run_trial));
+  tune::RunContext ctx;
+  ctx.plumb_binary = self_exe();
+  ctx.work_dir = a.work_dir;
+  ctx.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  auto row = tune::run_trial_job(**lr, *job, ctx);
+  if (!row.ok()) return fail(row.status().with_context("trial job " + job->key));
+  std::fprintf(stderr, "trial job %s recorded as trial %lld of study %lld (%s)\n", job->key.c_str(),
+               (long long)row->idx + 1, (long long)job->study_id, row->status.c_str());
+  return kExitOk;
+}
+
+// The executor the flags ask for, or null for today's in-process trials (local, one at a time).
+Result<std::unique_ptr<executor::Executor>> make_executor(TuneArgs& a) {
+  if (a.max_parallel < 1) return invalid_argument("--max-parallel-trials must be >= 1");
+  if (a.max_job_retries < 0) return invalid_argument("--max-job-retries must be >= 0");
+  if (a.executor == "local" && a.max_parallel == 1) return std::unique_ptr<executor::Executor>();
+  if (!a.slurm_config.empty()) {
+    // Flags given beside the file win over it.
+    executor::SlurmSettings flags = a.slurm;
+    PLUMB_ASSIGN_OR_RETURN(a.slurm, executor::load_slurm_settings(a.slurm_config));
+    if (!flags.partition.empty()) a.slurm.partition = flags.partition;
+    if (!flags.account.empty()) a.slurm.account = flags.account;
+    if (!flags.time_limit.empty()) a.slurm.time_limit = flags.time_limit;
+    if (flags.gpus > 0) a.slurm.gpus = flags.gpus;
+  }
+  return executor::make_executor(a.executor, a.slurm);
+}
+
+// What the jobs open: a postgresql:// URL as given, a SQLite file by its absolute path.
+std::string ledger_for_jobs(const std::string& path) {
+  if (path.rfind("postgresql://", 0) == 0 || path.rfind("postgres://", 0) == 0) return path;
+  return std::filesystem::absolute(path).lexically_normal().string();
+}
+
 int run_tune(TuneArgs& a) {
+  if (!a.run_trial.empty()) return run_trial_job(a);
   if (!a.print_space.empty()) {
     auto t = tune::builtin_space_text(a.print_space);
     if (!t.ok()) return fail(t.status());
@@ -483,6 +542,22 @@ int run_tune(TuneArgs& a) {
   if (a.list) return list_studies(ledger);
   if (a.replay > 0) return run_replay(ledger, a);
   tune::RunContext ctx = run_context(a);
+  auto exe = make_executor(a);
+  if (!exe.ok()) return fail(exe.status());
+  if (*exe) {
+    ctx.executor = exe->get();
+    ctx.ledger_url = ledger_for_jobs(a.ledger_path);
+    ctx.work_dir =
+        std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
+    ctx.max_parallel_trials = a.max_parallel;
+    ctx.max_job_retries = a.max_job_retries;
+    ctx.poll_interval = std::chrono::milliseconds(int64_t(std::max(0.05, a.poll_s) * 1000));
+    if (a.executor == "slurm" && !a.no_preflight) {
+      std::fprintf(stderr,
+                   "pre-flight skipped: it would measure this machine, not the nodes the trials run on\n");
+      a.no_preflight = true;
+    }
+  }
   int64_t id = a.resume > 0 ? a.resume : a.report_only;
   if (id == 0) {
     auto created = create_study(ledger, a);
@@ -510,6 +585,38 @@ int run_tune(TuneArgs& a) {
   if (!st->best()) return kExitFailed;
   if (rv && rv->gates && !rv->gates->passed()) return kExitFailed;
   return kExitOk;
+}
+
+// Where trials run: --executor and its settings (docs/cluster.md).
+void add_executor_flags(CLI::App* c, TuneArgs& a) {
+  const char* g = "Executor (where trials run; docs/cluster.md)";
+  c->add_option("--executor", a.executor,
+                "local: trials on this machine (one at a time in this process, or child processes with "
+                "--max-parallel-trials > 1); slurm: each trial is a Slurm batch job that launches the engine "
+                "on its node and writes to the shared --ledger")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str()
+      ->group(g);
+  c->add_option("--max-parallel-trials", a.max_parallel, "trial jobs in flight at once")
+      ->capture_default_str()
+      ->group(g);
+  c->add_option("--max-job-retries", a.max_job_retries,
+                "re-submissions of a trial whose job was cancelled, timed out, lost its node or vanished")
+      ->capture_default_str()
+      ->group(g);
+  c->add_option("--poll-interval", a.poll_s, "seconds between looks at the jobs")
+      ->capture_default_str()
+      ->group(g);
+  c->add_option("--slurm-config", a.slurm_config,
+                "TOML file with a [slurm] table: partition, account, time, gpus, cpus_per_task, mem, qos, "
+                "constraint, extra")
+      ->group(g);
+  c->add_option("--slurm-partition", a.slurm.partition, "sbatch --partition")->group(g);
+  c->add_option("--slurm-account", a.slurm.account, "sbatch --account")->group(g);
+  c->add_option("--slurm-time", a.slurm.time_limit, "sbatch --time (e.g. 30, 1:00:00)")->group(g);
+  c->add_option("--slurm-gpus", a.slurm.gpus, "GPUs per trial: sbatch --gres=gpu:N (none when 0)")->group(g);
+  // The node's half of a trial job (written by the controller; not for people).
+  c->add_option("--run-trial", a.run_trial, "run one trial job from its spec file")->group("");
 }
 
 void setup_tune(CLI::App& root) {
@@ -607,11 +714,13 @@ void setup_tune(CLI::App& root) {
   a->no_gates_opt =
       c->add_flag("--no-gates", a->no_gates,
                   "skip the quality and integrity gates (stored with the study: a --resume skips them too)");
-  c->add_option("--ledger", a->ledger_path, "results database (SQLite)")->capture_default_str();
+  c->add_option("--ledger", a->ledger_path, "results database: a SQLite file or a postgresql:// URL")
+      ->capture_default_str();
   c->add_option("--work-dir", a->work_dir, "engine logs and written configs (default: current directory)");
   c->add_option("--json", a->json_path, "write the report as JSON (schema_version)");
   c->add_option("--html", a->html_path, "write the report as one offline HTML page");
   c->add_flag("--quiet", a->quiet, "no live progress on stderr");
+  add_executor_flags(c, *a);
   c->callback([a] { set_exit_code(run_tune(*a)); });
 }
 
