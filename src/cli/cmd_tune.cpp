@@ -528,6 +528,25 @@ std::string ledger_for_jobs(const std::string& path) {
   return std::filesystem::absolute(path).lexically_normal().string();
 }
 
+// Trials through an executor when the flags ask for one (ctx.executor set, exe owning it); with
+// Slurm the pre-flight is skipped: it would measure this machine, not the nodes.
+Status use_executor(TuneArgs& a, tune::RunContext& ctx, std::unique_ptr<executor::Executor>& exe) {
+  PLUMB_ASSIGN_OR_RETURN(exe, make_executor(a));
+  if (!exe) return Status::Ok();
+  ctx.executor = exe.get();
+  ctx.ledger_url = ledger_for_jobs(a.ledger_path);
+  ctx.work_dir = std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
+  ctx.max_parallel_trials = a.max_parallel;
+  ctx.max_job_retries = a.max_job_retries;
+  ctx.poll_interval = std::chrono::milliseconds(int64_t(std::max(0.05, a.poll_s) * 1000));
+  if (a.executor == "slurm" && !a.no_preflight) {
+    std::fprintf(stderr,
+                 "pre-flight skipped: it would measure this machine, not the nodes the trials run on\n");
+    a.no_preflight = true;
+  }
+  return Status::Ok();
+}
+
 int run_tune(TuneArgs& a) {
   if (!a.run_trial.empty()) return run_trial_job(a);
   if (!a.print_space.empty()) {
@@ -542,22 +561,8 @@ int run_tune(TuneArgs& a) {
   if (a.list) return list_studies(ledger);
   if (a.replay > 0) return run_replay(ledger, a);
   tune::RunContext ctx = run_context(a);
-  auto exe = make_executor(a);
-  if (!exe.ok()) return fail(exe.status());
-  if (*exe) {
-    ctx.executor = exe->get();
-    ctx.ledger_url = ledger_for_jobs(a.ledger_path);
-    ctx.work_dir =
-        std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
-    ctx.max_parallel_trials = a.max_parallel;
-    ctx.max_job_retries = a.max_job_retries;
-    ctx.poll_interval = std::chrono::milliseconds(int64_t(std::max(0.05, a.poll_s) * 1000));
-    if (a.executor == "slurm" && !a.no_preflight) {
-      std::fprintf(stderr,
-                   "pre-flight skipped: it would measure this machine, not the nodes the trials run on\n");
-      a.no_preflight = true;
-    }
-  }
+  std::unique_ptr<executor::Executor> exe;
+  if (auto st = use_executor(a, ctx, exe); !st.ok()) return fail(st);
   int64_t id = a.resume > 0 ? a.resume : a.report_only;
   if (id == 0) {
     auto created = create_study(ledger, a);
@@ -640,6 +645,8 @@ void setup_tune(CLI::App& root) {
       "  plumb tune --strategy external --proposer 'python3 tools/proposers/example_proposer.py' --trials "
       "10\n"
       "  plumb tune --resume 3            plumb tune --list            plumb tune --print-space plumb\n"
+      "  plumb tune --executor slurm --slurm-config cluster.toml --max-parallel-trials 8 \\\n"
+      "             --ledger postgresql://plumb@db/plumb --work-dir /shared/study   (docs/cluster.md)\n"
       "Search spaces, strategies and the proposer protocol: docs/tuning.md");
   c->add_option("--space", a->study.space, "built-in space (plumb, vllm, sglang, llamacpp) or a TOML file")
       ->capture_default_str();

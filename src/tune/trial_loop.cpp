@@ -198,11 +198,9 @@ double trial_time_limit(const StudyState& st, const std::string& stage) {
 
 namespace {
 
-using internal::announce;
 using internal::budget_stop;
 using internal::next_proposal;
 using internal::open_loop;
-using internal::trial_time_limit;
 
 // The engine configuration of a proposal: the space's fixed parameters, then the proposal's.
 launch::EngineConfig trial_engine(const Loop& l, const Proposal& p) {

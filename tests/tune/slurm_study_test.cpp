@@ -383,5 +383,38 @@ TEST_F(LocalJobsStudyTest, AKilledJobIsRetriedUpToTheBoundThenTheStudyStopsResum
   EXPECT_EQ((*l)->trials_for(1)->size(), 1u) << log("resume.log");
 }
 
+// Bad executor settings are refused before anything is submitted, saying what is wrong.
+TEST(ExecutorFlags, BadSettingsAreUsageErrorsThatSayWhatIsWrong) {
+  if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+  std::string d =
+      (fs::path(::testing::TempDir()) / ("plumb_execflags_" + std::to_string(::getpid()))).string();
+  fs::create_directories(d);
+  std::ofstream(d + "/bad.toml") << "[slurm]\npartiton = \"gpu\"\n";
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Case& c :
+       {Case{{"--executor", "slurm", "--slurm-time", "soon"}, "not in Slurm's syntax"},
+        Case{{"--executor", "slurm", "--slurm-config", d + "/bad.toml"}, "unknown key [slurm].partiton"},
+        Case{{"--max-parallel-trials", "0"}, "--max-parallel-trials must be >= 1"}}) {
+    std::vector<std::string> argv = {PLUMB_BINARY, "tune", "--ledger", d + "/plumb.db",
+                                     "--trials",   "1",    "--quiet"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    SpawnOptions so;
+    so.argv = argv;
+    so.stdout_path = d + "/out.log";
+    so.stderr_path = "=stdout";
+    auto p = Subprocess::spawn(so);
+    ASSERT_TRUE(p.ok());
+    auto e = p->wait();
+    std::ifstream f(d + "/out.log");
+    std::string out((std::istreambuf_iterator<char>(f)), {});
+    EXPECT_TRUE(e.exited && e.exit_code == 2) << out;
+    EXPECT_NE(out.find(c.says), std::string::npos) << out;
+  }
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace plumb::tune
