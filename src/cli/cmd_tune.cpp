@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/executor_flags.h"
 #include "compare/preflight.h"
 #include "core/file.h"
 #include "core/json.h"
@@ -52,12 +53,8 @@ struct TuneArgs {
   int preflight_runs = 4;
   std::string placement = "auto";  // the pre-flight's (trials and comparisons place with auto)
   // Where trials run (executor/executor.h).
-  std::string executor = "local";
+  ExecutorArgs exec;
   int max_parallel = 1;
-  int max_job_retries = 2;
-  double poll_s = 2;
-  std::string slurm_config;
-  executor::SlurmSettings slurm;
   std::string run_trial;  // --run-trial SPEC: the node's half of a trial job
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
@@ -505,41 +502,19 @@ int run_trial_job(const TuneArgs& a) {
   return kExitOk;
 }
 
-// The executor the flags ask for, or null for today's in-process trials (local, one at a time).
-Result<std::unique_ptr<executor::Executor>> make_executor(TuneArgs& a) {
-  if (a.max_parallel < 1) return invalid_argument("--max-parallel-trials must be >= 1");
-  if (a.max_job_retries < 0) return invalid_argument("--max-job-retries must be >= 0");
-  if (a.executor == "local" && a.max_parallel == 1) return std::unique_ptr<executor::Executor>();
-  if (!a.slurm_config.empty()) {
-    // Flags given beside the file win over it.
-    executor::SlurmSettings flags = a.slurm;
-    PLUMB_ASSIGN_OR_RETURN(a.slurm, executor::load_slurm_settings(a.slurm_config));
-    if (!flags.partition.empty()) a.slurm.partition = flags.partition;
-    if (!flags.account.empty()) a.slurm.account = flags.account;
-    if (!flags.time_limit.empty()) a.slurm.time_limit = flags.time_limit;
-    if (flags.gpus > 0) a.slurm.gpus = flags.gpus;
-  }
-  return executor::make_executor(a.executor, a.slurm);
-}
-
-// What the jobs open: a postgresql:// URL as given, a SQLite file by its absolute path.
-std::string ledger_for_jobs(const std::string& path) {
-  if (path.rfind("postgresql://", 0) == 0 || path.rfind("postgres://", 0) == 0) return path;
-  return std::filesystem::absolute(path).lexically_normal().string();
-}
-
 // Trials through an executor when the flags ask for one (ctx.executor set, exe owning it); with
 // Slurm the pre-flight is skipped: it would measure this machine, not the nodes.
 Status use_executor(TuneArgs& a, tune::RunContext& ctx, std::unique_ptr<executor::Executor>& exe) {
-  PLUMB_ASSIGN_OR_RETURN(exe, make_executor(a));
-  if (!exe) return Status::Ok();
+  if (a.max_parallel < 1) return invalid_argument("--max-parallel-trials must be >= 1");
+  if (a.exec.kind == "local" && a.max_parallel == 1) return Status::Ok();  // in this process, as always
+  PLUMB_ASSIGN_OR_RETURN(exe, make_executor(a.exec));
   ctx.executor = exe.get();
   ctx.ledger_url = ledger_for_jobs(a.ledger_path);
   ctx.work_dir = std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
   ctx.max_parallel_trials = a.max_parallel;
-  ctx.max_job_retries = a.max_job_retries;
-  ctx.poll_interval = std::chrono::milliseconds(int64_t(std::max(0.05, a.poll_s) * 1000));
-  if (a.executor == "slurm" && !a.no_preflight) {
+  ctx.max_job_retries = a.exec.max_job_retries;
+  ctx.poll_interval = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+  if (a.exec.kind == "slurm" && !a.no_preflight) {
     std::fprintf(stderr,
                  "pre-flight skipped: it would measure this machine, not the nodes the trials run on\n");
     a.no_preflight = true;
@@ -592,34 +567,14 @@ int run_tune(TuneArgs& a) {
   return kExitOk;
 }
 
-// Where trials run: --executor and its settings (docs/cluster.md).
-void add_executor_flags(CLI::App* c, TuneArgs& a) {
-  const char* g = "Executor (where trials run; docs/cluster.md)";
-  c->add_option("--executor", a.executor,
-                "local: trials on this machine (one at a time in this process, or child processes with "
-                "--max-parallel-trials > 1); slurm: each trial is a Slurm batch job that launches the engine "
-                "on its node and writes to the shared --ledger")
-      ->check(CLI::IsMember({"local", "slurm"}))
+// Where trials run: the shared executor flags (docs/cluster.md), parallelism, and the trial job's
+// hidden entry point.
+void add_tune_executor_flags(CLI::App* c, TuneArgs& a) {
+  add_executor_flags(c, a.exec, "trial");
+  c->add_option("--max-parallel-trials", a.max_parallel,
+                "trial jobs in flight at once (with --executor local and more than 1: child processes)")
       ->capture_default_str()
-      ->group(g);
-  c->add_option("--max-parallel-trials", a.max_parallel, "trial jobs in flight at once")
-      ->capture_default_str()
-      ->group(g);
-  c->add_option("--max-job-retries", a.max_job_retries,
-                "re-submissions of a trial whose job was cancelled, timed out, lost its node or vanished")
-      ->capture_default_str()
-      ->group(g);
-  c->add_option("--poll-interval", a.poll_s, "seconds between looks at the jobs")
-      ->capture_default_str()
-      ->group(g);
-  c->add_option("--slurm-config", a.slurm_config,
-                "TOML file with a [slurm] table: partition, account, time, gpus, cpus_per_task, mem, qos, "
-                "constraint, extra")
-      ->group(g);
-  c->add_option("--slurm-partition", a.slurm.partition, "sbatch --partition")->group(g);
-  c->add_option("--slurm-account", a.slurm.account, "sbatch --account")->group(g);
-  c->add_option("--slurm-time", a.slurm.time_limit, "sbatch --time (e.g. 30, 1:00:00)")->group(g);
-  c->add_option("--slurm-gpus", a.slurm.gpus, "GPUs per trial: sbatch --gres=gpu:N (none when 0)")->group(g);
+      ->group("Executor (where the work runs; docs/cluster.md)");
   // The node's half of a trial job (written by the controller; not for people).
   c->add_option("--run-trial", a.run_trial, "run one trial job from its spec file")->group("");
 }
@@ -727,7 +682,7 @@ void setup_tune(CLI::App& root) {
   c->add_option("--json", a->json_path, "write the report as JSON (schema_version)");
   c->add_option("--html", a->html_path, "write the report as one offline HTML page");
   c->add_flag("--quiet", a->quiet, "no live progress on stderr");
-  add_executor_flags(c, *a);
+  add_tune_executor_flags(c, *a);
   c->callback([a] { set_exit_code(run_tune(*a)); });
 }
 

@@ -3,7 +3,9 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/subprocess.h"
@@ -33,6 +35,24 @@ std::string state_name(JobState s) {
 }
 
 bool is_final(JobState s) { return s != JobState::kPending && s != JobState::kRunning; }
+
+Result<JobStatus> wait_until_final(Executor& e, const std::string& job_id, std::chrono::milliseconds interval,
+                                   const std::function<void(const JobStatus&)>& on_change) {
+  std::optional<JobState> last;
+  int failures = 0;
+  while (true) {
+    auto st = e.poll(job_id);
+    if (!st.ok()) {
+      if (++failures >= 10) return st.status().with_context("watching job " + job_id);
+    } else {
+      failures = 0;
+      if (on_change && (!last || *last != st->state)) on_change(*st);
+      last = st->state;
+      if (is_final(st->state)) return *st;
+    }
+    std::this_thread::sleep_for(interval);
+  }
+}
 
 std::string output_path(const JobSpec& spec) { return spec.work_dir + "/" + spec.name + ".out"; }
 

@@ -20,7 +20,9 @@
 // Unavailable with its output, a bad setting InvalidArgument saying which.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,6 +76,12 @@ class Executor {
   virtual Status cancel(const std::string& job_id) = 0;
 };
 
+// Polls the job every `interval` until it is final and returns its last status; `on_change` (may be
+// null) hears each state as it changes. A poll that fails (a scheduler that does not answer) is
+// tried again, up to 10 times in a row, then its error is returned (the job is not cancelled).
+Result<JobStatus> wait_until_final(Executor& e, const std::string& job_id, std::chrono::milliseconds interval,
+                                   const std::function<void(const JobStatus&)>& on_change);
+
 // The job's output file: work_dir/name.out.
 std::string output_path(const JobSpec& spec);
 
@@ -88,6 +96,7 @@ struct SlurmSettings {
   std::string mem;                 // --mem ("64G")
   std::string qos;                 // --qos
   std::string constraint;          // --constraint
+  std::string nodelist;            // --nodelist (e.g. a retried comparison stays on its first runs' node)
   std::vector<std::string> extra;  // more sbatch options, verbatim (e.g. "--exclusive")
   // The Slurm client programs (a name is looked up in PATH).
   std::string sbatch = "sbatch", squeue = "squeue", sacct = "sacct", scancel = "scancel";

@@ -218,7 +218,8 @@ Status validate(const SlurmSettings& s) {
   if (!s.time_limit.empty() && !std::regex_match(s.time_limit, time_re))
     return invalid_argument("Slurm time limit '" + s.time_limit +
                             "' is not in Slurm's syntax: minutes (\"30\"), \"H:MM:SS\" or \"D-HH:MM:SS\"");
-  for (const std::string* v : {&s.partition, &s.account, &s.time_limit, &s.mem, &s.qos, &s.constraint})
+  for (const std::string* v :
+       {&s.partition, &s.account, &s.time_limit, &s.mem, &s.qos, &s.constraint, &s.nodelist})
     if (v->find('\n') != std::string::npos)
       return invalid_argument("a Slurm setting holds a newline: '" + *v + "'");
   for (const auto& e : s.extra)
@@ -245,6 +246,7 @@ std::string render_sbatch_script(const JobSpec& spec, const SlurmSettings& s) {
   opt("mem", s.mem);
   opt("qos", s.qos);
   opt("constraint", s.constraint);
+  opt("nodelist", s.nodelist);
   for (const auto& e : s.extra) o += "#SBATCH " + e + "\n";
   for (const auto& [k, v] : spec.env) o += "export " + k + "=" + shell_quote(v) + "\n";
   o += "exec";

@@ -72,6 +72,12 @@ TEST(SbatchScript, AsksForNoGpuAndNothingUnsetWhenNoneIsGiven) {
   EXPECT_NE(sc.find("#SBATCH --job-name=s3-j0-a0\n"), std::string::npos) << sc;
 }
 
+TEST(SbatchScript, ANodelistPinsTheJob) {
+  SlurmSettings s;
+  s.nodelist = "gpu017";
+  EXPECT_NE(render_sbatch_script(spec(), s).find("#SBATCH --nodelist=gpu017\n"), std::string::npos);
+}
+
 TEST(SlurmSettingsFile, ReadsTheSlurmTable) {
   std::string d = temp_dir("settings");
   std::ofstream(d + "/c.toml") << "[slurm]\npartition = \"gpu\"\naccount = \"a\"\ntime = \"30\"\ngpus = 1\n"

@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/json.h"
@@ -381,6 +382,54 @@ TEST_F(LocalJobsStudyTest, AKilledJobIsRetriedUpToTheBoundThenTheStudyStopsResum
   auto l = ledger::Ledger::open(dir_ + "/plumb.db");
   ASSERT_TRUE(l.ok());
   EXPECT_EQ((*l)->trials_for(1)->size(), 1u) << log("resume.log");
+}
+
+// `plumb compare run --executor slurm`: the whole comparison is one batch job (every pair on one
+// node); a job cancelled after some pairs ran is retried on the same node and completes the rest.
+TEST_F(SlurmStudyTest, AComparisonRunsAsOneJobAndACancelledOneFinishesOnTheSameNode) {
+  std::string url = ledger_url();
+  for (const auto& [name, ttft] : {std::pair{"a", "20.0"}, std::pair{"b", "30.0"}})
+    std::ofstream(dir_ + "/" + name + ".toml")
+        << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = " << ttft
+        << "\nitl_ms = 3.0\nthreads = 1\n";
+  auto reg =
+      run_capture({PLUMB_BINARY, "compare", "register", "--a", dir_ + "/a.toml", "--b", dir_ + "/b.toml",
+                   "--scenario", "A", "--size", "small", "--pairs", "5", "--ledger", url});
+  ASSERT_TRUE(reg.ok() && reg->exit.exited && reg->exit.exit_code == 0);
+  ASSERT_EQ(reg->out, "1\n");
+  auto p = start({PLUMB_BINARY, "compare", "run", "1", "--executor", "slurm", "--ledger", url, "--work-dir",
+                  dir_, "--poll-interval", "0.5"},
+                 "tune.log");
+  ASSERT_TRUE(p.ok());
+  // Cancel the job once two runs (a pair) are in the ledger.
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  size_t runs = 0;
+  for (int i = 0; i < 1200 && runs < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto r = (*l)->comparison_runs(1);
+    if (r.ok()) runs = r->size();
+  }
+  ASSERT_GE(runs, 2u) << "no pair ran within 120 s\n" << log("tune.log");
+  std::string text = log("tune.log");
+  size_t at = text.find("slurm job ");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string job = text.substr(at + 10, text.find(' ', at + 10) - at - 10);
+  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", job});
+  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+  int rc = finish(*p, 400);
+  EXPECT_EQ(rc, 0) << log("tune.log");
+  text = log("tune.log");
+  EXPECT_NE(text.find("INFRASTRUCTURE FAILURE: the job ended cancelled"), std::string::npos) << text;
+  EXPECT_NE(text.find("every pair ran on node "), std::string::npos) << text;
+  // The retry asked for the node of the runs already recorded.
+  std::ifstream script(dir_ + "/compare-1-a1.sbatch");
+  std::string sb((std::istreambuf_iterator<char>(script)), {});
+  EXPECT_NE(sb.find("#SBATCH --nodelist="), std::string::npos) << sb;
+  auto ro = run_capture({PLUMB_BINARY, "compare", "readout", "1", "--ledger", url});
+  ASSERT_TRUE(ro.ok());
+  EXPECT_TRUE(ro->exit.exited && ro->exit.exit_code == 0) << ro->out;
+  EXPECT_NE(ro->out.find("verdict"), std::string::npos) << ro->out;
 }
 
 // Bad executor settings are refused before anything is submitted, saying what is wrong.
