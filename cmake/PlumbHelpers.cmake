@@ -80,7 +80,18 @@ function(plumb_add_test name)
   if(ARG_NEEDS_BINARY)
     add_dependencies(${name} plumb)
   endif()
+  # gtest_discover_tests flattens a list-valued property (the second label would be read as a
+  # property name, and TIMEOUT lost with it): it gets the first label, and a ctest include file run
+  # after the discovered tests are added sets all of them.
+  list(GET ARG_LABELS 0 first_label)
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${first_label}" TIMEOUT ${ARG_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
+  list(LENGTH ARG_LABELS n_labels)
+  if(n_labels GREATER 1)
+    set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+    file(WRITE ${labels_file}
+      "if(DEFINED ${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\")\nendif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
+  endif()
 endfunction()

@@ -12,6 +12,7 @@ PACKAGES=(
   libdnnl-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
   libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
   postgresql libpqxx-dev  # the shared ledger (postgresql:// ledgers) and the server its tests run against
+  slurmctld slurmd slurm-client munge  # the Slurm executor's tests: a throwaway cluster (scripts/slurm_test_cluster.sh)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes: scripts/fuzz.sh (fuzz/)

@@ -24,11 +24,19 @@ stage "tests ($preset)"
 # A throwaway PostgreSQL cluster for the shared-ledger tests (scripts/pg_test_cluster.sh), stopped at
 # exit; the tests that need it skip, saying why, only where it cannot be started.
 pg_dir=$(mktemp -d /tmp/plumb_pg_XXXXXX)
-trap 'bash scripts/pg_test_cluster.sh stop "$pg_dir"' EXIT
+# And a throwaway single-node Slurm (scripts/slurm_test_cluster.sh) for the Slurm executor's tests
+# (ctest -L slurm), stopped at exit too.
+slurm_dir=$(mktemp -d /tmp/plumb_slurm_XXXXXX)
+trap 'bash scripts/pg_test_cluster.sh stop "$pg_dir"; bash scripts/slurm_test_cluster.sh stop "$slurm_dir"' EXIT
 if url=$(bash scripts/pg_test_cluster.sh start "$pg_dir"); then
   export PLUMB_TEST_POSTGRES="$url"
 else
   echo "tests: no PostgreSQL cluster could be started; the shared-ledger tests will skip" >&2
+fi
+if conf=$(bash scripts/slurm_test_cluster.sh start "$slurm_dir"); then
+  export PLUMB_TEST_SLURM="$conf"
+else
+  echo "tests: no Slurm cluster could be started; the Slurm executor's tests will skip" >&2
 fi
 ctest --preset "$preset" "$@" || failed+=("tests")
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/executor_flags.h"
 #include "compare/calibrate.h"
 #include "compare/compare.h"
 #include "launch/placement.h"
@@ -30,6 +31,7 @@ struct CompareArgs {
   std::string placement = "auto";
   compare::CalibrateOptions cal;
   std::string cal_scenarios = "B,D";
+  ExecutorArgs exec;  // run --executor slurm: the whole comparison as one batch job
 };
 
 Result<std::unique_ptr<ledger::Ledger>> open_ledger(const CompareArgs& a) {
@@ -58,7 +60,75 @@ std::string self_exe() {
   return ec ? std::string() : p.string();
 }
 
-int run_run(const CompareArgs& a) {
+// One attempt of `compare run` as a job: submits `plumb compare run ID` for the node and waits for it.
+Result<executor::JobStatus> run_job(executor::Executor& e, const CompareArgs& a, const std::string& work_dir,
+                                    int attempt) {
+  executor::JobSpec js;
+  js.name = "compare-" + std::to_string(a.id) + "-a" + std::to_string(attempt);
+  js.work_dir = work_dir;
+  js.argv = {self_exe(),
+             "compare",
+             "run",
+             std::to_string(a.id),
+             "--ledger",
+             ledger_for_jobs(a.ledger_path),
+             "--work-dir",
+             work_dir,
+             "--request-timeout",
+             std::to_string(a.request_timeout_s),
+             "--placement",
+             a.placement};
+  if (!a.tokenizer.empty()) js.argv.insert(js.argv.end(), {"--tokenizer", a.tokenizer});
+  PLUMB_ASSIGN_OR_RETURN(std::string id, e.submit(js));
+  std::fprintf(stderr, "comparison %lld: %s job %s (output %s)\n", (long long)a.id, e.kind().c_str(),
+               id.c_str(), executor::output_path(js).c_str());
+  auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+  return executor::wait_until_final(e, id, every, [&](const executor::JobStatus& st) {
+    std::fprintf(stderr, "  job %s: %s%s\n", id.c_str(), executor::state_name(st.state).c_str(),
+                 st.node.empty() ? "" : (" on " + st.node).c_str());
+  });
+}
+
+// `compare run --executor slurm`: every pair on one node (the validator refuses a comparison whose
+// runs span two machines), as one batch job. A job that ends other than completed is an
+// infrastructure failure: submitted again up to --max-job-retries times, pinned to the node of the
+// runs already recorded (`compare run` skips the pairs that are complete).
+int run_run_as_job(CompareArgs& a) {
+  auto e = make_executor(a.exec);
+  if (!e.ok()) return fail("run", e.status());
+  std::string work_dir =
+      std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
+  std::filesystem::create_directories(work_dir);
+  for (int attempt = 0;; ++attempt) {
+    auto st = run_job(**e, a, work_dir, attempt);
+    if (!st.ok()) return fail("run", st.status());
+    if (st->state == executor::JobState::kCompleted) {
+      std::printf("comparison %lld: every pair ran on node %s; next: plumb compare readout %lld\n",
+                  (long long)a.id, st->node.empty() ? "(unknown)" : st->node.c_str(), (long long)a.id);
+      return kExitOk;
+    }
+    std::fprintf(stderr,
+                 "  INFRASTRUCTURE FAILURE: the job ended %s%s; its runs so far are kept, no readout uses "
+                 "an incomplete pair\n",
+                 executor::state_name(st->state).c_str(),
+                 st->detail.empty() ? "" : (" [" + st->detail + "]").c_str());
+    if (attempt >= a.exec.max_job_retries)
+      return fail("run", unavailable("the comparison's job failed " + std::to_string(attempt + 1) +
+                                     " time(s); run it again when the cluster is healthy"));
+    auto l = open_ledger(a);
+    if (!l.ok()) return fail("run", l.status());
+    auto runs = (*l)->comparison_runs(a.id);
+    if (runs.ok() && !runs->empty() && !st->node.empty() && a.exec.slurm.nodelist.empty()) {
+      a.exec.slurm.nodelist = st->node;  // the remaining pairs on the same node
+      auto again = make_executor(a.exec);
+      if (!again.ok()) return fail("run", again.status());
+      *e = std::move(*again);
+    }
+  }
+}
+
+int run_run(CompareArgs& a) {
+  if (a.exec.kind != "local") return run_run_as_job(a);
   auto l = open_ledger(a);
   if (!l.ok()) return fail("run", l.status());
   compare::RunOptions o;
@@ -197,6 +267,7 @@ void setup_compare(CLI::App& root) {
          "compute thread per CPU it got (printed, and stored with each run); off: nothing is bound")
       ->capture_default_str();
   ledger_opt(run);
+  add_executor_flags(run, a->exec, "comparison (all its pairs, on one node)");
   run->callback([a] { set_exit_code(run_run(*a)); });
 
   auto* ro = c->add_subcommand("readout", "Compute and store the readout from the stored runs");

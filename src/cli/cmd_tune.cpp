@@ -14,9 +14,11 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/executor_flags.h"
 #include "compare/preflight.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "executor/executor.h"
 #include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
@@ -50,6 +52,10 @@ struct TuneArgs {
   bool no_preflight = false;
   int preflight_runs = 4;
   std::string placement = "auto";  // the pre-flight's (trials and comparisons place with auto)
+  // Where trials run (executor/executor.h).
+  ExecutorArgs exec;
+  int max_parallel = 1;
+  std::string run_trial;  // --run-trial SPEC: the node's half of a trial job
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
   CLI::Option* no_revalidate_opt = nullptr;
@@ -473,7 +479,54 @@ tune::RunContext run_context(const TuneArgs& a) {
   return ctx;
 }
 
+// --run-trial SPEC: measure one trial job's proposal here and record it in the shared ledger.
+int run_trial_job(const TuneArgs& a) {
+  auto spec = json::parse_file(a.run_trial);
+  if (!spec.ok()) return fail(spec.status());
+  if (!spec->is_object()) return fail(invalid_argument(a.run_trial + ": a trial job spec is a JSON object"));
+  const auto& o = spec->as_object();
+  auto url = json::string_at(o, "ledger");
+  auto study = json::number_at(o, "study_id");
+  if (!url || !study) return fail(invalid_argument(a.run_trial + ": the spec has no ledger or study_id"));
+  auto lr = ledger::Ledger::open(*url);
+  if (!lr.ok()) return fail(lr.status());
+  auto st = tune::load_study(**lr, int64_t(*study));
+  if (!st.ok()) return fail(st.status());
+  auto job = tune::TrialJob::from_json(st->space, o);
+  if (!job.ok()) return fail(job.status().with_context(a.run_trial));
+  tune::RunContext ctx;
+  ctx.plumb_binary = self_exe();
+  ctx.work_dir = a.work_dir;
+  ctx.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  auto row = tune::run_trial_job(**lr, *job, ctx);
+  if (!row.ok()) return fail(row.status().with_context("trial job " + job->key));
+  std::fprintf(stderr, "trial job %s recorded as trial %lld of study %lld (%s)\n", job->key.c_str(),
+               (long long)row->idx + 1, (long long)job->study_id, row->status.c_str());
+  return kExitOk;
+}
+
+// Trials through an executor when the flags ask for one (ctx.executor set, exe owning it); with
+// Slurm the pre-flight is skipped: it would measure this machine, not the nodes.
+Status use_executor(TuneArgs& a, tune::RunContext& ctx, std::unique_ptr<executor::Executor>& exe) {
+  if (a.max_parallel < 1) return invalid_argument("--max-parallel-trials must be >= 1");
+  if (a.exec.kind == "local" && a.max_parallel == 1) return Status::Ok();  // in this process, as always
+  PLUMB_ASSIGN_OR_RETURN(exe, make_executor(a.exec));
+  ctx.executor = exe.get();
+  ctx.ledger_url = ledger_for_jobs(a.ledger_path);
+  ctx.work_dir = std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
+  ctx.max_parallel_trials = a.max_parallel;
+  ctx.max_job_retries = a.exec.max_job_retries;
+  ctx.poll_interval = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+  if (a.exec.kind == "slurm" && !a.no_preflight) {
+    std::fprintf(stderr,
+                 "pre-flight skipped: it would measure this machine, not the nodes the trials run on\n");
+    a.no_preflight = true;
+  }
+  return Status::Ok();
+}
+
 int run_tune(TuneArgs& a) {
+  if (!a.run_trial.empty()) return run_trial_job(a);
   if (!a.print_space.empty()) {
     auto t = tune::builtin_space_text(a.print_space);
     if (!t.ok()) return fail(t.status());
@@ -486,6 +539,8 @@ int run_tune(TuneArgs& a) {
   if (a.list) return list_studies(ledger);
   if (a.replay > 0) return run_replay(ledger, a);
   tune::RunContext ctx = run_context(a);
+  std::unique_ptr<executor::Executor> exe;
+  if (auto st = use_executor(a, ctx, exe); !st.ok()) return fail(st);
   int64_t id = a.resume > 0 ? a.resume : a.report_only;
   if (id == 0) {
     auto created = create_study(ledger, a);
@@ -515,6 +570,18 @@ int run_tune(TuneArgs& a) {
   return kExitOk;
 }
 
+// Where trials run: the shared executor flags (docs/cluster.md), parallelism, and the trial job's
+// hidden entry point.
+void add_tune_executor_flags(CLI::App* c, TuneArgs& a) {
+  add_executor_flags(c, a.exec, "trial");
+  c->add_option("--max-parallel-trials", a.max_parallel,
+                "trial jobs in flight at once (with --executor local and more than 1: child processes)")
+      ->capture_default_str()
+      ->group("Executor (where the work runs; docs/cluster.md)");
+  // The node's half of a trial job (written by the controller; not for people).
+  c->add_option("--run-trial", a.run_trial, "run one trial job from its spec file")->group("");
+}
+
 void setup_tune(CLI::App& root) {
   auto a = std::make_shared<TuneArgs>();
   a->study.time_budget_s = 150;
@@ -536,6 +603,8 @@ void setup_tune(CLI::App& root) {
       "  plumb tune --strategy external --proposer 'python3 tools/proposers/example_proposer.py' --trials "
       "10\n"
       "  plumb tune --resume 3            plumb tune --list            plumb tune --print-space plumb\n"
+      "  plumb tune --executor slurm --slurm-config cluster.toml --max-parallel-trials 8 \\\n"
+      "             --ledger postgresql://plumb@db/plumb --work-dir /shared/study   (docs/cluster.md)\n"
       "Search spaces, strategies and the proposer protocol: docs/tuning.md");
   c->add_option("--space", a->study.space, "built-in space (plumb, vllm, sglang, llamacpp) or a TOML file")
       ->capture_default_str();
@@ -610,11 +679,13 @@ void setup_tune(CLI::App& root) {
   a->no_gates_opt =
       c->add_flag("--no-gates", a->no_gates,
                   "skip the quality and integrity gates (stored with the study: a --resume skips them too)");
-  c->add_option("--ledger", a->ledger_path, "results database (SQLite)")->capture_default_str();
+  c->add_option("--ledger", a->ledger_path, "results database: a SQLite file or a postgresql:// URL")
+      ->capture_default_str();
   c->add_option("--work-dir", a->work_dir, "engine logs and written configs (default: current directory)");
   c->add_option("--json", a->json_path, "write the report as JSON (schema_version)");
   c->add_option("--html", a->html_path, "write the report as one offline HTML page");
   c->add_flag("--quiet", a->quiet, "no live progress on stderr");
+  add_tune_executor_flags(c, *a);
   c->callback([a] { set_exit_code(run_tune(*a)); });
 }
 

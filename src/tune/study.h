@@ -20,12 +20,39 @@
 // wall time, so a resumed study keeps its budget; a trial is started only when the mean trial
 // time still fits, so the budget is kept up to the noise of one trial).
 //
+// Trials through an executor (RunContext::executor, executor/executor.h): the controller (run_study)
+// proposes, submits each trial as a job that runs `plumb tune --run-trial SPEC` where the executor
+// puts it (a Slurm node), watches the jobs and reads their results back from the ledger, which must
+// be one the jobs can reach (postgresql://, or a SQLite file on a filesystem they share). Up to
+// max_parallel_trials jobs are in flight. The job, not the controller, writes its trial row (with
+// its run, in one transaction, as above), so parallel trials that finish out of order get their
+// rows in the order they finish: a trial's index is its finishing order, still dense and never
+// repeated (the database assigns nothing; the job takes the study's trial count when it inserts and
+// takes the next one if another job's row got there first). The row's notes name the job (its key,
+// executor job id and node), which is how the controller ties rows to jobs.
+//   In-flight trials are shown to the strategy as pending infeasible observations (status
+// "pending") so that it does not propose them again: a pessimistic "constant liar". halving and
+// external need every earlier result before the next proposal, so they run one job at a time.
+//   Faults: a job that the scheduler cancels, times out, whose node fails, that exits without a
+// trial row, or that the executor loses is an infrastructure failure: no trial row (not an
+// infeasible configuration, not a result; a job that dies mid-measurement wrote nothing, because the
+// row and its run are one transaction), a line in the study's job journal and the live view, and the
+// same proposal submitted again, up to max_job_retries times; past that run_study stops with
+// Unavailable and the study stays resumable.
+//   Restart: the controller keeps a job journal, work_dir/study-<id>.jobs.jsonl (one JSON object a
+// line, append-only: submitted, finished, infrastructure_failure). A controller killed at any point
+// and started again (plumb tune --resume ID with the same --work-dir and --executor) replays it,
+// reattaches to the jobs still in flight by their executor job ids, and continues the study. A local
+// executor's jobs die with their controller (executor.h), so a restart finds them lost and runs
+// them again.
+//
 // Thread-safety: one thread per Ledger; run_study starts engine processes.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +60,7 @@
 #include "compare/compare.h"
 #include "core/json.h"
 #include "core/status.h"
+#include "executor/executor.h"
 #include "gates/gate.h"
 #include "ledger/ledger.h"
 #include "tune/space.h"
@@ -87,7 +115,40 @@ struct RunContext {
   // The study row is append-only, so the override is not stored; trial rows still count.
   std::optional<int64_t> trials_override;
   std::optional<double> time_budget_override;
+  // Where trials run: null = in this process, one at a time (the default); else each trial is a job
+  // of this executor (see the header comment). Not owned.
+  executor::Executor* executor = nullptr;
+  std::string ledger_url;       // what the jobs open: a postgresql:// URL or an absolute file path
+  int max_parallel_trials = 1;  // jobs in flight at once (>= 1)
+  int max_job_retries = 2;      // re-submissions of one proposal after infrastructure failures
+  std::chrono::milliseconds poll_interval{2000};  // between looks at the jobs
+  std::map<std::string, std::string> job_env;     // added to each job's environment
 };
+
+// What a trial job does, as the controller writes it to the job's spec file (JSON) and
+// `plumb tune --run-trial SPEC` reads it on the node.
+struct TrialJob {
+  int64_t study_id = 0;
+  std::string key;         // unique in the study: "s<study>-j<n>-a<attempt>"
+  std::string executor;    // "local" | "slurm" (what ran it, for the row's notes)
+  std::string ledger_url;  // the shared ledger
+  Config config;           // the proposal
+  std::string stage = "full";
+  std::string rationale;
+  std::string notes;            // the proposer's notes
+  int64_t trial_timeout_s = 0;  // the whole trial's limit; 0 = none
+  int request_timeout_s = 120;
+  json::object to_json() const;
+  static Result<TrialJob> from_json(const SearchSpace& space, const json::object& o);
+};
+
+// The node's half: measures the job's proposal (a fresh launch, as run_study does) and records it as
+// the study's next trial, the row's notes naming the job (key, executor job id from SLURM_JOB_ID
+// when set, node). Returns the stored row. Errors: ledger failures (no row is written, so the
+// controller sees an infrastructure failure), an unknown study.
+Result<ledger::TrialRow> run_trial_job(ledger::Ledger& ledger, const TrialJob& job, const RunContext& ctx);
+// "(key <key>)": how a trial row's notes name the job that wrote it.
+std::string job_key_marker(const std::string& key);
 
 // A trial as the study holds it (ledger row decoded).
 struct Trial {

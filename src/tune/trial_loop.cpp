@@ -1,12 +1,17 @@
 // The trial loop of a study (run_study): propose, measure on the dev seed, record, until a budget
 // or the strategy stops it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compare/measure.h"
@@ -21,7 +26,9 @@ namespace {
 
 using internal::decode_trial;
 using internal::fmt;
+using internal::Loop;
 using internal::opt_num;
+using internal::StageWorkload;
 
 // The short screen of successive halving: the same shape with a fraction of the requests, and the
 // completed-requests minimum scaled with it. Its own scenario id so its runs are never mistaken for the
@@ -70,27 +77,9 @@ std::string trial_status(const compare::Measurement& m) {
   return "error";
 }
 
-// One stage's workload on the dev seed, drawn and stored on first use.
-struct StageWorkload {
-  std::optional<compare::Workload> w;
-  int64_t set_id = 0;
-};
+}  // namespace
 
-// What a study's run holds from one trial to the next.
-struct Loop {
-  Loop(ledger::Ledger& l, int64_t i, StudyState s) : ledger(l), id(i), st(std::move(s)) {}
-  ledger::Ledger& ledger;
-  int64_t id;
-  StudyState st;
-  protocol::Scenario full, screen;
-  std::unique_ptr<Strategy> strategy;
-  launch::Adapter adapter;
-  workload::TokenCounter counter;
-  compare::ProvenanceIds ids;
-  StageWorkload w_full, w_screen;
-  compare::MeasureOptions mo;
-  std::function<void(const std::string&)> say;
-};
+namespace internal {
 
 // Loads the study (with the call's budget overrides), its scenarios, strategy, adapter and token counter.
 Result<std::unique_ptr<Loop>> open_loop(ledger::Ledger& ledger, int64_t id, const RunContext& ctx) {
@@ -125,13 +114,11 @@ Result<std::unique_ptr<Loop>> open_loop(ledger::Ledger& ledger, int64_t id, cons
   return loop;
 }
 
-// Why the loop stops before another trial ("" while the budget allows one): the trial budget, or a
-// time budget that one more trial of the mean length would overrun.
-std::string budget_stop(const StudyState& st) {
+std::string budget_stop(const StudyState& st, int64_t in_flight) {
   const StudyOptions& o = st.options;
   int64_t n = int64_t(st.trials.size());
   double used = st.seconds_used();
-  if (o.trials > 0 && n >= o.trials) return "trial budget";
+  if (o.trials > 0 && n + in_flight >= o.trials) return "trial budget";
   if (o.time_budget_s > 0 && n > 0) {
     double mean = used / double(n);
     if (used + mean > o.time_budget_s) return "time budget";
@@ -139,21 +126,25 @@ std::string budget_stop(const StudyState& st) {
   return "";
 }
 
-// The strategy's next proposal given every trial so far; nullopt when it stops.
-Result<std::optional<Proposal>> next_proposal(Loop& l) {
+Result<std::optional<Proposal>> next_proposal(Loop& l, const std::vector<Observation>& pending) {
   const StudyOptions& o = l.st.options;
   int64_t n = int64_t(l.st.trials.size());
   double used = l.st.seconds_used();
   BudgetLeft left;
-  left.trials = o.trials > 0 ? o.trials - n : -1;
+  left.trials = o.trials > 0 ? o.trials - n - int64_t(pending.size()) : -1;
   left.seconds = o.time_budget_s > 0 ? std::max(0.0, o.time_budget_s - used) : -1;
   std::vector<Observation> hist;
   for (const auto& t : l.st.trials) hist.push_back(t.obs);
+  for (const auto& p : pending) hist.push_back(p);
   auto prop = l.strategy->propose(hist, left);
   if (!prop.ok())
     return prop.status().with_context("study " + std::to_string(l.id) + " trial " + std::to_string(n));
   return std::move(*prop);
 }
+
+}  // namespace internal
+
+namespace {
 
 // The stage's workload, drawn on the dev seed and stored as a request set on first use.
 Result<StageWorkload*> stage_workload(Loop& l, const protocol::Scenario& tsc, bool is_screen) {
@@ -167,8 +158,10 @@ Result<StageWorkload*> stage_workload(Loop& l, const protocol::Scenario& tsc, bo
   return &sw;
 }
 
-// The live view's line for a trial about to run: its number, the best so far, the time used, the
-// configuration and the strategy's rationale.
+}  // namespace
+
+namespace internal {
+
 void announce(const Loop& l, const Proposal& p, bool is_screen) {
   const StudyOptions& o = l.st.options;
   const StudyState& st = l.st;
@@ -186,8 +179,6 @@ void announce(const Loop& l, const Proposal& p, bool is_screen) {
         "\n  config: " + config_summary(st.space, p.config) + "\n  why:    " + p.rationale);
 }
 
-// The trial's time limit: the option, else 3x the median of the stage's measured trials (at least
-// 60 s), else what is left of the time budget (at least 60 s); 0 = none.
 double trial_time_limit(const StudyState& st, const std::string& stage) {
   const StudyOptions& o = st.options;
   double limit = o.trial_timeout_s;
@@ -203,6 +194,14 @@ double trial_time_limit(const StudyState& st, const std::string& stage) {
   return limit;
 }
 
+}  // namespace internal
+
+namespace {
+
+using internal::budget_stop;
+using internal::next_proposal;
+using internal::open_loop;
+
 // The engine configuration of a proposal: the space's fixed parameters, then the proposal's.
 launch::EngineConfig trial_engine(const Loop& l, const Proposal& p) {
   launch::EngineConfig ec;
@@ -213,6 +212,33 @@ launch::EngineConfig trial_engine(const Loop& l, const Proposal& p) {
   return ec;
 }
 
+// Whether the ledger refused a trial row only because another writer took its index first.
+bool index_taken(const Status& s) {
+  const std::string& m = s.message();
+  return s.code() == Code::kFailedPrecondition &&
+         (m.find("index must equal") != std::string::npos || m.find("duplicate key") != std::string::npos ||
+          m.find("UNIQUE constraint failed: trials") != std::string::npos);
+}
+
+// Inserts the trial row (with its run when given). In a trial job the row takes the study's trial
+// count at insert time, and the next one when another job's row got there first.
+Result<int64_t> insert_trial_row(Loop& l, ledger::TrialRow& tr, const ledger::RunRow* run,
+                                 std::span<const ledger::RequestRow> requests,
+                                 std::span<const ledger::MetricRow> metrics) {
+  if (!l.job) return l.ledger.insert_trial(tr, run, requests, metrics);
+  tr.notes = tr.notes.empty() ? l.job_note : tr.notes + "\n" + l.job_note;
+  Status last;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    PLUMB_ASSIGN_OR_RETURN(auto rows, l.ledger.trials_for(l.id));
+    tr.idx = int64_t(rows.size());
+    auto r = l.ledger.insert_trial(tr, run, requests, metrics);
+    if (r.ok() || !index_taken(r.status())) return r;
+    last = r.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + 10 * attempt));
+  }
+  return last;
+}
+
 // Records a trial that was not measured: the configuration could not be rendered (error), or the
 // engine did not start.
 Result<int64_t> record_unmeasured(Loop& l, const Result<compare::Measurement>& m, ledger::TrialRow& tr) {
@@ -221,7 +247,7 @@ Result<int64_t> record_unmeasured(Loop& l, const Result<compare::Measurement>& m
   tr.failure = s.message().empty() ? "engine did not start" : s.message();
   if (tr.failure.size() > 2000) tr.failure = tr.failure.substr(0, 2000) + "...";
   tr.feasible = false;
-  return l.ledger.insert_trial(tr, nullptr, {}, {});
+  return insert_trial_row(l, tr, nullptr, {}, {});
 }
 
 // Records a measured trial with its run, requests and metrics.
@@ -230,7 +256,7 @@ Result<int64_t> record_measured(Loop& l, compare::Measurement& m, const protocol
   const StudyOptions& o = l.st.options;
   compare::fill_provenance(m.row, l.ids, sw.set_id, tsc, o.dev_seed);
   json::object eff{{"study", l.id},
-                   {"trial", tr.idx},
+                   {"trial", l.job ? json::value(l.job->key) : json::value(tr.idx)},
                    {"stage", tr.stage},
                    {"request_set_hash", sw.w->set.set_hash},
                    {"warmup_requests", int64_t(sw.w->warmup.size())},
@@ -241,11 +267,14 @@ Result<int64_t> record_measured(Loop& l, compare::Measurement& m, const protocol
   tr.status = trial_status(m);
   tr.feasible = m.outcome == compare::Outcome::kValid;
   if (!tr.feasible) tr.failure = m.failure.empty() ? "invalid run" : m.failure;
-  return l.ledger.insert_trial(tr, &m.row, m.requests, m.metrics);
+  return insert_trial_row(l, tr, &m.row, m.requests, m.metrics);
 }
 
-// Measures one proposal on its stage's workload and records it as trial n; returns the stored row.
-Result<ledger::TrialRow> measure_trial(Loop& l, const Proposal& p) {
+}  // namespace
+
+// Measures one proposal on its stage's workload and records it as trial n (in a trial job: the
+// next free index); returns the stored row.
+Result<ledger::TrialRow> internal::measure_trial(Loop& l, const Proposal& p) {
   int64_t n = int64_t(l.st.trials.size());
   bool is_screen = p.stage == "screen";
   const protocol::Scenario& tsc = is_screen ? l.screen : l.full;
@@ -258,7 +287,8 @@ Result<ledger::TrialRow> measure_trial(Loop& l, const Proposal& p) {
   tr.config_json = config_key(p.config);
   tr.rationale = p.rationale.empty() ? "(none)" : p.rationale;
   tr.notes = p.notes;
-  l.mo.max_duration = std::chrono::seconds(int64_t(std::ceil(trial_time_limit(l.st, p.stage))));
+  double limit = l.job ? double(l.job->trial_timeout_s) : trial_time_limit(l.st, p.stage);
+  l.mo.max_duration = std::chrono::seconds(int64_t(std::ceil(limit)));
   tr.started_at = utc_timestamp_now();
   auto t0 = std::chrono::steady_clock::now();
   auto m = compare::measure(trial_engine(l, p), tsc, *sw->w, l.mo);
@@ -271,6 +301,8 @@ Result<ledger::TrialRow> measure_trial(Loop& l, const Proposal& p) {
   tr.id = *ins;
   return tr;
 }
+
+namespace {
 
 // Appends the trial as the ledger stored it (its last row, else what was sent) and reports it.
 void append_trial(Loop& l, const ledger::TrialRow& tr) {
@@ -290,6 +322,7 @@ void append_trial(Loop& l, const ledger::TrialRow& tr) {
 Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunContext& ctx) {
   PLUMB_ASSIGN_OR_RETURN(auto loop, open_loop(ledger, id, ctx));
   Loop& l = *loop;
+  if (ctx.executor) return internal::run_study_jobs(l, ctx);
   StudyRunSummary sum;
   if (!l.st.trials.empty())
     l.say("resuming study " + std::to_string(id) + " after " + std::to_string(l.st.trials.size()) +
@@ -302,12 +335,37 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
       sum.stop_reason = l.st.options.strategy == "external" ? "proposer stopped" : "strategy exhausted";
       break;
     }
-    PLUMB_ASSIGN_OR_RETURN(ledger::TrialRow tr, measure_trial(l, *p));
+    PLUMB_ASSIGN_OR_RETURN(ledger::TrialRow tr, internal::measure_trial(l, *p));
     append_trial(l, tr);
     ++sum.trials_run;
   }
   sum.trials_total = int64_t(l.st.trials.size());
   return sum;
+}
+
+}  // namespace plumb::tune
+
+namespace plumb::tune {
+
+std::string job_key_marker(const std::string& key) { return "(key " + key + ")"; }
+
+Result<ledger::TrialRow> run_trial_job(ledger::Ledger& ledger, const TrialJob& job, const RunContext& ctx) {
+  PLUMB_ASSIGN_OR_RETURN(auto loop, internal::open_loop(ledger, job.study_id, ctx));
+  Loop& l = *loop;
+  l.job = &job;
+  const char* job_id = std::getenv("SLURM_JOB_ID");
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  l.job_note = "executor " + job.executor + (job_id ? std::string(" job ") + job_id : std::string()) +
+               " on " + host + " " + job_key_marker(job.key);
+  l.mo.request_timeout = std::chrono::seconds(job.request_timeout_s);
+  Proposal p;
+  p.config = job.config;
+  p.stage = job.stage;
+  p.rationale = job.rationale;
+  p.notes = job.notes;
+  PLUMB_RETURN_IF_ERROR(validate_config(l.st.space, p.config).with_context("trial job " + job.key));
+  return internal::measure_trial(l, p);
 }
 
 }  // namespace plumb::tune

@@ -1,0 +1,53 @@
+// The executor flags shared by plumb tune and plumb compare run.
+#include "cli/executor_flags.h"
+
+#include <filesystem>
+
+namespace plumb::cli {
+
+void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what) {
+  const char* g = "Executor (where the work runs; docs/cluster.md)";
+  c->add_option(
+       "--executor", a.kind,
+       "local: on this machine; slurm: each " + what +
+           " is a Slurm batch job that launches its engines on its node and writes to the shared --ledger")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str()
+      ->group(g);
+  c->add_option(
+       "--max-job-retries", a.max_job_retries,
+       "re-submissions of a " + what + " whose job was cancelled, timed out, lost its node or vanished")
+      ->capture_default_str()
+      ->group(g);
+  c->add_option("--poll-interval", a.poll_s, "seconds between looks at the jobs")
+      ->capture_default_str()
+      ->group(g);
+  c->add_option("--slurm-config", a.slurm_config,
+                "TOML file with a [slurm] table: partition, account, time, gpus, cpus_per_task, mem, qos, "
+                "constraint, extra")
+      ->group(g);
+  c->add_option("--slurm-partition", a.slurm.partition, "sbatch --partition")->group(g);
+  c->add_option("--slurm-account", a.slurm.account, "sbatch --account")->group(g);
+  c->add_option("--slurm-time", a.slurm.time_limit, "sbatch --time (e.g. 30, 1:00:00)")->group(g);
+  c->add_option("--slurm-gpus", a.slurm.gpus, "GPUs per job: sbatch --gres=gpu:N (none when 0)")->group(g);
+}
+
+Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a) {
+  if (a.max_job_retries < 0) return invalid_argument("--max-job-retries must be >= 0");
+  if (!a.slurm_config.empty()) {
+    executor::SlurmSettings flags = a.slurm;
+    PLUMB_ASSIGN_OR_RETURN(a.slurm, executor::load_slurm_settings(a.slurm_config));
+    if (!flags.partition.empty()) a.slurm.partition = flags.partition;
+    if (!flags.account.empty()) a.slurm.account = flags.account;
+    if (!flags.time_limit.empty()) a.slurm.time_limit = flags.time_limit;
+    if (flags.gpus > 0) a.slurm.gpus = flags.gpus;
+  }
+  return executor::make_executor(a.kind, a.slurm);
+}
+
+std::string ledger_for_jobs(const std::string& path) {
+  if (path.rfind("postgresql://", 0) == 0 || path.rfind("postgres://", 0) == 0) return path;
+  return std::filesystem::absolute(path).lexically_normal().string();
+}
+
+}  // namespace plumb::cli

@@ -1,0 +1,33 @@
+// The executor flags that `plumb tune` and `plumb compare run` share (docs/cluster.md): --executor,
+// the [slurm] settings file and flags, retries and the poll interval; and what the jobs need to know
+// about the ledger.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "executor/executor.h"
+
+namespace plumb::cli {
+
+struct ExecutorArgs {
+  std::string kind = "local";  // local | slurm
+  int max_job_retries = 2;     // re-submissions after infrastructure failures
+  double poll_s = 2;           // seconds between looks at a job
+  std::string slurm_config;    // TOML file with a [slurm] table
+  executor::SlurmSettings slurm;
+};
+
+// Adds the flags to `c` in their own help group; `what` names a job in the help ("trial").
+void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what);
+
+// The executor of the flags: the settings file first, the flags given beside it on top.
+// InvalidArgument naming the file and key, or the flag, for a bad setting.
+Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a);
+
+// What a job opens: a postgresql:// URL as given, a SQLite file by its absolute path.
+std::string ledger_for_jobs(const std::string& path);
+
+}  // namespace plumb::cli

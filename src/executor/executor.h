@@ -1,0 +1,126 @@
+// Where a trial runs: a narrow interface over "run this plumb command line somewhere, tell me how it
+// is doing, stop it", with two implementations:
+//
+//   local  a child process of the caller (core/subprocess.h), in its own process group, killed with
+//          the caller (PR_SET_PDEATHSIG): a job never outlives the controller that started it, so a
+//          restarted controller finds its local jobs gone (kLost) and runs them again.
+//   slurm  a Slurm batch job: the command becomes an sbatch script (render_sbatch_script) submitted
+//          with `sbatch --parsable`; its state comes from `squeue -t all` while the controller still
+//          knows the job and from `sacct` after; cancel is `scancel`. A job runs on whatever node
+//          Slurm gives it, so everything it needs must be on a filesystem the nodes share (the plumb
+//          binary, the work directory) or reachable over the network (a postgresql:// ledger).
+//          A restarted controller reattaches by job id: the id is all poll() needs.
+//
+// What a job does is the caller's business (tune/ submits `plumb tune --run-trial`, which measures on
+// its node and writes to the shared ledger): the executor never reads results, only job states.
+// A Kubernetes Jobs or Ray executor is a third implementation of Executor (submit = create a Job /
+// a task, poll = its status, cancel = delete), chosen by make_executor; nothing above changes.
+//
+// Thread-safety: one thread per Executor. Errors: Status values; a scheduler command that fails is
+// Unavailable with its output, a bad setting InvalidArgument saying which.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plumb::executor {
+
+// One unit of work: a command line and where its output goes.
+struct JobSpec {
+  std::string name;               // short label, [A-Za-z0-9_.-]; shown by squeue; the script's file name
+  std::vector<std::string> argv;  // the command the job runs (argv[0] an absolute path)
+  std::string work_dir;           // absolute; the job's cwd, its script and its output file live here
+  std::map<std::string, std::string> env;  // set for the command (on top of the submitter's environment)
+};
+
+enum class JobState {
+  kPending,     // queued, not started
+  kRunning,     // started (Slurm: RUNNING, COMPLETING, CONFIGURING)
+  kCompleted,   // exited 0
+  kFailed,      // exited non-zero (Slurm: FAILED, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE)
+  kCancelled,   // cancelled (scancel, an administrator, preemption)
+  kTimedOut,    // past its time limit
+  kNodeFailed,  // its node failed
+  kLost,        // the executor no longer knows the job (a local job of a dead controller; a Slurm job
+                // past MinJobAge with no accounting)
+};
+std::string state_name(JobState s);
+// Whether the job will change no more.
+bool is_final(JobState s);
+
+struct JobStatus {
+  JobState state = JobState::kPending;
+  std::string scheduler_state;  // the scheduler's own word (e.g. "NODE_FAIL"), "" when none
+  std::string node;             // where it runs or ran, "" when unknown
+  std::string detail;           // exit code, reason, or why it is lost
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string kind() const = 0;  // "local" | "slurm"
+  // Starts (or queues) the job; returns its id (a pid or a Slurm job id). The job's output
+  // (stdout and stderr) goes to output_path(spec).
+  virtual Result<std::string> submit(const JobSpec& spec) = 0;
+  // The job's state now. A job id this executor never saw is polled like any other (reattach).
+  virtual Result<JobStatus> poll(const std::string& job_id) = 0;
+  // Asks the job to stop; a job already finished is not an error.
+  virtual Status cancel(const std::string& job_id) = 0;
+};
+
+// Polls the job every `interval` until it is final and returns its last status; `on_change` (may be
+// null) hears each state as it changes. A poll that fails (a scheduler that does not answer) is
+// tried again, up to 10 times in a row, then its error is returned (the job is not cancelled).
+Result<JobStatus> wait_until_final(Executor& e, const std::string& job_id, std::chrono::milliseconds interval,
+                                   const std::function<void(const JobStatus&)>& on_change);
+
+// The job's output file: work_dir/name.out.
+std::string output_path(const JobSpec& spec);
+
+// What a Slurm job asks for. Every field maps to one sbatch option; empty/zero = not given (the
+// cluster's default).
+struct SlurmSettings {
+  std::string partition;           // --partition
+  std::string account;             // --account
+  std::string time_limit;          // --time, Slurm's syntax ("30", "1:00:00", "1-00:00:00")
+  int gpus = 0;                    // --gres=gpu:N, only when N > 0
+  int cpus_per_task = 0;           // --cpus-per-task
+  std::string mem;                 // --mem ("64G")
+  std::string qos;                 // --qos
+  std::string constraint;          // --constraint
+  std::string nodelist;            // --nodelist (e.g. a retried comparison stays on its first runs' node)
+  std::vector<std::string> extra;  // more sbatch options, verbatim (e.g. "--exclusive")
+  // The Slurm client programs (a name is looked up in PATH).
+  std::string sbatch = "sbatch", squeue = "squeue", sacct = "sacct", scancel = "scancel";
+};
+
+// Reads the [slurm] table of a TOML file (keys: partition, account, time, gpus, cpus_per_task, mem,
+// qos, constraint, extra = [..]) over `base`. InvalidArgument naming the file and the key for an
+// unknown key, a wrong type or a negative count; NotFound if the file is missing.
+Result<SlurmSettings> load_slurm_settings(const std::string& toml_path, SlurmSettings base = {});
+// Checks what sbatch would otherwise refuse late: a time limit in Slurm's syntax, no newline in a
+// value, extra options that start with "--". InvalidArgument saying which.
+Status validate(const SlurmSettings& s);
+
+// The batch script for a job: #SBATCH lines (job name, output, chdir, then the settings' options
+// in the order of SlurmSettings), the job's environment as exports, then `exec` of the command,
+// every word shell-quoted.
+std::string render_sbatch_script(const JobSpec& spec, const SlurmSettings& s);
+
+// "local" or "slurm" (settings used by slurm only). InvalidArgument for another name.
+Result<std::unique_ptr<Executor>> make_executor(const std::string& kind, const SlurmSettings& slurm = {});
+std::unique_ptr<Executor> make_local_executor();
+std::unique_ptr<Executor> make_slurm_executor(const SlurmSettings& s);
+
+// Slurm's state word (squeue %T / sacct State, e.g. "CANCELLED by 0") as a JobState.
+JobState slurm_state(const std::string& word);
+
+}  // namespace plumb::executor

@@ -1,0 +1,469 @@
+// Studies through the Slurm executor on a real single-node Slurm (scripts/slurm_test_cluster.sh;
+// PLUMB_TEST_SLURM names its slurm.conf) with the shared ledger on PostgreSQL (PLUMB_TEST_POSTGRES;
+// a SQLite file where a test does not need PostgreSQL and it is not set). The controller is the real
+// `plumb tune --executor slurm`; every trial is a batch job that the scheduler runs, which starts
+// `plumb serve --engine synthetic` on the node, measures scenario D (small) and writes its rows to
+// the ledger. Covered: a 2-trial study with both jobs in flight at once, a job killed with scancel
+// (an infrastructure failure, retried), and the controller killed with SIGKILL and restarted
+// (reattaches to the job in flight). Without PLUMB_TEST_SLURM every test skips, saying why.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/json.h"
+#include "core/subprocess.h"
+#include "ledger/ledger.h"
+#include "ledger/ledger_fixture.h"
+#include "tune/study.h"
+
+namespace plumb::tune {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The study's job journal, one decoded line each.
+std::vector<json::object> journal(const std::string& path) {
+  std::vector<json::object> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto o = json::parse_object(line);
+    if (o.ok()) out.push_back(*o);
+  }
+  return out;
+}
+
+std::vector<json::object> events(const std::vector<json::object>& j, const std::string& event) {
+  std::vector<json::object> out;
+  for (const auto& o : j)
+    if (json::string_at(o, "event").value_or("") == event) out.push_back(o);
+  return out;
+}
+
+class SlurmStudyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* conf = std::getenv("PLUMB_TEST_SLURM");
+    if (!conf || !*conf)
+      GTEST_SKIP()
+          << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
+             "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
+    if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+    conf_ = conf;
+    dir_ =
+        (fs::path(::testing::TempDir()) / ("plumb_slurm_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+            .lexically_normal()
+            .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // Two grid points of the synthetic engine: a D-small run lasts ~6.5 s.
+    std::ofstream(dir_ + "/space.toml") << R"(name = "synthetic"
+adapter = "plumb"
+[fixed]
+engine = "synthetic"
+itl_ms = 3.0
+threads = 1
+distribution = "constant"
+[[param]]
+name = "ttft_ms"
+type = "float"
+values = [20.0, 40.0]
+)";
+  }
+  void TearDown() override {
+    if (dir_.empty()) return;
+    for (const auto& id : submitted_ids()) run_capture({"env", "SLURM_CONF=" + conf_, "scancel", id});
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+  // The ledger: PostgreSQL when the test server is there, else a SQLite file in the work directory.
+  std::string ledger_url() {
+    if (!pg_) pg_ = std::make_unique<ledger::testing::PostgresDatabase>();
+    return pg_->url().empty() ? dir_ + "/plumb.db" : pg_->url();
+  }
+  std::vector<std::string> tune_argv(const std::string& ledger, int trials, int parallel) {
+    return {PLUMB_BINARY,
+            "tune",
+            "--space",
+            dir_ + "/space.toml",
+            "--strategy",
+            "grid",
+            "--scenario",
+            "D",
+            "--size",
+            "small",
+            "--trials",
+            std::to_string(trials),
+            "--time-budget",
+            "-1",
+            "--request-timeout",
+            "30",
+            "--no-revalidate",
+            "--ledger",
+            ledger,
+            "--work-dir",
+            dir_,
+            "--executor",
+            "slurm",
+            "--max-parallel-trials",
+            std::to_string(parallel),
+            "--poll-interval",
+            "0.5",
+            "--slurm-time",
+            "10"};
+  }
+  Result<Subprocess> start(const std::vector<std::string>& argv, const std::string& log) {
+    SpawnOptions so;
+    so.argv = argv;
+    so.env["SLURM_CONF"] = conf_;
+    so.stdout_path = dir_ + "/" + log;
+    so.stderr_path = "=stdout";
+    return Subprocess::spawn(so);
+  }
+  // Waits for the controller to exit (at most `s` seconds); its exit code, -1 if it had to be killed.
+  int finish(Subprocess& p, int s) {
+    auto e = p.wait_for(std::chrono::seconds(s));
+    if (!e) {
+      p.stop();
+      ADD_FAILURE() << "the controller did not finish within " << s << " s; its log:\n" << log("tune.log");
+      return -1;
+    }
+    return e->exited ? e->exit_code : -1;
+  }
+  std::string log(const std::string& name) {
+    std::ifstream f(dir_ + "/" + name);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  std::string journal_path() const { return dir_ + "/study-1.jobs.jsonl"; }
+  std::vector<std::string> submitted_ids() {
+    std::vector<std::string> ids;
+    for (const auto& o : events(journal(journal_path()), "submitted"))
+      ids.push_back(json::string_at(o, "job_id").value_or(""));
+    return ids;
+  }
+  // Waits until the journal has n submitted jobs; their ids.
+  std::vector<std::string> wait_submitted(size_t n) {
+    for (int i = 0; i < 600; ++i) {
+      auto ids = submitted_ids();
+      if (ids.size() >= n) return ids;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no job was submitted within 60 s; controller log:\n" << log("tune.log");
+    return {};
+  }
+  // Waits until Slurm runs the job.
+  void wait_running(const std::string& id) {
+    for (int i = 0; i < 600; ++i) {
+      auto o = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T"});
+      if (o.ok() && o->out.rfind("RUNNING", 0) == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "job " << id << " did not start within 60 s";
+  }
+  std::string conf_, dir_;
+  std::unique_ptr<ledger::testing::PostgresDatabase> pg_;
+};
+
+TEST_F(SlurmStudyTest, TwoTrialsRunAsParallelBatchJobsAndLandInPostgres) {
+  std::string url = ledger_url();
+  if (url.rfind("postgresql://", 0) != 0) GTEST_SKIP() << pg_->skip_reason();
+  auto p = start(tune_argv(url, 2, 2), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int rc = finish(*p, 300);
+  // 0, or 1 when no trial was feasible (a loaded machine can make a run miss its schedule).
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  auto j = journal(journal_path());
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 2u) << log("tune.log");
+  EXPECT_EQ(events(j, "finished").size(), 2u);
+  EXPECT_TRUE(events(j, "infrastructure_failure").empty()) << log("tune.log");
+  // Both jobs were in flight before either finished: the second was submitted before the first
+  // finished event.
+  size_t second_sub = 0, first_fin = j.size();
+  for (size_t i = 0; i < j.size(); ++i) {
+    std::string ev = json::string_at(j[i], "event").value_or("");
+    if (ev == "submitted" && json::string_at(j[i], "key").value_or("") == "s1-j1-a0") second_sub = i;
+    if (ev == "finished" && first_fin == j.size()) first_fin = i;
+  }
+  EXPECT_LT(second_sub, first_fin) << log("tune.log");
+
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto st = load_study(**l, 1);
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  ASSERT_EQ(st->trials.size(), 2u);
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  std::set<std::string> configs;
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& r = (*rows)[i];
+    EXPECT_EQ(r.idx, int64_t(i));
+    EXPECT_NE(r.notes.find("executor slurm job "), std::string::npos) << r.notes;
+    EXPECT_NE(r.notes.find("(key s1-j"), std::string::npos) << r.notes;
+    EXPECT_TRUE(r.status == "ok" || r.status == "invalid") << r.status << ": " << r.failure;
+    ASSERT_TRUE(r.run_id.has_value());
+    EXPECT_TRUE((*l)->row("runs", *r.run_id).ok());
+    configs.insert(r.config_json);
+  }
+  EXPECT_EQ(configs.size(), 2u) << "both grid points, each once";
+  // Each job's output says what it recorded.
+  for (const auto& o : sub) {
+    std::string key = json::string_at(o, "key").value_or("");
+    EXPECT_NE(log(key + ".out").find("recorded as trial"), std::string::npos) << log(key + ".out");
+  }
+}
+
+TEST_F(SlurmStudyTest, AJobKilledWithScancelIsAnInfrastructureFailureAndIsRetried) {
+  std::string url = ledger_url();
+  auto p = start(tune_argv(url, 1, 1), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  wait_running(ids[0]);
+  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", ids[0]});
+  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+  int rc = finish(*p, 300);
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  auto j = journal(journal_path());
+  auto failures = events(j, "infrastructure_failure");
+  ASSERT_EQ(failures.size(), 1u) << log("tune.log");
+  EXPECT_EQ(json::string_at(failures[0], "key").value_or(""), "s1-j0-a0");
+  EXPECT_EQ(json::string_at(failures[0], "state").value_or(""), "cancelled");
+  EXPECT_EQ(json::string_at(failures[0], "job_id").value_or(""), ids[0]);
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 2u);
+  EXPECT_EQ(json::string_at(sub[1], "key").value_or(""), "s1-j0-a1");
+  EXPECT_NE(log("tune.log").find("INFRASTRUCTURE FAILURE"), std::string::npos);
+  // One trial, from the retry; the cancelled job left nothing in the ledger.
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a1)"), std::string::npos) << (*rows)[0].notes;
+  auto runs = (*l)->list_runs();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 1u) << "the cancelled job's partial measurement must not be stored";
+}
+
+TEST_F(SlurmStudyTest, AKilledControllerRestartedReattachesToItsJobAndFinishes) {
+  std::string url = ledger_url();
+  auto p = start(tune_argv(url, 2, 1), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  ::kill(p->pid(), SIGKILL);
+  auto e = p->wait();
+  EXPECT_EQ(e.signal, SIGKILL);
+  // The job runs on without its controller; the restarted one finds it by its id.
+  auto r = start({PLUMB_BINARY, "tune", "--resume", "1", "--ledger", url, "--work-dir", dir_, "--executor",
+                  "slurm", "--poll-interval", "0.5", "--no-revalidate"},
+                 "resume.log");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  EXPECT_NE(log("resume.log").find("reattaching to 1 trial job"), std::string::npos) << log("resume.log");
+  auto j = journal(journal_path());
+  EXPECT_TRUE(events(j, "infrastructure_failure").empty()) << log("resume.log");
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 2u) << "the first job is reattached, not submitted again\n" << log("resume.log");
+  auto fin = events(j, "finished");
+  ASSERT_EQ(fin.size(), 2u);
+  std::set<std::string> finished_ids;
+  for (const auto& o : fin) finished_ids.insert(json::string_at(o, "job_id").value_or(""));
+  EXPECT_EQ(finished_ids.count(ids[0]), 1u) << "the job in flight at the kill is the one that finished";
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto st = load_study(**l, 1);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->trials.size(), 2u);
+}
+
+// The same controller with the local executor: trials are child processes (`plumb tune --run-trial`)
+// of `plumb tune`, two at a time, on a SQLite ledger. Needs no cluster, so it runs everywhere.
+class LocalJobsStudyTest : public SlurmStudyTest {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+    dir_ =
+        (fs::path(::testing::TempDir()) / ("plumb_localjobs_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+            .lexically_normal()
+            .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ + "/space.toml") << R"(name = "synthetic"
+adapter = "plumb"
+[fixed]
+engine = "synthetic"
+itl_ms = 3.0
+threads = 1
+distribution = "constant"
+[[param]]
+name = "ttft_ms"
+type = "float"
+values = [20.0, 40.0]
+)";
+  }
+  void TearDown() override {
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+  std::vector<std::string> local_argv(int trials, int parallel, int retries) {
+    auto argv = tune_argv(dir_ + "/plumb.db", trials, parallel);
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--executor") argv[i + 1] = "local";
+    argv.resize(argv.size() - 2);  // no --slurm-time
+    argv.insert(argv.end(), {"--max-job-retries", std::to_string(retries)});
+    return argv;
+  }
+};
+
+TEST_F(LocalJobsStudyTest, ParallelChildProcessesRecordTheirTrialsInFinishingOrder) {
+  auto p = start(local_argv(2, 2, 2), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int rc = finish(*p, 300);
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  auto j = journal(journal_path());
+  EXPECT_EQ(events(j, "submitted").size(), 2u) << log("tune.log");
+  EXPECT_EQ(events(j, "finished").size(), 2u) << log("tune.log");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  std::set<std::string> configs;
+  for (const auto& r : *rows) {
+    EXPECT_NE(r.notes.find("executor local on "), std::string::npos) << r.notes;
+    configs.insert(r.config_json);
+  }
+  EXPECT_EQ(configs.size(), 2u) << "the pending trial was shown to the strategy: no grid point twice";
+}
+
+TEST_F(LocalJobsStudyTest, AKilledJobIsRetriedUpToTheBoundThenTheStudyStopsResumable) {
+  auto p = start(local_argv(1, 2, 0), "tune.log");  // 2: through the executor (1 is the in-process loop)
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the job is measuring
+  ASSERT_EQ(::kill(std::stoi(ids[0]), SIGKILL), 0);
+  int rc = finish(*p, 120);
+  EXPECT_EQ(rc, 3) << "no retry left: the controller stops with an error\n" << log("tune.log");
+  EXPECT_NE(log("tune.log").find("failed for infrastructure reasons on attempt 1 of 1"), std::string::npos)
+      << log("tune.log");
+  EXPECT_NE(log("tune.log").find("--resume 1"), std::string::npos) << log("tune.log");
+  auto f = events(journal(journal_path()), "infrastructure_failure");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(json::string_at(f[0], "state").value_or(""), "failed");
+  {
+    auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE((*l)->trials_for(1)->empty()) << "a killed job is not a trial";
+    EXPECT_TRUE((*l)->list_runs()->empty()) << "nor a run";
+  }
+  // Resumed, the study proposes the point again and finishes.
+  auto r = start({PLUMB_BINARY, "tune", "--resume", "1", "--ledger", dir_ + "/plumb.db", "--work-dir", dir_,
+                  "--max-parallel-trials", "2", "--poll-interval", "0.5", "--no-revalidate"},
+                 "resume.log");
+  ASSERT_TRUE(r.ok());
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->trials_for(1)->size(), 1u) << log("resume.log");
+}
+
+// `plumb compare run --executor slurm`: the whole comparison is one batch job (every pair on one
+// node); a job cancelled after some pairs ran is retried on the same node and completes the rest.
+TEST_F(SlurmStudyTest, AComparisonRunsAsOneJobAndACancelledOneFinishesOnTheSameNode) {
+  std::string url = ledger_url();
+  for (const auto& [name, ttft] : {std::pair{"a", "20.0"}, std::pair{"b", "30.0"}})
+    std::ofstream(dir_ + "/" + name + ".toml")
+        << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = " << ttft
+        << "\nitl_ms = 3.0\nthreads = 1\n";
+  auto reg =
+      run_capture({PLUMB_BINARY, "compare", "register", "--a", dir_ + "/a.toml", "--b", dir_ + "/b.toml",
+                   "--scenario", "A", "--size", "small", "--pairs", "5", "--ledger", url});
+  ASSERT_TRUE(reg.ok() && reg->exit.exited && reg->exit.exit_code == 0);
+  ASSERT_EQ(reg->out, "1\n");
+  auto p = start({PLUMB_BINARY, "compare", "run", "1", "--executor", "slurm", "--ledger", url, "--work-dir",
+                  dir_, "--poll-interval", "0.5"},
+                 "tune.log");
+  ASSERT_TRUE(p.ok());
+  // Cancel the job once two runs (a pair) are in the ledger.
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  size_t runs = 0;
+  for (int i = 0; i < 1200 && runs < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto r = (*l)->comparison_runs(1);
+    if (r.ok()) runs = r->size();
+  }
+  ASSERT_GE(runs, 2u) << "no pair ran within 120 s\n" << log("tune.log");
+  std::string text = log("tune.log");
+  size_t at = text.find("slurm job ");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string job = text.substr(at + 10, text.find(' ', at + 10) - at - 10);
+  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", job});
+  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+  int rc = finish(*p, 400);
+  EXPECT_EQ(rc, 0) << log("tune.log");
+  text = log("tune.log");
+  EXPECT_NE(text.find("INFRASTRUCTURE FAILURE: the job ended cancelled"), std::string::npos) << text;
+  EXPECT_NE(text.find("every pair ran on node "), std::string::npos) << text;
+  // The retry asked for the node of the runs already recorded.
+  std::ifstream script(dir_ + "/compare-1-a1.sbatch");
+  std::string sb((std::istreambuf_iterator<char>(script)), {});
+  EXPECT_NE(sb.find("#SBATCH --nodelist="), std::string::npos) << sb;
+  auto ro = run_capture({PLUMB_BINARY, "compare", "readout", "1", "--ledger", url});
+  ASSERT_TRUE(ro.ok());
+  EXPECT_TRUE(ro->exit.exited && ro->exit.exit_code == 0) << ro->out;
+  EXPECT_NE(ro->out.find("verdict"), std::string::npos) << ro->out;
+}
+
+// Bad executor settings are refused before anything is submitted, saying what is wrong.
+TEST(ExecutorFlags, BadSettingsAreUsageErrorsThatSayWhatIsWrong) {
+  if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+  std::string d =
+      (fs::path(::testing::TempDir()) / ("plumb_execflags_" + std::to_string(::getpid()))).string();
+  fs::create_directories(d);
+  std::ofstream(d + "/bad.toml") << "[slurm]\npartiton = \"gpu\"\n";
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Case& c :
+       {Case{{"--executor", "slurm", "--slurm-time", "soon"}, "not in Slurm's syntax"},
+        Case{{"--executor", "slurm", "--slurm-config", d + "/bad.toml"}, "unknown key [slurm].partiton"},
+        Case{{"--max-parallel-trials", "0"}, "--max-parallel-trials must be >= 1"}}) {
+    std::vector<std::string> argv = {PLUMB_BINARY, "tune", "--ledger", d + "/plumb.db",
+                                     "--trials",   "1",    "--quiet"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    SpawnOptions so;
+    so.argv = argv;
+    so.stdout_path = d + "/out.log";
+    so.stderr_path = "=stdout";
+    auto p = Subprocess::spawn(so);
+    ASSERT_TRUE(p.ok());
+    auto e = p->wait();
+    std::ifstream f(d + "/out.log");
+    std::string out((std::istreambuf_iterator<char>(f)), {});
+    EXPECT_TRUE(e.exited && e.exit_code == 2) << out;
+    EXPECT_NE(out.find(c.says), std::string::npos) << out;
+  }
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace plumb::tune
