@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <variant>
 
@@ -92,9 +94,7 @@ Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed,
   for (size_t i = 0; i < sc.profiles.size(); ++i) {
     const auto& p = sc.profiles[i];
     workload::ArrivalSpec s;
-    s.kind = p.kind == protocol::LoadKind::kBurst     ? workload::ArrivalKind::kBurst
-             : p.kind == protocol::LoadKind::kPoisson ? workload::ArrivalKind::kPoisson
-                                                      : workload::ArrivalKind::kConstant;
+    s.kind = protocol::arrival_kind(p.kind);
     s.rate = p.rate_rps;
     s.max_concurrency = p.concurrency;
     s.seed = seed;
@@ -102,6 +102,56 @@ Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed,
     w.profiles.push_back(s);
   }
   return w;
+}
+
+Result<Workload> subset_workload(Workload whole, const SubsetSpec& spec) {
+  const size_t n = whole.set.requests.size();
+  if (spec.count == 0 || spec.first + spec.count > n)
+    return invalid_argument("a slice of requests [" + std::to_string(spec.first) + ", " +
+                            std::to_string(spec.first + spec.count) + ") of a set of " + std::to_string(n) +
+                            " is empty or past its end");
+  if (spec.kind == "limit" && spec.count >= n)
+    return invalid_argument("--request-limit " + std::to_string(spec.count) +
+                            " is not smaller than the request set (" + std::to_string(n) +
+                            " requests): drop the flag to run the whole set");
+  ledger::RunSubset sub{.kind = spec.kind,
+                        .full_set_hash = whole.set.set_hash,
+                        .full_requests = int64_t(n),
+                        .first_idx = int64_t(spec.first),
+                        .num_requests = int64_t(spec.count),
+                        .part = spec.part,
+                        .parts = spec.parts};
+  auto begin = whole.set.requests.begin() + std::ptrdiff_t(spec.first);
+  std::vector<workload::Request> slice(begin, begin + std::ptrdiff_t(spec.count));
+  PLUMB_ASSIGN_OR_RETURN(whole.set, workload::make_request_set(std::move(slice)));
+  for (auto& p : whole.profiles) p.skip = spec.first;
+  if (whole.scenario) {
+    whole.scenario = protocol::with_requests(*whole.scenario, int(spec.count));
+    whole.bounds.min_completed = whole.scenario->min_completed;
+    whole.bounds.min_steady_requests = whole.scenario->min_steady_requests;
+  } else {
+    whole.bounds.min_completed = int64_t(spec.count);
+  }
+  whole.subset = std::move(sub);
+  return whole;
+}
+
+Result<Workload> limit_workload(Workload whole, size_t limit) {
+  return subset_workload(std::move(whole), {.kind = "limit", .first = 0, .count = limit});
+}
+
+Result<Workload> part_workload(Workload whole, int part, int parts) {
+  const size_t n = whole.set.requests.size();
+  if (parts < 2 || size_t(parts) > n)
+    return invalid_argument("--parts " + std::to_string(parts) + ": give 2 to " + std::to_string(n) +
+                            " (the request set's size) parts");
+  if (part < 0 || part >= parts)
+    return invalid_argument("--part " + std::to_string(part + 1) + ": give a part from 1 to " +
+                            std::to_string(parts));
+  const size_t first = size_t(part) * n / size_t(parts);
+  const size_t end = size_t(part + 1) * n / size_t(parts);
+  return subset_workload(
+      std::move(whole), {.kind = "part", .first = first, .count = end - first, .part = part, .parts = parts});
 }
 
 double objective_of(const protocol::Scenario& sc, const std::vector<metrics::Metrics>& ms) {
@@ -489,6 +539,7 @@ Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenari
   }
   if (!ran.ok()) return ran;
   out.row.ended_at = utc_timestamp_now();
+  out.row.subset = w.subset;
   double objective = sc ? objective_of(*sc, out.per_profile) : stats::kNaN;
   decide_outcome(out, sc, w, opt, ev, objective);
   if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
@@ -515,6 +566,49 @@ Result<Measurement> measure(const launch::EngineConfig& config, const protocol::
   bounds.min_completed = sc.min_completed;
   bounds.min_steady_requests = sc.min_steady_requests;
   return measure_impl(Subject{config, ""}, &sc, bounds, w, options);
+}
+
+namespace {
+// The columns that make two part runs parts of one whole run, as one text key. The engine
+// configuration counts without its rendered argv: each launch gets its own free port.
+Result<std::string> whole_key(ledger::Ledger& l, int64_t run_id) {
+  PLUMB_ASSIGN_OR_RETURN(auto t, l.row("runs", run_id));
+  std::string key;
+  for (const char* col : {"machine_id", "target_engine", "engine_config", "model_identity", "seed",
+                          "scenario", "size_class", "protocol_id"}) {
+    for (size_t c = 0; c < t.columns.size(); ++c) {
+      if (t.columns[c] != col || t.rows.empty()) continue;
+      const auto& cell = t.rows[0][c];
+      std::string v = cell.type == ledger::Cell::Type::kText ? cell.s : std::to_string(cell.i);
+      if (std::string_view(col) == "engine_config") {
+        if (auto cfg = json::parse_object(v); cfg.ok()) {
+          cfg->erase("argv");
+          v = json::canonical(*cfg);
+        }
+      }
+      key += v + "\n";
+    }
+  }
+  return key;
+}
+}  // namespace
+
+Result<std::map<int64_t, int64_t>> recorded_parts(ledger::Ledger& l, int64_t run_id) {
+  PLUMB_ASSIGN_OR_RETURN(auto mine, l.subset_of(run_id));
+  if (!mine || mine->kind != "part") return not_found("run " + std::to_string(run_id) + " is not a part run");
+  PLUMB_ASSIGN_OR_RETURN(std::string key, whole_key(l, run_id));
+  PLUMB_ASSIGN_OR_RETURN(auto all, l.subsets_of_set(mine->full_set_hash));
+  ledger::RunQuery sealed;  // sealed runs only (the default)
+  PLUMB_ASSIGN_OR_RETURN(auto usable, l.find_runs(sealed));
+  std::set<int64_t> is_sealed;
+  for (const auto& r : usable) is_sealed.insert(r.id);
+  std::map<int64_t, int64_t> parts;
+  for (const auto& [id, u] : all) {
+    if (u.kind != "part" || u.parts != mine->parts || !is_sealed.count(id)) continue;
+    PLUMB_ASSIGN_OR_RETURN(std::string k, whole_key(l, id));
+    if (k == key) parts[u.part] = id;  // ids ascend: the latest run of a part wins
+  }
+  return parts;
 }
 
 Result<ProvenanceIds> provenance_ids(ledger::Ledger& l) {
