@@ -484,9 +484,39 @@ struct ProfileOutputs {
   }
 };
 
+// Every part is in: the whole run assembled from them (compare/measure.h assemble_parts), recorded as
+// a run of the whole request set.
+Status record_whole(ledger::Ledger& l, int64_t part_run_id, const ledger::RunSubset& u, uint64_t seed) {
+  PLUMB_ASSIGN_OR_RETURN(auto t, l.row("runs", part_run_id));
+  std::string scenario, size;
+  for (size_t c = 0; c < t.columns.size(); ++c) {
+    if (t.columns[c] == "scenario") scenario = t.rows[0][c].s;
+    if (t.columns[c] == "size_class") size = t.rows[0][c].s;
+  }
+  PLUMB_ASSIGN_OR_RETURN(auto size_class, protocol::parse_size_class(size));
+  PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(scenario, size_class));
+  PLUMB_ASSIGN_OR_RETURN(auto whole, compare::assemble_parts(l, part_run_id, sc));
+  PLUMB_ASSIGN_OR_RETURN(auto ids, compare::provenance_ids(l));
+  PLUMB_ASSIGN_OR_RETURN(
+      int64_t set_id, l.insert_request_set({u.full_set_hash, sc.id, size, int64_t(seed), u.full_requests}));
+  std::string settings = whole.row.effective_settings;
+  compare::fill_provenance(whole.row, ids, set_id, sc, seed);
+  whole.row.effective_settings = settings;
+  PLUMB_ASSIGN_OR_RETURN(int64_t id, l.insert_run(whole.row, whole.requests, whole.metrics));
+  std::fprintf(
+      stderr,
+      "plumb bench: every part is in: recorded the whole run as run %lld (%s, %s = %.6g): a run of the "
+      "whole request set, %s\n",
+      (long long)id, whole.valid ? "VALID" : "INVALID",
+      std::string(protocol::objective_name(sc.objective)).c_str(), whole.objective,
+      whole.valid ? "eligible for a verdict" : "not a verdict");
+  return Status::Ok();
+}
+
 // After recording part K: which parts of the same whole run (same whole set, machine, engine
 // configuration and model) the ledger holds, and which are missing.
-Status report_parts(const std::string& path, int64_t run_id, const ledger::RunSubset& u) {
+Status report_parts(const std::string& path, int64_t run_id, const ledger::RunSubset& u, const BenchArgs& a) {
+  const uint64_t seed = a.seed;
   PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(path));
   PLUMB_ASSIGN_OR_RETURN(auto parts, compare::recorded_parts(*ledger, run_id));
   std::string have, missing;
@@ -497,6 +527,7 @@ Status report_parts(const std::string& path, int64_t run_id, const ledger::RunSu
   }
   std::fprintf(stderr, "plumb bench: parts of this run in the ledger: %s; missing: %s\n", have.c_str(),
                missing.empty() ? "none (every part is in)" : missing.c_str());
+  if (missing.empty()) PLUMB_RETURN_IF_ERROR(record_whole(*ledger, run_id, u, seed));
   return Status::Ok();
 }
 
@@ -520,7 +551,7 @@ Status after_measurement(BenchArgs& a, bool own_server, const compare::Workload&
     std::fprintf(stderr, "plumb bench: recorded run %lld in %s%s\n", (long long)*id,
                  ledger::redact_url(a.ledger_path).c_str(), m.row.subset ? " as a subset run" : "");
     if (m.row.subset && m.row.subset->kind == "part") {
-      Status st = report_parts(a.ledger_path, *id, *m.row.subset);
+      Status st = report_parts(a.ledger_path, *id, *m.row.subset, a);
       if (!st.ok()) return job_error("--ledger: " + st.to_string());
     }
   }

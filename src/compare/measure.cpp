@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
@@ -609,6 +610,143 @@ Result<std::map<int64_t, int64_t>> recorded_parts(ledger::Ledger& l, int64_t run
     if (k == key) parts[u.part] = id;  // ids ascend: the latest run of a part wins
   }
   return parts;
+}
+
+namespace {
+// One cell of a one-row table by column name.
+const ledger::Cell* cell_of(const ledger::Table& t, const std::string& col) {
+  for (size_t c = 0; c < t.columns.size(); ++c)
+    if (t.columns[c] == col && !t.rows.empty()) return &t.rows[0][c];
+  return nullptr;
+}
+
+std::optional<Nanos> at(int64_t ns, int64_t offset) {
+  return ns < 0 ? std::nullopt : std::optional<Nanos>(Nanos(ns + offset));
+}
+
+// Part `u`'s per-request rows appended to the profiles' records at their places in the whole set,
+// each profile's times shifted by its offset; the offsets then move past the part's last event.
+Status stitch_part(ledger::Ledger& l, int64_t run_id, const ledger::RunSubset& u,
+                   std::vector<metrics::RunRecord>& profiles, std::vector<int64_t>& offsets) {
+  PLUMB_ASSIGN_OR_RETURN(auto t, l.dump("requests", run_id));
+  std::map<std::string, size_t> col;
+  for (size_t c = 0; c < t.columns.size(); ++c) col[t.columns[c]] = c;
+  std::vector<int64_t> last(profiles.size(), 0);
+  for (const auto& row : t.rows) {
+    auto i = [&](const char* n) { return row[col.at(n)].i; };
+    const size_t p = size_t(i("profile"));
+    if (p >= profiles.size()) {
+      profiles.resize(p + 1);
+      offsets.resize(p + 1, 0);
+      last.resize(p + 1, 0);
+    }
+    metrics::RequestRecord r;
+    r.index = size_t(u.first_idx + i("idx"));
+    r.hash = row[col.at("request_hash")].s;
+    r.requested_output_tokens = i("output_requested");
+    r.prompt_tokens = r.usage_prompt_tokens = i("input_tokens");
+    r.usage_output_tokens = i("output_server");
+    r.local_output_tokens = i("output_local");
+    r.scheduled = at(i("scheduled_ns"), offsets[p]);
+    r.sent = at(i("sent_ns"), offsets[p]);
+    r.first_token = at(i("first_token_ns"), offsets[p]);
+    r.end = at(i("end_ns"), offsets[p]);
+    const std::string& status = row[col.at("status")].s;
+    // A category this plumb does not know (a newer writer's) still counts as a failure.
+    if (status != "ok") {
+      auto f = metrics::parse_failure(status);
+      r.failure = f.ok() ? *f : metrics::Failure::kClient;
+    }
+    last[p] = std::max({last[p], i("end_ns"), i("sent_ns")});
+    profiles[p].requests.push_back(std::move(r));
+  }
+  for (size_t p = 0; p < last.size(); ++p) offsets[p] += last[p];
+  return Status::Ok();
+}
+}  // namespace
+
+namespace {
+// The parts read in order: their rows stitched into `profiles`, the first part's provenance and
+// the last one's end time in out.row; returns how many parts were valid.
+Result<int64_t> read_parts(ledger::Ledger& l, const std::map<int64_t, int64_t>& parts, Measurement& out,
+                           std::vector<metrics::RunRecord>& profiles, json::array& ids) {
+  std::vector<int64_t> offsets(profiles.size(), 0);
+  int64_t valid_parts = 0;
+  for (const auto& [k, id] : parts) {
+    PLUMB_ASSIGN_OR_RETURN(auto u, l.subset_of(id));
+    PLUMB_RETURN_IF_ERROR(stitch_part(l, id, *u, profiles, offsets));
+    PLUMB_ASSIGN_OR_RETURN(auto t, l.row("runs", id));
+    if (const auto* v = cell_of(t, "valid"); v && v->i == 1) ++valid_parts;
+    if (k == 0) {
+      out.row.machine_id = cell_of(t, "machine_id")->i;
+      out.row.build_id = cell_of(t, "build_id")->i;
+      out.row.protocol_id = cell_of(t, "protocol_id")->i;
+      out.row.target_engine = cell_of(t, "target_engine")->s;
+      out.row.engine_config = cell_of(t, "engine_config")->s;
+      out.row.engine_config_hash = cell_of(t, "engine_config_hash")->s;
+      out.row.model_identity = cell_of(t, "model_identity")->s;
+      out.row.started_at = cell_of(t, "started_at")->s;
+    }
+    out.row.ended_at = cell_of(t, "ended_at")->s;
+    ids.emplace_back(id);
+  }
+  return valid_parts;
+}
+
+// Each profile's figures and rows from its stitched record, and its completion check.
+void whole_profiles(const protocol::Scenario& sc, std::vector<metrics::RunRecord>& profiles, Measurement& out,
+                    json::array& validity) {
+  const bool multi = profiles.size() > 1;
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    metrics::Metrics m = metrics::compute(profiles[p]);
+    const bool enough = m.completed >= sc.min_completed;
+    out.valid = out.valid && enough;
+    validity.emplace_back(json::object{{"profile", int64_t(p)},
+                                       {"name", "completed_requests"},
+                                       {"value", m.completed},
+                                       {"relation", ">="},
+                                       {"bound", sc.min_completed},
+                                       {"verdict", enough ? "pass" : "fail"}});
+    for (const auto& r : profiles[p].requests) out.requests.push_back(request_row(r, p));
+    add_profile_metrics(out, m, multi ? "p" + std::to_string(p) + "." : "");
+    out.per_profile.push_back(std::move(m));
+  }
+}
+}  // namespace
+
+Result<Measurement> assemble_parts(ledger::Ledger& l, int64_t part_run_id, const protocol::Scenario& sc) {
+  PLUMB_ASSIGN_OR_RETURN(auto mine, l.subset_of(part_run_id));
+  if (!mine || mine->kind != "part")
+    return not_found("run " + std::to_string(part_run_id) + " is not a part run");
+  PLUMB_ASSIGN_OR_RETURN(auto parts, recorded_parts(l, part_run_id));
+  if (int64_t(parts.size()) != mine->parts)
+    return failed_precondition("the whole run has " + std::to_string(parts.size()) + " of its " +
+                               std::to_string(mine->parts) + " parts in the ledger");
+  Measurement out;
+  std::vector<metrics::RunRecord> profiles(sc.profiles.size());
+  json::array ids;
+  PLUMB_ASSIGN_OR_RETURN(int64_t valid_parts, read_parts(l, parts, out, profiles, ids));
+  out.valid = valid_parts == mine->parts;
+  json::array validity{json::object{{"profile", 0},
+                                    {"name", "parts_valid"},
+                                    {"value", valid_parts},
+                                    {"relation", ">="},
+                                    {"bound", mine->parts},
+                                    {"verdict", out.valid ? "pass" : "fail"}}};
+  whole_profiles(sc, profiles, out, validity);
+  out.objective = objective_of(sc, out.per_profile);
+  if (!(std::isfinite(out.objective) && out.objective > 0)) out.valid = false;
+  if (std::isfinite(out.objective)) out.metrics.push_back({"objective", out.objective, "1"});
+  out.outcome = out.valid ? Outcome::kValid : Outcome::kInvalid;
+  out.row.valid = out.valid;
+  out.row.validity_json = json::dump(validity);
+  out.row.objective = out.valid ? std::optional<double>(out.objective) : std::nullopt;
+  out.row.effective_settings = json::canonical(json::object{
+      {"assembled_from_parts", ids},
+      {"parts", mine->parts},
+      {"stitching", "each profile's times end to end: part k+1 starts where part k's last request ended"}});
+  out.started = true;
+  return out;
 }
 
 Result<ProvenanceIds> provenance_ids(ledger::Ledger& l) {

@@ -229,6 +229,18 @@ Result<int64_t> insert_request_set(ledger::Ledger& ledger, const Workload& w,
 // is not a part run.
 Result<std::map<int64_t, int64_t>> recorded_parts(ledger::Ledger& ledger, int64_t run_id);
 
+// The whole run assembled from its recorded parts (docs/protocol.md "Runs of a subset"), once every
+// part of the whole run that part run `part_run_id` belongs to is in: a run of the whole request set
+// (no subset row, so eligible for a verdict when valid), whose per-request rows are the parts' rows
+// at their places in the whole set, each profile's times stitched end to end (part k+1 starts where
+// part k's last request ended, so the steady window spans the drains between parts), its figures
+// computed from those rows (metrics/, no ITL: chunks are not stored), valid when every part is
+// valid and the pooled rows meet the scenario's completion bound. Its effective settings name the
+// part runs. `scenario` is the whole scenario. FailedPrecondition naming the missing parts when
+// not every part is in; NotFound when `part_run_id` is not a part run.
+Result<Measurement> assemble_parts(ledger::Ledger& ledger, int64_t part_run_id,
+                                   const protocol::Scenario& scenario);
+
 // The scenario's objective from its profiles' metrics (C: geometric mean over profiles).
 double objective_of(const protocol::Scenario& scenario, const std::vector<metrics::Metrics>& per_profile);
 

@@ -143,6 +143,7 @@ TEST_F(BenchSubset, PartsCoverTheWholeSetAndTheLedgerListsThem) {
                           : k == 2 ? "missing: 3"
                                    : "missing: none (every part is in)";
     EXPECT_NE(o.err.find(missing), std::string::npos) << o.err;
+    EXPECT_EQ(o.err.find("recorded the whole run as run 4") != std::string::npos, k == 3) << o.err;
     EXPECT_NE(o.err.find(" as a subset run"), std::string::npos) << o.err;
     ids.push_back(int64_t(k));
   }
@@ -166,6 +167,52 @@ TEST_F(BenchSubset, PartsCoverTheWholeSetAndTheLedgerListsThem) {
   }
   EXPECT_EQ(sizes, (std::vector<int64_t>{10, 11, 11}));
   EXPECT_EQ(joined, all);
+
+  // With the last part in, the whole run was assembled: run 4, a run of the whole set (no subset
+  // row), its rows the parts' rows at their places, sealed, valid only if every part was.
+  auto runs = (*l)->list_runs();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 4u);
+  bool parts_valid = true;
+  const ledger::RunSummary* whole_run = nullptr;
+  for (const auto& r : *runs) {
+    if (r.id == 4)
+      whole_run = &r;
+    else
+      parts_valid = parts_valid && r.valid;
+  }
+  ASSERT_NE(whole_run, nullptr);
+  EXPECT_TRUE(whole_run->sealed);
+  EXPECT_EQ(whole_run->requests, 32);
+  EXPECT_EQ(whole_run->valid, parts_valid);
+  auto u = (*l)->subset_of(4);
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE(u->has_value());
+  EXPECT_EQ(run_hashes(**l, 4), all);
+  auto row = (*l)->row("runs", 4);
+  ASSERT_TRUE(row.ok());
+  std::string eff;
+  int64_t set_id = 0;
+  for (size_t c = 0; c < row->columns.size(); ++c) {
+    if (row->columns[c] == "effective_settings") eff = row->rows[0][c].s;
+    if (row->columns[c] == "request_set_id") set_id = row->rows[0][c].i;
+  }
+  EXPECT_NE(eff.find("\"assembled_from_parts\":[1,2,3]"), std::string::npos) << eff;
+  auto set = (*l)->row("request_sets", set_id);
+  ASSERT_TRUE(set.ok());
+  auto part1 = (*l)->subset_of(1);
+  ASSERT_TRUE(part1.ok() && part1->has_value());
+  for (size_t c = 0; c < set->columns.size(); ++c) {
+    if (set->columns[c] == "set_hash") {
+      EXPECT_EQ(set->rows[0][c].s, (*part1)->full_set_hash);
+    }
+    if (set->columns[c] == "num_requests") {
+      EXPECT_EQ(set->rows[0][c].i, 32);
+    }
+  }
+  auto rep = (*l)->verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok());
 }
 
 // A strawman that cannot honour the output length: plumb serve --debug-eos-after 0.4 ends every
