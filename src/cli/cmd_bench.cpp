@@ -644,6 +644,7 @@ Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Work
   ib.plumb["request_set_hash"] = w.set.set_hash;
   ib.plumb["valid"] = valid;
   ib.plumb["scoring"] = std::string(metrics::scoring_name(scoring));
+  if (w.subset) ib.plumb["subset"] = subset_json(*w.subset);
   ib.plumb["seed"] = a.seed;
   ib.plumb["summary"] = summary_line;
   if (plan.scenario) ib.plumb["size_class"] = std::string(protocol::size_class_name(plan.scenario->size));
