@@ -75,7 +75,10 @@ struct BenchArgs {
   std::string csv_path;
   std::string html_path;
   bool quiet = false;
-  IbFlags ib;  // --ib-scenario, --ib-concurrency, --ib-json (cli/ib_interop.h)
+  size_t request_limit = 0;  // --request-limit: only the first N requests (0 = all)
+  int parts = 0;             // --parts N: the set in N contiguous parts (0 = one run of the whole set)
+  int part = 0;              // --part K: which part this run measures (1-based)
+  IbFlags ib;                // --ib-scenario, --ib-concurrency, --ib-json (cli/ib_interop.h)
 };
 
 void print_progress(const loadgen::ProgressInfo& p) {
@@ -118,6 +121,9 @@ json::object settings_json(const BenchArgs& a) {
   s["slo"] = a.slo;
   s["timeout_s"] = a.timeout_s;
   s["realtime_pacing"] = !a.no_realtime_pacing;
+  s["request_limit"] = a.request_limit;
+  s["parts"] = a.parts;
+  s["part"] = a.part;
   s["ib_scenario"] = a.ib.scenario_file;
   s["ib_concurrency"] = a.ib.concurrency;
   if (!a.launched.empty()) s["launched_server"] = a.launched;
@@ -351,6 +357,14 @@ Status check_flag_combinations(const BenchArgs& a) {
     return usage_error(
         "--ledger records protocol scenario runs (give --scenario): a custom workload has "
         "no objective for the ledger to keep");
+  if (a.request_limit > 0 && a.parts > 0)
+    return usage_error(
+        "--request-limit and --parts exclude each other: a part is already a slice of the set");
+  if ((a.parts > 0) != (a.part > 0))
+    return usage_error("--parts N and --part K go together (K from 1 to N), e.g. --parts 4 --part 1");
+  if (a.parts > 0 && (a.parts < 2 || a.part > a.parts))
+    return usage_error("--parts " + std::to_string(a.parts) + " --part " + std::to_string(a.part) +
+                       ": give --parts >= 2 and --part from 1 to --parts");
   return Status::Ok();
 }
 
@@ -455,6 +469,7 @@ struct ProfileOutputs {
     std::fputs(metrics::console_summary(run, m, cs).c_str(), stdout);
     json::object pj = metrics::to_json(run, m, cs);
     pj["plumb_version"] = std::string(PLUMB_VERSION) + " " + PLUMB_GIT_COMMIT;
+    pj["scoring"] = std::string(metrics::scoring_name(metrics::scoring_of(cs)));
     profile_json.emplace_back(std::move(pj));
     if (!a.csv_path.empty() && output_error.ok()) {
       std::string path = n_profiles > 1 ? a.csv_path + "." + std::to_string(i) : a.csv_path;
@@ -468,6 +483,53 @@ struct ProfileOutputs {
     }
   }
 };
+
+// Every part is in: the whole run assembled from them (compare/measure.h assemble_parts), recorded as
+// a run of the whole request set.
+Status record_whole(ledger::Ledger& l, int64_t part_run_id, const ledger::RunSubset& u, uint64_t seed) {
+  PLUMB_ASSIGN_OR_RETURN(auto t, l.row("runs", part_run_id));
+  std::string scenario, size;
+  for (size_t c = 0; c < t.columns.size(); ++c) {
+    if (t.columns[c] == "scenario") scenario = t.rows[0][c].s;
+    if (t.columns[c] == "size_class") size = t.rows[0][c].s;
+  }
+  PLUMB_ASSIGN_OR_RETURN(auto size_class, protocol::parse_size_class(size));
+  PLUMB_ASSIGN_OR_RETURN(auto sc, protocol::find_scenario(scenario, size_class));
+  PLUMB_ASSIGN_OR_RETURN(auto whole, compare::assemble_parts(l, part_run_id, sc));
+  PLUMB_ASSIGN_OR_RETURN(auto ids, compare::provenance_ids(l));
+  PLUMB_ASSIGN_OR_RETURN(
+      int64_t set_id, l.insert_request_set({u.full_set_hash, sc.id, size, int64_t(seed), u.full_requests}));
+  std::string settings = whole.row.effective_settings;
+  compare::fill_provenance(whole.row, ids, set_id, sc, seed);
+  whole.row.effective_settings = settings;
+  PLUMB_ASSIGN_OR_RETURN(int64_t id, l.insert_run(whole.row, whole.requests, whole.metrics));
+  std::fprintf(
+      stderr,
+      "plumb bench: every part is in: recorded the whole run as run %lld (%s, %s = %.6g): a run of the "
+      "whole request set, %s\n",
+      (long long)id, whole.valid ? "VALID" : "INVALID",
+      std::string(protocol::objective_name(sc.objective)).c_str(), whole.objective,
+      whole.valid ? "eligible for a verdict" : "not a verdict");
+  return Status::Ok();
+}
+
+// After recording part K: which parts of the same whole run (same whole set, machine, engine
+// configuration and model) the ledger holds, and which are missing.
+Status report_parts(const std::string& path, int64_t run_id, const ledger::RunSubset& u, const BenchArgs& a) {
+  const uint64_t seed = a.seed;
+  PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(path));
+  PLUMB_ASSIGN_OR_RETURN(auto parts, compare::recorded_parts(*ledger, run_id));
+  std::string have, missing;
+  for (int64_t k = 0; k < u.parts; ++k) {
+    std::string& into = parts.count(k) ? have : missing;
+    into += (into.empty() ? "" : ", ") + std::to_string(k + 1);
+    if (parts.count(k)) into += " (run " + std::to_string(parts.at(k)) + ")";
+  }
+  std::fprintf(stderr, "plumb bench: parts of this run in the ledger: %s; missing: %s\n", have.c_str(),
+               missing.empty() ? "none (every part is in)" : missing.c_str());
+  if (missing.empty()) PLUMB_RETURN_IF_ERROR(record_whole(*ledger, run_id, u, seed));
+  return Status::Ok();
+}
 
 // After the measurement: a server plumb could not start, the launched server's log, a failed
 // CSV write, the ledger's record (--ledger), an outcome other than valid or invalid.
@@ -486,13 +548,50 @@ Status after_measurement(BenchArgs& a, bool own_server, const compare::Workload&
     json::object caller{{"command", "bench"}, {"bench", settings_json(a)}};
     auto id = record_run(a.ledger_path, w, m, compare::effective_settings(mo, std::move(caller)), a.seed);
     if (!id.ok()) return job_error("--ledger: " + id.status().to_string());
-    std::fprintf(stderr, "plumb bench: recorded run %lld in %s\n", (long long)*id,
-                 ledger::redact_url(a.ledger_path).c_str());
+    std::fprintf(stderr, "plumb bench: recorded run %lld in %s%s\n", (long long)*id,
+                 ledger::redact_url(a.ledger_path).c_str(), m.row.subset ? " as a subset run" : "");
+    if (m.row.subset && m.row.subset->kind == "part") {
+      Status st = report_parts(a.ledger_path, *id, *m.row.subset, a);
+      if (!st.ok()) return job_error("--ledger: " + st.to_string());
+    }
   }
   if (m.outcome != compare::Outcome::kValid && m.outcome != compare::Outcome::kInvalid)
     std::fprintf(stderr, "plumb bench: the run is %s: %s\n",
                  std::string(compare::outcome_name(m.outcome)).c_str(), m.failure.c_str());
   return Status::Ok();
+}
+
+// How a subset run is labelled wherever its result is shown: never as a verdict.
+std::string subset_label(const ledger::RunSubset& u) {
+  if (u.kind == "limit")
+    return "limited to " + std::to_string(u.num_requests) + " of " + std::to_string(u.full_requests) +
+           " requests, not a verdict";
+  return "part " + std::to_string(u.part + 1) + " of " + std::to_string(u.parts) + ": requests " +
+         std::to_string(u.first_idx) + ".." + std::to_string(u.first_idx + u.num_requests - 1) + " of " +
+         std::to_string(u.full_requests) + ", not a verdict on its own";
+}
+
+json::object subset_json(const ledger::RunSubset& u) {
+  json::object o{{"kind", u.kind},
+                 {"whole_set_hash", u.full_set_hash},
+                 {"whole_requests", u.full_requests},
+                 {"first_index", u.first_idx},
+                 {"requests", u.num_requests}};
+  if (u.kind == "part") {
+    o["part"] = u.part + 1;
+    o["parts"] = u.parts;
+  }
+  o["label"] = subset_label(u);
+  return o;
+}
+
+// The scoring of the run over its profiles (metrics::scoring_of): a profile not measured at all
+// scores none.
+metrics::Scoring scoring_over(const compare::Measurement& m) {
+  if (m.validity.empty()) return metrics::Scoring::kNone;
+  metrics::Scoring s = metrics::Scoring::kVerdict;
+  for (const auto& cs : m.validity) s = metrics::worse_scoring(s, metrics::scoring_of(cs));
+  return s;
 }
 
 // The result JSON: for a scenario, its objective and verdict over the profiles (and the summary
@@ -507,10 +606,19 @@ json::value result_json(const BenchArgs& a, const Plan& plan, const compare::Mea
                 (unsigned long long)a.seed, std::string(protocol::objective_name(sc.objective)).c_str(),
                 m.objective, m.valid ? "VALID" : "INVALID");
   summary_line = line;
-  std::printf("%s\n", line);
+  if (m.row.subset) summary_line += " (" + subset_label(*m.row.subset) + ")";
+  const metrics::Scoring scoring = scoring_over(m);
+  if (scoring == metrics::Scoring::kPerTokenOnly)
+    summary_line +=
+        " (outputs shorter than requested: TTFT, TPOT and ITL valid; E2E, throughput and objective not "
+        "comparable; not a verdict)";
+  std::printf("%s\n", summary_line.c_str());
   json::object o;
   o["schema_version"] = metrics::kSchemaVersion;
   o["scenario"] = sc.id;
+  if (m.row.subset) o["subset"] = subset_json(*m.row.subset);
+  o["verdict_eligible"] = m.valid && !m.row.subset;
+  o["scoring"] = std::string(metrics::scoring_name(scoring));
   o["size"] = std::string(protocol::size_class_name(sc.size));
   o["seed"] = a.seed;
   o["objective"] = std::string(protocol::objective_name(sc.objective));
@@ -523,7 +631,8 @@ json::value result_json(const BenchArgs& a, const Plan& plan, const compare::Mea
 
 // --ib-json: InferenceBench's metrics JSON with plumb's own object.
 Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Workload& w, bool valid,
-                       const std::string& summary_line, const ProfileOutputs& outs) {
+                       metrics::Scoring scoring, const std::string& summary_line,
+                       const ProfileOutputs& outs) {
   IbRunOutput ib{.scenario = plan.scenario ? plan.scenario->id : "custom",
                  .name = plan.scenario ? plan.scenario->name : "",
                  .model = a.model,
@@ -534,6 +643,8 @@ Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Work
   ib.plumb = plan.ib_info;
   ib.plumb["request_set_hash"] = w.set.set_hash;
   ib.plumb["valid"] = valid;
+  ib.plumb["scoring"] = std::string(metrics::scoring_name(scoring));
+  if (w.subset) ib.plumb["subset"] = subset_json(*w.subset);
   ib.plumb["seed"] = a.seed;
   ib.plumb["summary"] = summary_line;
   if (plan.scenario) ib.plumb["size_class"] = std::string(protocol::size_class_name(plan.scenario->size));
@@ -557,7 +668,7 @@ Status write_results(const BenchArgs& a, const Plan& plan, const compare::Worklo
     if (!st.ok()) return job_error("--json: " + st.to_string());
   }
   if (!a.ib.json_path.empty())
-    PLUMB_RETURN_IF_ERROR(write_ib_output(a, plan, w, m.valid, summary_line, outs));
+    PLUMB_RETURN_IF_ERROR(write_ib_output(a, plan, w, m.valid, scoring_over(m), summary_line, outs));
   if (!a.html_path.empty()) {
     Status st =
         write_html_report(a, w.set.set_hash, summary_line, m.valid, outs.runs, outs.results, outs.validities);
@@ -565,6 +676,30 @@ Status write_results(const BenchArgs& a, const Plan& plan, const compare::Worklo
     if (!a.quiet) std::fprintf(stderr, "plumb bench: HTML report written to %s\n", a.html_path.c_str());
   }
   return Status::Ok();
+}
+
+// --request-limit or --parts/--part: the slice of the set this run measures (compare/measure.h
+// subset_workload), said on stderr even with --quiet: it is not a verdict.
+Result<compare::Workload> take_subset(const BenchArgs& a, compare::Workload w) {
+  if (a.request_limit == 0 && a.parts == 0) return w;
+  const size_t whole = w.set.requests.size();
+  auto sub = a.parts > 0 ? compare::part_workload(std::move(w), a.part - 1, a.parts)
+                         : compare::limit_workload(std::move(w), a.request_limit);
+  if (!sub.ok()) return usage_error(sub.status().message());
+  const auto& u = *sub->subset;
+  if (u.kind == "limit")
+    std::fprintf(stderr,
+                 "plumb bench: --request-limit: measuring the first %lld of the set's %zu requests (set %s): "
+                 "limited, not a verdict\n",
+                 (long long)u.num_requests, whole, sub->set.set_hash.substr(0, 16).c_str());
+  else
+    std::fprintf(
+        stderr,
+        "plumb bench: part %lld of %lld: requests %lld to %lld of the set's %zu (set %s), arrivals as "
+        "in the whole run's schedule; a part is not a verdict on its own\n",
+        (long long)u.part + 1, (long long)u.parts, (long long)u.first_idx,
+        (long long)(u.first_idx + u.num_requests - 1), whole, sub->set.set_hash.substr(0, 16).c_str());
+  return sub;
 }
 
 // The bench in order: flags, subject, plan, measure options, the measurement, what follows it and
@@ -578,7 +713,7 @@ Result<bool> bench(BenchArgs& a) {
   PLUMB_ASSIGN_OR_RETURN(Plan plan, load_plan(a));
   PLUMB_RETURN_IF_ERROR(set_measure_options(a, mo));
   if (!a.quiet)
-    std::fprintf(stderr, "plumb bench: %zu requests (set %s), %zu warmup, target %s, tokenizer %s\n",
+    std::fprintf(stderr, "plumb bench: %zu requests (whole set %s), %zu warmup, target %s, tokenizer %s\n",
                  plan.set.requests.size(), plan.set.set_hash.substr(0, 16).c_str(), plan.warmup.size(),
                  own_server ? "plumb serve (started by plumb)" : a.target.c_str(), a.tokenizer.c_str());
   ProfileOutputs outs;
@@ -590,6 +725,7 @@ Result<bool> bench(BenchArgs& a) {
                       .profiles = std::move(plan.profiles),
                       .scenario = plan.scenario,
                       .bounds = plan.bounds};
+  PLUMB_ASSIGN_OR_RETURN(w, take_subset(a, std::move(w)));
   auto m = compare::measure(subject, w, mo);
   if (!m.ok()) return step_error("", m.status());
   PLUMB_RETURN_IF_ERROR(after_measurement(a, own_server, w, mo, *m, outs));
@@ -677,6 +813,16 @@ void setup_bench(CLI::App& root) {
       "--ledger", args->ledger_path,
       "record the run (with --scenario) in this ledger with its provenance, as plumb compare records "
       "its runs");
+  c->add_option("--request-limit", args->request_limit,
+                "measure only the first N requests of the set (each profile), e.g. to fit a scenario's gpu "
+                "size into a time limit; the run says so in its output and in the ledger, and is never a "
+                "verdict (docs/protocol.md \"Runs of a subset\")")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--parts", args->parts,
+                "run the set in N contiguous parts, one command each (with --part K); each part keeps the "
+                "whole run's arrival times for its requests; with --ledger, plumb lists the parts "
+                "recorded so far (docs/protocol.md \"Runs of a subset\")");
+  c->add_option("--part", args->part, "which part of --parts this command measures (1 to N)");
   args->ib.add_to(c);
   c->add_flag("--quiet", args->quiet, "no progress line");
   c->callback([args] { set_exit_code(run_bench(*args)); });

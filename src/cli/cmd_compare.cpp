@@ -29,6 +29,7 @@ struct CompareArgs {
   int request_timeout_s = 600;
   bool no_store = false;
   std::string placement = "auto";
+  size_t request_limit = 0;
   compare::CalibrateOptions cal;
   std::string cal_scenarios = "B,D";
   ExecutorArgs exec;  // run --executor slurm: the whole comparison as one batch job
@@ -136,6 +137,7 @@ int run_run(CompareArgs& a) {
   o.work_dir = a.work_dir;
   o.tokenizer = a.tokenizer;
   o.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  o.request_limit = a.request_limit;
   auto placement = launch::parse_placement_mode(a.placement);
   if (!placement.ok()) return fail("run", placement.status());
   o.placement = *placement;
@@ -147,6 +149,12 @@ int run_run(CompareArgs& a) {
       "readout %lld\n",
       (long long)a.id, (long long)s->runs_recorded, (long long)s->runs_invalid, (long long)s->pairs_skipped,
       (long long)a.id);
+  if (a.request_limit > 0)
+    std::fprintf(
+        stderr,
+        "plumb compare run: each run measured only the first %zu requests of its set (--request-limit): "
+        "limited, not a verdict; the ledger will refuse this comparison's readout\n",
+        a.request_limit);
   return kExitOk;
 }
 
@@ -261,6 +269,11 @@ void setup_compare(CLI::App& root) {
       "the same bytes");
   run->add_option("--request-timeout", a->request_timeout_s, "per-request timeout in seconds")
       ->capture_default_str();
+  run->add_option("--request-limit", a->request_limit,
+                  "measure only the first N requests of each pair's set (to try a comparison on a slow or "
+                  "time-limited machine). The runs are recorded as limited and the ledger refuses a "
+                  "readout of the comparison: limited, never a verdict")
+      ->check(CLI::PositiveNumber);
   run->add_option(
          "--placement", a->placement,
          "auto: on >= 2 CPUs the engine runs on all but the client's CPU(s), plumb's engine with one "

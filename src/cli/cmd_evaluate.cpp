@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/ib_interop.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/shipped.h"
@@ -40,7 +41,47 @@ struct EvaluateArgs {
   int request_timeout_s = 600;
   std::string json_path;
   std::string html_path;
+  std::string ib_json_dir;  // --ib-json DIR: InferenceBench's metrics JSON per scenario and seed
   bool quiet = false;
+};
+
+// --ib-json: each measured run of the submission as InferenceBench's metrics JSON,
+// DIR/<scenario>_seed<seed>.json, written after its last profile while the submission still runs
+// (so its /v1/models names the model).
+struct IbJsonWriter {
+  std::string dir;
+  std::vector<metrics::RunRecord> runs;
+  std::vector<metrics::Metrics> metrics;
+  Status error;
+  std::vector<std::string> written;
+
+  void add(const protocol::Scenario& sc, uint64_t seed, size_t profile, metrics::RunRecord& run,
+           const metrics::Metrics& m) {
+    if (profile == 0) {
+      runs.clear();
+      metrics.clear();
+    }
+    runs.push_back(std::move(run));
+    metrics.push_back(m);
+    if (profile + 1 < sc.profiles.size() || !error.ok()) return;
+    IbRunOutput out{.scenario = sc.id, .name = sc.name, .target = base_url(runs.back().target)};
+    for (const auto& r : runs) out.runs.push_back(&r);
+    out.metrics = metrics;
+    out.plumb = json::object{{"seed", seed},
+                             {"size_class", std::string(protocol::size_class_name(sc.size))},
+                             {"request_set_hash", runs.back().request_set_hash},
+                             {"source", "plumb evaluate: the submission's run"}};
+    std::string path = dir + "/" + sc.id + "_seed" + std::to_string(seed) + ".json";
+    error = write_ib_json(path, out);
+    if (error.ok()) written.push_back(path);
+  }
+  // The URL in an OpenAI target's description ("openai chat http://127.0.0.1:PORT ...").
+  static std::string base_url(const std::string& described) {
+    std::istringstream in(described);
+    for (std::string w; in >> w;)
+      if (w.rfind("http", 0) == 0) return w;
+    return "";
+  }
 };
 
 // The headline, and one bar per scenario with the spread of its per-seed speedups.
@@ -257,8 +298,22 @@ int run_evaluate(const EvaluateArgs& a) {
   };
   auto o = evaluate_options(a);
   if (!o.ok()) return fail(o.status(), o.status().message());
+  IbJsonWriter ib{.dir = a.ib_json_dir};
+  if (!a.ib_json_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.ib_json_dir, ec);
+    if (ec)
+      return fail(invalid_argument(""), "--ib-json: cannot create " + a.ib_json_dir + ": " + ec.message());
+    o->on_submission_profile = [&ib](const protocol::Scenario& sc, uint64_t seed, size_t p,
+                                     metrics::RunRecord& run,
+                                     const metrics::Metrics& m) { ib.add(sc, seed, p, run, m); };
+  }
   auto ev = evaluate::run(*o);
   if (!ev.ok()) return fail(ev.status(), ev.status().to_string());
+  if (!ib.error.ok()) return fail(job_error(""), "--ib-json: " + ib.error.to_string());
+  if (!a.quiet)
+    for (const auto& path : ib.written)
+      std::fprintf(stderr, "plumb evaluate: InferenceBench metrics JSON written to %s\n", path.c_str());
   std::fputs(evaluate::console_table(*ev).c_str(), stdout);
   if (Status s = write_reports(a, *ev); !s.ok()) return fail(s, s.message());
   if (!a.quiet)
@@ -307,6 +362,9 @@ void setup_evaluate(CLI::App& root) {
       ->capture_default_str();
   c->add_option("--json", args->json_path, "write the evaluation as JSON (schema_version)");
   c->add_option("--html", args->html_path, "write a self-contained HTML report (opens offline)");
+  c->add_option("--ib-json", args->ib_json_dir,
+                "write each measured run of the submission as InferenceBench's metrics JSON, "
+                "DIR/<scenario>_seed<seed>.json (docs/inferencebench.md)");
   c->add_flag("--quiet", args->quiet, "no progress lines");
   c->callback([args] { set_exit_code(run_evaluate(*args)); });
 }

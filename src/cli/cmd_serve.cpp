@@ -50,6 +50,7 @@ struct ServeArgs {
   std::optional<double> gpu_memory_utilization;
   std::optional<std::string> scheduling_policy, kernels;
   double debug_step_slowdown = 0.0;  // both engines: every step (synthetic: every delay) takes 1 + x as long
+  double debug_eos_after = 0.0;      // both engines: ignore ignore_eos, end after this fraction of max_tokens
   // Synthetic engine.
   double ttft_ms = 50.0;
   double itl_ms = 10.0;
@@ -226,6 +227,7 @@ server::ServerOptions server_options(const ServeArgs& a, const std::string& name
   so.port = uint16_t(a.port);
   so.io_threads = a.io_threads;
   so.served_model_name = name;
+  so.debug_eos_after = a.debug_eos_after;
   so.max_connections = std::size_t(a.max_connections);
   auto ms = [](double s) { return std::chrono::milliseconds(int64_t(s * 1000.0)); };
   so.idle_timeout = ms(a.idle_timeout_s);
@@ -366,6 +368,14 @@ void setup(CLI::App& root) {
                   "configuration known to be slower, for `plumb compare calibrate`")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option(
+         "--debug-eos-after", a->debug_eos_after,
+         "debugging: behave like a server that ignores ignore_eos and stops at its end-of-sequence "
+         "token: every request ends after ceil(F * max_tokens) tokens (or at the model's own EOS, if "
+         "sooner). A strawman that cannot honour the output length, for testing how plumb bench "
+         "scores one (docs/protocol.md §3); 0 = off")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", a->seed, "dummy weights' seed; synthetic schedule seed")->capture_default_str();
   cmd->add_option("--io-threads", a->io_threads, "HTTP IO threads")->capture_default_str();
   cmd->add_option("--max-connections", a->max_connections,

@@ -158,9 +158,8 @@ json::object add_profile(const workload::IbScenario& ib, size_t i, uint64_t seed
   const auto& p = ib.profiles[i];
   const auto& a = w.profiles[i];
   protocol::LoadProfile lp;
-  lp.kind = p.pattern == workload::ArrivalKind::kPoisson    ? protocol::LoadKind::kPoisson
-            : p.pattern == workload::ArrivalKind::kConstant ? protocol::LoadKind::kConstant
-                                                            : protocol::LoadKind::kBurst;
+  // IB's patterns are burst, poisson and constant (workload/inferencebench.h parses no other).
+  lp.kind = protocol::load_kind(p.pattern).value_or(protocol::LoadKind::kBurst);
   lp.concurrency = a.max_concurrency;
   lp.rate_rps = a.rate;
   w.scenario.profiles.push_back(lp);

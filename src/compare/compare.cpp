@@ -182,6 +182,7 @@ json::object arm_settings(const ComparisonContext& cx, const PairContext& p, con
       {"request_set_hash", p.workload->set.set_hash},
       {"warmup_requests", int64_t(p.workload->warmup.size())},
       {"request_timeout_s", int64_t(cx.opt.request_timeout.count())},
+      {"request_limit", int64_t(cx.opt.request_limit)},
       {"tokenizer", cx.opt.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : cx.opt.tokenizer}};
 }
 
@@ -191,7 +192,8 @@ Status run_arm(ComparisonContext& cx, const PairContext& p, char arm, RunSummary
   const std::string where = "pair " + std::to_string(p.index) + " arm " + arm_s;
   cx.progress("pair " + std::to_string(p.index + 1) + "/" + std::to_string(cx.reg.pairs) + " (" + p.order +
               "), arm " + arm_s + ", seed " + std::to_string(p.seed));
-  auto m = measure(cx.arms[arm == 'A' ? 0 : 1], cx.sc, *p.workload, cx.mo);
+  // The workload's scenario: the registered one, or its bounds for the slice under --request-limit.
+  auto m = measure(cx.arms[arm == 'A' ? 0 : 1], *p.workload->scenario, *p.workload, cx.mo);
   if (!m.ok()) return m.status().with_context(where);
   if (!m->started) return m->start_error.with_context(where);
   if (sum.runs_recorded == 0)
@@ -253,6 +255,9 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
     }
     p.seed = uint64_t(cx.reg.seeds[size_t(i)]);
     PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(cx.sc, p.seed, counter));
+    if (opt.request_limit > 0) {
+      PLUMB_ASSIGN_OR_RETURN(w, limit_workload(std::move(w), opt.request_limit));
+    }
     PLUMB_ASSIGN_OR_RETURN(p.set_id, insert_request_set(ledger, w, cx.sc, p.seed));
     p.workload = &w;
     for (char arm : p.order) {
@@ -273,6 +278,8 @@ Result<PairObjectives> pair_objectives(ledger::Ledger& ledger, int64_t id, Reado
   PLUMB_ASSIGN_OR_RETURN(auto runs, ledger.comparison_runs(id));
   PairObjectives by_pair;
   for (const auto& r : runs) {
+    PLUMB_ASSIGN_OR_RETURN(auto subset, ledger.subset_of(r.id));
+    if (subset) ++out.runs_limited;
     if (!r.valid || !r.objective) {
       ++out.runs_invalid;
       continue;
@@ -367,6 +374,9 @@ std::string format_readout(const ReadoutResult& r) {
   s += buf;
   s += "  verdict      " + std::string(protocol::verdict_name(ro.verdict)) + " — " + ro.reason + "\n";
   if (ro.more_pairs_needed >= 0) s += "  pairs needed " + std::to_string(ro.more_pairs_needed) + " more\n";
+  if (r.runs_limited > 0)
+    s += "  LIMITED      " + std::to_string(r.runs_limited) +
+         " runs measured only part of their request sets (--request-limit): not a verdict\n";
   if (!r.placement.empty()) s += "  placement    " + r.placement + "\n";
   if (r.readout_id > 0) s += "  stored as readout " + std::to_string(r.readout_id) + "\n";
   return s;

@@ -64,6 +64,10 @@ struct RunOptions {
   std::chrono::seconds request_timeout{600};                       // per request
   std::function<void(const std::string&)> progress;                // progress lines; null = log::info
   launch::PlacementMode placement = launch::PlacementMode::kAuto;  // measure.h MeasureOptions::placement
+  // > 0: each pair measures only the first request_limit requests of its set (measure.h
+  // limit_workload), recorded as limited; the database then refuses a readout of the comparison.
+  // For trying a comparison's mechanics on a slow device, never for a verdict.
+  size_t request_limit = 0;
 };
 
 struct RunSummary {
@@ -84,6 +88,9 @@ struct ReadoutResult {
   int64_t pairs_registered = 0;       // registration.pairs
   int64_t pairs_complete = 0;         // pairs with both arms valid (used)
   int64_t runs_invalid = 0;           // invalid runs of the comparison (excluded)
+  // Runs that measured a slice of their set (--request-limit): > 0 means the readout is no verdict,
+  // and the ledger refuses to store it.
+  int64_t runs_limited = 0;
   // Where the runs' engine and client ran, from the first valid run's stored settings and engine
   // config ("engine on CPU 1 (1 thread), client on CPU 0"); "" when not recorded (older runs).
   std::string placement;

@@ -2,10 +2,13 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <variant>
 
@@ -92,9 +95,7 @@ Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed,
   for (size_t i = 0; i < sc.profiles.size(); ++i) {
     const auto& p = sc.profiles[i];
     workload::ArrivalSpec s;
-    s.kind = p.kind == protocol::LoadKind::kBurst     ? workload::ArrivalKind::kBurst
-             : p.kind == protocol::LoadKind::kPoisson ? workload::ArrivalKind::kPoisson
-                                                      : workload::ArrivalKind::kConstant;
+    s.kind = protocol::arrival_kind(p.kind);
     s.rate = p.rate_rps;
     s.max_concurrency = p.concurrency;
     s.seed = seed;
@@ -102,6 +103,56 @@ Result<Workload> make_workload(const protocol::Scenario& sc, uint64_t seed,
     w.profiles.push_back(s);
   }
   return w;
+}
+
+Result<Workload> subset_workload(Workload whole, const SubsetSpec& spec) {
+  const size_t n = whole.set.requests.size();
+  if (spec.count == 0 || spec.first + spec.count > n)
+    return invalid_argument("a slice of requests [" + std::to_string(spec.first) + ", " +
+                            std::to_string(spec.first + spec.count) + ") of a set of " + std::to_string(n) +
+                            " is empty or past its end");
+  if (spec.kind == "limit" && spec.count >= n)
+    return invalid_argument("--request-limit " + std::to_string(spec.count) +
+                            " is not smaller than the request set (" + std::to_string(n) +
+                            " requests): drop the flag to run the whole set");
+  ledger::RunSubset sub{.kind = spec.kind,
+                        .full_set_hash = whole.set.set_hash,
+                        .full_requests = int64_t(n),
+                        .first_idx = int64_t(spec.first),
+                        .num_requests = int64_t(spec.count),
+                        .part = spec.part,
+                        .parts = spec.parts};
+  auto begin = whole.set.requests.begin() + std::ptrdiff_t(spec.first);
+  std::vector<workload::Request> slice(begin, begin + std::ptrdiff_t(spec.count));
+  PLUMB_ASSIGN_OR_RETURN(whole.set, workload::make_request_set(std::move(slice)));
+  for (auto& p : whole.profiles) p.skip = spec.first;
+  if (whole.scenario) {
+    whole.scenario = protocol::with_requests(*whole.scenario, int(spec.count));
+    whole.bounds.min_completed = whole.scenario->min_completed;
+    whole.bounds.min_steady_requests = whole.scenario->min_steady_requests;
+  } else {
+    whole.bounds.min_completed = int64_t(spec.count);
+  }
+  whole.subset = std::move(sub);
+  return whole;
+}
+
+Result<Workload> limit_workload(Workload whole, size_t limit) {
+  return subset_workload(std::move(whole), {.kind = "limit", .first = 0, .count = limit});
+}
+
+Result<Workload> part_workload(Workload whole, int part, int parts) {
+  const size_t n = whole.set.requests.size();
+  if (parts < 2 || size_t(parts) > n)
+    return invalid_argument("--parts " + std::to_string(parts) + ": give 2 to " + std::to_string(n) +
+                            " (the request set's size) parts");
+  if (part < 0 || part >= parts)
+    return invalid_argument("--part " + std::to_string(part + 1) + ": give a part from 1 to " +
+                            std::to_string(parts));
+  const size_t first = size_t(part) * n / size_t(parts);
+  const size_t end = size_t(part + 1) * n / size_t(parts);
+  return subset_workload(
+      std::move(whole), {.kind = "part", .first = first, .count = end - first, .part = part, .parts = parts});
 }
 
 double objective_of(const protocol::Scenario& sc, const std::vector<metrics::Metrics>& ms) {
@@ -489,6 +540,7 @@ Result<Measurement> measure_impl(const Subject& subject, const protocol::Scenari
   }
   if (!ran.ok()) return ran;
   out.row.ended_at = utc_timestamp_now();
+  out.row.subset = w.subset;
   double objective = sc ? objective_of(*sc, out.per_profile) : stats::kNaN;
   decide_outcome(out, sc, w, opt, ev, objective);
   if (std::isfinite(objective)) out.metrics.push_back({"objective", objective, "1"});
@@ -515,6 +567,186 @@ Result<Measurement> measure(const launch::EngineConfig& config, const protocol::
   bounds.min_completed = sc.min_completed;
   bounds.min_steady_requests = sc.min_steady_requests;
   return measure_impl(Subject{config, ""}, &sc, bounds, w, options);
+}
+
+namespace {
+// The columns that make two part runs parts of one whole run, as one text key. The engine
+// configuration counts without its rendered argv: each launch gets its own free port.
+Result<std::string> whole_key(ledger::Ledger& l, int64_t run_id) {
+  PLUMB_ASSIGN_OR_RETURN(auto t, l.row("runs", run_id));
+  std::string key;
+  for (const char* col : {"machine_id", "target_engine", "engine_config", "model_identity", "seed",
+                          "scenario", "size_class", "protocol_id"}) {
+    for (size_t c = 0; c < t.columns.size(); ++c) {
+      if (t.columns[c] != col || t.rows.empty()) continue;
+      const auto& cell = t.rows[0][c];
+      std::string v = cell.type == ledger::Cell::Type::kText ? cell.s : std::to_string(cell.i);
+      if (std::string_view(col) == "engine_config") {
+        if (auto cfg = json::parse_object(v); cfg.ok()) {
+          cfg->erase("argv");
+          v = json::canonical(*cfg);
+        }
+      }
+      key += v + "\n";
+    }
+  }
+  return key;
+}
+}  // namespace
+
+Result<std::map<int64_t, int64_t>> recorded_parts(ledger::Ledger& l, int64_t run_id) {
+  PLUMB_ASSIGN_OR_RETURN(auto mine, l.subset_of(run_id));
+  if (!mine || mine->kind != "part") return not_found("run " + std::to_string(run_id) + " is not a part run");
+  PLUMB_ASSIGN_OR_RETURN(std::string key, whole_key(l, run_id));
+  PLUMB_ASSIGN_OR_RETURN(auto all, l.subsets_of_set(mine->full_set_hash));
+  ledger::RunQuery sealed;  // sealed runs only (the default)
+  PLUMB_ASSIGN_OR_RETURN(auto usable, l.find_runs(sealed));
+  std::set<int64_t> is_sealed;
+  for (const auto& r : usable) is_sealed.insert(r.id);
+  std::map<int64_t, int64_t> parts;
+  for (const auto& [id, u] : all) {
+    if (u.kind != "part" || u.parts != mine->parts || !is_sealed.count(id)) continue;
+    PLUMB_ASSIGN_OR_RETURN(std::string k, whole_key(l, id));
+    if (k == key) parts[u.part] = id;  // ids ascend: the latest run of a part wins
+  }
+  return parts;
+}
+
+namespace {
+// One cell of a one-row table by column name.
+const ledger::Cell* cell_of(const ledger::Table& t, const std::string& col) {
+  for (size_t c = 0; c < t.columns.size(); ++c)
+    if (t.columns[c] == col && !t.rows.empty()) return &t.rows[0][c];
+  return nullptr;
+}
+
+std::optional<Nanos> at(int64_t ns, int64_t offset) {
+  return ns < 0 ? std::nullopt : std::optional<Nanos>(Nanos(ns + offset));
+}
+
+// Part `u`'s per-request rows appended to the profiles' records at their places in the whole set,
+// each profile's times shifted by its offset; the offsets then move past the part's last event.
+Status stitch_part(ledger::Ledger& l, int64_t run_id, const ledger::RunSubset& u,
+                   std::vector<metrics::RunRecord>& profiles, std::vector<int64_t>& offsets) {
+  PLUMB_ASSIGN_OR_RETURN(auto t, l.dump("requests", run_id));
+  std::map<std::string, size_t> col;
+  for (size_t c = 0; c < t.columns.size(); ++c) col[t.columns[c]] = c;
+  std::vector<int64_t> last(profiles.size(), 0);
+  for (const auto& row : t.rows) {
+    auto i = [&](const char* n) { return row[col.at(n)].i; };
+    const size_t p = size_t(i("profile"));
+    if (p >= profiles.size()) {
+      profiles.resize(p + 1);
+      offsets.resize(p + 1, 0);
+      last.resize(p + 1, 0);
+    }
+    metrics::RequestRecord r;
+    r.index = size_t(u.first_idx + i("idx"));
+    r.hash = row[col.at("request_hash")].s;
+    r.requested_output_tokens = i("output_requested");
+    r.prompt_tokens = r.usage_prompt_tokens = i("input_tokens");
+    r.usage_output_tokens = i("output_server");
+    r.local_output_tokens = i("output_local");
+    r.scheduled = at(i("scheduled_ns"), offsets[p]);
+    r.sent = at(i("sent_ns"), offsets[p]);
+    r.first_token = at(i("first_token_ns"), offsets[p]);
+    r.end = at(i("end_ns"), offsets[p]);
+    const std::string& status = row[col.at("status")].s;
+    // A category this plumb does not know (a newer writer's) still counts as a failure.
+    if (status != "ok") {
+      auto f = metrics::parse_failure(status);
+      r.failure = f.ok() ? *f : metrics::Failure::kClient;
+    }
+    last[p] = std::max({last[p], i("end_ns"), i("sent_ns")});
+    profiles[p].requests.push_back(std::move(r));
+  }
+  for (size_t p = 0; p < last.size(); ++p) offsets[p] += last[p];
+  return Status::Ok();
+}
+}  // namespace
+
+namespace {
+// The parts read in order: their rows stitched into `profiles`, the first part's provenance and
+// the last one's end time in out.row; returns how many parts were valid.
+Result<int64_t> read_parts(ledger::Ledger& l, const std::map<int64_t, int64_t>& parts, Measurement& out,
+                           std::vector<metrics::RunRecord>& profiles, json::array& ids) {
+  std::vector<int64_t> offsets(profiles.size(), 0);
+  int64_t valid_parts = 0;
+  for (const auto& [k, id] : parts) {
+    PLUMB_ASSIGN_OR_RETURN(auto u, l.subset_of(id));
+    PLUMB_RETURN_IF_ERROR(stitch_part(l, id, *u, profiles, offsets));
+    PLUMB_ASSIGN_OR_RETURN(auto t, l.row("runs", id));
+    if (const auto* v = cell_of(t, "valid"); v && v->i == 1) ++valid_parts;
+    if (k == 0) {
+      out.row.machine_id = cell_of(t, "machine_id")->i;
+      out.row.build_id = cell_of(t, "build_id")->i;
+      out.row.protocol_id = cell_of(t, "protocol_id")->i;
+      out.row.target_engine = cell_of(t, "target_engine")->s;
+      out.row.engine_config = cell_of(t, "engine_config")->s;
+      out.row.engine_config_hash = cell_of(t, "engine_config_hash")->s;
+      out.row.model_identity = cell_of(t, "model_identity")->s;
+      out.row.started_at = cell_of(t, "started_at")->s;
+    }
+    out.row.ended_at = cell_of(t, "ended_at")->s;
+    ids.emplace_back(id);
+  }
+  return valid_parts;
+}
+
+// Each profile's figures and rows from its stitched record, and its completion check.
+void whole_profiles(const protocol::Scenario& sc, std::vector<metrics::RunRecord>& profiles, Measurement& out,
+                    json::array& validity) {
+  const bool multi = profiles.size() > 1;
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    metrics::Metrics m = metrics::compute(profiles[p]);
+    const bool enough = m.completed >= sc.min_completed;
+    out.valid = out.valid && enough;
+    validity.emplace_back(json::object{{"profile", int64_t(p)},
+                                       {"name", "completed_requests"},
+                                       {"value", m.completed},
+                                       {"relation", ">="},
+                                       {"bound", sc.min_completed},
+                                       {"verdict", enough ? "pass" : "fail"}});
+    for (const auto& r : profiles[p].requests) out.requests.push_back(request_row(r, p));
+    add_profile_metrics(out, m, multi ? "p" + std::to_string(p) + "." : "");
+    out.per_profile.push_back(std::move(m));
+  }
+}
+}  // namespace
+
+Result<Measurement> assemble_parts(ledger::Ledger& l, int64_t part_run_id, const protocol::Scenario& sc) {
+  PLUMB_ASSIGN_OR_RETURN(auto mine, l.subset_of(part_run_id));
+  if (!mine || mine->kind != "part")
+    return not_found("run " + std::to_string(part_run_id) + " is not a part run");
+  PLUMB_ASSIGN_OR_RETURN(auto parts, recorded_parts(l, part_run_id));
+  if (int64_t(parts.size()) != mine->parts)
+    return failed_precondition("the whole run has " + std::to_string(parts.size()) + " of its " +
+                               std::to_string(mine->parts) + " parts in the ledger");
+  Measurement out;
+  std::vector<metrics::RunRecord> profiles(sc.profiles.size());
+  json::array ids;
+  PLUMB_ASSIGN_OR_RETURN(int64_t valid_parts, read_parts(l, parts, out, profiles, ids));
+  out.valid = valid_parts == mine->parts;
+  json::array validity{json::object{{"profile", 0},
+                                    {"name", "parts_valid"},
+                                    {"value", valid_parts},
+                                    {"relation", ">="},
+                                    {"bound", mine->parts},
+                                    {"verdict", out.valid ? "pass" : "fail"}}};
+  whole_profiles(sc, profiles, out, validity);
+  out.objective = objective_of(sc, out.per_profile);
+  if (!(std::isfinite(out.objective) && out.objective > 0)) out.valid = false;
+  if (std::isfinite(out.objective)) out.metrics.push_back({"objective", out.objective, "1"});
+  out.outcome = out.valid ? Outcome::kValid : Outcome::kInvalid;
+  out.row.valid = out.valid;
+  out.row.validity_json = json::dump(validity);
+  out.row.objective = out.valid ? std::optional<double>(out.objective) : std::nullopt;
+  out.row.effective_settings = json::canonical(json::object{
+      {"assembled_from_parts", ids},
+      {"parts", mine->parts},
+      {"stitching", "each profile's times end to end: part k+1 starts where part k's last request ended"}});
+  out.started = true;
+  return out;
 }
 
 Result<ProvenanceIds> provenance_ids(ledger::Ledger& l) {

@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,11 +77,35 @@ struct Workload {
   // (no objective; `bounds` as the caller sets them).
   std::optional<protocol::Scenario> scenario;
   metrics::ValidityBounds bounds;  // min_completed, min_steady_requests (the scenario's when drawn for one)
+  // Set by subset_workload: the set is a slice of the scenario's whole request set (the ledger's
+  // run_subsets row; measure() copies it to Measurement::row.subset).
+  std::optional<ledger::RunSubset> subset;
 };
 // Draws the scenario's request set from `seed` (docs/protocol.md §2 dimensions) with lengths counted by
 // `counter`; the warmup set is drawn from derive_seed(seed, "warmup").
 Result<Workload> make_workload(const protocol::Scenario& scenario, uint64_t seed,
                                const workload::TokenCounter& counter);
+
+// A slice of a drawn workload (docs/protocol.md "Runs of a subset"): requests [first, first + count)
+// of `whole`'s set as a request set of their own (own hash), each profile's arrivals the whole
+// schedule's for those requests (workload::ArrivalSpec::skip), the warmup unchanged, and the
+// scenario's completion bounds for the slice's size (protocol::with_requests). kind "limit": the first
+// `count` requests (--request-limit); "part": part `part` (0-based) of `parts` contiguous slices
+// (--parts, --part). InvalidArgument for an empty slice, one past the end, or a limit that is not
+// smaller than the set.
+struct SubsetSpec {
+  std::string kind = "limit";  // "limit" | "part"
+  size_t first = 0;            // first request of the slice (0 for "limit")
+  size_t count = 0;            // requests in the slice (>= 1)
+  int part = -1;               // "part": 0-based index; -1 for "limit"
+  int parts = -1;              // "part": number of parts (>= 2); -1 for "limit"
+};
+Result<Workload> subset_workload(Workload whole, const SubsetSpec& spec);
+// The first `limit` requests of `whole` (kind "limit").
+Result<Workload> limit_workload(Workload whole, size_t limit);
+// Part `part` (0-based) of `parts`: requests [part·N/parts, (part+1)·N/parts) of `whole`'s N.
+// InvalidArgument unless 2 <= parts <= N and 0 <= part < parts.
+Result<Workload> part_workload(Workload whole, int part, int parts);
 
 // What a measurement came to. Callers switch on it; the order of the checks that decide it is
 // measure()'s: a launch failure, then a run past max_duration, an engine that exited, a target that
@@ -196,6 +221,25 @@ void fill_provenance(ledger::RunRow& row, const ProvenanceIds& ids, int64_t requ
 // Inserts (or finds) the request set row of `w` drawn for `scenario` with `seed`; returns its id.
 Result<int64_t> insert_request_set(ledger::Ledger& ledger, const Workload& w,
                                    const protocol::Scenario& scenario, uint64_t seed);
+
+// The recorded parts (0-based part -> run id) of the whole run that part run `run_id` belongs to:
+// part runs of the same whole request set and number of parts, on the same machine, engine, engine
+// configuration (its parameters: not the rendered command line, whose port differs per launch),
+// model and seed, sealed. The latest run of each part wins. NotFound when `run_id`
+// is not a part run.
+Result<std::map<int64_t, int64_t>> recorded_parts(ledger::Ledger& ledger, int64_t run_id);
+
+// The whole run assembled from its recorded parts (docs/protocol.md "Runs of a subset"), once every
+// part of the whole run that part run `part_run_id` belongs to is in: a run of the whole request set
+// (no subset row, so eligible for a verdict when valid), whose per-request rows are the parts' rows
+// at their places in the whole set, each profile's times stitched end to end (part k+1 starts where
+// part k's last request ended, so the steady window spans the drains between parts), its figures
+// computed from those rows (metrics/, no ITL: chunks are not stored), valid when every part is
+// valid and the pooled rows meet the scenario's completion bound. Its effective settings name the
+// part runs. `scenario` is the whole scenario. FailedPrecondition naming the missing parts when
+// not every part is in; NotFound when `part_run_id` is not a part run.
+Result<Measurement> assemble_parts(ledger::Ledger& ledger, int64_t part_run_id,
+                                   const protocol::Scenario& scenario);
 
 // The scenario's objective from its profiles' metrics (C: geometric mean over profiles).
 double objective_of(const protocol::Scenario& scenario, const std::vector<metrics::Metrics>& per_profile);

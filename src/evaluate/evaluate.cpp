@@ -350,7 +350,13 @@ Status measure_submission(Context& c, Measuring& m, const SeedRun& r, const Eval
   const Options& opt = c.opt;
   c.say("scenario " + r.sc.id + " seed " + std::to_string(r.seed) + ": measuring the submission");
   PLUMB_ASSIGN_OR_RETURN(m.mo.work_dir, c.fresh_dir("submission-" + r.sc.id + "-" + std::to_string(r.seed)));
+  if (opt.on_submission_profile)
+    m.mo.on_profile = [&](size_t p, metrics::RunRecord& run, const metrics::Metrics& mm,
+                          const std::vector<metrics::Constraint>&) {
+      opt.on_submission_profile(r.sc, r.seed, p, run, mm);
+    };
   auto sm = compare::measure(m.submission, r.sc, r.w, m.mo);
+  m.mo.on_profile = nullptr;
   if (!sm.ok() || !sm->started) {
     s.valid = false;
     s.failure = "the submission did not start: " + (sm.ok() ? sm->start_error : sm.status()).message();

@@ -44,6 +44,8 @@
 #include "core/status.h"
 #include "gates/checks.h"
 #include "gates/gate.h"
+#include "metrics/metrics.h"
+#include "protocol/protocol.h"
 
 namespace plumb::evaluate {
 
@@ -69,6 +71,12 @@ struct Options {
   std::chrono::seconds readiness_timeout{300};       // per launch of the submission
   std::chrono::seconds request_timeout{600};         // per request
   std::function<void(const std::string&)> progress;  // progress lines; null = log::info
+  // After each load profile of each measured run of the submission, while it still runs: the
+  // scenario, seed, profile index, the profile's record (the callee may move it out) and metrics.
+  // For writers of other formats (`plumb evaluate --ib-json`); null = none.
+  std::function<void(const protocol::Scenario& scenario, uint64_t seed, size_t profile,
+                     metrics::RunRecord& run, const metrics::Metrics& m)>
+      on_submission_profile;
 };
 
 struct SeedResult {

@@ -320,6 +320,7 @@ class Copier {
     x.validity_json = t.s(r, "validity_json");
     x.gate_status = t.s(r, "gate_status");
     x.objective = t.od(r, "objective");
+    PLUMB_ASSIGN_OR_RETURN(x.subset, from_.subset_of(t.i(r, "id")));
     return std::optional<RunRow>(std::move(x));
   }
 

@@ -274,9 +274,27 @@ void hash_row(Sha256& h, Stmt& s) {
   h.update("\n");
 }
 
+// Schema 4: a subset run's slice (hashed only where there is one, so earlier seals still verify;
+// while migrating to 3, sealing the runs already stored, the table does not exist yet).
+Status hash_subset(sqlite3* db, int64_t run_id, Sha256& h) {
+  Stmt t(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_subsets'");
+  PLUMB_RETURN_IF_ERROR(t.prepared("run content"));
+  PLUMB_ASSIGN_OR_RETURN(bool has_subsets, t.step("reading run content"));
+  if (!has_subsets) return Status::Ok();
+  Stmt u(db, (std::string(seal_format::kSubsetSelect) + "?").c_str());
+  PLUMB_RETURN_IF_ERROR(u.prepared("run content"));
+  u.bind(run_id);
+  PLUMB_ASSIGN_OR_RETURN(bool sub, u.step("reading run content"));
+  if (sub) {
+    h.update("subset\n");
+    hash_row(h, u);
+  }
+  return Status::Ok();
+}
+
 // SHA-256 of a run's canonical content: "plumb-seal/1", then the run row with the rows it refers
-// to, its per-request rows by (profile, idx), its metrics by name. NotFound if the run or a row it
-// refers to is missing.
+// to, its per-request rows by (profile, idx), its metrics by name, and a subset run's slice. NotFound
+// if the run or a row it refers to is missing.
 Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
   Sha256 h;
   h.update("plumb-seal/1\nrun\n");
@@ -311,6 +329,7 @@ Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
     if (!row) break;
     hash_row(h, m);
   }
+  PLUMB_RETURN_IF_ERROR(hash_subset(db, run_id, h));
   return h.hex_digest();
 }
 
@@ -411,6 +430,9 @@ class SqliteLedger final : public Ledger {
   Result<Table> row(const std::string& table, int64_t id) override;
   Result<Table> dump(const std::string& table, int64_t run_id) override;
   Result<std::vector<MetricRow>> metrics_for(int64_t run_id) override;
+  Result<std::optional<RunSubset>> subset_of(int64_t run_id) override;
+  Result<std::vector<std::pair<int64_t, RunSubset>>> subsets_of_set(
+      const std::string& full_set_hash) override;
   Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) override;
   Result<std::vector<CeilingRow>> ceilings_for(int64_t machine_id) override;
   Result<std::vector<RunSummary>> find_runs(const RunQuery& q) override;
@@ -445,7 +467,7 @@ const std::vector<std::string>& table_names() {
   static const std::vector<std::string> v{"machines",     "machine_ceilings", "builds",   "protocols",
                                           "request_sets", "registrations",    "runs",     "requests",
                                           "metrics",      "scores",           "readouts", "anchors",
-                                          "studies",      "trials",           "seals"};
+                                          "studies",      "trials",           "seals",    "run_subsets"};
   return v;
 }
 
@@ -796,6 +818,17 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
   s.bind(r.validity_json).bind(r.gate_status).bind(r.objective);
   PLUMB_RETURN_IF_ERROR(s.run("inserting run"));
   int64_t run_id = sqlite3_last_insert_rowid(db_);
+  if (r.subset) {
+    const RunSubset& u = *r.subset;
+    Stmt x(
+        db_,
+        "INSERT INTO run_subsets (run_id, kind, full_set_hash, full_requests, first_idx, num_requests, part, "
+        "parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    PLUMB_RETURN_IF_ERROR(x.prepared("run subset insert"));
+    x.bind(run_id).bind(u.kind).bind(u.full_set_hash).bind(u.full_requests).bind(u.first_idx);
+    x.bind(u.num_requests).bind(u.part).bind(u.parts);
+    PLUMB_RETURN_IF_ERROR(x.run("inserting the run's subset"));
+  }
 
   Stmt q(db_,
          "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
@@ -1245,6 +1278,43 @@ Result<std::vector<MetricRow>> SqliteLedger::metrics_for(int64_t run_id) {
     PLUMB_ASSIGN_OR_RETURN(bool row, s.step("listing metrics"));
     if (!row) break;
     out.push_back({s.text(0), s.dbl(1), s.text(2)});
+  }
+  return out;
+}
+
+namespace {
+RunSubset subset_from(Stmt& s, int first_col) {
+  return RunSubset{.kind = s.text(first_col),
+                   .full_set_hash = s.text(first_col + 1),
+                   .full_requests = s.i64(first_col + 2),
+                   .first_idx = s.i64(first_col + 3),
+                   .num_requests = s.i64(first_col + 4),
+                   .part = s.i64(first_col + 5),
+                   .parts = s.i64(first_col + 6)};
+}
+}  // namespace
+
+Result<std::optional<RunSubset>> SqliteLedger::subset_of(int64_t run_id) {
+  Stmt s(db_, (std::string(seal_format::kSubsetSelect) + "?").c_str());
+  PLUMB_RETURN_IF_ERROR(s.prepared("subset query"));
+  s.bind(run_id);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("reading a run's subset"));
+  if (!row) return std::optional<RunSubset>();
+  return std::optional<RunSubset>(subset_from(s, 0));
+}
+
+Result<std::vector<std::pair<int64_t, RunSubset>>> SqliteLedger::subsets_of_set(
+    const std::string& full_set_hash) {
+  Stmt s(db_,
+         "SELECT run_id, kind, full_set_hash, full_requests, first_idx, num_requests, part, parts FROM "
+         "run_subsets WHERE full_set_hash = ? ORDER BY run_id");
+  PLUMB_RETURN_IF_ERROR(s.prepared("subset query"));
+  s.bind(full_set_hash);
+  std::vector<std::pair<int64_t, RunSubset>> out;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool row, s.step("listing subset runs"));
+    if (!row) break;
+    out.emplace_back(s.i64(0), subset_from(s, 1));
   }
   return out;
 }

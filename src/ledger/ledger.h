@@ -3,7 +3,8 @@
 // see schema.cpp and docs/protocol.md). Whatever writes to the file, through this class or raw SQL,
 // cannot store a run without provenance, a verdict built on a NOISY arm, a readout without a prior
 // unchanged registration, a comparison spanning two machines, a score other than 1.0 for a run that
-// failed a gate, or change/delete a recorded measurement. A run is usable (by a trial, a readout or
+// failed a gate, a readout or score over a run of a subset of its request set (RunSubset), or
+// change/delete a recorded measurement. A run is usable (by a trial, a readout or
 // a score) only once sealed: the database admits the seal only when the run's per-request rows back
 // its stated figures, and seals form a hash chain that verify() recomputes (see schema.cpp,
 // migration 3, and docs/protocol.md "The database validator"). insert_run and insert_trial seal
@@ -35,6 +36,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -77,6 +79,21 @@ struct RequestSetRow {
   int64_t num_requests = 0;  // >= 1
 };
 
+// A run that measured only a slice of its scenario's request set (docs/protocol.md "Runs of a
+// subset"): the first `num_requests` (kind "limit", `plumb bench --request-limit`) or one of `parts`
+// contiguous slices (kind "part", `plumb bench --parts N --part K`). Its request_set_id names the
+// slice's own set (its own hash, num_requests rows); full_set_hash names the scenario's whole set.
+// The database refuses a readout or a score over such a run: a subset is never a verdict input.
+struct RunSubset {
+  std::string kind;           // "limit" | "part"
+  std::string full_set_hash;  // 64 hex: the whole request set the slice is cut from
+  int64_t full_requests = 0;  // requests in the whole set (>= 1)
+  int64_t first_idx = 0;      // the slice's first index in the whole set; 0 for "limit"
+  int64_t num_requests = 0;   // requests in the slice (>= 1, == its request set's num_requests)
+  int64_t part = -1;          // "part": 0-based part index (< parts); -1 for "limit"
+  int64_t parts = -1;         // "part": number of parts (>= 2); -1 for "limit"
+};
+
 // One run with its provenance (docs/protocol.md §6). Every string must be non-empty.
 struct RunRow {
   int64_t machine_id = 0;                  // machines.id
@@ -100,6 +117,7 @@ struct RunRow {
   std::string validity_json;               // the constraints with value/bound/pass (JSON text)
   std::string gate_status = "not_run";     // "pass" | "fail" | "not_run"
   std::optional<double> objective;         // primary objective, higher is better; required if valid
+  std::optional<RunSubset> subset;         // set when the run measured a slice of its scenario's set
 };
 
 // One measured request. Times are nanoseconds on the monotonic clock relative to the run's start;
@@ -337,7 +355,8 @@ class Ledger {
 
   // The schema version now in the file (== kSchemaVersion after open()).
   virtual Result<int64_t> schema_version() = 0;
-  static constexpr int64_t kSchemaVersion = 3;  // 3: seals, the hash chain, schema_version append-only
+  // 3: seals, the hash chain, schema_version append-only; 4: run_subsets (--request-limit, --part)
+  static constexpr int64_t kSchemaVersion = 4;
 
   // Reference rows: idempotent on their natural key (returns the existing id if present).
   virtual Result<int64_t> insert_machine(const MachineRow& m) = 0;
@@ -401,6 +420,11 @@ class Ledger {
   // InvalidArgument for a table that is not one of the ledger's.
   virtual Result<Table> dump(const std::string& table, int64_t run_id = 0) = 0;
   virtual Result<std::vector<MetricRow>> metrics_for(int64_t run_id) = 0;
+  // The subset row of a run (nullopt for a run of its whole request set).
+  virtual Result<std::optional<RunSubset>> subset_of(int64_t run_id) = 0;
+  // Every subset run cut from the whole set `full_set_hash`, by run id (with the run ids).
+  virtual Result<std::vector<std::pair<int64_t, RunSubset>>> subsets_of_set(
+      const std::string& full_set_hash) = 0;
   // The id of the machine with this fingerprint hash, or nullopt.
   virtual Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) = 0;
   // The latest measurement of each ceiling name for a machine, by name.

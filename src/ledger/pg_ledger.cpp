@@ -150,6 +150,12 @@ Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
   for (const auto& m :
        w.exec("SELECT name, value, unit FROM metrics WHERE run_id = " + lit(run_id) + " ORDER BY name"))
     hash_row(h, m);
+  // Schema 4: a subset run's slice (hashed only where there is one, as on SQLite).
+  pqxx::result u = w.exec(std::string(seal_format::kSubsetSelect) + lit(run_id));
+  if (!u.empty()) {
+    h.update("subset\n");
+    hash_row(h, u[0]);
+  }
   return h.hex_digest();
 }
 
@@ -183,6 +189,16 @@ Result<SealRow> seal_in_tx(Txb& w, int64_t run_id) {
   return seal;
 }
 
+RunSubset subset_from(const pqxx::row& r, pqxx::row::size_type c) {
+  return RunSubset{.kind = T(r[c]),
+                   .full_set_hash = T(r[c + 1]),
+                   .full_requests = I(r[c + 2]),
+                   .first_idx = I(r[c + 3]),
+                   .num_requests = I(r[c + 4]),
+                   .part = I(r[c + 5]),
+                   .parts = I(r[c + 6])};
+}
+
 int64_t insert_id(Txb& w, const std::string& sql) { return I(w.exec1(sql + " RETURNING id")[0]); }
 
 Result<int64_t> insert_run_rows(Txb& w, const RunRow& r, std::span<const RequestRow> requests,
@@ -202,6 +218,15 @@ Result<int64_t> insert_run_rows(Txb& w, const RunRow& r, std::span<const Request
           ", " + lit(w, r.model_identity) + ", " + lit(r.seed) + ", " + lit(w, r.effective_settings) + ", " +
           lit(w, r.started_at) + ", " + lit(w, r.ended_at) + ", " + lit(int64_t(r.valid ? 1 : 0)) + ", " +
           lit(w, r.validity_json) + ", " + lit(w, r.gate_status) + ", " + lit(r.objective) + ")");
+  if (r.subset) {
+    const RunSubset& u = *r.subset;
+    w.exec(
+        "INSERT INTO run_subsets (run_id, kind, full_set_hash, full_requests, first_idx, num_requests, part, "
+        "parts) VALUES (" +
+        lit(run_id) + ", " + lit(w, u.kind) + ", " + lit(w, u.full_set_hash) + ", " + lit(u.full_requests) +
+        ", " + lit(u.first_idx) + ", " + lit(u.num_requests) + ", " + lit(u.part) + ", " + lit(u.parts) +
+        ")");
+  }
   if (!requests.empty()) {
     pqxx::stream_to s(
         w, "requests",
@@ -776,6 +801,27 @@ class PostgresLedger final : public Ledger {
       return out;
     });
   }
+  Result<std::optional<RunSubset>> subset_of(int64_t run_id) override {
+    return guarded("reading a run's subset", [&]() -> Result<std::optional<RunSubset>> {
+      Tx w(*c_);
+      auto r = w.exec(std::string(seal_format::kSubsetSelect) + lit(run_id));
+      if (r.empty()) return std::optional<RunSubset>();
+      return std::optional<RunSubset>(subset_from(r[0], 0));
+    });
+  }
+  Result<std::vector<std::pair<int64_t, RunSubset>>> subsets_of_set(
+      const std::string& full_set_hash) override {
+    return guarded("listing subset runs", [&]() -> Result<std::vector<std::pair<int64_t, RunSubset>>> {
+      Tx w(*c_);
+      std::vector<std::pair<int64_t, RunSubset>> out;
+      for (const auto& r :
+           w.exec("SELECT run_id, kind, full_set_hash, full_requests, first_idx, num_requests, "
+                  "part, parts FROM run_subsets WHERE full_set_hash = " +
+                  lit(w, full_set_hash) + " ORDER BY run_id"))
+        out.emplace_back(I(r[0]), subset_from(r, 1));
+      return out;
+    });
+  }
   Result<std::optional<int64_t>> find_machine(const std::string& fingerprint_hash) override {
     return guarded("finding machine", [&]() -> Result<std::optional<int64_t>> {
       Tx w(*c_);
@@ -960,6 +1006,14 @@ Result<std::unique_ptr<Ledger>> open_postgres(const std::string& url, bool inspe
       return failed_precondition("ledger '" + shown + "' has schema version " + std::to_string(have) +
                                  ", newer than this plumb knows (" + std::to_string(pg::kVersion) +
                                  "); upgrade plumb");
+    if (have < pg::kVersion && !pg::upgrade_script(int(have)).empty()) {
+      w.exec(pg::upgrade_script(int(have)));
+      std::string now = utc_timestamp_now();
+      for (int64_t v = have + 1; v <= pg::kVersion; ++v)
+        w.exec("INSERT INTO schema_version (version, applied_at) VALUES (" + std::to_string(v) + ", " +
+               w.quote(now) + ")");
+      have = pg::kVersion;
+    }
     if (have < pg::kVersion)
       return failed_precondition("ledger '" + shown + "' records schema version " + std::to_string(have) +
                                  " but a PostgreSQL ledger is created at v" + std::to_string(pg::kVersion) +

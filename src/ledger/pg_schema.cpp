@@ -229,6 +229,24 @@ CREATE TABLE seals (
 );
 )SQL";
 
+// Schema 4 (also what upgrade_script adds to a v3 database).
+const char* kRunSubsetsTable = R"SQL(
+CREATE TABLE run_subsets (
+  run_id BIGINT PRIMARY KEY REFERENCES runs(id),
+  kind )SQL" TXT R"SQL( NOT NULL CHECK (kind IN ('limit', 'part')),
+  full_set_hash )SQL" TXT R"SQL( NOT NULL CHECK )SQL" HEX64("full_set_hash") R"SQL(,
+  full_requests BIGINT NOT NULL CHECK (full_requests >= 1),
+  first_idx BIGINT NOT NULL CHECK (first_idx >= 0),
+  num_requests BIGINT NOT NULL CHECK (num_requests >= 1),
+  part BIGINT NOT NULL,
+  parts BIGINT NOT NULL,
+  CHECK (first_idx + num_requests <= full_requests),
+  CHECK ((kind = 'limit' AND first_idx = 0 AND part = -1 AND parts = -1 AND num_requests < full_requests)
+      OR (kind = 'part' AND parts >= 2 AND part >= 0 AND part < parts))
+);
+CREATE INDEX run_subsets_by_set ON run_subsets(full_set_hash);
+)SQL";
+
 // Functions, in creation order (the CHECK constraints' helpers first). Advisory lock keys, the
 // first of the two-int form: 7301 the seal chain, 7302 a comparison, 7303 a study. Bodies are compared with
 // pg_proc.prosrc on open, so they are exact text.
@@ -326,6 +344,9 @@ END
 )SQL"},
     {"plumb_scores_check", "() RETURNS trigger LANGUAGE plpgsql", R"SQL(
 BEGIN
+  IF EXISTS (SELECT 1 FROM run_subsets WHERE run_id IN (NEW.run_id, NEW.baseline_run_id)) THEN
+    RAISE EXCEPTION 'score: the run or its baseline measured only a subset of its request set (--request-limit or --part); a subset is not a verdict';
+  END IF;
   IF (SELECT count(*) FROM seals WHERE run_id IN (NEW.run_id, NEW.baseline_run_id))
      < (CASE WHEN NEW.run_id = NEW.baseline_run_id THEN 1 ELSE 2 END) THEN
     RAISE EXCEPTION 'score: the run or its baseline is not sealed (a run is usable only once its per-request rows back it)';
@@ -348,6 +369,9 @@ END
     {"plumb_readouts_check", "() RETURNS trigger LANGUAGE plpgsql", R"SQL(
 BEGIN
   PERFORM pg_advisory_xact_lock(7302, (NEW.registration_id % 2147483647)::int);
+  IF EXISTS (SELECT 1 FROM runs r JOIN run_subsets u ON u.run_id = r.id WHERE r.registration_id = NEW.registration_id) THEN
+    RAISE EXCEPTION 'readout: runs of the comparison measured only a subset of their request sets (--request-limit); a subset is not a verdict: register and run the comparison again without --request-limit';
+  END IF;
   IF EXISTS (SELECT 1 FROM runs WHERE registration_id = NEW.registration_id
              AND NOT EXISTS (SELECT 1 FROM seals WHERE run_id = runs.id)) THEN
     RAISE EXCEPTION 'readout: a run of the comparison is not sealed (a run is usable only once its per-request rows back it)';
@@ -434,7 +458,8 @@ BEGIN
        OR EXISTS (SELECT 1 FROM (SELECT profile, count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok
                                  FROM requests WHERE run_id = NEW.run_id GROUP BY profile) x
                   WHERE x.n <> (SELECT num_requests FROM request_sets WHERE id = r.request_set_id)
-                     OR x.ok < coalesce((sj ->> 'min_completed')::bigint, 1)) THEN
+                     OR x.ok < coalesce((SELECT num_requests - num_requests / 100 FROM run_subsets WHERE run_id = NEW.run_id),
+                                        (sj ->> 'min_completed')::bigint, 1)) THEN
       RAISE EXCEPTION 'seal: a valid run needs its per-request rows: in every profile one row per request of its set, and at least the protocol''s minimum of completed requests';
     END IF;
   END IF;
@@ -482,6 +507,17 @@ BEGIN
   RETURN NEW;
 END
 )SQL"},
+    // Schema 4: a subset run's slice names the slice's own request set, before the run is sealed.
+    {"plumb_run_subsets_check", "() RETURNS trigger LANGUAGE plpgsql", R"SQL(
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM runs r JOIN request_sets s ON s.id = r.request_set_id WHERE r.id = NEW.run_id
+                 AND s.num_requests = NEW.num_requests AND s.set_hash <> NEW.full_set_hash)
+     OR EXISTS (SELECT 1 FROM seals WHERE run_id = NEW.run_id) THEN
+    RAISE EXCEPTION 'run_subsets: the run must exist, be unsealed, and name the slice''s own request set (num_requests rows, not the whole set)';
+  END IF;
+  RETURN NEW;
+END
+)SQL"},
     // A sealed run's rows are closed: checked once per statement over the inserted rows.
     {"plumb_requests_closed", "() RETURNS trigger LANGUAGE plpgsql", R"SQL(
 BEGIN
@@ -506,10 +542,10 @@ END
 
 constexpr int kRow = 1, kBefore = 2, kInsert = 4, kDelete = 8, kUpdate = 16, kTruncate = 32;
 
-const char* const kAppendOnly[] = {"schema_version", "machines",     "machine_ceilings", "builds",
-                                   "protocols",      "request_sets", "registrations",    "runs",
-                                   "requests",       "metrics",      "scores",           "readouts",
-                                   "anchors",        "studies",      "trials",           "seals"};
+const char* const kAppendOnly[] = {
+    "schema_version", "machines", "machine_ceilings", "builds",  "protocols",  "request_sets",
+    "registrations",  "runs",     "requests",         "metrics", "scores",     "readouts",
+    "anchors",        "studies",  "trials",           "seals",   "run_subsets"};
 
 }  // namespace
 
@@ -533,6 +569,7 @@ const std::vector<Trigger>& triggers() {
     out.push_back({"readouts_check", "readouts", kRow | kBefore | kInsert, "plumb_readouts_check"});
     out.push_back({"trials_check", "trials", kRow | kBefore | kInsert, "plumb_trials_check"});
     out.push_back({"seals_check", "seals", kRow | kBefore | kInsert, "plumb_seals_check"});
+    out.push_back({"run_subsets_check", "run_subsets", kRow | kBefore | kInsert, "plumb_run_subsets_check"});
     out.push_back({"requests_closed_by_seal", "requests", kInsert, "plumb_requests_closed"});
     out.push_back({"metrics_closed_by_seal", "metrics", kInsert, "plumb_metrics_closed"});
     return out;
@@ -540,31 +577,32 @@ const std::vector<Trigger>& triggers() {
   return v;
 }
 
-std::string create_script() {
-  // The functions the CHECK constraints call come before the tables; the others read tables
-  // created after them, so bodies are checked when first run.
-  std::string s = "SET LOCAL check_function_bodies = off;\n";
-  for (const Def& d : kDefs)
-    s += std::string("CREATE FUNCTION ") + d.name + d.signature + " AS $plumb$" + d.body + "$plumb$;\n";
-  s += kTables;
-  for (const Trigger& t : triggers()) {
-    bool row = t.type & kRow;
-    std::string when = t.type & kBefore ? "BEFORE " : "AFTER ";
-    std::string events;
-    auto add = [&](int bit, const char* e) {
-      if (t.type & bit) events += (events.empty() ? "" : " OR ") + std::string(e);
-    };
-    add(kInsert, "INSERT");
-    add(kDelete, "DELETE");
-    add(kUpdate, "UPDATE");
-    add(kTruncate, "TRUNCATE");
-    std::string referencing = (!row && (t.type & kInsert)) ? " REFERENCING NEW TABLE AS new_rows" : "";
-    s += "CREATE TRIGGER " + t.name + " " + when + events + " ON " + t.table + referencing + " FOR EACH " +
+namespace {
+
+std::string trigger_sql(const Trigger& t) {
+  bool row = t.type & kRow;
+  std::string when = t.type & kBefore ? "BEFORE " : "AFTER ";
+  std::string events;
+  auto add = [&](int bit, const char* e) {
+    if (t.type & bit) events += (events.empty() ? "" : " OR ") + std::string(e);
+  };
+  add(kInsert, "INSERT");
+  add(kDelete, "DELETE");
+  add(kUpdate, "UPDATE");
+  add(kTruncate, "TRUNCATE");
+  std::string referencing = (!row && (t.type & kInsert)) ? " REFERENCING NEW TABLE AS new_rows" : "";
+  return "CREATE TRIGGER " + t.name + " " + when + events + " ON " + t.table + referencing + " FOR EACH " +
          (row ? "ROW" : "STATEMENT") + " EXECUTE FUNCTION " + t.function + "();\n";
-  }
-  // The writing role: reads and appends, nothing else. Created when the connecting role may create
-  // roles; an administrator can create it beforehand (docs/ledger.md).
-  s += R"SQL(
+}
+
+std::string function_sql(const Def& d, bool replace) {
+  return std::string(replace ? "CREATE OR REPLACE FUNCTION " : "CREATE FUNCTION ") + d.name + d.signature +
+         " AS $plumb$" + d.body + "$plumb$;\n";
+}
+
+// The writing role: reads and appends, nothing else. Created when the connecting role may create
+// roles; an administrator can create it beforehand (docs/ledger.md).
+const char* kGrants = R"SQL(
 DO $plumb$
 BEGIN
   EXECUTE format('REVOKE UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA %I FROM PUBLIC', current_schema());
@@ -583,6 +621,35 @@ BEGIN
 END
 $plumb$;
 )SQL";
+
+}  // namespace
+
+std::string create_script() {
+  // The functions the CHECK constraints call come before the tables; the others read tables
+  // created after them, so bodies are checked when first run.
+  std::string s = "SET LOCAL check_function_bodies = off;\n";
+  for (const Def& d : kDefs) s += function_sql(d, false);
+  s += kTables;
+  s += kRunSubsetsTable;
+  for (const Trigger& t : triggers()) s += trigger_sql(t);
+  s += kGrants;
+  return s;
+}
+
+std::string upgrade_script(int from) {
+  if (from != 3) return "";
+  // v4: run_subsets, its check, and the three checks that read it (replaced in place).
+  std::string s = "SET LOCAL check_function_bodies = off;\n";
+  for (const Def& d : kDefs) {
+    const std::string name = d.name;
+    if (name == "plumb_run_subsets_check") s += function_sql(d, false);
+    if (name == "plumb_scores_check" || name == "plumb_readouts_check" || name == "plumb_seals_check")
+      s += function_sql(d, true);
+  }
+  s += kRunSubsetsTable;
+  for (const Trigger& t : triggers())
+    if (t.table == "run_subsets") s += trigger_sql(t);
+  s += kGrants;
   return s;
 }
 

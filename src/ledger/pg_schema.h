@@ -25,12 +25,16 @@ struct Trigger {
 
 // The schema version the PostgreSQL backend creates (the SQLite schema's current version; a
 // PostgreSQL ledger is created at it, never migrated through earlier ones).
-inline constexpr int kVersion = 3;
+inline constexpr int kVersion = 4;
 
 // The whole schema as one script: tables, the trigger functions and triggers below, the role
 // plumb_writer (created when the connecting role may, granted SELECT and INSERT only), and the
 // revocation of UPDATE, DELETE and TRUNCATE from PUBLIC. Run in one transaction on an empty schema.
 std::string create_script();
+// What takes a database created at schema `from` to kVersion, in one transaction: the tables,
+// functions and triggers the later versions add or change. "" when there is no such upgrade (only
+// v3 -> v4 is defined: a PostgreSQL ledger was first created at v3).
+std::string upgrade_script(int from);
 const std::vector<Function>& functions();
 const std::vector<Trigger>& triggers();
 

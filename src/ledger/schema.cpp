@@ -611,10 +611,72 @@ END;
   return s;
 }
 
+// Migration 4: runs of a subset of their request set (`--request-limit`, `--parts`). A subset run
+// names its slice's own request set; run_subsets says what it was cut from. Such a run is never a
+// verdict input: a readout over a comparison with one, or a score of one, is refused. A valid
+// subset run is sealed against the slice's own minimum of completed requests (the protocol's rule,
+// n - floor(n / 100), applied to the slice's n), so the seal triggers of migration 3 from
+// seals_valid_run_has_rows on are recreated with that one change, in the same order (SQLite fires
+// the newest first, so the first rule a seal breaks is still the one it names).
+std::string migration_4() {
+  const std::string sj = kScenarioJson;
+  const std::string m3 = migration_3();
+  const size_t from = m3.find("CREATE TRIGGER seals_valid_run_has_rows");
+  const size_t to = m3.find("\n-- A sealed run's rows are closed.");
+  std::string seals = m3.substr(from, to - from);
+  const std::string old_min = "< coalesce(json_extract(" + sj + ", '$.min_completed'), 1)";
+  const std::string new_min =
+      "< coalesce((SELECT num_requests - num_requests / 100 FROM run_subsets WHERE run_id = NEW.run_id), "
+      "json_extract(" +
+      sj + ", '$.min_completed'), 1)";
+  seals.replace(seals.find(old_min), old_min.size(), new_min);
+  std::string s = R"SQL(
+CREATE TABLE run_subsets (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id),
+  kind TEXT NOT NULL CHECK (kind IN ('limit', 'part')),
+  full_set_hash TEXT NOT NULL CHECK )SQL" HEX64("full_set_hash") R"SQL(,
+  full_requests INTEGER NOT NULL CHECK (full_requests >= 1),
+  first_idx INTEGER NOT NULL CHECK (first_idx >= 0),
+  num_requests INTEGER NOT NULL CHECK (num_requests >= 1),
+  part INTEGER NOT NULL,
+  parts INTEGER NOT NULL,
+  CHECK (first_idx + num_requests <= full_requests),
+  CHECK ((kind = 'limit' AND first_idx = 0 AND part = -1 AND parts = -1 AND num_requests < full_requests)
+      OR (kind = 'part' AND parts >= 2 AND part >= 0 AND part < parts))
+);
+CREATE INDEX run_subsets_by_set ON run_subsets(full_set_hash);
+CREATE TRIGGER run_subsets_fit_run BEFORE INSERT ON run_subsets
+WHEN NOT EXISTS (SELECT 1 FROM runs r JOIN request_sets s ON s.id = r.request_set_id WHERE r.id = NEW.run_id
+                 AND s.num_requests = NEW.num_requests AND s.set_hash <> NEW.full_set_hash)
+  OR EXISTS (SELECT 1 FROM seals WHERE run_id = NEW.run_id)
+BEGIN
+  SELECT RAISE(ABORT, 'run_subsets: the run must exist, be unsealed, and name the slice''s own request set (num_requests rows, not the whole set)');
+END;
+CREATE TRIGGER readouts_no_subset_runs BEFORE INSERT ON readouts
+WHEN EXISTS (SELECT 1 FROM runs r JOIN run_subsets u ON u.run_id = r.id WHERE r.registration_id = NEW.registration_id)
+BEGIN
+  SELECT RAISE(ABORT, 'readout: runs of the comparison measured only a subset of their request sets (--request-limit); a subset is not a verdict: register and run the comparison again without --request-limit');
+END;
+CREATE TRIGGER scores_no_subset_runs BEFORE INSERT ON scores
+WHEN EXISTS (SELECT 1 FROM run_subsets WHERE run_id IN (NEW.run_id, NEW.baseline_run_id))
+BEGIN
+  SELECT RAISE(ABORT, 'score: the run or its baseline measured only a subset of its request set (--request-limit or --part); a subset is not a verdict');
+END;
+DROP TRIGGER seals_run_exists;
+DROP TRIGGER seals_chain_linked;
+DROP TRIGGER seals_protocol_scenario;
+DROP TRIGGER seals_valid_run_has_rows;
+)SQL";
+  s += seals;
+  s += "\n";
+  s += append_only("run_subsets", "EXISTS (SELECT 1 FROM run_subsets WHERE run_id = NEW.run_id)");
+  return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
-  static const std::vector<std::string> m{migration_1(), migration_2(), migration_3()};
+  static const std::vector<std::string> m{migration_1(), migration_2(), migration_3(), migration_4()};
   return m;
 }
 

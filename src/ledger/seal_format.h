@@ -24,6 +24,12 @@ inline constexpr const char* kRunSelect =
     "JOIN protocols p ON p.id = r.protocol_id JOIN request_sets s ON s.id = r.request_set_id "
     "LEFT JOIN registrations g ON g.id = r.registration_id WHERE r.id = ";
 
+// A subset run's slice (schema 4), hashed after its metrics when the run has one; the caller appends
+// the run id.
+inline constexpr const char* kSubsetSelect =
+    "SELECT kind, full_set_hash, full_requests, first_idx, num_requests, part, parts FROM run_subsets "
+    "WHERE run_id = ";
+
 // A seal's own hash: its position, its run, the hash before it and its run's content hash.
 std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content);
 

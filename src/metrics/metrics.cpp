@@ -272,6 +272,33 @@ bool all_pass(std::span<const Constraint> constraints) {
                       [](const Constraint& c) { return c.verdict == Verdict::kFail; });
 }
 
+std::string_view scoring_name(Scoring s) {
+  switch (s) {
+    case Scoring::kVerdict:
+      return "verdict";
+    case Scoring::kPerTokenOnly:
+      return "per_token_only";
+    case Scoring::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+Scoring scoring_of(std::span<const Constraint> validity) {
+  bool short_outputs = false;
+  for (const auto& c : validity) {
+    if (c.verdict != Verdict::kFail) continue;
+    if (c.name != "min_output_fraction") return Scoring::kNone;
+    short_outputs = true;
+  }
+  return short_outputs ? Scoring::kPerTokenOnly : Scoring::kVerdict;
+}
+
+Scoring worse_scoring(Scoring a, Scoring b) {
+  auto rank = [](Scoring s) { return s == Scoring::kNone ? 0 : s == Scoring::kPerTokenOnly ? 1 : 2; };
+  return rank(a) <= rank(b) ? a : b;
+}
+
 namespace {
 
 json::object summary_json(const stats::Summary& s) {

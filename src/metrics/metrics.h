@@ -122,6 +122,18 @@ std::vector<Constraint> check_validity(const Metrics& m, const ValidityBounds& b
 // True when no constraint fails (n/a counts as passing).
 bool all_pass(std::span<const Constraint> constraints);
 
+// What a run's figures may be used for (docs/protocol.md §3, "A server that cannot honour the output
+// length"). kVerdict: every constraint holds. kPerTokenOnly: the one broken constraint is
+// min_output_fraction — the server ended requests before max_tokens (it ignores ignore_eos, as some
+// naive baselines do) — so TTFT, TPOT and ITL are measured right on the tokens it sent and may be
+// shown, while E2E, throughputs, goodput and the objective are not comparable (it did less work
+// per request); the run stays INVALID and is never a verdict input. kNone: broken otherwise.
+enum class Scoring { kVerdict, kPerTokenOnly, kNone };
+std::string_view scoring_name(Scoring s);  // "verdict" | "per_token_only" | "none"
+Scoring scoring_of(std::span<const Constraint> validity);
+// The lesser of two profiles' scorings (kNone < kPerTokenOnly < kVerdict).
+Scoring worse_scoring(Scoring a, Scoring b);
+
 // Outputs. to_json: the schema pinned by tests/metrics (schema_version kSchemaVersion); NaN is
 // written as null.
 json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity);

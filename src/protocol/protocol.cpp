@@ -53,10 +53,45 @@ std::string_view objective_name(Objective o) {
   return "?";
 }
 
-namespace {
+workload::ArrivalKind arrival_kind(LoadKind k) {
+  switch (k) {
+    case LoadKind::kBurst:
+      return workload::ArrivalKind::kBurst;
+    case LoadKind::kPoisson:
+      return workload::ArrivalKind::kPoisson;
+    case LoadKind::kConstant:
+      return workload::ArrivalKind::kConstant;
+  }
+  return workload::ArrivalKind::kBurst;
+}
+
+std::optional<LoadKind> load_kind(workload::ArrivalKind k) {
+  switch (k) {
+    case workload::ArrivalKind::kBurst:
+      return LoadKind::kBurst;
+    case workload::ArrivalKind::kPoisson:
+      return LoadKind::kPoisson;
+    case workload::ArrivalKind::kConstant:
+      return LoadKind::kConstant;
+    case workload::ArrivalKind::kGamma:
+    case workload::ArrivalKind::kClosedLoop:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 // min_completed = requests - floor(1% of requests): the most failures the error-rate bound allows.
 int min_completed_for(int requests) { return requests - requests / 100; }
+
+Scenario with_requests(const Scenario& s, int requests) {
+  Scenario out = s;
+  out.requests = requests;
+  out.min_completed = min_completed_for(requests);
+  out.min_steady_requests = requests / 4;
+  return out;
+}
+
+namespace {
 
 Scenario make(std::string id, std::string name, SizeClass size, int in, int out, int requests, int warmup,
               std::vector<LoadProfile> profiles, double temperature, Objective obj) {
@@ -74,6 +109,7 @@ Scenario make(std::string id, std::string name, SizeClass size, int in, int out,
   s.min_completed = min_completed_for(requests);
   // A quarter of each profile's requests must complete inside its steady window (protocol v2; v1
   // asked for 5-20 s of window, which a fast configuration of a small scenario could not give).
+  // (with_requests applies the same two rules to a slice.)
   s.min_steady_requests = requests / 4;
   return s;
 }

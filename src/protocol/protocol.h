@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 
 #include "core/status.h"
 #include "stats/stats.h"
+#include "workload/schedule.h"
 
 namespace plumb::protocol {
 
@@ -33,6 +35,10 @@ Result<SizeClass> parse_size_class(std::string_view s);
 
 enum class LoadKind { kBurst, kPoisson, kConstant };
 std::string_view load_kind_name(LoadKind k);  // "burst" | "poisson" | "constant"
+// The one mapping between a profile's LoadKind and the arrival process workload/ draws for it.
+workload::ArrivalKind arrival_kind(LoadKind k);
+// The LoadKind of an arrival process; nullopt for gamma and closed_loop (no protocol profile is).
+std::optional<LoadKind> load_kind(workload::ArrivalKind k);
 
 // One arrival profile. Burst: all requests at t=0, at most `concurrency` in flight. Poisson and
 // constant: open-loop arrivals at `rate_rps`, at most `concurrency` in flight.
@@ -75,6 +81,13 @@ inline constexpr double kLengthLowFraction = 0.8;
 const std::vector<Scenario>& scenarios();
 // NotFound naming the valid ids if `id` is not A..D.
 Result<Scenario> find_scenario(std::string_view id, SizeClass size);
+// The completion bound for `requests` measured requests per profile: requests - floor(requests / 100),
+// the most failures the error-rate bound allows.
+int min_completed_for(int requests);
+// `s` measured on a slice of `requests` of its requests (docs/protocol.md "Runs of a subset"): the
+// same scenario with `requests`, and min_completed and min_steady_requests by the protocol's rules
+// for that many (min_completed_for(requests), requests / 4).
+Scenario with_requests(const Scenario& s, int requests);
 
 // ---------------------------------------------------------------------------------------------
 // §2 Seeds

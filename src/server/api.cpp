@@ -519,6 +519,10 @@ std::optional<ApiError> fill_sampling(RequestFields& f, int64_t max_gen, const P
   }
   s.max_tokens = int32_t(max_gen);
   s.ignore_eos = f.ignore_eos.value_or(false);
+  if (ctx.debug_eos_after > 0) {
+    s.ignore_eos = false;
+    s.max_tokens = std::max<int32_t>(1, int32_t(std::ceil(ctx.debug_eos_after * double(max_gen))));
+  }
   r.skip_special_tokens = f.skip_special.value_or(true);
   s.eos_ids = ctx.eos_ids;
   s.stop_token_ids = std::move(f.stop_token_ids);

@@ -56,6 +56,10 @@ struct ParseContext {
   std::string served_model;                             // the only model name accepted
   int64_t max_context = 0;                              // prompt + max_tokens must fit
   std::vector<int32_t> eos_ids;                         // the model's EOS set: SamplingParams::eos_ids
+  // Debugging, in (0, 1] (0 = off): every request ignores its ignore_eos, and generates at most
+  // ceil(debug_eos_after · max_tokens) tokens, as a server that ends at its end-of-sequence token
+  // would (a strawman that cannot honour the output length; docs/protocol.md §3).
+  double debug_eos_after = 0.0;
 };
 
 // Parses a request body. Unknown fields are ignored; wrong types and out-of-range values are 400

@@ -84,6 +84,7 @@ struct OpenAiServer::Impl : std::enable_shared_from_this<OpenAiServer::Impl> {
     c.served_model = options.served_model_name;
     c.max_context = backend.max_context();
     c.eos_ids = tokenizer.eos_ids();
+    c.debug_eos_after = options.debug_eos_after;
     return c;
   }
 

@@ -38,6 +38,9 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{60'000};    // keep-alive (or new) connection waiting for a request
   std::chrono::milliseconds header_timeout{60'000};  // a request head, from its first byte
   std::chrono::milliseconds body_timeout{60'000};    // a request body, after its head
+  // Debugging (`plumb serve --debug-eos-after F`), 0 = off: behave like a server that ignores
+  // ignore_eos, as the naive baselines of some benchmarks do. ParseContext::debug_eos_after.
+  double debug_eos_after = 0.0;
 };
 
 class OpenAiServer {

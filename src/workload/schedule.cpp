@@ -1,6 +1,7 @@
 #include "workload/schedule.h"
 
 #include <cmath>
+#include <cstddef>
 
 namespace plumb::workload {
 
@@ -80,10 +81,10 @@ Result<Schedule> make_schedule(const ArrivalSpec& spec, size_t n) {
   s.spec = spec;
   s.max_concurrency = spec.max_concurrency;
   s.closed_loop = spec.kind == ArrivalKind::kClosedLoop;
-  s.offsets.reserve(n);
+  s.offsets.reserve(n + spec.skip);
   Rng rng(derive_seed(spec.seed, spec.seed_dimension));
   double u = 0.0;  // full-rate time of the current arrival, seconds
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n + spec.skip; ++i) {
     if (i > 0) {
       switch (spec.kind) {
         case ArrivalKind::kBurst:
@@ -102,6 +103,11 @@ Result<Schedule> make_schedule(const ArrivalSpec& spec, size_t n) {
     }
     double t = unramp(u, spec.ramp_up_s);
     s.offsets.push_back(Nanos(std::llround(t * 1e9)));
+  }
+  if (spec.skip > 0) {
+    s.offsets.erase(s.offsets.begin(), s.offsets.begin() + std::ptrdiff_t(spec.skip));
+    const Nanos first = s.offsets.empty() ? Nanos(0) : s.offsets.front();
+    for (Nanos& o : s.offsets) o -= first;
   }
   return s;
 }

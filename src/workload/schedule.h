@@ -34,6 +34,10 @@ struct ArrivalSpec {
                             // (only for constant/poisson/gamma)
   uint64_t seed = 0;        // the run seed; gaps use derive_seed(seed, seed_dimension)
   std::string seed_dimension = "arrival";  // "arrival", or "arrival/<i>" for profile i of a scenario
+  // A slice of a longer schedule (a part of a scenario run, docs/protocol.md "Runs of a subset"): the
+  // first `skip` arrivals of the full schedule are drawn and dropped, and the rest shift so the
+  // first kept one is at 0. The kept gaps are exactly the full schedule's; 0 = the whole schedule.
+  size_t skip = 0;
 };
 
 // What the run uses: one offset per request, non-decreasing, offsets[0] == 0.

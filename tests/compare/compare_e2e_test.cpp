@@ -135,6 +135,46 @@ TEST_F(CompareE2eTest, TenPercentSlowerArmReadsWorse) {
   EXPECT_EQ(again->pairs_skipped, 5);
 }
 
+// --request-limit: every pair measures only the first 8 of its set's 64 requests, each run is
+// recorded as limited, and the ledger refuses the readout: limited, never a verdict.
+TEST_F(CompareE2eTest, LimitedComparisonRecordsItsRunsAndIsRefusedAVerdict) {
+  RegisterOptions o;
+  o.config_a = dir_ + "/fast.toml";
+  o.config_b = dir_ + "/slow.toml";
+  o.scenario = "D";
+  o.size = "small";
+  auto id = register_comparison(*ledger_, o);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  RunOptions ro;
+  ro.plumb_binary = PLUMB_BINARY;
+  ro.work_dir = dir_;
+  ro.request_limit = 8;
+  ro.progress = [](const std::string&) {};
+  auto s = run_comparison(*ledger_, *id, ro);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->runs_recorded, 10);
+  auto runs = ledger_->comparison_runs(*id);
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 10u);
+  for (const auto& r : *runs) {
+    EXPECT_EQ(r.requests, 8) << "run " << r.id;
+    auto u = ledger_->subset_of(r.id);
+    ASSERT_TRUE(u.ok() && u->has_value()) << "run " << r.id;
+    EXPECT_EQ((*u)->kind, "limit");
+    EXPECT_EQ((*u)->full_requests, 64);
+  }
+  auto refused = readout_comparison(*ledger_, *id);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("subset of their request sets"), std::string::npos)
+      << refused.status().to_string();
+  // Computed without storing, it says what it is.
+  auto shown = readout_comparison(*ledger_, *id, /*store=*/false);
+  ASSERT_TRUE(shown.ok()) << shown.status().to_string();
+  EXPECT_EQ(shown->runs_limited, 10);
+  EXPECT_NE(format_readout(*shown).find("not a verdict"), std::string::npos) << format_readout(*shown);
+}
+
 TEST_F(CompareE2eTest, ArmAgainstItselfReadsEquivalent) {
   ReadoutResult r = compare("fast.toml", "fast.toml");
   if (invalid_ > 0)

@@ -96,9 +96,19 @@ TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
   std::string j = (dir_ / "ev.json").string(), h = (dir_ / "ev.html").string();
   std::string ledger = (dir_ / "ledger.db").string();
   auto args = quick(start, "honest");
-  args.insert(args.end(), {"--json", j, "--html", h, "--ledger", ledger});
+  std::string ib = (dir_ / "ib").string();
+  args.insert(args.end(), {"--json", j, "--html", h, "--ledger", ledger, "--ib-json", ib});
   Out o = evaluate(args, "honest");
   ASSERT_EQ(o.code, 0) << o.out << o.err;
+  // --ib-json: the submission's run as InferenceBench's metrics JSON, its model named by the
+  // submission's own /v1/models while it ran.
+  auto iv = json::parse_file(ib + "/A_seed1337.json");
+  ASSERT_TRUE(iv.ok()) << iv.status().to_string() << o.err;
+  EXPECT_EQ(iv->at("scenario").as_string(), "A");
+  EXPECT_EQ(iv->at("profiles").at("burst").at("request_count").as_int64(), 32);
+  EXPECT_NE(iv->at("model_id").as_string(), "unknown");
+  EXPECT_NE(iv->at("model_id").as_string(), "null");
+  EXPECT_EQ(iv->at("plumb").at("seed").as_int64(), 1337);
   auto v = json::parse_file(j);
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const auto& e = v->as_object();

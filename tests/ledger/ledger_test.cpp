@@ -42,6 +42,43 @@ TEST_P(LedgerBoth, RefusesNewerSchema) {
   EXPECT_NE(l.status().message().find("newer"), std::string::npos);
 }
 
+// A ledger of schema 3 (no run_subsets) is brought to 4 when opened: SQLite by its migration, a
+// PostgreSQL database by its upgrade script. The v3 state is made from a fresh database by removing
+// what 4 added; the three trigger functions it replaces are replaced in place either way.
+TEST_P(LedgerBoth, SchemaThreeIsUpgradedToFour) {
+  ledger_.reset();
+  ASSERT_EQ(raw(sql("DROP TRIGGER schema_version_no_delete; DELETE FROM schema_version WHERE version = 4",
+                    "ALTER TABLE schema_version DISABLE TRIGGER schema_version_append_only; "
+                    "DELETE FROM schema_version WHERE version = 4; "
+                    "ALTER TABLE schema_version ENABLE TRIGGER schema_version_append_only")),
+            "");
+  if (pg()) {
+    ASSERT_EQ(raw("DROP TABLE run_subsets; DROP FUNCTION plumb_run_subsets_check()"), "");
+  } else {
+    // SQLite: rebuild a file at schema 3 from the migrations themselves.
+    sqlite3_close(raw_);
+    for (const char* tail : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + tail);
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &raw_), SQLITE_OK);
+    ASSERT_EQ(raw("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL)"), "");
+    for (int v = 0; v < 3; ++v) ASSERT_EQ(raw(migrations()[size_t(v)]), "") << v;
+    ASSERT_EQ(raw("INSERT INTO schema_version VALUES (1, '2026-01-01T00:00:00.000Z'), "
+                  "(2, '2026-01-01T00:00:00.000Z'), (3, '2026-01-01T00:00:00.000Z')"),
+              "");
+  }
+  EXPECT_EQ(raw_int("SELECT max(version) FROM schema_version"), 3);
+  auto l = Ledger::open(where_);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(*(*l)->schema_version(), 4);
+  auto rep = (*l)->verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0]);
+  EXPECT_EQ(raw_int("SELECT count(*) FROM run_subsets"), 0);
+  // Opening again finds it current.
+  l->reset();
+  auto again = Ledger::open(where_);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+}
+
 TEST_F(LedgerTest, OpenFailsOnUnwritablePath) {
   auto l = Ledger::open(dir_ + "/no/such/dir/x.db");
   EXPECT_EQ(l.status().code(), Code::kIoError);

@@ -347,7 +347,9 @@ TEST_F(SealTest, OpenRefusesAnAddedTrigger) {
   ledger_.reset();
   auto l = Ledger::open(path_);
   ASSERT_FALSE(l.ok());
-  EXPECT_TRUE(has(l.status().message(), "trigger sneaky is not part of schema v3")) << l.status().message();
+  EXPECT_TRUE(has(l.status().message(),
+                  "trigger sneaky is not part of schema v" + std::to_string(Ledger::kSchemaVersion)))
+      << l.status().message();
 }
 
 TEST_P(SealBoth, SchemaVersionRowsAreAppendOnly) {
@@ -444,7 +446,7 @@ TEST(LedgerMigration, SchemaTwoFileIsMigratedAndItsRunsSealed) {
   {
     auto l = Ledger::open(path);
     ASSERT_TRUE(l.ok()) << l.status().to_string();
-    EXPECT_EQ(*(*l)->schema_version(), 3);
+    EXPECT_EQ(*(*l)->schema_version(), Ledger::kSchemaVersion);
     auto rep = (*l)->verify();
     ASSERT_TRUE(rep.ok());
     EXPECT_TRUE(rep->ok()) << joined(rep->problems);

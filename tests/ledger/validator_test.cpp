@@ -20,7 +20,7 @@ class ValidatorFixture : public testing::LedgerTest {
   // INSERT INTO runs with good values, some replaced by `over` (column -> SQL literal); then, unless
   // `seal` is false, the 32 per-request rows that back its objective (raw SQL too) and its seal, so
   // that it is usable. Returns "" or the first refusal.
-  std::string insert_run(std::map<std::string, std::string> over = {}, bool seal = true) {
+  std::string insert_run(const std::map<std::string, std::string>& over = {}, bool seal = true) {
     std::map<std::string, std::string> v{
         {"machine_id", std::to_string(machine_)},
         {"build_id", std::to_string(build_)},
@@ -74,7 +74,7 @@ class ValidatorFixture : public testing::LedgerTest {
 
   // Pair i of registration `reg` on arm "A"/"B" with an objective value, started at minute 10+i.
   std::string insert_pair_run(int reg, int pair, const std::string& arm, double objective,
-                              std::map<std::string, std::string> over = {}) {
+                              const std::map<std::string, std::string>& over = {}) {
     char start[40];
     std::snprintf(start, sizeof start, "'2026-01-01T02:%02d:%02d.000Z'", 10 + pair, arm == "A" ? 0 : 30);
     std::map<std::string, std::string> v{{"registration_id", std::to_string(reg)},
@@ -317,6 +317,111 @@ TEST_P(ValidatorTest, ScoreFromFailedGate) {
   ASSERT_EQ(insert_run({{"valid", "0"}}), "");  // 4: invalid run
   e = raw("INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (4, 1, 'default', 1.2)");
   EXPECT_TRUE(has(e, "invalid run")) << e;
+}
+
+// Runs of a subset (--request-limit, --parts): a slice of 8 of scenario A's 32 requests is sealed
+// against the slice's own minimum of completed requests, and is never a verdict input.
+class SubsetFixture : public ValidatorFixture {
+ protected:
+  void SetUp() override {
+    ValidatorFixture::SetUp();
+    if (IsSkipped()) return;
+    slice_ = *ledger_->insert_request_set({hex64('d'), "A", "small", 21, 8});
+  }
+  RunSubset limit8() const {
+    return {.kind = "limit", .full_set_hash = hex64('e'), .full_requests = 32, .num_requests = 8};
+  }
+  RunRow slice_run(const std::string& start) {
+    RunRow r = run_at(start);
+    r.request_set_id = slice_;
+    r.subset = limit8();
+    return r;
+  }
+  int64_t slice_ = 0;
+};
+using SubsetTest = testing::OnBothBackends<SubsetFixture>;
+PLUMB_ON_BOTH_BACKENDS(SubsetTest);
+
+TEST_P(SubsetTest, SliceIsSealedAgainstItsOwnSize) {
+  auto rows = testing::backed_requests(8, 100.0);
+  auto id = ledger_->insert_run(slice_run("2026-01-01T01:00:00.000Z"), rows, {});
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  auto sub = ledger_->subset_of(*id);
+  ASSERT_TRUE(sub.ok() && sub->has_value()) << sub.status().to_string();
+  EXPECT_EQ((*sub)->kind, "limit");
+  EXPECT_EQ((*sub)->num_requests, 8);
+  EXPECT_EQ((*sub)->full_set_hash, hex64('e'));
+  auto all = ledger_->subsets_of_set(hex64('e'));
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].first, *id);
+  // The same 8 rows without the subset row: the protocol's minimum for scenario A (32) applies.
+  RunRow plain = run_at("2026-01-01T01:00:01.000Z");
+  plain.request_set_id = slice_;
+  auto refused = ledger_->insert_run(plain, rows, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(has(refused.status().message(), "minimum of completed requests"))
+      << refused.status().to_string();
+  // The slice's rule still holds for the slice: 7 of 8 completed is too few.
+  rows[3].status = "timeout";
+  auto short_run = ledger_->insert_run(slice_run("2026-01-01T01:00:02.000Z"), rows, {});
+  EXPECT_FALSE(short_run.ok());
+  // The seal covers the subset row: verify recomputes it.
+  auto rep = ledger_->verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok()) << (rep->problems.empty() ? "" : rep->problems[0]);
+}
+
+TEST_P(SubsetTest, SubsetRowMustNameTheSlicesOwnSet) {
+  RunRow r = slice_run("2026-01-01T01:00:00.000Z");
+  r.subset->num_requests = 16;  // the slice's set holds 8
+  auto a = ledger_->insert_run(r, testing::backed_requests(8, 100.0), {});
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(has(a.status().message(), "slice's own request set")) << a.status().to_string();
+  r = slice_run("2026-01-01T01:00:00.000Z");
+  r.subset->full_set_hash = hex64('d');  // the slice's own hash as the whole set's
+  auto b = ledger_->insert_run(r, testing::backed_requests(8, 100.0), {});
+  ASSERT_FALSE(b.ok());
+  EXPECT_TRUE(has(b.status().message(), "slice's own request set")) << b.status().to_string();
+  // A limit that is the whole set is not a limit.
+  r = slice_run("2026-01-01T01:00:00.000Z");
+  r.subset->full_requests = 8;
+  EXPECT_FALSE(ledger_->insert_run(r, testing::backed_requests(8, 100.0), {}).ok());
+  // Append-only, like every measurement.
+  auto ok =
+      ledger_->insert_run(slice_run("2026-01-01T01:00:00.000Z"), testing::backed_requests(8, 100.0), {});
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_NE(raw("UPDATE run_subsets SET num_requests = 32"), "");
+  EXPECT_NE(raw("DELETE FROM run_subsets"), "");
+  EXPECT_EQ(raw_int("SELECT num_requests FROM run_subsets"), 8);
+}
+
+TEST_P(SubsetTest, NoReadoutOrScoreOverSubsetRuns) {
+  ASSERT_EQ(insert_registration(), "");
+  for (int i = 0; i < 5; ++i) {
+    for (const char* arm : {"A", "B"}) {
+      RunRow r = slice_run(std::string("2026-01-01T02:1") + char('0' + i) + (arm[0] == 'A' ? ":00" : ":30") +
+                           ".000Z");
+      r.registration_id = 1;
+      r.arm = arm;
+      r.pair_index = i;
+      r.seed = 100 + i;
+      auto id = ledger_->insert_run(r, testing::backed_requests(8, 100.0), {});
+      ASSERT_TRUE(id.ok()) << id.status().to_string();
+    }
+  }
+  for (const char* v : {"better", "equivalent", "inconclusive"}) {
+    std::string e = insert_readout(1, v, kLater, hex64('9'));
+    EXPECT_TRUE(has(e, "subset of their request sets")) << v << ": " << e;
+  }
+  // A score over a subset run, as run or as baseline.
+  ASSERT_EQ(insert_run(), "");  // 11: a run of the whole set
+  std::string e =
+      raw("INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (1, 1, 'default', 1.0)");
+  EXPECT_TRUE(has(e, "subset of its request set")) << e;
+  e = raw(
+      "INSERT INTO scores (run_id, baseline_run_id, baseline_name, value) VALUES (11, 1, 'default', 1.0)");
+  EXPECT_TRUE(has(e, "subset of its request set")) << e;
 }
 
 }  // namespace

@@ -181,6 +181,24 @@ TEST(BenchIb, ScenarioAloneDrawsRequestsAndHonoursTheConcurrencyRule) {
   }
 }
 
+// IB's --request-limit, as plumb's: the first N requests of the scenario's set, said in the IB JSON.
+TEST(BenchIb, RequestLimitRunsTheFirstRequestsAndSaysSo) {
+  std::string ib = tmp("limit_ib.json");
+  std::vector<std::string> args = {
+      "--ib-scenario", fixture("scenario_d.json"), "--request-limit", "3", "--ib-json", ib, "--quiet"};
+  args.insert(args.end(), kServe.begin(), kServe.end());
+  Out o = run_bench(args);
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  EXPECT_NE(o.err.find("measuring the first 3 of the set's 8 requests"), std::string::npos) << o.err;
+  auto iv = json::parse_file(ib);
+  ASSERT_TRUE(iv.ok()) << o.err;
+  EXPECT_EQ(at(*iv, "profiles.burst.request_count").as_int64(), 3);
+  EXPECT_EQ(at(*iv, "plumb.subset.kind").as_string(), "limit");
+  EXPECT_EQ(at(*iv, "plumb.subset.whole_requests").as_int64(), 8);
+  EXPECT_NE(at(*iv, "plumb.subset.whole_set_hash").as_string(),
+            at(*iv, "plumb.request_set_hash").as_string());
+}
+
 // An IB request file with no scenario: IB's runner's defaults fill the missing fields, the IB JSON
 // names the run "custom" and keeps IB's hashes beside plumb's.
 TEST(BenchIb, RequestFileAloneUsesIbsDefaults) {

@@ -305,5 +305,29 @@ TEST(Provenance, BuildAndMachine) {
   EXPECT_EQ(capture_machine()->hash(), m->hash());  // stable on one machine
 }
 
+// One mapping between a profile's LoadKind and workload/'s ArrivalKind, both ways.
+TEST(Protocol, LoadKindAndArrivalKindMapOneToOne) {
+  for (LoadKind k : {LoadKind::kBurst, LoadKind::kPoisson, LoadKind::kConstant}) {
+    EXPECT_EQ(workload::arrival_kind_name(arrival_kind(k)), load_kind_name(k));
+    EXPECT_EQ(load_kind(arrival_kind(k)), k);
+  }
+  EXPECT_EQ(load_kind(workload::ArrivalKind::kGamma), std::nullopt);
+  EXPECT_EQ(load_kind(workload::ArrivalKind::kClosedLoop), std::nullopt);
+}
+
+// A slice of a scenario keeps its rules, applied to the slice's size.
+TEST(Protocol, WithRequestsAppliesTheBoundsToTheSlice) {
+  auto c = find_scenario("C", SizeClass::kGpu);
+  ASSERT_TRUE(c.ok());
+  Scenario s = with_requests(*c, 40);
+  EXPECT_EQ(s.requests, 40);
+  EXPECT_EQ(s.min_completed, 40);
+  EXPECT_EQ(s.min_steady_requests, 10);
+  EXPECT_EQ(with_requests(*c, 250).min_completed, 248);
+  EXPECT_EQ(with_requests(*c, c->requests).min_completed, c->min_completed);
+  EXPECT_EQ(s.profiles.size(), c->profiles.size());
+  EXPECT_EQ(min_completed_for(100), 99);
+}
+
 }  // namespace
 }  // namespace plumb::protocol

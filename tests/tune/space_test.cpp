@@ -240,5 +240,95 @@ TEST(Space, ShippedSpacesMatchTheirAdapters) {
   }
 }
 
+// llama-server's knobs in the built-in space, rendered by the llamacpp adapter into the flags
+// llama.cpp c392e50 takes (common/arg.cpp): -np, -c, -b, -ub, --cont-batching, -fa, -ctk, -ctv, -t.
+TEST(Space, LlamaCppSpaceRendersLlamaServersFlags) {
+  auto sp = builtin_space("llamacpp");
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
+  auto ad = launch::builtin_adapter("llamacpp");
+  ASSERT_TRUE(ad.ok());
+  std::set<std::string> names;
+  for (const auto& p : sp->params) names.insert(p.name);
+  EXPECT_EQ(names, (std::set<std::string>{"max_num_seqs", "max_model_len", "max_num_batched_tokens",
+                                          "ubatch_size", "continuous_batching", "flash_attn", "cache_type_k",
+                                          "cache_type_v", "threads"}));
+  Config c{{"max_num_seqs", int64_t(8)},
+           {"max_model_len", int64_t(65536)},
+           {"max_num_batched_tokens", int64_t(2048)},
+           {"ubatch_size", int64_t(512)},
+           {"continuous_batching", true},
+           {"flash_attn", true},
+           {"cache_type_k", std::string("q8_0")},
+           {"cache_type_v", std::string("q4_0")},
+           {"threads", int64_t(8)}};
+  ASSERT_TRUE(validate_config(*sp, c).ok()) << validate_config(*sp, c).message();
+  launch::Params params = c;
+  params["model"] = std::string("/m/llama.gguf");
+  params["n_gpu_layers"] = int64_t(99);
+  auto on = launch::render(*ad, params, 8080);
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_EQ(on->argv, (std::vector<std::string>{"llama-server",
+                                                "-m",
+                                                "/m/llama.gguf",
+                                                "--host",
+                                                "127.0.0.1",
+                                                "--port",
+                                                "8080",
+                                                "-np",
+                                                "8",
+                                                "-c",
+                                                "65536",
+                                                "-b",
+                                                "2048",
+                                                "-ub",
+                                                "512",
+                                                "--cont-batching",
+                                                "-t",
+                                                "8",
+                                                "-ngl",
+                                                "99",
+                                                "-fa",
+                                                "-ctk",
+                                                "q8_0",
+                                                "-ctv",
+                                                "q4_0"}));
+  // Without flash attention the V cache type is inactive (llama.cpp refuses a quantized V cache
+  // without it), and no -fa is passed; continuous batching off is --no-cont-batching.
+  Config off = c;
+  off["flash_attn"] = false;
+  off["continuous_batching"] = false;
+  EXPECT_FALSE(validate_config(*sp, off).ok());  // cache_type_v is set but inactive
+  off.erase("cache_type_v");
+  ASSERT_TRUE(validate_config(*sp, off).ok()) << validate_config(*sp, off).message();
+  launch::Params p2 = off;
+  p2["model"] = std::string("/m/llama.gguf");
+  auto r = launch::render(*ad, p2, 8080);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->argv, (std::vector<std::string>{"llama-server",
+                                               "-m",
+                                               "/m/llama.gguf",
+                                               "--host",
+                                               "127.0.0.1",
+                                               "--port",
+                                               "8080",
+                                               "-np",
+                                               "8",
+                                               "-c",
+                                               "65536",
+                                               "-b",
+                                               "2048",
+                                               "-ub",
+                                               "512",
+                                               "--no-cont-batching",
+                                               "-t",
+                                               "8",
+                                               "-ctk",
+                                               "q8_0"}));
+  // A cache type llama.cpp does not take is outside the space.
+  Config bad = c;
+  bad["cache_type_k"] = std::string("fp8");
+  EXPECT_FALSE(validate_config(*sp, bad).ok());
+}
+
 }  // namespace
 }  // namespace plumb::tune

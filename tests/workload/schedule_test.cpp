@@ -47,6 +47,25 @@ TEST(Schedule, PoissonIsSeededAndPinned) {
   EXPECT_NE(make_schedule(spec, 4)->offsets, a->offsets);
 }
 
+// A part of a run keeps the whole run's arrival gaps for its requests: the slice of the whole
+// schedule, shifted to start at 0 (docs/protocol.md "Runs of a subset").
+TEST(Schedule, SkipIsTheWholeSchedulesSliceShiftedToZero) {
+  for (ArrivalKind k : {ArrivalKind::kPoisson, ArrivalKind::kGamma, ArrivalKind::kConstant}) {
+    ArrivalSpec spec{.kind = k, .rate = 8.0, .burstiness = 0.5, .seed = 21, .seed_dimension = "arrival/1"};
+    auto whole = make_schedule(spec, 10);
+    ASSERT_TRUE(whole.ok());
+    spec.skip = 4;
+    auto part = make_schedule(spec, 6);
+    ASSERT_TRUE(part.ok());
+    ASSERT_EQ(part->offsets.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(part->offsets[i], whole->offsets[4 + i] - whole->offsets[4]);
+  }
+  // A burst's part is a burst.
+  auto b = make_schedule({.kind = ArrivalKind::kBurst, .max_concurrency = 2, .skip = 5}, 3);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->offsets, (std::vector<Nanos>{Nanos(0), Nanos(0), Nanos(0)}));
+}
+
 TEST(Schedule, PoissonAndGammaHaveTheRequestedMeanAndBurstiness) {
   for (double k : {0.25, 1.0, 4.0}) {
     ArrivalSpec spec{.kind = k == 1.0 ? ArrivalKind::kPoisson : ArrivalKind::kGamma,
