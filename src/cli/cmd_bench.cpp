@@ -514,9 +514,8 @@ Status record_whole(ledger::Ledger& l, int64_t part_run_id, const ledger::RunSub
 }
 
 // After recording part K: which parts of the same whole run (same whole set, machine, engine
-// configuration and model) the ledger holds, and which are missing.
-Status report_parts(const std::string& path, int64_t run_id, const ledger::RunSubset& u, const BenchArgs& a) {
-  const uint64_t seed = a.seed;
+// configuration and model) the ledger holds, and which are missing; with all in, the whole run.
+Status report_parts(const std::string& path, int64_t run_id, const ledger::RunSubset& u, uint64_t seed) {
   PLUMB_ASSIGN_OR_RETURN(auto ledger, ledger::Ledger::open(path));
   PLUMB_ASSIGN_OR_RETURN(auto parts, compare::recorded_parts(*ledger, run_id));
   std::string have, missing;
@@ -551,7 +550,7 @@ Status after_measurement(BenchArgs& a, bool own_server, const compare::Workload&
     std::fprintf(stderr, "plumb bench: recorded run %lld in %s%s\n", (long long)*id,
                  ledger::redact_url(a.ledger_path).c_str(), m.row.subset ? " as a subset run" : "");
     if (m.row.subset && m.row.subset->kind == "part") {
-      Status st = report_parts(a.ledger_path, *id, *m.row.subset, a);
+      Status st = report_parts(a.ledger_path, *id, *m.row.subset, a.seed);
       if (!st.ok()) return job_error("--ledger: " + st.to_string());
     }
   }
@@ -820,8 +819,9 @@ void setup_bench(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   c->add_option("--parts", args->parts,
                 "run the set in N contiguous parts, one command each (with --part K); each part keeps the "
-                "whole run's arrival times for its requests; with --ledger, plumb lists the parts "
-                "recorded so far (docs/protocol.md \"Runs of a subset\")");
+                "whole run's arrival times for its requests. With --ledger, plumb lists the parts recorded "
+                "so far, and when the last one is in records the whole run assembled from them (a run of the "
+                "whole set); without --ledger nothing is assembled (docs/protocol.md \"Runs of a subset\")");
   c->add_option("--part", args->part, "which part of --parts this command measures (1 to N)");
   args->ib.add_to(c);
   c->add_flag("--quiet", args->quiet, "no progress line");

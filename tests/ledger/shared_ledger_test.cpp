@@ -261,6 +261,50 @@ TEST_P(SharedLedgerTest, CopyAfterTheSourceGrewCopiesOnlyTheNewRows) {
   EXPECT_TRUE(v->ok());
 }
 
+// A run of a subset (--request-limit, --parts) is copied with its slice, sealed again at the
+// destination against the slice's own minimum, and stays no verdict input there.
+TEST_P(SharedLedgerTest, CopyKeepsASubsetRunsSlice) {
+  std::string src = dir_ + "/subset.db";
+  {
+    auto l = Ledger::open(src);
+    ASSERT_TRUE(l.ok());
+    int64_t m = *(*l)->insert_machine({testing::hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
+    int64_t b = *(*l)->insert_build({"0.1.0", "abc123", "RelWithDebInfo", "GNU 12.2.0"});
+    int64_t p = *(*l)->insert_protocol(testing::real_protocol());
+    int64_t s = *(*l)->insert_request_set({testing::hex64('5'), "A", "small", 21, 8});
+    RunRow r = testing::good_run(m, b, p, s, "2026-01-01T00:00:01.000Z");
+    r.subset = RunSubset{.kind = "part",
+                         .full_set_hash = testing::hex64('e'),
+                         .full_requests = 32,
+                         .first_idx = 8,
+                         .num_requests = 8,
+                         .part = 1,
+                         .parts = 4};
+    auto id = (*l)->insert_run(r, testing::backed_requests(8, 100.0), {});
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+  }
+  auto from = Ledger::open_for_inspection(src);
+  ASSERT_TRUE(from.ok());
+  auto rep = copy_ledger(**from, *ledger_);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->copied["runs"], 1);
+  EXPECT_TRUE(rep->refused.empty()) << rep->refused[0];
+  auto runs = ledger_->list_runs();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 1u);
+  auto u = ledger_->subset_of((*runs)[0].id);
+  ASSERT_TRUE(u.ok() && u->has_value()) << u.status().to_string();
+  EXPECT_EQ((*u)->kind, "part");
+  EXPECT_EQ((*u)->first_idx, 8);
+  EXPECT_EQ((*u)->part, 1);
+  EXPECT_EQ((*u)->parts, 4);
+  EXPECT_EQ((*u)->full_set_hash, testing::hex64('e'));
+  auto v = ledger_->verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok()) << (v->problems.empty() ? "" : v->problems[0]);
+  EXPECT_EQ(v->seals, 1);
+}
+
 TEST(SharedLedgerUrl, PasswordsAreRedactedForMessages) {
   EXPECT_TRUE(is_postgres_url("postgresql://u@h/db"));
   EXPECT_TRUE(is_postgres_url("postgres://u@h/db"));
@@ -306,6 +350,12 @@ TEST(SharedLedgerHashes, TheSameRunSealsAlikeOnBothBackends) {
     auto reqs = testing::backed_requests(32, 100.0);
     MetricRow metrics[] = {{"ttft_p50_ms", 10.0, "ms"}, {"objective", 100.0, "1"}};
     for (int i = 0; i < 3; ++i) ASSERT_TRUE((*l)->insert_run(run, reqs, metrics).ok());
+    // A run of a subset: its slice is hashed alike too.
+    run.request_set_id = *(*l)->insert_request_set({testing::hex64('5'), "A", "small", 21, 8});
+    run.subset = RunSubset{
+        .kind = "limit", .full_set_hash = testing::hex64('e'), .full_requests = 32, .num_requests = 8};
+    auto sub = (*l)->insert_run(run, testing::backed_requests(8, 100.0), metrics);
+    ASSERT_TRUE(sub.ok()) << sub.status().to_string();
     heads.push_back(*(*l)->chain_head());
   }
   std::filesystem::remove_all(dir);
