@@ -1,7 +1,7 @@
 // pg::catalog(): the shape of the ledger's tables that pg_schema.cpp's create_script() gives, as
 // PostgreSQL's catalog reports it (the query is live_catalog() in pg_ledger.cpp). A change to the
-// schema changes this list; tests/ledger/shared_ledger_test.cpp (FreshLedgerHasTheCatalogsShape)
-// prints the new list when the two disagree.
+// schema changes this list: scripts/pg_catalog.sh prints the new one, and
+// tests/ledger/shared_ledger_test.cpp (FreshLedgerHasTheCatalogsShape) names each line that differs.
 #include <string>
 #include <vector>
 
@@ -100,6 +100,14 @@ const std::vector<std::string>& catalog() {
       "column requests.scheduled_ns bigint NOT NULL",
       "column requests.sent_ns bigint NOT NULL",
       "column requests.status text NOT NULL",
+      "column run_subsets.first_idx bigint NOT NULL",
+      "column run_subsets.full_requests bigint NOT NULL",
+      "column run_subsets.full_set_hash text NOT NULL",
+      "column run_subsets.kind text NOT NULL",
+      "column run_subsets.num_requests bigint NOT NULL",
+      "column run_subsets.part bigint NOT NULL",
+      "column run_subsets.parts bigint NOT NULL",
+      "column run_subsets.run_id bigint NOT NULL",
       "column runs.arm text",
       "column runs.build_id bigint NOT NULL",
       "column runs.effective_settings text NOT NULL",
@@ -237,6 +245,15 @@ const std::vector<std::string>& catalog() {
       "constraint requests.requests_pkey primary key",
       "constraint requests.requests_profile_check check",
       "constraint requests.requests_status_check check",
+      "constraint run_subsets.run_subsets_check check",
+      "constraint run_subsets.run_subsets_check1 check",
+      "constraint run_subsets.run_subsets_first_idx_check check",
+      "constraint run_subsets.run_subsets_full_requests_check check",
+      "constraint run_subsets.run_subsets_full_set_hash_check check",
+      "constraint run_subsets.run_subsets_kind_check check",
+      "constraint run_subsets.run_subsets_num_requests_check check",
+      "constraint run_subsets.run_subsets_pkey primary key",
+      "constraint run_subsets.run_subsets_run_id_fkey foreign key",
       "constraint runs.runs_arm_check check",
       "constraint runs.runs_build_id_fkey foreign key",
       "constraint runs.runs_check check",
