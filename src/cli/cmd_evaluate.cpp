@@ -518,7 +518,10 @@ void setup_evaluate(CLI::App& root) {
       "default`, then each scenario on the protocol's eval seeds (a fresh launch per run) and divides by\n"
       "the registered baseline (valid runs of `plumb serve --preset naive` in --ledger, else measured\n"
       "now). Score = geometric mean of the scenario speedups; a failed gate or an invalid run scores 1.0.\n"
-      "Exit code 0 when the gates pass, 1 when one fails.\n\n"
+      "Exit code 0 when the gates pass, 1 when one fails.\n"
+      "With --executor slurm the whole evaluation is one batch job on one node (plumb evaluate there,\n"
+      "its runs written to the shared --ledger, its evaluation read back from --work-dir); a job that\n"
+      "is cancelled, times out or loses its node is retried, never scored (docs/cluster.md).\n\n"
       "Example:  plumb evaluate --start-script ./start_server.sh --scenario D --json score.json");
   c->add_option("--start-script", args->start_script, "the submission's start script (executable)")
       ->required();
@@ -527,11 +530,14 @@ void setup_evaluate(CLI::App& root) {
   c->add_option("--size", args->size, "scenario size class: small | gpu")->capture_default_str();
   c->add_option("--seeds", args->seeds,
                 "comma-separated run seeds (default: the protocol's eval seeds 1337,428,777)");
-  c->add_option("--work-dir", args->work_dir,
-                "where launch directories and logs go (default: a new directory under the temp dir)");
+  c->add_option(
+      "--work-dir", args->work_dir,
+      "where launch directories and logs go (default: a new directory under the temp dir; with "
+      "--executor, the current directory: job scripts, outputs and evaluations, shared with the nodes)");
   c->add_option(
       "--ledger", args->ledger_path,
-      "SQLite ledger: baselines are read from it (and measured ones stored), runs and scores recorded");
+      "ledger (a SQLite file or a postgresql:// URL): baselines are read from it (and measured ones "
+      "stored), runs and scores recorded");
   c->add_option("--baseline-preset", args->baseline_preset, "plumb serve preset of the baseline")
       ->capture_default_str();
   c->add_option("--dataset", args->dataset,
@@ -548,7 +554,7 @@ void setup_evaluate(CLI::App& root) {
   c->add_option("--json", args->json_path, "write the evaluation as JSON (schema_version)");
   c->add_option("--html", args->html_path, "write a self-contained HTML report (opens offline)");
   c->add_flag("--quiet", args->quiet, "no progress lines");
-  add_executor_flags(c, args->exec, "evaluation (the whole of it, on one node)");
+  add_executor_flags(c, args->exec, "submission's evaluation (all of it, on one node)");
   c->callback([c, args] {
     // Without --executor the evaluation runs in this process, as it always did; with it (local or
     // slurm), as a job whose evaluation is read back from the work directory.
