@@ -17,6 +17,7 @@
 
 #include "cli/command.h"
 #include "cli/executor_flags.h"
+#include "cli/job_outcome.h"
 #include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
@@ -280,20 +281,11 @@ struct Attempt {
   executor::JobSpec spec;
 };
 
-// The job died from a signal: "killed by signal ..." (local), "sacct: 0:9" (Slurm's exit:signal).
-bool killed_by_signal(const executor::JobStatus& st) {
-  if (st.detail.rfind("killed by signal", 0) == 0) return true;
-  size_t colon = st.detail.rfind(':');
-  if (st.detail.rfind("sacct: ", 0) != 0 || colon == std::string::npos || colon < 7) return false;
-  std::string sig = st.detail.substr(colon + 1);
-  return !sig.empty() && sig.find_first_not_of("0123456789") == std::string::npos && sig != "0";
-}
-
 Outcome classify(const executor::JobStatus& st, bool wrote_evaluation) {
   using executor::JobState;
   bool exited = st.state == JobState::kCompleted || st.state == JobState::kFailed;
   if (exited && wrote_evaluation) return Outcome::kResult;
-  if (st.state == JobState::kFailed && !killed_by_signal(st) && st.scheduler_state.rfind("BOOT_FAIL", 0) != 0)
+  if (st.state == JobState::kFailed && job_signal(st) == 0 && !node_never_ran(st))
     return Outcome::kEvaluationFailed;
   return Outcome::kInfrastructure;
 }
