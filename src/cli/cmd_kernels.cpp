@@ -272,8 +272,7 @@ struct ScreenJobs {
 
   // Handles one final job; Unavailable when its retries are spent.
   Status finish(Job& j, const executor::JobStatus& st, const std::vector<kernels::Candidate>& cands,
-                const std::vector<uint64_t>& seeds, std::vector<std::optional<kernels::ScreenResult>>& out,
-                std::deque<Job>& again) {
+                std::vector<std::optional<kernels::ScreenResult>>& out, std::deque<Job>& again) {
     auto r = outcome(j, st);
     if (r) {
       journal({{"event", "finished"}, {"key", j.spec.name}, {"job_id", j.id}, {"verdict", r->verdict}});
@@ -297,15 +296,13 @@ struct ScreenJobs {
                          "); its output: " + executor::output_path(j.spec) +
                          "; run the search again when the cluster is healthy");
     ++j.attempt;
-    (void)seeds;
     again.push_back(std::move(j));
     return Status::Ok();
   }
 
   // Polls the jobs in flight; moves the final ones through finish().
   Status poll_all(std::vector<Job>& flight, const std::vector<kernels::Candidate>& cands,
-                  const std::vector<uint64_t>& seeds, std::vector<std::optional<kernels::ScreenResult>>& out,
-                  std::deque<Job>& queue) {
+                  std::vector<std::optional<kernels::ScreenResult>>& out, std::deque<Job>& queue) {
     for (size_t k = 0; k < flight.size();) {
       auto st = e.poll(flight[k].id);
       if (!st.ok()) {
@@ -320,7 +317,7 @@ struct ScreenJobs {
       }
       Job j = std::move(flight[k]);
       flight.erase(flight.begin() + std::ptrdiff_t(k));
-      PLUMB_RETURN_IF_ERROR(finish(j, *st, cands, seeds, out, queue));
+      PLUMB_RETURN_IF_ERROR(finish(j, *st, cands, out, queue));
     }
     return Status::Ok();
   }
@@ -345,9 +342,10 @@ struct ScreenJobs {
         flight.push_back(std::move(j));
       }
       std::this_thread::sleep_for(every);
-      PLUMB_RETURN_IF_ERROR(poll_all(flight, cands, seeds, out, queue));
+      PLUMB_RETURN_IF_ERROR(poll_all(flight, cands, out, queue));
     }
     std::vector<kernels::ScreenResult> results;
+    results.reserve(out.size());
     for (auto& r : out) results.push_back(std::move(*r));
     return results;
   }

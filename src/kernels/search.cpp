@@ -771,6 +771,7 @@ Status run_episode(const Task& task, const SearchOptions& o, const std::vector<C
       o.proposer_argv.empty() ? "" : fmt::format(" + {} from the proposer", o.proposals_per_episode)));
   for (auto& c : proposed_candidates(task, o, experience, e, r, say)) batch.push_back(std::move(c));
   std::vector<uint64_t> seeds;
+  seeds.reserve(batch.size());
   for (const Candidate& c : batch) seeds.push_back(derive_seed(o.seed, "screen/" + c.name));
   std::vector<ScreenResult> results;
   if (o.screen_batch) {
@@ -814,6 +815,8 @@ Result<std::vector<size_t>> confirm_top(const Task& task, const SearchOptions& o
   if (!top.empty()) say(fmt::format("confirmation: the {} best by u screened and timed again", top.size()));
   std::vector<Candidate> again_batch;
   std::vector<uint64_t> seeds;
+  again_batch.reserve(top.size());
+  seeds.reserve(top.size());
   for (size_t i : top) {
     again_batch.push_back(r.tried[i].candidate);
     seeds.push_back(derive_seed(o.seed, "confirm/" + r.tried[i].candidate.name));
