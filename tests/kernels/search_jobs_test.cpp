@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/job_outcome.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
@@ -39,6 +40,26 @@ std::vector<json::object> journal_events(const std::string& path, const std::str
     if (o.ok() && json::string_at(*o, "event").value_or("") == event) out.push_back(*o);
   }
   return out;
+}
+
+// How a job's end is read (cli/job_outcome.h): the signal from either executor's detail, nothing from
+// an exit code or a reason, and Slurm's BOOT_FAIL as a node that never ran the job.
+TEST(JobOutcome, TheSignalThatEndedAJob) {
+  auto status = [](const std::string& detail, const std::string& word = "") {
+    executor::JobStatus st;
+    st.detail = detail;
+    st.scheduler_state = word;
+    return st;
+  };
+  EXPECT_EQ(cli::job_signal(status("killed by signal 9 (Killed)")), 9);
+  EXPECT_EQ(cli::job_signal(status("killed by signal 11 (Segmentation fault)")), 11);
+  EXPECT_EQ(cli::job_signal(status("sacct: 0:15")), 15);
+  EXPECT_EQ(cli::job_signal(status("sacct: 3:0")), 0);
+  EXPECT_EQ(cli::job_signal(status("exit code 3")), 0);
+  EXPECT_EQ(cli::job_signal(status("squeue: NonZeroExitCode")), 0);
+  EXPECT_EQ(cli::job_signal(status("")), 0);
+  EXPECT_TRUE(cli::node_never_ran(status("", "BOOT_FAIL")));
+  EXPECT_FALSE(cli::node_never_ran(status("", "FAILED")));
 }
 
 class SearchJobs : public ::testing::Test {
