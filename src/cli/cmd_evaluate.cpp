@@ -4,9 +4,11 @@
 // mean. Console table; --json (schema_version) and --html (report/).
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -14,7 +16,10 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/executor_flags.h"
 #include "cli/ib_interop.h"
+#include "cli/job_outcome.h"
+#include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/shipped.h"
@@ -43,6 +48,8 @@ struct EvaluateArgs {
   std::string html_path;
   std::string ib_json_dir;  // --ib-json DIR: InferenceBench's metrics JSON per scenario and seed
   bool quiet = false;
+  ExecutorArgs exec;  // --executor slurm: the whole evaluation as one batch job
+  bool executor_given = false;
 };
 
 // --ib-json: each measured run of the submission as InferenceBench's metrics JSON,
@@ -291,7 +298,235 @@ Status write_reports(const EvaluateArgs& a, const evaluate::Evaluation& ev) {
   return Status::Ok();
 }
 
-int run_evaluate(const EvaluateArgs& a) {
+// --- `plumb evaluate --executor local|slurm`: the whole evaluation as one job (docs/cluster.md) ---
+//
+// One job, not one per scenario: the submission's engine and the client share the node (as a user's
+// benchmark would), and the gates, the submission's runs and the baseline it is divided by must come
+// from one machine. The job is `plumb evaluate` itself on the node; its rows go to the shared --ledger
+// and its evaluation to a JSON file in the shared work directory, written whole at the end, which is
+// the only thing the controller reads: a job that dies part-way leaves no file, so no partial
+// evaluation can become a score.
+
+// What became of one attempt.
+enum class Outcome {
+  kResult,            // the job wrote its evaluation (gates passed or not)
+  kEvaluationFailed,  // the evaluation itself failed (exit code, no evaluation): not retried
+  kInfrastructure,    // cancelled, timed out, node failed, lost, killed by a signal: retried
+};
+
+struct Attempt {
+  std::string key;  // evaluate-aN: the job's name, output file and JSON file
+  std::string job_id;
+  std::string json_path;
+  std::string html_path;
+  executor::JobSpec spec;
+};
+
+Outcome classify(const executor::JobStatus& st, bool wrote_evaluation) {
+  using executor::JobState;
+  bool exited = st.state == JobState::kCompleted || st.state == JobState::kFailed;
+  if (exited && wrote_evaluation) return Outcome::kResult;
+  if (st.state == JobState::kFailed && job_signal(st) == 0 && !node_never_ran(st))
+    return Outcome::kEvaluationFailed;
+  return Outcome::kInfrastructure;
+}
+
+// One event of the job journal, WORK/evaluate.jobs.jsonl (append-only, one JSON object a line).
+void journal(const std::string& work, json::object event) {
+  event["at"] = utc_timestamp_now();
+  std::ofstream(work + "/evaluate.jobs.jsonl", std::ios::app) << json::dump(event) << "\n";
+}
+
+// The node's `plumb evaluate`: the same evaluation, absolute paths, its own work directory and JSON.
+std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options& o, const Attempt& at) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> v = {o.plumb_binary,
+                                "evaluate",
+                                "--start-script",
+                                fs::absolute(o.start_script).lexically_normal().string(),
+                                "--scenario",
+                                a.scenario,
+                                "--size",
+                                a.size,
+                                "--work-dir",
+                                at.spec.work_dir + "/" + at.key,
+                                "--baseline-preset",
+                                a.baseline_preset,
+                                "--dataset",
+                                fs::absolute(o.quality_dataset).lexically_normal().string(),
+                                "--quality-limit",
+                                std::to_string(a.quality_limit),
+                                "--fidelity-prompts",
+                                std::to_string(a.fidelity_prompts),
+                                "--readiness-timeout",
+                                std::to_string(a.readiness_timeout_s),
+                                "--timeout",
+                                std::to_string(a.request_timeout_s),
+                                "--json",
+                                at.json_path};
+  if (!a.seeds.empty()) v.insert(v.end(), {"--seeds", a.seeds});
+  if (!at.html_path.empty()) v.insert(v.end(), {"--html", at.html_path});
+  if (!a.ledger_path.empty()) v.insert(v.end(), {"--ledger", ledger_for_jobs(a.ledger_path)});
+  // InferenceBench's JSON is written by the job, into the directory asked for (shared with the nodes).
+  if (!a.ib_json_dir.empty())
+    v.insert(v.end(), {"--ib-json", fs::absolute(a.ib_json_dir).lexically_normal().string()});
+  return v;
+}
+
+// Submits attempt `n` and waits for it. A JSON file left by an earlier controller under the same name
+// is removed first, so only this job's evaluation can be read back.
+Result<executor::JobStatus> run_attempt(executor::Executor& e, const EvaluateArgs& a,
+                                        const evaluate::Options& o, const std::string& work, int n,
+                                        Attempt& at) {
+  at.key = "evaluate-a" + std::to_string(n);
+  at.json_path = work + "/" + at.key + ".json";
+  at.html_path = a.html_path.empty() ? "" : work + "/" + at.key + ".html";
+  std::error_code ec;
+  std::filesystem::remove(at.json_path, ec);
+  if (!at.html_path.empty()) std::filesystem::remove(at.html_path, ec);
+  at.spec.name = at.key;
+  at.spec.work_dir = work;
+  at.spec.argv = job_argv(a, o, at);
+  PLUMB_ASSIGN_OR_RETURN(at.job_id, e.submit(at.spec));
+  journal(work, {{"event", "submitted"}, {"key", at.key}, {"job_id", at.job_id}, {"executor", e.kind()}});
+  std::fprintf(stderr, "plumb evaluate: %s job %s (attempt %d; output %s)\n", e.kind().c_str(),
+               at.job_id.c_str(), n + 1, executor::output_path(at.spec).c_str());
+  auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+  return executor::wait_until_final(e, at.job_id, every, [&](const executor::JobStatus& st) {
+    std::fprintf(stderr, "plumb evaluate:   job %s: %s%s\n", at.job_id.c_str(),
+                 executor::state_name(st.state).c_str(), st.node.empty() ? "" : (" on " + st.node).c_str());
+  });
+}
+
+// The last lines of the job's output, for an error message.
+std::string output_tail(const std::string& path, size_t lines) {
+  auto text = read_file(path);
+  if (!text.ok()) return "(no output: " + text.status().message() + ")";
+  size_t pos = text->size();
+  for (size_t n = 0; n <= lines && pos > 0;) {
+    pos = text->rfind('\n', pos - 1);
+    if (pos == std::string::npos) return *text;
+    ++n;
+  }
+  return text->substr(pos + 1);
+}
+
+// The result of the job, as the user's --json and --html and a summary on stdout; the exit code is
+// the gates' verdict, as without an executor.
+int report_result(const EvaluateArgs& a, const Attempt& at, const executor::JobStatus& st, int failures) {
+  auto v = json::parse_file(at.json_path);
+  if (!v.ok() || !v->is_object()) {
+    std::cerr << "plumb evaluate: the job's evaluation " << at.json_path
+              << " is unreadable: " << v.status().to_string() << "\n";
+    return kExitError;
+  }
+  json::object j = v->as_object();
+  j["executor"] = json::object{{"kind", a.exec.kind},
+                               {"job_id", at.job_id},
+                               {"node", st.node},
+                               {"key", at.key},
+                               {"job_output", executor::output_path(at.spec)},
+                               {"infrastructure_failures", int64_t(failures)}};
+  if (!a.json_path.empty()) {
+    if (Status s = write_file_atomic(a.json_path, json::dump_pretty(j) + "\n"); !s.ok()) {
+      std::cerr << "plumb evaluate: --json: " << s.to_string() << "\n";
+      return kExitError;
+    }
+  }
+  if (!a.html_path.empty()) {
+    std::error_code ec;
+    std::filesystem::copy_file(at.html_path, a.html_path, std::filesystem::copy_options::overwrite_existing,
+                               ec);
+    if (ec) {
+      std::cerr << "plumb evaluate: --html: cannot copy " << at.html_path << ": " << ec.message() << "\n";
+      return kExitError;
+    }
+  }
+  auto flag = [&j](const char* key) { return j.contains(key) && j.at(key).is_bool() && j.at(key).as_bool(); };
+  bool passed = flag("gates_passed"), intact = flag("harness_intact");
+  const json::array none;
+  const auto* scenarios = j.if_contains("scenarios");
+  for (const auto& sc : scenarios && scenarios->is_array() ? scenarios->as_array() : none) {
+    if (!sc.is_object()) continue;
+    const auto& o = sc.as_object();
+    auto score = json::number_at(o, "score");
+    std::printf("scenario %s score %s%s%s\n", json::string_at(o, "scenario").value_or("?").c_str(),
+                score ? std::to_string(*score).c_str() : "-",
+                json::string_at(o, "score_note").value_or("").empty() ? "" : ": ",
+                json::string_at(o, "score_note").value_or("").c_str());
+  }
+  auto score = json::number_at(j, "score");
+  std::printf("score %s; gates %s; harness %s; measured on node %s by %s job %s (full table: %s)\n",
+              score ? std::to_string(*score).c_str() : "-", passed ? "passed" : "FAILED",
+              intact ? "intact" : "CHANGED", st.node.empty() ? "(unknown)" : st.node.c_str(),
+              a.exec.kind.c_str(), at.job_id.c_str(), executor::output_path(at.spec).c_str());
+  return passed ? kExitOk : kExitFailed;
+}
+
+// Journal and console for an attempt that failed for infrastructure reasons.
+void record_infrastructure_failure(const std::string& work, const Attempt& at,
+                                   const executor::JobStatus& st) {
+  journal(work, {{"event", "infrastructure_failure"},
+                 {"key", at.key},
+                 {"job_id", at.job_id},
+                 {"state", executor::state_name(st.state)},
+                 {"scheduler_state", st.scheduler_state},
+                 {"node", st.node},
+                 {"detail", st.detail}});
+  std::fprintf(stderr,
+               "plumb evaluate:   INFRASTRUCTURE FAILURE of job %s: it ended %s%s%s without its evaluation; "
+               "nothing of it is scored\n",
+               at.job_id.c_str(), executor::state_name(st.state).c_str(),
+               st.node.empty() ? "" : (" on " + st.node).c_str(),
+               st.detail.empty() ? "" : (" [" + st.detail + "]").c_str());
+}
+
+int run_evaluate_as_job(EvaluateArgs& a) {
+  auto fail = [](const Status& s) {
+    std::cerr << "plumb evaluate: " << s.message() << "\n";
+    return exit_for(s);
+  };
+  auto o = evaluate_options(a);
+  if (!o.ok()) return fail(o.status());
+  if (Status s = evaluate::check_options(*o); !s.ok()) return fail(s);
+  auto e = make_executor(a.exec);
+  if (!e.ok()) return fail(e.status());
+  std::string work =
+      std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
+  std::error_code ec;
+  std::filesystem::create_directories(work, ec);
+  if (ec) return fail(invalid_argument("cannot create the work directory " + work + ": " + ec.message()));
+  for (int n = 0, failures = 0;; ++n) {
+    Attempt at;
+    auto st = run_attempt(**e, a, *o, work, n, at);
+    if (!st.ok()) return fail(st.status());
+    Outcome out = classify(*st, std::filesystem::exists(at.json_path));
+    if (out == Outcome::kResult) {
+      journal(work, {{"event", "finished"}, {"key", at.key}, {"job_id", at.job_id}, {"node", st->node}});
+      return report_result(a, at, *st, failures);
+    }
+    if (out == Outcome::kEvaluationFailed) {
+      journal(
+          work,
+          {{"event", "evaluation_failed"}, {"key", at.key}, {"job_id", at.job_id}, {"detail", st->detail}});
+      std::cerr << "plumb evaluate: the evaluation failed in job " << at.job_id << " ("
+                << executor::state_name(st->state) << (st->detail.empty() ? "" : ", " + st->detail)
+                << "); not retried, it is the evaluation's own error. The end of "
+                << executor::output_path(at.spec) << ":\n"
+                << output_tail(executor::output_path(at.spec), 8);
+      return kExitError;
+    }
+    record_infrastructure_failure(work, at, *st);
+    if (++failures > a.exec.max_job_retries)
+      return fail(unavailable(
+          "the evaluation's job failed for infrastructure reasons " + std::to_string(failures) +
+          " time(s) (--max-job-retries " + std::to_string(a.exec.max_job_retries) +
+          "); its output: " + executor::output_path(at.spec) + "; run it again when the cluster is healthy"));
+  }
+}
+
+int run_evaluate(EvaluateArgs& a) {
+  if (a.executor_given) return run_evaluate_as_job(a);
   auto fail = [](const Status& s, const std::string& msg) {
     std::cerr << "plumb evaluate: " << msg << "\n";
     return exit_for(s);
@@ -333,7 +568,10 @@ void setup_evaluate(CLI::App& root) {
       "default`, then each scenario on the protocol's eval seeds (a fresh launch per run) and divides by\n"
       "the registered baseline (valid runs of `plumb serve --preset naive` in --ledger, else measured\n"
       "now). Score = geometric mean of the scenario speedups; a failed gate or an invalid run scores 1.0.\n"
-      "Exit code 0 when the gates pass, 1 when one fails.\n\n"
+      "Exit code 0 when the gates pass, 1 when one fails.\n"
+      "With --executor slurm the whole evaluation is one batch job on one node (plumb evaluate there,\n"
+      "its runs written to the shared --ledger, its evaluation read back from --work-dir); a job that\n"
+      "is cancelled, times out or loses its node is retried, never scored (docs/cluster.md).\n\n"
       "Example:  plumb evaluate --start-script ./start_server.sh --scenario D --json score.json");
   c->add_option("--start-script", args->start_script, "the submission's start script (executable)")
       ->required();
@@ -342,11 +580,14 @@ void setup_evaluate(CLI::App& root) {
   c->add_option("--size", args->size, "scenario size class: small | gpu")->capture_default_str();
   c->add_option("--seeds", args->seeds,
                 "comma-separated run seeds (default: the protocol's eval seeds 1337,428,777)");
-  c->add_option("--work-dir", args->work_dir,
-                "where launch directories and logs go (default: a new directory under the temp dir)");
+  c->add_option(
+      "--work-dir", args->work_dir,
+      "where launch directories and logs go (default: a new directory under the temp dir; with "
+      "--executor, the current directory: job scripts, outputs and evaluations, shared with the nodes)");
   c->add_option(
       "--ledger", args->ledger_path,
-      "SQLite ledger: baselines are read from it (and measured ones stored), runs and scores recorded");
+      "ledger (a SQLite file or a postgresql:// URL): baselines are read from it (and measured ones "
+      "stored), runs and scores recorded");
   c->add_option("--baseline-preset", args->baseline_preset, "plumb serve preset of the baseline")
       ->capture_default_str();
   c->add_option("--dataset", args->dataset,
@@ -366,7 +607,13 @@ void setup_evaluate(CLI::App& root) {
                 "write each measured run of the submission as InferenceBench's metrics JSON, "
                 "DIR/<scenario>_seed<seed>.json (docs/inferencebench.md)");
   c->add_flag("--quiet", args->quiet, "no progress lines");
-  c->callback([args] { set_exit_code(run_evaluate(*args)); });
+  add_executor_flags(c, args->exec, "submission's evaluation (all of it, on one node)");
+  c->callback([c, args] {
+    // Without --executor the evaluation runs in this process, as it always did; with it (local or
+    // slurm), as a job whose evaluation is read back from the work directory.
+    args->executor_given = c->get_option("--executor")->count() > 0;
+    set_exit_code(run_evaluate(*args));
+  });
 }
 
 PLUMB_COMMAND(80, setup_evaluate);

@@ -3,13 +3,21 @@
 // search.h, accept.h); this file parses flags and prints.
 #include <fmt/format.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "cli/command.h"
+#include "cli/executor_flags.h"
+#include "cli/job_outcome.h"
+#include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "engine/cpu/kernels.h"
@@ -39,6 +47,11 @@ struct KernelsArgs {
   bool no_timing = false;
   bool naive = false;
   kernels::AcceptOptions accept;
+  ExecutorArgs exec;            // search --executor: each candidate's screening as a job
+  bool executor_given = false;  // without --executor, candidates are screened in this process
+  int max_parallel_jobs = 1;    // screening jobs in flight at once
+  std::string candidate_file;   // screen-job: the candidate (JSON)
+  std::string result_file;      // screen-job: where its screening result goes
 };
 
 int fail(const char* what, const Status& s) {
@@ -141,10 +154,256 @@ int run_profile(KernelsArgs& a, bool tasks) {
   return kExitOk;
 }
 
+// --- `plumb kernels search --executor local|slurm`: each candidate's screening as a job ---
+//
+// The controller runs the episodes (generation, the proposer, experience records, the choice of the
+// best) and hands each batch of candidates to screening jobs: one job per candidate, at most
+// --max-parallel-jobs in flight, each `plumb kernels screen-job` on its node, which compiles and
+// screens the candidate there (correctness, guard pages, warm and cold timing against the baseline
+// variant on the same node, so u is a within-node ratio) and writes its result to a JSON file in the
+// shared work directory OUT/jobs. The controller reads the files back. How a job ends decides what it
+// means:
+//   result file written           the screening's verdict (pass, incorrect, unsafe, crash, ...)
+//   failed without a result       a verdict for the candidate: crash (the job's output tail in detail)
+//   cancelled, timed out, node    an infrastructure failure: OUT/jobs/screen.jobs.jsonl and the console
+//   failed, lost, SIGKILL/SIGTERM  say so, the job is submitted again up to --max-job-retries, then the
+//                                 search stops; never a verdict for the candidate.
+struct ScreenJobs {
+  executor::Executor& e;
+  const KernelsArgs& a;
+  std::string task_dir;  // absolute
+  std::string out_dir;   // absolute: the search's folder (candidates/ is compiled into there)
+  std::string work;      // absolute: out_dir/jobs
+  int jobs = 0;          // jobs so far (names are unique across batches)
+
+  struct Job {
+    size_t index = 0;  // in the batch
+    int attempt = 0;
+    std::string stem;  // cN-<name>
+    std::string id;
+    executor::JobSpec spec;
+    std::string result_path;
+    int poll_errors = 0;
+  };
+
+  void journal(json::object event) const {
+    event["at"] = utc_timestamp_now();
+    std::ofstream(work + "/screen.jobs.jsonl", std::ios::app) << json::dump(event) << "\n";
+  }
+
+  static std::string safe_name(const std::string& n) {
+    std::string s = n;
+    for (char& ch : s)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') ch = '_';
+    return s.substr(0, 60);
+  }
+
+  // Writes the candidate's file once per job stem; submits attempt `j.attempt`.
+  Status submit(Job& j, const kernels::Candidate& c, uint64_t seed) {
+    const std::string cand = work + "/" + j.stem + ".candidate.json";
+    if (j.attempt == 0) {
+      json::object o{{"name", c.name},     {"family", c.family}, {"params", c.params},
+                     {"source", c.source}, {"origin", c.origin}, {"rationale", c.rationale}};
+      PLUMB_RETURN_IF_ERROR(write_file_atomic(cand, json::dump_pretty(o) + "\n"));
+    }
+    j.spec.name = j.stem + "-a" + std::to_string(j.attempt);
+    j.spec.work_dir = work;
+    j.result_path = work + "/" + j.spec.name + ".result.json";
+    std::error_code ec;
+    std::filesystem::remove(j.result_path, ec);
+    const auto& so = a.search.screen;
+    j.spec.argv = {self_exe(),
+                   "kernels",
+                   "screen-job",
+                   "--task",
+                   task_dir,
+                   "--candidate",
+                   cand,
+                   "--out",
+                   out_dir + "/candidates",
+                   "--result",
+                   j.result_path,
+                   "--seed",
+                   std::to_string(seed),
+                   "--draws",
+                   std::to_string(so.draws),
+                   "--threads",
+                   std::to_string(so.threads),
+                   "--cxx",
+                   so.cxx};
+    if (a.no_timing) j.spec.argv.push_back("--no-timing");
+    if (so.asan) j.spec.argv.push_back("--asan");
+    PLUMB_ASSIGN_OR_RETURN(j.id, e.submit(j.spec));
+    j.poll_errors = 0;
+    journal({{"event", "submitted"}, {"key", j.spec.name}, {"job_id", j.id}, {"candidate", c.name}});
+    return Status::Ok();
+  }
+
+  // The verdict of a job that failed on its own, without writing its result.
+  static kernels::ScreenResult crash_verdict(const Job& j, const executor::JobStatus& st) {
+    kernels::ScreenResult r;
+    r.verdict = "crash";
+    r.signature = job_signal(st) != 0 ? "job:signal:" + std::to_string(job_signal(st)) : "job:exit";
+    auto out = read_file(executor::output_path(j.spec));
+    std::string tail = out.ok() ? out->substr(out->size() > 400 ? out->size() - 400 : 0) : "";
+    r.detail = "the screening job " + j.id + " ended " + executor::state_name(st.state) +
+               (st.detail.empty() ? "" : " (" + st.detail + ")") + " without a result; its output " +
+               executor::output_path(j.spec) + " ends: " + tail;
+    return r;
+  }
+
+  static bool infrastructure(const executor::JobStatus& st) {
+    if (st.state != executor::JobState::kFailed && st.state != executor::JobState::kCompleted) return true;
+    if (st.state == executor::JobState::kCompleted) return false;
+    int sig = job_signal(st);
+    return sig == SIGKILL || sig == SIGTERM || node_never_ran(st);
+  }
+
+  // A final job: its result, a crash verdict, or (nullopt) an infrastructure failure to retry.
+  std::optional<kernels::ScreenResult> outcome(const Job& j, const executor::JobStatus& st) const {
+    if (auto text = read_file(j.result_path); text.ok()) {
+      auto r = kernels::screen_result_from_json_text(*text);
+      if (r.ok()) return *r;
+    }
+    if (infrastructure(st)) return std::nullopt;
+    if (st.state == executor::JobState::kCompleted) return std::nullopt;  // exited 0 without a result
+    return crash_verdict(j, st);
+  }
+
+  // Handles one final job; Unavailable when its retries are spent.
+  Status finish(Job& j, const executor::JobStatus& st, const std::vector<kernels::Candidate>& cands,
+                std::vector<std::optional<kernels::ScreenResult>>& out, std::deque<Job>& again) {
+    auto r = outcome(j, st);
+    if (r) {
+      journal({{"event", "finished"}, {"key", j.spec.name}, {"job_id", j.id}, {"verdict", r->verdict}});
+      out[j.index] = std::move(*r);
+      return Status::Ok();
+    }
+    journal({{"event", "infrastructure_failure"},
+             {"key", j.spec.name},
+             {"job_id", j.id},
+             {"state", executor::state_name(st.state)},
+             {"scheduler_state", st.scheduler_state},
+             {"node", st.node},
+             {"detail", st.detail}});
+    std::fprintf(stderr, "  INFRASTRUCTURE FAILURE of screening job %s (%s): it ended %s%s; not a verdict\n",
+                 j.id.c_str(), cands[j.index].name.c_str(), executor::state_name(st.state).c_str(),
+                 st.detail.empty() ? "" : (" [" + st.detail + "]").c_str());
+    if (j.attempt >= a.exec.max_job_retries)
+      return unavailable("the screening job of candidate " + cands[j.index].name +
+                         " failed for infrastructure " + "reasons " + std::to_string(j.attempt + 1) +
+                         " time(s) (--max-job-retries " + std::to_string(a.exec.max_job_retries) +
+                         "); its output: " + executor::output_path(j.spec) +
+                         "; run the search again when the cluster is healthy");
+    ++j.attempt;
+    again.push_back(std::move(j));
+    return Status::Ok();
+  }
+
+  // Polls the jobs in flight; moves the final ones through finish().
+  Status poll_all(std::vector<Job>& flight, const std::vector<kernels::Candidate>& cands,
+                  std::vector<std::optional<kernels::ScreenResult>>& out, std::deque<Job>& queue) {
+    for (size_t k = 0; k < flight.size();) {
+      auto st = e.poll(flight[k].id);
+      if (!st.ok()) {
+        if (++flight[k].poll_errors >= 10) return st.status();
+        ++k;
+        continue;
+      }
+      flight[k].poll_errors = 0;
+      if (!executor::is_final(st->state)) {
+        ++k;
+        continue;
+      }
+      Job j = std::move(flight[k]);
+      flight.erase(flight.begin() + std::ptrdiff_t(k));
+      PLUMB_RETURN_IF_ERROR(finish(j, *st, cands, out, queue));
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<kernels::ScreenResult>> operator()(const std::vector<kernels::Candidate>& cands,
+                                                        const std::vector<uint64_t>& seeds) {
+    std::deque<Job> queue;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      Job j;
+      j.index = i;
+      j.stem = "c" + std::to_string(jobs++) + "-" + safe_name(cands[i].name);
+      queue.push_back(std::move(j));
+    }
+    std::vector<std::optional<kernels::ScreenResult>> out(cands.size());
+    std::vector<Job> flight;
+    const auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+    while (!queue.empty() || !flight.empty()) {
+      while (!queue.empty() && int(flight.size()) < std::max(1, a.max_parallel_jobs)) {
+        Job j = std::move(queue.front());
+        queue.pop_front();
+        PLUMB_RETURN_IF_ERROR(submit(j, cands[j.index], seeds[j.index]));
+        flight.push_back(std::move(j));
+      }
+      std::this_thread::sleep_for(every);
+      PLUMB_RETURN_IF_ERROR(poll_all(flight, cands, out, queue));
+    }
+    std::vector<kernels::ScreenResult> results;
+    results.reserve(out.size());
+    for (auto& r : out) results.push_back(std::move(*r));
+    return results;
+  }
+};
+
+// `kernels screen-job` (internal): one candidate screened on this node, its result written to a file.
+int run_screen_job(KernelsArgs& a) {
+  auto t = kernels::load_task(a.task_dir);
+  if (!t.ok()) return fail("screen-job", t.status());
+  auto o = json::parse_file(a.candidate_file);
+  if (!o.ok() || !o->is_object())
+    return fail("screen-job", o.ok() ? invalid_argument("not an object") : o.status());
+  const auto& j = o->as_object();
+  kernels::Candidate c;
+  c.name = json::string_at(j, "name").value_or("");
+  c.family = json::string_at(j, "family").value_or("");
+  c.source = json::string_at(j, "source").value_or("");
+  c.origin = json::string_at(j, "origin").value_or("");
+  c.rationale = json::string_at(j, "rationale").value_or("");
+  if (j.contains("params") && j.at("params").is_object()) c.params = j.at("params").as_object();
+  kernels::ScreenOptions so = a.search.screen;
+  so.plumb_binary = self_exe();
+  if (a.no_timing) so.timing = false;
+  auto r = kernels::screen_candidate(*t, c, a.out, so);
+  std::printf("%s: %s%s: %s\n", c.name.c_str(), r.verdict.c_str(),
+              r.signature.empty() ? "" : (" (" + r.signature + ")").c_str(), r.detail.c_str());
+  Status st = write_file_atomic(a.result_file, kernels::screen_result_json_text(r) + "\n");
+  if (!st.ok()) return fail("screen-job", st);
+  return kExitOk;
+}
+
+// The search's screening through the executor: SearchOptions::screen_batch.
+Status use_screening_jobs(KernelsArgs& a, std::unique_ptr<executor::Executor>& e) {
+  PLUMB_ASSIGN_OR_RETURN(e, make_executor(a.exec));
+  if (a.max_parallel_jobs < 1) return invalid_argument("--max-parallel-jobs must be >= 1");
+  auto abs = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
+  a.search.out_dir = abs(a.search.out_dir);
+  auto jobs = std::make_shared<ScreenJobs>(
+      ScreenJobs{*e, a, abs(a.task_dir), a.search.out_dir, a.search.out_dir + "/jobs"});
+  std::error_code ec;
+  std::filesystem::create_directories(jobs->work, ec);
+  if (ec) return invalid_argument("cannot create " + jobs->work + ": " + ec.message());
+  a.search.screen_batch = [jobs](const std::vector<kernels::Candidate>& c, const std::vector<uint64_t>& s) {
+    return (*jobs)(c, s);
+  };
+  std::fprintf(stderr, "screening each candidate as a %s job (at most %d at once); jobs in %s\n",
+               e->kind().c_str(), a.max_parallel_jobs, jobs->work.c_str());
+  return Status::Ok();
+}
+
 int run_search(KernelsArgs& a) {
   auto t = kernels::load_task(a.task_dir);
   if (!t.ok()) return fail("search", t.status());
   if (a.search.out_dir.empty()) a.search.out_dir = a.task_dir + "/search";
+  std::unique_ptr<executor::Executor> exec;  // outlives the search: screen_batch uses it
+  if (a.executor_given) {
+    if (Status s = use_screening_jobs(a, exec); !s.ok()) return fail("search", s);
+  }
   if (!a.proposer.empty()) a.search.proposer_argv = {"/bin/sh", "-c", a.proposer};
   a.search.progress = progress;
   a.search.screen.plumb_binary = self_exe();
@@ -323,7 +582,15 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
       ->capture_default_str();
   se->add_flag("--json", a->json, "print search.json");
   add_screen_flags(se);
-  se->callback([a] { set_exit_code(run_search(*a)); });
+  add_executor_flags(se, a->exec, "candidate's screening");
+  se->add_option("--max-parallel-jobs", a->max_parallel_jobs,
+                 "screening jobs in flight at once (with --executor)")
+      ->capture_default_str()
+      ->group("Executor (where the work runs; docs/cluster.md)");
+  se->callback([se, a] {
+    a->executor_given = se->get_option("--executor")->count() > 0;
+    set_exit_code(run_search(*a));
+  });
 
   auto* sc =
       c->add_subcommand("screen", "Screen one C++ source (plugin ABI) against a task; exit 0 iff it passes");
@@ -334,6 +601,17 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
   sc->add_flag("--json", a->json, "print the verdict as JSON");
   add_screen_flags(sc);
   sc->callback([a] { set_exit_code(run_screen(*a)); });
+
+  auto* sj =
+      c->add_subcommand("screen-job", "(internal) one candidate's screening as a job of search --executor");
+  sj->group("");
+  sj->add_option("--task", a->task_dir)->required();
+  sj->add_option("--candidate", a->candidate_file)->required();
+  sj->add_option("--out", a->out)->required();
+  sj->add_option("--result", a->result_file)->required();
+  sj->add_option("--seed", a->search.screen.seed);
+  add_screen_flags(sj);
+  sj->callback([a] { set_exit_code(run_screen_job(*a)); });
 
   auto* ch = c->add_subcommand("screen-child", "(internal) the screening child, exec'd for --asan");
   ch->group("");

@@ -505,6 +505,13 @@ Result<Evaluation> run(const Options& opt) {
   return ev;
 }
 
+Status check_options(const Options& opt) {
+  Evaluation ev;
+  PLUMB_RETURN_IF_ERROR(check_start_script(opt, ev));
+  PLUMB_RETURN_IF_ERROR(chosen_scenarios(opt).status());
+  return quality_items(opt).status();
+}
+
 json::object to_json(const Evaluation& e) {
   json::object o;
   o["schema_version"] = kSchemaVersion;

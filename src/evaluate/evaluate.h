@@ -119,6 +119,12 @@ struct Evaluation {
 
 Result<Evaluation> run(const Options& options);
 
+// What run() checks before it starts anything, without creating the work directory: the start script
+// (exists, executable), the scenarios of the size class, the quality dataset. The errors are run()'s.
+// A controller that runs the evaluation elsewhere (`plumb evaluate --executor slurm`) calls it before
+// submitting, so bad input is refused where the user typed it.
+Status check_options(const Options& options);
+
 // {"schema_version", "score", "gates_passed", "harness_intact", "scenarios":[...], "gates":{...}, ...};
 // NaN as null.
 json::object to_json(const Evaluation& e);

@@ -830,6 +830,13 @@ int screen_child_main(const std::string& task_dir, const std::string& so_path, c
 
 std::string screen_result_json_text(const ScreenResult& r) { return json::dump(result_json(r)); }
 
+Result<ScreenResult> screen_result_from_json_text(const std::string& text) {
+  PLUMB_ASSIGN_OR_RETURN(json::object o, json::parse_object(text));
+  if (json::string_at(o, "verdict").value_or("").empty())
+    return invalid_argument("a screening result needs a \"verdict\"");
+  return result_from_json(o);
+}
+
 namespace {
 
 // The path of libasan.so by the compiler ("" when it cannot say).

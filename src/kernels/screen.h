@@ -93,5 +93,8 @@ int screen_child_main(const std::string& task_dir, const std::string& so_path, c
                       int fd);
 
 std::string screen_result_json_text(const ScreenResult& r);
+// The inverse of screen_result_json_text (a screening job's result file); InvalidArgument for text that
+// is not a JSON object with a "verdict".
+Result<ScreenResult> screen_result_from_json_text(const std::string& text);
 
 }  // namespace plumb::kernels

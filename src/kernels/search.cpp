@@ -770,13 +770,23 @@ Status run_episode(const Task& task, const SearchOptions& o, const std::vector<C
       "episode {}: {} built-in candidates{}", e, batch.size(),
       o.proposer_argv.empty() ? "" : fmt::format(" + {} from the proposer", o.proposals_per_episode)));
   for (auto& c : proposed_candidates(task, o, experience, e, r, say)) batch.push_back(std::move(c));
-  for (const Candidate& c : batch) {
+  std::vector<uint64_t> seeds;
+  seeds.reserve(batch.size());
+  for (const Candidate& c : batch) seeds.push_back(derive_seed(o.seed, "screen/" + c.name));
+  std::vector<ScreenResult> results;
+  if (o.screen_batch) {
+    PLUMB_ASSIGN_OR_RETURN(results, o.screen_batch(batch, seeds));
+    if (results.size() != batch.size())
+      return internal_error("screen_batch returned a result count other than its batch's");
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Candidate& c = batch[i];
     ScreenOptions so = o.screen;
-    so.seed = derive_seed(o.seed, "screen/" + c.name);
+    so.seed = seeds[i];
     Tried t;
     t.episode = e;
     t.candidate = c;
-    t.result = screen_candidate(task, c, o.out_dir + "/candidates", so);
+    t.result = o.screen_batch ? results[i] : screen_candidate(task, c, o.out_dir + "/candidates", so);
     say(fmt::format(
         "  {:<40} {:<14} u={:.3f}  {}", c.name, t.result.verdict, t.result.utility,
         t.result.passed()
@@ -793,7 +803,8 @@ Status run_episode(const Task& task, const SearchOptions& o, const std::vector<C
 }
 
 // Confirmation (SearchOptions::confirm): the top candidates by u screened and timed again; their indices.
-std::vector<size_t> confirm_top(const Task& task, const SearchOptions& o, SearchResult& r, const Say& say) {
+Result<std::vector<size_t>> confirm_top(const Task& task, const SearchOptions& o, SearchResult& r,
+                                        const Say& say) {
   std::vector<size_t> top;
   for (size_t i = 0; i < r.tried.size(); ++i) {
     if (r.tried[i].result.passed()) top.push_back(i);
@@ -802,11 +813,25 @@ std::vector<size_t> confirm_top(const Task& task, const SearchOptions& o, Search
                    [&](size_t a, size_t b) { return r.tried[a].result.utility > r.tried[b].result.utility; });
   top.resize(o.screen.timing ? std::min(top.size(), size_t(std::max(0, o.confirm))) : 0);
   if (!top.empty()) say(fmt::format("confirmation: the {} best by u screened and timed again", top.size()));
+  std::vector<Candidate> again_batch;
+  std::vector<uint64_t> seeds;
+  again_batch.reserve(top.size());
+  seeds.reserve(top.size());
   for (size_t i : top) {
-    Tried& t = r.tried[i];
+    again_batch.push_back(r.tried[i].candidate);
+    seeds.push_back(derive_seed(o.seed, "confirm/" + r.tried[i].candidate.name));
+  }
+  std::vector<ScreenResult> results;
+  if (o.screen_batch && !top.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(results, o.screen_batch(again_batch, seeds));
+    if (results.size() != top.size())
+      return internal_error("screen_batch returned a result count other than its batch's");
+  }
+  for (size_t k = 0; k < top.size(); ++k) {
+    Tried& t = r.tried[top[k]];
     ScreenOptions so = o.screen;
-    so.seed = derive_seed(o.seed, "confirm/" + t.candidate.name);
-    const ScreenResult again = screen_library(task, t.result.so_path, so);
+    so.seed = seeds[k];
+    const ScreenResult again = o.screen_batch ? results[k] : screen_library(task, t.result.so_path, so);
     t.confirmed_utility = again.passed() ? again.utility : 0.0;
     say(fmt::format("  {:<40} u={:.3f} then {:.3f}{}", t.candidate.name, t.result.utility,
                     t.confirmed_utility,
@@ -832,7 +857,7 @@ Result<SearchResult> run_search(const Task& task, const SearchOptions& o) {
   json::object experience;
   for (int e = 1; e <= o.episodes; ++e)
     PLUMB_RETURN_IF_ERROR(run_episode(task, o, all, e, experience, r, say));
-  const std::vector<size_t> top = confirm_top(task, o, r, say);
+  PLUMB_ASSIGN_OR_RETURN(const std::vector<size_t> top, confirm_top(task, o, r, say));
   for (size_t i = 0; i < r.tried.size(); ++i) {
     const auto& t = r.tried[i];
     const bool eligible = top.empty() ? t.result.passed() : t.confirmed_utility >= 0;

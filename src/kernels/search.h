@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,15 @@ struct SearchOptions {
   // spell of the machine reads near 1 whatever the kernels); a second timing exposes that. 0 = off.
   int confirm = 3;
   std::function<void(const std::string&)> progress;
+  // Where candidates are screened. Null: here, one after another (screen_candidate; confirmation by
+  // screen_library on the compiled library). Set: called with each batch (an episode's candidates,
+  // then the confirmation's) and one screening seed per candidate; returns one result per candidate
+  // in order, each screened as screen_candidate would with `screen` and that seed (a confirmation
+  // compiles the source again). `plumb kernels search --executor` screens each candidate as a job.
+  // An error stops the search (nothing of the batch is recorded).
+  std::function<Result<std::vector<ScreenResult>>(const std::vector<Candidate>&,
+                                                  const std::vector<uint64_t>&)>
+      screen_batch;
 };
 
 struct Tried {

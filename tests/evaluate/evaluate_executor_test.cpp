@@ -1,0 +1,318 @@
+// `plumb evaluate --executor local|slurm`: the whole evaluation of a submission as one job, which runs
+// `plumb evaluate` where the executor puts it (a child process, or a Slurm batch job on a node),
+// writes its rows to the shared ledger and its evaluation to a JSON file in the work directory; the
+// controller waits and reads that file back. Covered, with the real `plumb serve` as the submission:
+//   - a local job: its evaluation read back (not a stale file of an earlier controller), its runs in
+//     the ledger, the journal;
+//   - a local job killed from outside: an infrastructure failure, retried; with no retry left, an
+//     error and no evaluation written;
+//   - an evaluation that fails on its own (a start script that exits at once): not retried;
+//   - bad input refused before any job is submitted;
+//   - a Slurm job (PLUMB_TEST_SLURM; scripts/slurm_test_cluster.sh) against PostgreSQL
+//     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
+//     PostgreSQL with the evaluation sealed by them. Skips, saying why, without a cluster.
+// The evaluation is the smallest the CLI allows that still runs both gates and a scenario: scenario A
+// (small) on one seed, 4 quality items, 1 fidelity prompt, the `default` preset as the baseline.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/file.h"
+#include "core/json.h"
+#include "core/subprocess.h"
+#include "ledger/ledger.h"
+#include "ledger/ledger_fixture.h"
+
+namespace plumb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<json::object> journal_events(const std::string& path, const std::string& event) {
+  std::vector<json::object> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    auto o = json::parse_object(line);
+    if (o.ok() && json::string_at(*o, "event").value_or("") == event) out.push_back(*o);
+  }
+  return out;
+}
+
+class EvaluateJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+    dir_ =
+        (fs::path(::testing::TempDir()) / ("plumb_evaljob_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+            .lexically_normal()
+            .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/work");
+  }
+  void TearDown() override {
+    if (!conf_.empty())
+      for (const auto& o : journal_events(journal(), "submitted"))
+        run_capture({"env", "SLURM_CONF=" + conf_, "scancel", json::string_at(o, "job_id").value_or("")});
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::string script(const std::string& name, const std::string& body, bool executable = true) {
+    std::string p = dir_ + "/" + name;
+    EXPECT_TRUE(write_file_atomic(p, "#!/bin/sh\n" + body).ok());
+    ::chmod(p.c_str(), executable ? 0755 : 0644);
+    return p;
+  }
+  std::string honest() {
+    return script("start_server.sh",
+                  std::string("exec ") + PLUMB_BINARY + " serve --host 127.0.0.1 --port \"$1\"\n");
+  }
+  std::vector<std::string> argv(const std::string& start, const std::string& executor, int retries) {
+    return {PLUMB_BINARY,
+            "evaluate",
+            "--start-script",
+            start,
+            "--scenario",
+            "A",
+            "--seeds",
+            "1337",
+            "--quality-limit",
+            "4",
+            "--fidelity-prompts",
+            "1",
+            "--baseline-preset",
+            "default",
+            "--timeout",
+            "300",
+            "--work-dir",
+            dir_ + "/work",
+            "--json",
+            dir_ + "/ev.json",
+            "--executor",
+            executor,
+            "--max-job-retries",
+            std::to_string(retries),
+            "--poll-interval",
+            "0.3"};
+  }
+  Result<Subprocess> start(const std::vector<std::string>& args) {
+    SpawnOptions so;
+    so.argv = args;
+    if (!conf_.empty()) so.env["SLURM_CONF"] = conf_;
+    so.stdout_path = dir_ + "/controller.log";
+    so.stderr_path = "=stdout";
+    return Subprocess::spawn(so);
+  }
+  int finish(Subprocess& p, int s) {
+    auto e = p.wait_for(std::chrono::seconds(s));
+    if (!e) {
+      p.stop();
+      ADD_FAILURE() << "the controller did not finish within " << s << " s:\n" << log();
+      return -1;
+    }
+    return e->exited ? e->exit_code : -1;
+  }
+  std::string log() {
+    auto t = read_file(dir_ + "/controller.log");
+    return t.ok() ? *t : "";
+  }
+  std::string journal() const { return dir_ + "/work/evaluate.jobs.jsonl"; }
+  // Waits until the journal has n submitted jobs; the id of the last.
+  std::string wait_submitted(size_t n) {
+    for (int i = 0; i < 600; ++i) {
+      auto sub = journal_events(journal(), "submitted");
+      if (sub.size() >= n) return json::string_at(sub.back(), "job_id").value_or("");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
+    return "";
+  }
+  // The evaluation the controller wrote to --json.
+  json::object result() {
+    auto v = json::parse_file(dir_ + "/ev.json");
+    EXPECT_TRUE(v.ok() && v->is_object()) << log();
+    return v.ok() && v->is_object() ? v->as_object() : json::object{};
+  }
+  // The exit code agrees with the gates' verdict, and the score is the job's.
+  void expect_consistent(int rc, const json::object& e) {
+    ASSERT_TRUE(e.contains("gates_passed")) << log();
+    EXPECT_EQ(rc, e.at("gates_passed").as_bool() ? 0 : 1) << log();
+    EXPECT_EQ(e.at("schema_version").as_int64(), 1);
+    EXPECT_GT(e.at("score").as_double(), 0);
+    ASSERT_EQ(e.at("scenarios").as_array().size(), 1u);
+  }
+
+  std::string dir_, conf_;
+};
+
+TEST_F(EvaluateJob, ALocalJobsEvaluationIsReadBackAndItsRunsAreInTheLedger) {
+  // An earlier controller's file under the job's name must not be taken for this job's evaluation.
+  ASSERT_TRUE(
+      write_file_atomic(dir_ + "/work/evaluate-a0.json", R"({"score": 99, "gates_passed": true})").ok());
+  auto args = argv(honest(), "local", 2);
+  args.insert(args.end(), {"--ledger", dir_ + "/plumb.db", "--html", dir_ + "/ev.html"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int rc = finish(*p, 300);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_NE(e.at("score").as_double(), 99);
+  const auto& x = e.at("executor").as_object();
+  EXPECT_EQ(x.at("kind").as_string(), "local");
+  EXPECT_EQ(x.at("node").as_string(), "localhost");
+  EXPECT_EQ(x.at("key").as_string(), "evaluate-a0");
+  EXPECT_EQ(x.at("infrastructure_failures").as_int64(), 0);
+  EXPECT_TRUE(fs::exists(dir_ + "/ev.html"));
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u);
+  EXPECT_EQ(journal_events(journal(), "finished").size(), 1u);
+  // The job wrote the runs (baseline and submission) to the ledger, and its evaluation names the
+  // ledger's chain head: nothing was written after it.
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto runs = (*l)->list_runs();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_GE(runs->size(), 1u);
+  EXPECT_EQ(e.at("ledger").at("chain_head").as_string(), *(*l)->chain_head());
+  EXPECT_NE(log().find("measured on node localhost by local job"), std::string::npos) << log();
+}
+
+// Waits until the job is past its start (its own work directory exists), then kills it from outside.
+void kill_job_when_started(const std::string& dir, const std::string& pid) {
+  for (int i = 0; i < 300 && !fs::exists(dir + "/work/evaluate-a0/logs"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(std::stoi(pid), SIGKILL), 0);
+}
+
+TEST_F(EvaluateJob, ALocalJobKilledFromOutsideIsAnInfrastructureFailureAndIsRetried) {
+  auto p = start(argv(honest(), "local", 1));
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  kill_job_when_started(dir_, id);
+  int rc = finish(*p, 300);
+  auto failures = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(failures.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(failures[0], "key").value_or(""), "evaluate-a0");
+  EXPECT_EQ(json::string_at(failures[0], "job_id").value_or(""), id);
+  EXPECT_NE(json::string_at(failures[0], "detail").value_or("").find("killed by signal 9"),
+            std::string::npos);
+  EXPECT_NE(log().find("INFRASTRUCTURE FAILURE of job " + id), std::string::npos) << log();
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a1");
+  EXPECT_EQ(e.at("executor").at("infrastructure_failures").as_int64(), 1);
+}
+
+TEST_F(EvaluateJob, WithNoRetryLeftAnInfrastructureFailureIsAnErrorAndNoEvaluation) {
+  auto p = start(argv(honest(), "local", 0));
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  kill_job_when_started(dir_, id);
+  EXPECT_EQ(finish(*p, 120), 3) << log();
+  EXPECT_NE(log().find("failed for infrastructure reasons 1 time(s) (--max-job-retries 0)"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/ev.json")) << "no partial evaluation may be written";
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u);
+}
+
+TEST_F(EvaluateJob, AnEvaluationThatFailsOnItsOwnIsNotRetried) {
+  auto p = start(argv(script("start_server.sh", "echo 'cannot find my weights' >&2\nexit 3\n"), "local", 2));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 120), 3) << log();
+  EXPECT_NE(log().find("not retried, it is the evaluation's own error"), std::string::npos) << log();
+  EXPECT_NE(log().find("cannot find my weights"), std::string::npos) << "the job's output tail\n" << log();
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u);
+  EXPECT_EQ(journal_events(journal(), "evaluation_failed").size(), 1u);
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty());
+  EXPECT_FALSE(fs::exists(dir_ + "/ev.json"));
+}
+
+TEST_F(EvaluateJob, BadInputIsRefusedBeforeAnyJobIsSubmitted) {
+  // The controller's exit code and what it printed.
+  auto refuse = [this](const std::vector<std::string>& args) {
+    auto p = start(args);
+    EXPECT_TRUE(p.ok());
+    int rc = p.ok() ? finish(*p, 60) : -1;
+    return std::make_pair(rc, log());
+  };
+  auto [rc, out] = refuse(argv(script("start_server.sh", "exit 0\n", /*executable=*/false), "slurm", 2));
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("chmod +x"), std::string::npos) << out;
+
+  auto args = argv(honest(), "local", 2);
+  args[5] = "E";
+  std::tie(rc, out) = refuse(args);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown scenario 'E'"), std::string::npos) << out;
+
+  std::tie(rc, out) = refuse(argv(honest(), "kubernetes", 2));
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--executor: kubernetes not in {local,slurm}"), std::string::npos) << out;
+
+  args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "soon"});
+  std::tie(rc, out) = refuse(args);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("Slurm time limit 'soon'"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(journal())) << "nothing may be submitted";
+}
+
+TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgres) {
+  const char* conf = std::getenv("PLUMB_TEST_SLURM");
+  if (!conf || !*conf)
+    GTEST_SKIP() << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
+                    "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
+  conf_ = conf;
+  ledger::testing::PostgresDatabase pg;
+  std::string url = pg.url().empty() ? dir_ + "/plumb.db" : pg.url();
+  if (pg.url().empty()) std::printf("note: %s; the ledger is a SQLite file\n", pg.skip_reason().c_str());
+  auto args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--ledger", url, "--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  for (int i = 0; i < 600; ++i) {
+    auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T"});
+    if (q.ok() && q->out.rfind("RUNNING", 0) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", id});
+  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+  int rc = finish(*p, 400);
+  auto failures = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(failures.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(failures[0], "state").value_or(""), "cancelled");
+  EXPECT_EQ(json::string_at(failures[0], "job_id").value_or(""), id);
+  auto e = result();
+  expect_consistent(rc, e);
+  const auto& x = e.at("executor").as_object();
+  EXPECT_EQ(x.at("kind").as_string(), "slurm");
+  EXPECT_EQ(x.at("key").as_string(), "evaluate-a1");
+  EXPECT_FALSE(std::string(x.at("node").as_string()).empty());
+  EXPECT_NE(x.at("job_id").as_string(), id);
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto runs = (*l)->list_runs();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_GE(runs->size(), 1u) << "the job writes its runs to the shared ledger";
+  EXPECT_EQ(e.at("ledger").at("chain_head").as_string(), *(*l)->chain_head());
+}
+
+}  // namespace
+}  // namespace plumb

@@ -1,0 +1,271 @@
+// `plumb kernels search --executor local|slurm`: each candidate's screening is a job
+// (`plumb kernels screen-job`) whose result file the controller reads back from OUT/jobs. On a task
+// captured from the shipped model (post_attention_norm.decode):
+//   - local jobs, two in flight: every candidate of the episode and of the confirmation screened as a
+//     job, timed there, the search's choice made from their results;
+//   - a job killed with SIGKILL: an infrastructure failure, retried, never a verdict; with no retry
+//     left, the search stops with an error and writes no search.json;
+//   - a job that crashes (SIGSEGV, no result): a crash verdict for its candidate, not retried;
+//   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried. Skips without it.
+// The jobs that are killed compile through a slow compiler wrapper (sleeps, then g++, and gives up if
+// its job died meanwhile), so the kill lands while the job runs.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/job_outcome.h"
+#include "core/file.h"
+#include "core/json.h"
+#include "core/subprocess.h"
+
+namespace plumb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<json::object> journal_events(const std::string& path, const std::string& event) {
+  std::vector<json::object> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    auto o = json::parse_object(line);
+    if (o.ok() && json::string_at(*o, "event").value_or("") == event) out.push_back(*o);
+  }
+  return out;
+}
+
+// How a job's end is read (cli/job_outcome.h): the signal from either executor's detail, nothing from
+// an exit code or a reason, and Slurm's BOOT_FAIL as a node that never ran the job.
+TEST(JobOutcome, TheSignalThatEndedAJob) {
+  auto status = [](const std::string& detail, const std::string& word = "") {
+    executor::JobStatus st;
+    st.detail = detail;
+    st.scheduler_state = word;
+    return st;
+  };
+  EXPECT_EQ(cli::job_signal(status("killed by signal 9 (Killed)")), 9);
+  EXPECT_EQ(cli::job_signal(status("killed by signal 11 (Segmentation fault)")), 11);
+  EXPECT_EQ(cli::job_signal(status("sacct: 0:15")), 15);
+  EXPECT_EQ(cli::job_signal(status("sacct: 3:0")), 0);
+  EXPECT_EQ(cli::job_signal(status("exit code 3")), 0);
+  EXPECT_EQ(cli::job_signal(status("squeue: NonZeroExitCode")), 0);
+  EXPECT_EQ(cli::job_signal(status("")), 0);
+  EXPECT_TRUE(cli::node_never_ran(status("", "BOOT_FAIL")));
+  EXPECT_FALSE(cli::node_never_ran(status("", "FAILED")));
+}
+
+class SearchJobs : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(PLUMB_BINARY)) return;
+    tasks_ = (fs::path(::testing::TempDir()) / ("plumb_searchjobs_tasks_" + std::to_string(::getpid())))
+                 .lexically_normal()
+                 .string();
+    fs::remove_all(tasks_);
+    auto o = run_capture({PLUMB_BINARY, "kernels", "tasks", "--workload", "B", "--requests", "2", "--out",
+                          tasks_, "--top", "40", "--min-share", "0"});
+    if (!o.ok() || !o->exit.exited || o->exit.exit_code != 0) tasks_.clear();
+  }
+  static void TearDownTestSuite() {
+    if (!tasks_.empty()) fs::remove_all(tasks_);
+  }
+  void SetUp() override {
+    if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
+    ASSERT_FALSE(tasks_.empty()) << "plumb kernels tasks failed on the shipped model";
+    dir_ =
+        (fs::path(::testing::TempDir()) / ("plumb_searchjobs_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+            .lexically_normal()
+            .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string cxx = dir_ + "/slow-cxx.sh";
+    ASSERT_TRUE(
+        write_file_atomic(cxx, "#!/bin/sh\nsleep 2\nkill -0 $PPID 2>/dev/null || exit 1\nexec g++ \"$@\"\n")
+            .ok());
+    ::chmod(cxx.c_str(), 0755);
+  }
+  void TearDown() override {
+    if (!conf_.empty())
+      for (const auto& o : journal_events(journal(), "submitted"))
+        run_capture({"env", "SLURM_CONF=" + conf_, "scancel", json::string_at(o, "job_id").value_or("")});
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+  std::vector<std::string> argv(const std::string& executor, int candidates, int retries, bool slow) {
+    std::vector<std::string> v = {PLUMB_BINARY,
+                                  "kernels",
+                                  "search",
+                                  "--task",
+                                  tasks_ + "/post_attention_norm.decode",
+                                  "--out",
+                                  dir_ + "/s",
+                                  "--episodes",
+                                  "1",
+                                  "--candidates",
+                                  std::to_string(candidates),
+                                  "--executor",
+                                  executor,
+                                  "--max-job-retries",
+                                  std::to_string(retries),
+                                  "--poll-interval",
+                                  "0.2"};
+    if (slow) v.insert(v.end(), {"--cxx", dir_ + "/slow-cxx.sh", "--no-timing"});
+    return v;
+  }
+  Result<Subprocess> start(const std::vector<std::string>& args) {
+    SpawnOptions so;
+    so.argv = args;
+    if (!conf_.empty()) so.env["SLURM_CONF"] = conf_;
+    so.stdout_path = dir_ + "/controller.log";
+    so.stderr_path = "=stdout";
+    return Subprocess::spawn(so);
+  }
+  int finish(Subprocess& p, int s) {
+    auto e = p.wait_for(std::chrono::seconds(s));
+    if (!e) {
+      p.stop();
+      ADD_FAILURE() << "the search did not finish within " << s << " s:\n" << log();
+      return -1;
+    }
+    return e->exited ? e->exit_code : -1;
+  }
+  std::string log() {
+    auto t = read_file(dir_ + "/controller.log");
+    return t.ok() ? *t : "";
+  }
+  std::string journal() const { return dir_ + "/s/jobs/screen.jobs.jsonl"; }
+  std::string wait_submitted(size_t n) {
+    for (int i = 0; i < 600; ++i) {
+      auto sub = journal_events(journal(), "submitted");
+      if (sub.size() >= n) return json::string_at(sub.back(), "job_id").value_or("");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
+    return "";
+  }
+  // search.json's candidates.
+  json::array candidates() {
+    auto v = json::parse_file(dir_ + "/s/search.json");
+    EXPECT_TRUE(v.ok()) << log();
+    return v.ok() ? v->as_object().at("candidates").as_array() : json::array{};
+  }
+
+  static std::string tasks_;
+  std::string dir_, conf_;
+};
+std::string SearchJobs::tasks_;
+
+TEST_F(SearchJobs, EveryCandidateAndItsConfirmationIsScreenedAsALocalJob) {
+  auto args = argv("local", 2, 2, false);
+  args.insert(args.end(), {"--max-parallel-jobs", "2"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(finish(*p, 300), 0) << log();
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 2u);
+  size_t passed = 0;
+  for (const auto& x : c) {
+    const auto& r = x.at("result").as_object();
+    if (r.at("verdict").as_string() != "pass") continue;
+    ++passed;
+    EXPECT_GT(r.at("utility").as_double(), 0) << "timed in its job";
+    EXPECT_TRUE(x.at("confirmed_utility").is_number()) << "re-timed in a confirmation job";
+  }
+  EXPECT_EQ(passed, 2u) << log();
+  // Two screening jobs, then one confirmation job per passing candidate.
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 2 + passed);
+  EXPECT_EQ(journal_events(journal(), "finished").size(), 2 + passed);
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty());
+  EXPECT_NE(log().find("screening each candidate as a local job (at most 2 at once)"), std::string::npos)
+      << log();
+}
+
+TEST_F(SearchJobs, AJobKilledWithSigkillIsRetriedNotAVerdict) {
+  auto p = start(argv("local", 1, 1, true));
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(std::stoi(id), SIGKILL), 0);
+  ASSERT_EQ(finish(*p, 120), 0) << log();
+  auto f = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(f.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(f[0], "job_id").value_or(""), id);
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 2u);
+  EXPECT_NE(log().find("INFRASTRUCTURE FAILURE of screening job " + id), std::string::npos) << log();
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u) << "one candidate, one verdict: the retry's";
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+}
+
+TEST_F(SearchJobs, WithNoRetryLeftTheSearchStopsWithAnError) {
+  auto p = start(argv("local", 1, 0, true));
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(std::stoi(id), SIGKILL), 0);
+  EXPECT_EQ(finish(*p, 120), 3) << log();
+  EXPECT_NE(log().find("failed for infrastructure reasons 1 time(s) (--max-job-retries 0)"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/s/search.json"));
+}
+
+TEST_F(SearchJobs, AJobThatCrashesIsACrashVerdictForItsCandidateNotRetried) {
+  auto p = start(argv("local", 1, 2, true));
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(std::stoi(id), SIGSEGV), 0);
+  ASSERT_EQ(finish(*p, 120), 0) << log();
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u) << log();
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty());
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  const auto& r = c[0].at("result").as_object();
+  EXPECT_EQ(r.at("verdict").as_string(), "crash");
+  EXPECT_EQ(r.at("signature").as_string(), "job:signal:11");
+  EXPECT_NE(std::string(r.at("detail").as_string()).find("without a result"), std::string::npos);
+  EXPECT_NE(log().find("no candidate passed screening"), std::string::npos) << log();
+}
+
+TEST_F(SearchJobs, ASlurmJobCancelledWithScancelIsRetried) {
+  const char* conf = std::getenv("PLUMB_TEST_SLURM");
+  if (!conf || !*conf)
+    GTEST_SKIP() << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
+                    "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
+  conf_ = conf;
+  auto args = argv("slurm", 1, 1, true);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  for (int i = 0; i < 600; ++i) {
+    auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T"});
+    if (q.ok() && q->out.rfind("RUNNING", 0) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", id});
+  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+  ASSERT_EQ(finish(*p, 300), 0) << log();
+  auto f = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(f.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(f[0], "state").value_or(""), "cancelled");
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+}
+
+}  // namespace
+}  // namespace plumb
