@@ -190,15 +190,16 @@ struct DeviceProvenance {
   std::string cuda_visible_devices;  // as the job saw it; "" when unset
   std::vector<GpuIdentity> gpus;     // the visible cards (every card of the host when unset)
   std::string unavailable;           // "" when read; else "gpu identity unavailable: <why>"
+  std::string nccl_nvls_enable;      // NCCL_NVLS_ENABLE as the job saw it; "" when unset
   // {"host", "cuda_visible_devices", "gpus": [{index, name, uuid, max_sm_clock, driver}],
-  //  "gpu_identity": "ok" | the unavailable text}
+  //  "gpu_identity": "ok" | the unavailable text, "nccl_nvls_enable"}
   json::object to_json() const;
   // "host h, cards 0,1 (NVIDIA H100 GPU-ab12..., ...)": one line for reports.
   std::string summary() const;
 };
-// Reads this process's DeviceProvenance: gethostname, CUDA_VISIBLE_DEVICES, and `nvidia_smi`
-// (argv[0] looked up in PATH) run with nvidia_smi_query_argv()'s arguments; cards filtered to the
-// visible ones when CUDA_VISIBLE_DEVICES lists indexes. Never fails: what cannot be read is said.
+// Reads this process's DeviceProvenance: gethostname, CUDA_VISIBLE_DEVICES, NCCL_NVLS_ENABLE, and
+// `nvidia_smi` (argv[0] looked up in PATH) run with nvidia_smi_query_argv()'s arguments; cards filtered to
+// the visible ones when CUDA_VISIBLE_DEVICES lists indexes. Never fails: what cannot be read is said.
 DeviceProvenance device_provenance(const std::string& nvidia_smi = "nvidia-smi");
 // The same with its inputs given (for tests): the host, CUDA_VISIBLE_DEVICES, and nvidia-smi's
 // output or the error running it gave.

@@ -143,7 +143,8 @@ json::object DeviceProvenance::to_json() const {
   return json::object{{"host", host},
                       {"cuda_visible_devices", cuda_visible_devices},
                       {"gpus", std::move(cards)},
-                      {"gpu_identity", unavailable.empty() ? std::string("ok") : unavailable}};
+                      {"gpu_identity", unavailable.empty() ? std::string("ok") : unavailable},
+                      {"nccl_nvls_enable", nccl_nvls_enable}};
 }
 
 std::string DeviceProvenance::summary() const {
@@ -207,7 +208,10 @@ DeviceProvenance device_provenance(const std::string& nvidia_smi) {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
-  return device_provenance_from(host, vis ? vis : "", run_nvidia_smi(nvidia_smi));
+  DeviceProvenance d = device_provenance_from(host, vis ? vis : "", run_nvidia_smi(nvidia_smi));
+  const char* nvls = std::getenv(kNcclNvlsEnable);
+  d.nccl_nvls_enable = nvls ? nvls : "";
+  return d;
 }
 
 }  // namespace plumb::executor
