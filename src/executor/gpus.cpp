@@ -26,7 +26,7 @@ std::string GpuSlot::visible_devices() const {
 
 namespace {
 
-std::string trim(std::string s) {
+std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r");
   size_t e = s.find_last_not_of(" \t\r");
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);

@@ -472,6 +472,48 @@ TEST_F(LocalJobsStudyTest, GpuFlagsThatCannotWorkAreRefusedBeforeAnythingRuns) {
   }
 }
 
+// `plumb compare run --gpus`: the whole comparison is one local job on the first slot's cards, and
+// every run records where it ran.
+TEST_F(LocalJobsStudyTest, AComparisonWithGpusRunsAsOneJobOnOneSlotAndRecordsItsCards) {
+  for (const auto& [name, ttft] : {std::pair{"a", "20.0"}, std::pair{"b", "30.0"}})
+    std::ofstream(dir_ + "/" + name + ".toml")
+        << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = " << ttft
+        << "\nitl_ms = 3.0\nthreads = 1\n";
+  std::string db = dir_ + "/plumb.db";
+  auto reg =
+      run_capture({PLUMB_BINARY, "compare", "register", "--a", dir_ + "/a.toml", "--b", dir_ + "/b.toml",
+                   "--scenario", "A", "--size", "small", "--pairs", "5", "--ledger", db});
+  ASSERT_TRUE(reg.ok() && reg->exit.exited && reg->exit.exit_code == 0);
+  auto p = start({PLUMB_BINARY, "compare", "run", "1", "--gpus", "2,3", "--ledger", db, "--work-dir", dir_,
+                  "--poll-interval", "0.5"},
+                 "tune.log");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 400), 0) << log("tune.log");
+  std::string text = log("tune.log");
+  EXPECT_NE(text.find("one comparison holds one slot"), std::string::npos) << text;
+  EXPECT_NE(text.find(") on cards 2"), std::string::npos) << text;
+  auto l = ledger::Ledger::open(db);
+  ASSERT_TRUE(l.ok());
+  auto runs = (*l)->comparison_runs(1);
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 10u) << text;
+  for (const auto& r : *runs) {
+    auto t = (*l)->row("runs", r.id);
+    ASSERT_TRUE(t.ok());
+    std::string settings;
+    for (size_t c = 0; c < t->columns.size(); ++c)
+      if (t->columns[c] == "effective_settings") settings = t->rows[0][c].s;
+    auto o = json::parse_object(settings);
+    ASSERT_TRUE(o.ok() && o->contains("devices")) << settings;
+    const auto& d = o->at("devices").as_object();
+    EXPECT_EQ(json::string_at(d, "cuda_visible_devices").value_or(""), "2") << settings;
+    EXPECT_EQ(json::string_at(d, "nccl_nvls_enable").value_or(""), "0") << settings;
+  }
+  auto ro = run_capture({PLUMB_BINARY, "compare", "readout", "1", "--ledger", db});
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->out.find("different cards or nodes"), std::string::npos) << "one slot: " << ro->out;
+}
+
 // `plumb compare run --executor slurm`: the whole comparison is one batch job (every pair on one
 // node); a job cancelled after some pairs ran is retried on the same node and completes the rest.
 TEST_F(SlurmStudyTest, AComparisonRunsAsOneJobAndACancelledOneFinishesOnTheSameNode) {
