@@ -39,7 +39,9 @@ struct JobSpec {
   std::string name;               // short label, [A-Za-z0-9_.-]; shown by squeue; the script's file name
   std::vector<std::string> argv;  // the command the job runs (argv[0] an absolute path)
   std::string work_dir;           // absolute; the job's cwd, its script and its output file live here
-  std::map<std::string, std::string> env;  // set for the command (on top of the submitter's environment)
+  // Set for the command (on top of the submitter's environment); both executors add
+  // NCCL_NVLS_ENABLE=0 over it (set_child_gpu_env).
+  std::map<std::string, std::string> env;
 };
 
 enum class JobState {
