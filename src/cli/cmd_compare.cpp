@@ -63,8 +63,9 @@ std::string self_exe() {
 
 // One attempt of `compare run` as a job: submits `plumb compare run ID` for the node and waits for it.
 Result<executor::JobStatus> run_job(executor::Executor& e, const CompareArgs& a, const std::string& work_dir,
-                                    int attempt) {
+                                    int attempt, const std::string& cards) {
   executor::JobSpec js;
+  if (!cards.empty()) js.env["CUDA_VISIBLE_DEVICES"] = cards;
   js.name = "compare-" + std::to_string(a.id) + "-a" + std::to_string(attempt);
   js.work_dir = work_dir;
   js.argv = {self_exe(),
@@ -81,8 +82,9 @@ Result<executor::JobStatus> run_job(executor::Executor& e, const CompareArgs& a,
              a.placement};
   if (!a.tokenizer.empty()) js.argv.insert(js.argv.end(), {"--tokenizer", a.tokenizer});
   PLUMB_ASSIGN_OR_RETURN(std::string id, e.submit(js));
-  std::fprintf(stderr, "comparison %lld: %s job %s (output %s)\n", (long long)a.id, e.kind().c_str(),
-               id.c_str(), executor::output_path(js).c_str());
+  std::fprintf(stderr, "comparison %lld: %s job %s (output %s)%s\n", (long long)a.id, e.kind().c_str(),
+               id.c_str(), executor::output_path(js).c_str(),
+               cards.empty() ? "" : (" on cards " + cards).c_str());
   auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
   return executor::wait_until_final(e, id, every, [&](const executor::JobStatus& st) {
     std::fprintf(stderr, "  job %s: %s%s\n", id.c_str(), executor::state_name(st.state).c_str(),
@@ -90,18 +92,19 @@ Result<executor::JobStatus> run_job(executor::Executor& e, const CompareArgs& a,
   });
 }
 
-// `compare run --executor slurm`: every pair on one node (the validator refuses a comparison whose
-// runs span two machines), as one batch job. A job that ends other than completed is an
-// infrastructure failure: submitted again up to --max-job-retries times, pinned to the node of the
-// runs already recorded (`compare run` skips the pairs that are complete).
-int run_run_as_job(CompareArgs& a) {
+// `compare run --executor slurm`, or local with --gpus: every pair on one node (the validator refuses
+// a comparison whose runs span two machines), as one job; with --gpus the job holds the first slot's
+// cards for the whole comparison, so both arms of every pair run on the same cards. A job that ends
+// other than completed is an infrastructure failure: submitted again up to --max-job-retries times,
+// pinned to the node of the runs already recorded (`compare run` skips the pairs that are complete).
+int run_run_as_job(CompareArgs& a, const std::string& cards) {
   auto e = make_executor(a.exec);
   if (!e.ok()) return fail("run", e.status());
   std::string work_dir =
       std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
   std::filesystem::create_directories(work_dir);
   for (int attempt = 0;; ++attempt) {
-    auto st = run_job(**e, a, work_dir, attempt);
+    auto st = run_job(**e, a, work_dir, attempt, cards);
     if (!st.ok()) return fail("run", st.status());
     if (st->state == executor::JobState::kCompleted) {
       std::printf("comparison %lld: every pair ran on node %s; next: plumb compare readout %lld\n",
@@ -129,7 +132,17 @@ int run_run_as_job(CompareArgs& a) {
 }
 
 int run_run(CompareArgs& a) {
-  if (a.exec.kind != "local") return run_run_as_job(a);
+  auto slots = gpu_slots(a.exec);
+  if (!slots.ok()) return fail("run", slots.status());
+  if (!slots->empty()) {
+    if (slots->size() > 1)
+      std::fprintf(stderr,
+                   "comparison %lld: one comparison holds one slot (both arms of every pair on the same "
+                   "cards): cards %s; the other %zu slot(s) stay free\n",
+                   (long long)a.id, (*slots)[0].visible_devices().c_str(), slots->size() - 1);
+    return run_run_as_job(a, (*slots)[0].visible_devices());
+  }
+  if (a.exec.kind != "local") return run_run_as_job(a, "");
   auto l = open_ledger(a);
   if (!l.ok()) return fail("run", l.status());
   compare::RunOptions o;
@@ -142,6 +155,11 @@ int run_run(CompareArgs& a) {
   if (!placement.ok()) return fail("run", placement.status());
   o.placement = *placement;
   o.progress = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  // Where the runs execute (host, cards, their identity), with every run: a readout says when pairs
+  // ran on different cards or nodes.
+  executor::DeviceProvenance where = executor::device_provenance();
+  o.devices = where.to_json();
+  std::fprintf(stderr, "comparison %lld runs on %s\n", (long long)a.id, where.summary().c_str());
   auto s = compare::run_comparison(**l, a.id, o);
   if (!s.ok()) return fail("run", s.status());
   std::printf(

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -55,6 +56,7 @@ struct TuneArgs {
   // Where trials run (executor/executor.h).
   ExecutorArgs exec;
   int max_parallel = 1;
+  CLI::Option* max_parallel_opt = nullptr;
   std::string run_trial;  // --run-trial SPEC: the node's half of a trial job
   CLI::Option* trials_opt = nullptr;
   CLI::Option* budget_opt = nullptr;
@@ -509,7 +511,17 @@ int run_trial_job(const TuneArgs& a) {
 // Slurm the pre-flight is skipped: it would measure this machine, not the nodes.
 Status use_executor(TuneArgs& a, tune::RunContext& ctx, std::unique_ptr<executor::Executor>& exe) {
   if (a.max_parallel < 1) return invalid_argument("--max-parallel-trials must be >= 1");
-  if (a.exec.kind == "local" && a.max_parallel == 1) return Status::Ok();  // in this process, as always
+  PLUMB_ASSIGN_OR_RETURN(ctx.gpu_slots, gpu_slots(a.exec));
+  if (a.exec.kind == "local" && a.max_parallel == 1 && ctx.gpu_slots.empty())
+    return Status::Ok();  // in this process, as always
+  if (!ctx.gpu_slots.empty()) {
+    // One trial per slot unless --max-parallel-trials caps it lower. The controller's own
+    // measurements (pre-flight, re-validation) run on the first slot's cards.
+    const bool capped = a.max_parallel_opt && a.max_parallel_opt->count() > 0;
+    if (!capped) a.max_parallel = int(ctx.gpu_slots.size());
+    ::setenv("CUDA_VISIBLE_DEVICES", ctx.gpu_slots[0].visible_devices().c_str(), 1);
+    ::setenv(executor::kNcclNvlsEnable, "0", 1);
+  }
   PLUMB_ASSIGN_OR_RETURN(exe, make_executor(a.exec));
   ctx.executor = exe.get();
   ctx.ledger_url = ledger_for_jobs(a.ledger_path);
@@ -574,10 +586,13 @@ int run_tune(TuneArgs& a) {
 // hidden entry point.
 void add_tune_executor_flags(CLI::App* c, TuneArgs& a) {
   add_executor_flags(c, a.exec, "trial");
-  c->add_option("--max-parallel-trials", a.max_parallel,
-                "trial jobs in flight at once (with --executor local and more than 1: child processes)")
-      ->capture_default_str()
-      ->group("Executor (where the work runs; docs/cluster.md)");
+  a.max_parallel_opt =
+      c->add_option(
+           "--max-parallel-trials", a.max_parallel,
+           "trial jobs in flight at once (with --executor local and more than 1: child processes; with "
+           "--gpus: one per slot unless this caps it lower)")
+          ->capture_default_str()
+          ->group("Executor (where the work runs; docs/cluster.md)");
   // The node's half of a trial job (written by the controller; not for people).
   c->add_option("--run-trial", a.run_trial, "run one trial job from its spec file")->group("");
 }
@@ -603,6 +618,8 @@ void setup_tune(CLI::App& root) {
       "  plumb tune --strategy external --proposer 'python3 tools/proposers/example_proposer.py' --trials "
       "10\n"
       "  plumb tune --resume 3            plumb tune --list            plumb tune --print-space plumb\n"
+      "  plumb tune --gpus 0,1,2,3,4,5,6,7 --gpus-per-trial 2 --space vllm   (4 trials at once, "
+      "docs/cluster.md)\n"
       "  plumb tune --executor slurm --slurm-config cluster.toml --max-parallel-trials 8 \\\n"
       "             --ledger postgresql://plumb@db/plumb --work-dir /shared/study   (docs/cluster.md)\n"
       "Search spaces, strategies and the proposer protocol: docs/tuning.md");

@@ -30,6 +30,26 @@ void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what) {
   c->add_option("--slurm-account", a.slurm.account, "sbatch --account")->group(g);
   c->add_option("--slurm-time", a.slurm.time_limit, "sbatch --time (e.g. 30, 1:00:00)")->group(g);
   c->add_option("--slurm-gpus", a.slurm.gpus, "GPUs per job: sbatch --gres=gpu:N (none when 0)")->group(g);
+  c->add_option("--gpus", a.gpus,
+                "local: the cards of this host by index (e.g. 0,1,2,3), split into slots of --gpus-per-trial "
+                "cards; one job per slot at a time, with CUDA_VISIBLE_DEVICES = its slot (docs/cluster.md)")
+      ->group(g);
+  c->add_option("--gpus-per-trial", a.gpus_per_trial,
+                "with --gpus: cards per slot, i.e. per " + what + " (default 1; must divide the list)")
+      ->group(g);
+}
+
+Result<std::vector<executor::GpuSlot>> gpu_slots(const ExecutorArgs& a) {
+  if (a.gpus.empty()) {
+    if (a.gpus_per_trial != -1)
+      return invalid_argument("--gpus-per-trial needs --gpus: list the cards to split, e.g. --gpus 0,1,2,3");
+    return std::vector<executor::GpuSlot>();
+  }
+  if (a.kind == "slurm")
+    return invalid_argument(
+        "--gpus is for --executor local (the cards of this host); under Slurm the scheduler assigns the "
+        "cards: use --slurm-gpus N (sbatch --gres=gpu:N)");
+  return executor::gpu_slots(a.gpus, a.gpus_per_trial == -1 ? 1 : a.gpus_per_trial);
 }
 
 Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a) {

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "executor/executor.h"
@@ -18,6 +19,8 @@ struct ExecutorArgs {
   double poll_s = 2;           // seconds between looks at a job
   std::string slurm_config;    // TOML file with a [slurm] table
   executor::SlurmSettings slurm;
+  std::string gpus;         // --gpus 0,1,...: the cards of this host the local executor spreads jobs over
+  int gpus_per_trial = -1;  // --gpus-per-trial N (-1 = not given: 1 with --gpus)
 };
 
 // Adds the flags to `c` in their own help group; `what` names a job in the help ("trial").
@@ -26,6 +29,11 @@ void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what);
 // The executor of the flags: the settings file first, the flags given beside it on top.
 // InvalidArgument naming the file and key, or the flag, for a bad setting.
 Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a);
+
+// The GPU slots of --gpus/--gpus-per-trial (empty when --gpus is not given). InvalidArgument saying
+// what to do: --gpus with --executor slurm (Slurm assigns the cards: --slurm-gpus), --gpus-per-trial
+// without --gpus, and what executor::gpu_slots refuses.
+Result<std::vector<executor::GpuSlot>> gpu_slots(const ExecutorArgs& a);
 
 // What a job opens: a postgresql:// URL as given, a SQLite file by its absolute path.
 std::string ledger_for_jobs(const std::string& path);

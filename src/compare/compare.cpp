@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "compare/measure.h"
 #include "core/clock.h"
@@ -173,7 +174,7 @@ struct PairContext {
 };
 
 json::object arm_settings(const ComparisonContext& cx, const PairContext& p, const std::string& arm) {
-  return json::object{
+  json::object o{
       {"comparison", cx.id},
       {"pair", p.index},
       {"order", p.order},
@@ -184,6 +185,8 @@ json::object arm_settings(const ComparisonContext& cx, const PairContext& p, con
       {"request_timeout_s", int64_t(cx.opt.request_timeout.count())},
       {"request_limit", int64_t(cx.opt.request_limit)},
       {"tokenizer", cx.opt.tokenizer.empty() ? std::string("plumb-tiny (shipped)") : cx.opt.tokenizer}};
+  if (!cx.opt.devices.empty()) o["devices"] = cx.opt.devices;
+  return o;
 }
 
 // Measures one arm of one pair and records the run in the ledger.
@@ -273,10 +276,39 @@ namespace {
 // Each pair's objective per arm, from the comparison's valid runs; counts the invalid ones and
 // takes the placement from the first valid run.
 using PairObjectives = std::map<int64_t, std::pair<std::optional<double>, std::optional<double>>>;
+// Where each pair's valid runs executed (devices_of_run), by pair.
+using PairDevices = std::map<int64_t, std::set<std::string>>;
+
+// The note of ReadoutResult::devices_note: "" when one place (or none recorded).
+std::string devices_note(const PairDevices& where) {
+  std::map<std::string, std::vector<int64_t>> pairs_at;
+  std::vector<int64_t> split;
+  for (const auto& [pair, keys] : where) {
+    std::set<std::string> known;
+    for (const auto& k : keys)
+      if (!k.empty()) known.insert(k);
+    if (known.size() > 1) split.push_back(pair);
+    for (const auto& k : known) pairs_at[k].push_back(pair);
+  }
+  if (pairs_at.size() < 2) return "";
+  std::string s = "runs on different cards or nodes, not one population (read each apart):";
+  for (const auto& [k, ps] : pairs_at) {
+    s += " pairs";
+    for (int64_t p : ps) s += " " + std::to_string(p);
+    s += " on " + k + ";";
+  }
+  if (!split.empty()) {
+    s += " arms of one pair apart: pairs";
+    for (int64_t p : split) s += " " + std::to_string(p);
+  }
+  if (s.back() == ';') s.pop_back();
+  return s;
+}
 
 Result<PairObjectives> pair_objectives(ledger::Ledger& ledger, int64_t id, ReadoutResult& out) {
   PLUMB_ASSIGN_OR_RETURN(auto runs, ledger.comparison_runs(id));
   PairObjectives by_pair;
+  PairDevices where;
   for (const auto& r : runs) {
     PLUMB_ASSIGN_OR_RETURN(auto subset, ledger.subset_of(r.id));
     if (subset) ++out.runs_limited;
@@ -293,9 +325,11 @@ Result<PairObjectives> pair_objectives(ledger::Ledger& ledger, int64_t id, Reado
       if (t.columns[c] == "engine_config") engine_config = t.rows[0][c].s;
     }
     if (out.placement.empty()) out.placement = placement_of_run(settings, engine_config);
+    where[pair].insert(devices_of_run(settings));
     auto& slot = by_pair[pair];
     (r.arm == "A" ? slot.first : slot.second) = r.objective;
   }
+  out.devices_note = devices_note(where);
   return by_pair;
 }
 
@@ -342,6 +376,7 @@ Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, boo
   } else {
     PLUMB_ASSIGN_OR_RETURN(out.readout, protocol::readout(a, b, rule));
   }
+  if (!out.devices_note.empty()) out.readout.reason += "; " + out.devices_note;
   out.row = readout_row(id, reg, out.readout);
   if (store) {
     auto rid = ledger.record_readout(out.row);
@@ -400,6 +435,23 @@ std::string placement_of_run(const std::string& effective_settings, const std::s
   if (engine.empty()) return "not pinned: " + text("note") + threads;
   return "engine on CPUs " + engine + threads + ", client on CPUs " + text("client_cpus") + " (of " +
          text("available") + ")";
+}
+
+std::string devices_of_run(const std::string& effective_settings) {
+  auto settings = json::parse_object(effective_settings);
+  if (!settings.ok()) return "";
+  const auto* d = settings->if_contains("devices");
+  if (!d || !d->is_object()) return "";
+  const auto& o = d->as_object();
+  std::string cards;
+  if (const auto* g = o.if_contains("gpus"); g && g->is_array())
+    for (const auto& c : g->as_array())
+      if (c.is_object()) {
+        auto uuid = json::string_at(c.as_object(), "uuid").value_or("");
+        if (!uuid.empty()) cards += (cards.empty() ? "" : ",") + uuid;
+      }
+  if (cards.empty()) cards = json::string_at(o, "cuda_visible_devices").value_or("");
+  return "host " + json::string_at(o, "host").value_or("?") + " cards " + (cards.empty() ? "(all)" : cards);
 }
 
 }  // namespace plumb::compare

@@ -68,6 +68,10 @@ struct RunOptions {
   // limit_workload), recorded as limited; the database then refuses a readout of the comparison.
   // For trying a comparison's mechanics on a slow device, never for a verdict.
   size_t request_limit = 0;
+  // Where the runs execute (executor::DeviceProvenance::to_json(): host, cards and their identity),
+  // stored as "devices" in each run's effective settings so a readout can tell runs on different
+  // cards or nodes apart; empty = not recorded.
+  json::object devices;
 };
 
 struct RunSummary {
@@ -94,6 +98,10 @@ struct ReadoutResult {
   // Where the runs' engine and client ran, from the first valid run's stored settings and engine
   // config ("engine on CPU 1 (1 thread), client on CPU 0"); "" when not recorded (older runs).
   std::string placement;
+  // "" when every valid run that recorded its devices ran on the same host and cards; else which
+  // pairs ran where ("pairs 0-2: host n1 cards GPU-a | pairs 3-4: host n1 cards GPU-b", and any pair
+  // whose two arms ran apart). Appended to the readout's reason: such pairs are not one population.
+  std::string devices_note;
 };
 
 // Computes the readout; stores it when `store`. NotFound for an unknown id; FailedPrecondition
@@ -103,6 +111,9 @@ Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t registr
 // The placement line of a run from its stored effective settings and engine config JSON; "" when the
 // settings hold no placement.
 std::string placement_of_run(const std::string& effective_settings, const std::string& engine_config);
+// Where a run executed, from its stored effective settings' "devices": "host H cards U1,U2" (card
+// UUIDs, or CUDA_VISIBLE_DEVICES when the identity was unavailable); "" when not recorded.
+std::string devices_of_run(const std::string& effective_settings);
 
 // Human-readable readout: ratio B/A with CI, per-arm CV, verdict, pairs still needed, placement.
 std::string format_readout(const ReadoutResult& r);

@@ -68,6 +68,7 @@ class LocalExecutor : public Executor {
     SpawnOptions so;
     so.argv = spec.argv;
     so.env = spec.env;
+    set_child_gpu_env(so.env);
     so.cwd = spec.work_dir;
     so.stdout_path = output_path(spec);
     so.stderr_path = "=stdout";

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "core/status.h"
 
 namespace plumb::executor {
@@ -38,7 +39,9 @@ struct JobSpec {
   std::string name;               // short label, [A-Za-z0-9_.-]; shown by squeue; the script's file name
   std::vector<std::string> argv;  // the command the job runs (argv[0] an absolute path)
   std::string work_dir;           // absolute; the job's cwd, its script and its output file live here
-  std::map<std::string, std::string> env;  // set for the command (on top of the submitter's environment)
+  // Set for the command (on top of the submitter's environment); both executors add
+  // NCCL_NVLS_ENABLE=0 over it (set_child_gpu_env).
+  std::map<std::string, std::string> env;
 };
 
 enum class JobState {
@@ -122,5 +125,87 @@ std::unique_ptr<Executor> make_slurm_executor(const SlurmSettings& s);
 
 // Slurm's state word (squeue %T / sacct State, e.g. "CANCELLED by 0") as a JobState.
 JobState slurm_state(const std::string& word);
+
+// ---- the GPUs of one host ---------------------------------------------------------------------------
+//
+// `--gpus 0,1,2,3 --gpus-per-trial N` (local executor only; under Slurm, Slurm assigns the cards:
+// --slurm-gpus) splits the listed cards, in the order given, into slots of N cards. One job runs on
+// one slot, with CUDA_VISIBLE_DEVICES set to the slot's cards, and the slot stays busy until that
+// job is final. Cards are the indexes CUDA and nvidia-smi give them on this host.
+
+// The variable NCCL reads to enable NVLink multicast (NVLS). Every environment plumb builds for a
+// job sets it to "0", over any value the caller's environment has: NVLink multicast stays off.
+inline constexpr const char* kNcclNvlsEnable = "NCCL_NVLS_ENABLE";
+// Sets kNcclNvlsEnable=0 in `env` (overriding a value there).
+void set_child_gpu_env(std::map<std::string, std::string>& env);
+
+struct GpuSlot {
+  int index = 0;                        // 0-based, in the order of the list
+  std::vector<int> cards;               // CUDA device indexes of this host
+  std::string visible_devices() const;  // "0,1": the value of CUDA_VISIBLE_DEVICES
+};
+
+// Parses `--gpus` ("0,1,2,3") and `--gpus-per-trial` into slots. InvalidArgument saying what to do:
+// an empty list or item, a card that is not a non-negative integer, a card listed twice, N < 1, or N
+// that does not divide the number of cards.
+Result<std::vector<GpuSlot>> gpu_slots(const std::string& gpus, int per_trial);
+
+// Which job holds which slot. Thread-safety: one thread.
+class GpuSlotPool {
+ public:
+  explicit GpuSlotPool(std::vector<GpuSlot> slots) : slots_(std::move(slots)), holder_(slots_.size()) {}
+  size_t size() const { return slots_.size(); }
+  size_t free_count() const;
+  // The lowest-numbered free slot, now held by `job`; nullopt when every slot is busy.
+  // InvalidArgument if `job` is empty or already holds a slot.
+  Result<std::optional<GpuSlot>> acquire(const std::string& job);
+  // Frees the slot `job` holds; nullopt when it holds none (not an error).
+  std::optional<GpuSlot> release(const std::string& job);
+  // The job holding slot i ("" when free). i < size().
+  const std::string& holder(size_t i) const { return holder_.at(i); }
+
+ private:
+  std::vector<GpuSlot> slots_;
+  std::vector<std::string> holder_;
+};
+
+// One card as nvidia-smi describes it.
+struct GpuIdentity {
+  int index = -1;            // nvidia-smi's index on this host
+  std::string name;          // "NVIDIA H100 80GB HBM3"
+  std::string uuid;          // "GPU-5f1c..."
+  std::string max_sm_clock;  // "1980 MHz", as nvidia-smi printed it
+  std::string driver;        // "550.54.15"
+};
+// The query whose output parse_nvidia_smi reads.
+std::vector<std::string> nvidia_smi_query_argv();
+// Parses `nvidia-smi --query-gpu=index,name,uuid,clocks.max.sm,driver_version --format=csv,noheader`
+// output (a card a line, fields separated by ","). InvalidArgument naming the line for a line with
+// another number of fields or an index that is not a number; empty text gives no cards.
+Result<std::vector<GpuIdentity>> parse_nvidia_smi(const std::string& text);
+
+// Where a job ran: the host, the cards it was given and their identities, or why the identities are
+// unavailable (nvidia-smi not found, failed, or printed what parse_nvidia_smi refuses). Never
+// invented: a card nvidia-smi did not list is not in `gpus`.
+struct DeviceProvenance {
+  std::string host;
+  std::string cuda_visible_devices;  // as the job saw it; "" when unset
+  std::vector<GpuIdentity> gpus;     // the visible cards (every card of the host when unset)
+  std::string unavailable;           // "" when read; else "gpu identity unavailable: <why>"
+  std::string nccl_nvls_enable;      // NCCL_NVLS_ENABLE as the job saw it; "" when unset
+  // {"host", "cuda_visible_devices", "gpus": [{index, name, uuid, max_sm_clock, driver}],
+  //  "gpu_identity": "ok" | the unavailable text, "nccl_nvls_enable"}
+  json::object to_json() const;
+  // "host h, cards 0,1 (NVIDIA H100 GPU-ab12..., ...)": one line for reports.
+  std::string summary() const;
+};
+// Reads this process's DeviceProvenance: gethostname, CUDA_VISIBLE_DEVICES, NCCL_NVLS_ENABLE, and
+// `nvidia_smi` (argv[0] looked up in PATH) run with nvidia_smi_query_argv()'s arguments; cards filtered to
+// the visible ones when CUDA_VISIBLE_DEVICES lists indexes. Never fails: what cannot be read is said.
+DeviceProvenance device_provenance(const std::string& nvidia_smi = "nvidia-smi");
+// The same with its inputs given (for tests): the host, CUDA_VISIBLE_DEVICES, and nvidia-smi's
+// output or the error running it gave.
+DeviceProvenance device_provenance_from(const std::string& host, const std::string& visible,
+                                        const Result<std::string>& smi_output);
 
 }  // namespace plumb::executor

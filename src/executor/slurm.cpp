@@ -248,7 +248,9 @@ std::string render_sbatch_script(const JobSpec& spec, const SlurmSettings& s) {
   opt("constraint", s.constraint);
   opt("nodelist", s.nodelist);
   for (const auto& e : s.extra) o += "#SBATCH " + e + "\n";
-  for (const auto& [k, v] : spec.env) o += "export " + k + "=" + shell_quote(v) + "\n";
+  std::map<std::string, std::string> env = spec.env;
+  set_child_gpu_env(env);
+  for (const auto& [k, v] : env) o += "export " + k + "=" + shell_quote(v) + "\n";
   o += "exec";
   for (const auto& a : spec.argv) o += " " + shell_quote(a);
   return o + "\n";

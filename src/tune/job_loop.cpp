@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,7 +27,8 @@ json::object TrialJob::to_json() const {
                       {"rationale", rationale},
                       {"notes", notes},
                       {"trial_timeout_s", trial_timeout_s},
-                      {"request_timeout_s", int64_t(request_timeout_s)}};
+                      {"request_timeout_s", int64_t(request_timeout_s)},
+                      {"gpus", gpus}};
 }
 
 Result<TrialJob> TrialJob::from_json(const SearchSpace& space, const json::object& o) {
@@ -48,6 +50,8 @@ Result<TrialJob> TrialJob::from_json(const SearchSpace& space, const json::objec
   PLUMB_ASSIGN_OR_RETURN(auto notes, json::opt_string(o, "notes"));
   PLUMB_ASSIGN_OR_RETURN(auto tt, json::opt_int(o, "trial_timeout_s"));
   PLUMB_ASSIGN_OR_RETURN(auto rt, json::opt_int(o, "request_timeout_s"));
+  PLUMB_ASSIGN_OR_RETURN(auto gpus, json::opt_string(o, "gpus"));
+  j.gpus = gpus.value_or("");
   j.executor = exe.value_or("local");
   j.stage = stage.value_or("full");
   if (j.stage != "full" && j.stage != "screen")
@@ -80,6 +84,10 @@ struct Controller {
   const RunContext& ctx;
   std::string journal;  // work_dir/study-<id>.jobs.jsonl
   std::vector<Job> in_flight;
+  // Jobs whose trial row is in but that have not ended yet (a job still stopping its engine): with
+  // GPU slots, each holds its slot until it is final.
+  std::vector<Job> draining;
+  std::optional<executor::GpuSlotPool> slots;
   int64_t next_seq = 0;
   int max_parallel = 1;
   StudyRunSummary sum;
@@ -148,25 +156,35 @@ Status submit(Controller& c, const Proposal& p, int64_t seq, int attempt) {
   tj.notes = p.notes;
   tj.trial_timeout_s = int64_t(std::ceil(trial_time_limit(l.st, p.stage)));
   tj.request_timeout_s = l.st.options.request_timeout_s;
+  executor::JobSpec js;
+  js.env = c.ctx.job_env;
+  if (c.slots) {
+    PLUMB_ASSIGN_OR_RETURN(std::optional<executor::GpuSlot> slot, c.slots->acquire(tj.key));
+    if (!slot) return internal_error("no free GPU slot for job " + tj.key + " although one was counted free");
+    tj.gpus = slot->visible_devices();
+    js.env["CUDA_VISIBLE_DEVICES"] = tj.gpus;
+  }
   std::string spec_path = c.ctx.work_dir + "/" + tj.key + ".json";
   PLUMB_RETURN_IF_ERROR(write_file_atomic(spec_path, json::dump_pretty(tj.to_json())));
-  executor::JobSpec js;
   js.name = tj.key;
   js.argv = {c.ctx.plumb_binary, "tune", "--run-trial", spec_path, "--work-dir", c.ctx.work_dir};
   js.work_dir = c.ctx.work_dir;
-  js.env = c.ctx.job_env;
-  PLUMB_ASSIGN_OR_RETURN(std::string id, c.ctx.executor->submit(js));
+  auto id = c.ctx.executor->submit(js);
+  if (!id.ok()) {
+    if (c.slots) c.slots->release(tj.key);
+    return id.status();
+  }
   PLUMB_RETURN_IF_ERROR(journal_append(c, json::object{{"event", "submitted"},
                                                        {"key", tj.key},
                                                        {"seq", seq},
                                                        {"attempt", int64_t(attempt)},
-                                                       {"job_id", id},
+                                                       {"job_id", *id},
                                                        {"executor", tj.executor},
                                                        {"spec", tj.to_json()}}));
   if (attempt == 0) announce(l, p, p.stage == "screen");
-  l.say("  submitted: " + tj.executor + " job " + id + " (key " + tj.key + ", output " +
-        executor::output_path(js) + ")");
-  c.in_flight.push_back(Job{tj.key, seq, attempt, id, p, {}, false});
+  l.say("  submitted: " + tj.executor + " job " + *id + " (key " + tj.key + ", output " +
+        executor::output_path(js) + ")" + (tj.gpus.empty() ? "" : " on cards " + tj.gpus));
+  c.in_flight.push_back(Job{tj.key, seq, attempt, *id, p, {}, false});
   return Status::Ok();
 }
 
@@ -188,8 +206,8 @@ Status reload_trials(Controller& c) {
 
 // Polls every job in flight and reports state changes; a scheduler that cannot answer now is said
 // and asked again next tick.
-void poll_all(Controller& c) {
-  for (Job& j : c.in_flight) {
+void poll_jobs(Controller& c, std::vector<Job>& jobs) {
+  for (Job& j : jobs) {
     auto st = c.ctx.executor->poll(j.job_id);
     if (!st.ok()) {
       c.l.say("  (could not poll job " + j.job_id + ", will retry: " + st.status().message() + ")");
@@ -203,10 +221,29 @@ void poll_all(Controller& c) {
   }
 }
 
+void poll_all(Controller& c) {
+  poll_jobs(c, c.in_flight);
+  poll_jobs(c, c.draining);
+}
+
+// Frees the GPU slots of the draining jobs that are final.
+void drain(Controller& c) {
+  std::vector<Job> keep;
+  for (Job& j : c.draining) {
+    if (j.polled && executor::is_final(j.status.state)) {
+      if (c.slots) c.slots->release(j.key);
+    } else {
+      keep.push_back(std::move(j));
+    }
+  }
+  c.draining = std::move(keep);
+}
+
 // A job that ended without a trial row: journals the infrastructure failure and submits the same
 // proposal again, or gives up past the retry bound (Unavailable; the study stays resumable).
 Status infrastructure_failure(Controller& c, const Job& j) {
   const executor::JobStatus& s = j.status;
+  if (c.slots) c.slots->release(j.key);  // the job is final: its cards are free
   std::string why = s.state == executor::JobState::kCompleted
                         ? "the job exited without writing its trial row"
                         : "the job ended " + executor::state_name(s.state);
@@ -246,6 +283,7 @@ Status settle(Controller& c) {
                               : "INFEASIBLE (" + t.obs.status + "): " + t.obs.failure) +
               "  [" + fmt("%.1f", t.elapsed_s) + " s]");
       ++c.sum.trials_run;
+      if (c.slots) c.draining.push_back(std::move(j));
     } else if (j.polled && executor::is_final(j.status.state)) {
       failed.push_back(std::move(j));
     } else {
@@ -260,7 +298,7 @@ Status settle(Controller& c) {
 // Fills free slots with new proposals; sets the stop reason when the budget or the strategy ends.
 Status fill(Controller& c) {
   Loop& l = c.l;
-  while (int(c.in_flight.size()) < c.max_parallel) {
+  while (int(c.in_flight.size() + c.draining.size()) < c.max_parallel) {
     std::string stop = budget_stop(l.st, int64_t(c.in_flight.size()));
     if (!stop.empty()) {
       c.sum.stop_reason = stop;
@@ -301,6 +339,14 @@ Result<StudyRunSummary> run_study_jobs(Loop& l, const RunContext& ctx) {
     l.say("strategy " + strategy + " needs every result before its next proposal: one trial job at a time");
     c.max_parallel = 1;
   }
+  if (!ctx.gpu_slots.empty()) {
+    c.slots.emplace(ctx.gpu_slots);
+    c.max_parallel = std::min(c.max_parallel, int(ctx.gpu_slots.size()));
+    std::string where;
+    for (const auto& s : ctx.gpu_slots) where += (where.empty() ? "" : " | ") + s.visible_devices();
+    l.say(std::to_string(ctx.gpu_slots.size()) + " GPU slot(s): " + where + "; up to " +
+          std::to_string(c.max_parallel) + " trial job(s) at once");
+  }
   PLUMB_RETURN_IF_ERROR(replay_journal(c));
   if (!c.in_flight.empty())
     l.say("reattaching to " + std::to_string(c.in_flight.size()) + " trial job(s) of study " +
@@ -312,9 +358,10 @@ Result<StudyRunSummary> run_study_jobs(Loop& l, const RunContext& ctx) {
     poll_all(c);
     PLUMB_RETURN_IF_ERROR(reload_trials(c));
     PLUMB_RETURN_IF_ERROR(settle(c));
+    drain(c);
     c.sum.stop_reason.clear();
     PLUMB_RETURN_IF_ERROR(fill(c));
-    if (c.in_flight.empty()) break;
+    if (c.in_flight.empty() && c.draining.empty()) break;
     std::this_thread::sleep_for(ctx.poll_interval);
   }
   c.sum.trials_total = int64_t(l.st.trials.size());

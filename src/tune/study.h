@@ -123,6 +123,10 @@ struct RunContext {
   int max_job_retries = 2;      // re-submissions of one proposal after infrastructure failures
   std::chrono::milliseconds poll_interval{2000};  // between looks at the jobs
   std::map<std::string, std::string> job_env;     // added to each job's environment
+  // The GPU slots of this host (executor.h; local executor only; empty = none). Each job holds one
+  // slot from submission until it is final, runs with CUDA_VISIBLE_DEVICES = the slot's cards, and
+  // no more jobs are in flight than there are slots (max_parallel_trials still caps them).
+  std::vector<executor::GpuSlot> gpu_slots;
 };
 
 // What a trial job does, as the controller writes it to the job's spec file (JSON) and
@@ -138,14 +142,18 @@ struct TrialJob {
   std::string notes;            // the proposer's notes
   int64_t trial_timeout_s = 0;  // the whole trial's limit; 0 = none
   int request_timeout_s = 120;
+  std::string gpus;  // the slot's cards (CUDA_VISIBLE_DEVICES) when the controller has slots; "" = none
   json::object to_json() const;
   static Result<TrialJob> from_json(const SearchSpace& space, const json::object& o);
 };
 
 // The node's half: measures the job's proposal (a fresh launch, as run_study does) and records it as
 // the study's next trial, the row's notes naming the job (key, executor job id from SLURM_JOB_ID
-// when set, node). Returns the stored row. Errors: ledger failures (no row is written, so the
-// controller sees an infrastructure failure), an unknown study.
+// when set, node, and the cards when CUDA_VISIBLE_DEVICES is set). The run's effective settings
+// carry "devices": executor::device_provenance() of the job (host, CUDA_VISIBLE_DEVICES, each
+// visible card's identity from nvidia-smi or why it is unavailable, NCCL_NVLS_ENABLE as the job saw it).
+// Returns the stored row. Errors: ledger failures (no row is written, so the controller sees an
+// infrastructure failure), an unknown study.
 Result<ledger::TrialRow> run_trial_job(ledger::Ledger& ledger, const TrialJob& job, const RunContext& ctx);
 // "(key <key>)": how a trial row's notes name the job that wrote it.
 std::string job_key_marker(const std::string& key);

@@ -10,6 +10,7 @@
 
 #include "compare/measure.h"
 #include "core/status.h"
+#include "executor/executor.h"
 #include "launch/adapter.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
@@ -53,6 +54,9 @@ struct Loop {
   std::function<void(const std::string&)> say;
   const TrialJob* job = nullptr;  // set in a trial job: the row takes the next free index
   std::string job_note;           // appended to the row's notes in a trial job
+  // Where a trial job runs (host, cards and their identity), stored in its run's effective settings
+  // as "devices"; nullopt in the in-process loop.
+  std::optional<executor::DeviceProvenance> devices;
 };
 
 // Loads the study (with the call's budget overrides), its scenarios, strategy, adapter and token counter.

@@ -69,6 +69,25 @@ json::object comparison_json(const ComparisonOutcome& c) {
   }
   return o;
 }
+// Where a trial job ran, from the row's notes ("executor local on HOST cards 0 [identity]"); "" for a
+// trial of the in-process loop.
+std::string ran_on(const Observation& o) {
+  size_t at = o.notes.rfind("executor ");
+  if (at == std::string::npos || (at > 0 && o.notes[at - 1] != '\n')) return "";
+  std::string line = o.notes.substr(at, o.notes.find('\n', at) - at);
+  size_t key = line.rfind(" (key ");
+  return key == std::string::npos ? line : line.substr(0, key);
+}
+
+// The trials' hosts and cards, one line each, when they ran as jobs.
+std::string where_text(const StudyState& st) {
+  std::string s;
+  for (const auto& t : st.trials)
+    if (std::string w = ran_on(t.obs); !w.empty())
+      s += "    #" + std::to_string(t.obs.index + 1) + " " + w + "\n";
+  return s.empty() ? s : "\n  where the trials ran:\n" + s;
+}
+
 }  // namespace
 
 json::object report_json(const StudyState& st, const Revalidation* rv) {
@@ -87,7 +106,8 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
                                   {"metrics", o.metrics},
                                   {"rationale", t.rationale},
                                   {"elapsed_s", t.elapsed_s},
-                                  {"run_id", t.run_id ? json::value(*t.run_id) : json::value(nullptr)}});
+                                  {"run_id", t.run_id ? json::value(*t.run_id) : json::value(nullptr)},
+                                  {"ran_on", ran_on(o)}});
     if (o.stage == "full" && o.feasible && o.objective && (!std::isfinite(best) || *o.objective > best))
       best = *o.objective;
     conv.push_back(json::object{{"trial", o.index}, {"best_so_far", json::number_or_null(best)}});
@@ -286,6 +306,7 @@ std::string report_text(const StudyState& st, const Revalidation* rv) {
       any_inf = true;
       s += "    #" + std::to_string(t.obs.index + 1) + " " + t.obs.status + ": " + t.obs.failure + "\n";
     }
+  s += where_text(st);
   s += best_text(st);
   if (rv) s += comparisons_text(st, *rv) + revalidation_gates_text(*rv);
   return s;

@@ -261,6 +261,7 @@ Result<int64_t> record_measured(Loop& l, compare::Measurement& m, const protocol
                    {"request_set_hash", sw.w->set.set_hash},
                    {"warmup_requests", int64_t(sw.w->warmup.size())},
                    {"request_timeout_s", int64_t(o.request_timeout_s)}};
+  if (l.devices) eff["devices"] = l.devices->to_json();
   m.row.effective_settings = compare::effective_settings(l.mo, std::move(eff));
   tr.metrics_json = json::canonical(metrics_summary(m.metrics));
   tr.objective = m.row.objective;
@@ -349,6 +350,18 @@ namespace plumb::tune {
 
 std::string job_key_marker(const std::string& key) { return "(key " + key + ")"; }
 
+namespace {
+
+// The cards' identities for a row's notes: "NVIDIA H100 80GB HBM3 GPU-..., ..." or why unavailable.
+std::string gpu_identities(const executor::DeviceProvenance& d) {
+  if (!d.unavailable.empty()) return d.unavailable;
+  std::string s;
+  for (const auto& g : d.gpus) s += (s.empty() ? "" : "; ") + g.name + " " + g.uuid + " driver " + g.driver;
+  return s.empty() ? "nvidia-smi listed no card" : s;
+}
+
+}  // namespace
+
 Result<ledger::TrialRow> run_trial_job(ledger::Ledger& ledger, const TrialJob& job, const RunContext& ctx) {
   PLUMB_ASSIGN_OR_RETURN(auto loop, internal::open_loop(ledger, job.study_id, ctx));
   Loop& l = *loop;
@@ -356,8 +369,12 @@ Result<ledger::TrialRow> run_trial_job(ledger::Ledger& ledger, const TrialJob& j
   const char* job_id = std::getenv("SLURM_JOB_ID");
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
+  l.devices = executor::device_provenance();
   l.job_note = "executor " + job.executor + (job_id ? std::string(" job ") + job_id : std::string()) +
-               " on " + host + " " + job_key_marker(job.key);
+               " on " + host +
+               (l.devices->cuda_visible_devices.empty() ? std::string()
+                                                        : " cards " + l.devices->cuda_visible_devices) +
+               " [" + gpu_identities(*l.devices) + "] " + job_key_marker(job.key);
   l.mo.request_timeout = std::chrono::seconds(job.request_timeout_s);
   Proposal p;
   p.config = job.config;

@@ -59,7 +59,8 @@ class CompareTest : public ::testing::Test {
   }
 
   // Writes one run of a registered comparison the way `compare run` does, with a given objective.
-  void add_run(int64_t reg_id, int64_t pair, const std::string& arm, double objective, bool valid = true) {
+  void add_run(int64_t reg_id, int64_t pair, const std::string& arm, double objective, bool valid = true,
+               const std::string& settings = "{}") {
     auto reg = ledger_->get_registration(reg_id);
     ASSERT_TRUE(reg.ok());
     int64_t machine = *ledger_->insert_machine({hex64('a'), "Test CPU", 2, 1 << 30, "none", "none", "Linux"});
@@ -82,7 +83,7 @@ class CompareTest : public ::testing::Test {
     r.engine_config_hash = hex64('c');
     r.model_identity = "synthetic (no model)";
     r.seed = seed;
-    r.effective_settings = "{}";
+    r.effective_settings = settings;
     r.started_at = utc_timestamp_now();
     r.ended_at = utc_timestamp_now();
     r.valid = valid;
@@ -110,6 +111,48 @@ class CompareTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<ledger::Ledger> ledger_;
 };
+
+// What `compare run` stores as "devices" for a run on card `uuid` of `host`.
+std::string on_card(const std::string& host, const std::string& uuid) {
+  return R"({"devices":{"host":")" + host +
+         R"(","cuda_visible_devices":"0","gpus":[{"index":0,"name":"NVIDIA H100 80GB HBM3","uuid":")" + uuid +
+         R"(","max_sm_clock":"1980 MHz","driver":"550.54.15"}],"gpu_identity":"ok","nccl_nvls_enable":"0"}})";
+}
+
+TEST_F(CompareTest, AReadoutOverPairsOnDifferentCardsSaysSoInItsReason) {
+  int64_t id = register_ok(options());
+  Rng rng(3);
+  for (int i = 0; i < 5; ++i) {
+    double a = 100.0 * (1.0 + 0.01 * (2 * rng.uniform() - 1));
+    std::string where = on_card("n1", i < 3 ? "GPU-aaa" : "GPU-bbb");
+    add_run(id, i, "A", a, true, where);
+    add_run(id, i, "B", a * 1.1, true, i == 4 ? on_card("n2", "GPU-ccc") : where);
+  }
+  auto r = readout_comparison(*ledger_, id, /*store=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_NE(r->devices_note.find("runs on different cards or nodes"), std::string::npos) << r->devices_note;
+  EXPECT_NE(r->devices_note.find("pairs 0 1 2 on host n1 cards GPU-aaa"), std::string::npos)
+      << r->devices_note;
+  EXPECT_NE(r->devices_note.find("pairs 3 4 on host n1 cards GPU-bbb"), std::string::npos) << r->devices_note;
+  EXPECT_NE(r->devices_note.find("arms of one pair apart: pairs 4"), std::string::npos) << r->devices_note;
+  EXPECT_NE(r->readout.reason.find(r->devices_note), std::string::npos) << "the stored reason says it";
+  EXPECT_NE(r->row.reason.find("different cards or nodes"), std::string::npos) << r->row.reason;
+  EXPECT_NE(format_readout(*r).find("different cards or nodes"), std::string::npos);
+}
+
+TEST_F(CompareTest, AReadoutOverPairsOnOneCardSaysNothingAboutCards) {
+  int64_t id = register_ok(options());
+  for (int i = 0; i < 5; ++i) {
+    add_run(id, i, "A", 100.0 + i, true, on_card("n1", "GPU-aaa"));
+    add_run(id, i, "B", 110.0 + i, true, on_card("n1", "GPU-aaa"));
+  }
+  auto r = readout_comparison(*ledger_, id, /*store=*/false);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->devices_note, "");
+  EXPECT_EQ(r->readout.reason.find("cards"), std::string::npos) << r->readout.reason;
+  EXPECT_EQ(devices_of_run(on_card("n1", "GPU-aaa")), "host n1 cards GPU-aaa");
+  EXPECT_EQ(devices_of_run("{}"), "");
+}
 
 TEST_F(CompareTest, RegisterStoresHashedArmsSeedsAndRule) {
   int64_t id = register_ok(options());

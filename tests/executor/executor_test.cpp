@@ -59,6 +59,7 @@ TEST(SbatchScript, CarriesEverySettingAndTheQuotedCommand) {
             "#SBATCH --qos=high\n"
             "#SBATCH --constraint=h100\n"
             "#SBATCH --exclusive\n"
+            "export NCCL_NVLS_ENABLE='0'\n"
             "export PLUMB_X='a b'\n"
             "exec '/opt/plumb/bin/plumb' 'tune' '--run-trial' '/shared/work/s3-j0-a0.json' 'it'\\''s'\n");
 }

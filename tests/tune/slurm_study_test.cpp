@@ -384,6 +384,136 @@ TEST_F(LocalJobsStudyTest, AKilledJobIsRetriedUpToTheBoundThenTheStudyStopsResum
   EXPECT_EQ((*l)->trials_for(1)->size(), 1u) << log("resume.log");
 }
 
+// --gpus 0,1 --gpus-per-trial 1: two slots, so both trials are in flight at once, each job with its
+// own CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0, and each run records where it ran (the cards need
+// not exist: the synthetic engine ignores them; nvidia-smi is absent here, which is recorded as such).
+TEST_F(LocalJobsStudyTest, GpuSlotsRunOneTrialPerCardAtOnceAndRecordTheCards) {
+  auto argv = local_argv(2, 1, 0);
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == "--max-parallel-trials") argv.erase(argv.begin() + long(i), argv.begin() + long(i) + 2);
+  argv.insert(argv.end(), {"--gpus", "0,1", "--gpus-per-trial", "1"});
+  auto p = start(argv, "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int rc = finish(*p, 300);
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  EXPECT_NE(log("tune.log").find("2 GPU slot(s): 0 | 1; up to 2 trial job(s) at once"), std::string::npos)
+      << log("tune.log");
+  // Both jobs were submitted before either finished: they ran at once, on different cards.
+  auto j = journal(journal_path());
+  ASSERT_GE(j.size(), 4u) << log("tune.log");
+  EXPECT_EQ(json::string_at(j[0], "event").value_or(""), "submitted");
+  EXPECT_EQ(json::string_at(j[1], "event").value_or(""), "submitted");
+  std::set<std::string> cards;
+  for (const auto& e : events(j, "submitted"))
+    cards.insert(json::string_at(e.at("spec").as_object(), "gpus").value_or(""));
+  EXPECT_EQ(cards, (std::set<std::string>{"0", "1"}));
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  std::set<std::string> seen;
+  for (const auto& r : *rows) {
+    ASSERT_TRUE(r.run_id.has_value()) << r.notes << " " << r.failure;
+    auto t = (*l)->row("runs", *r.run_id);
+    ASSERT_TRUE(t.ok());
+    std::string settings;
+    for (size_t c = 0; c < t->columns.size(); ++c)
+      if (t->columns[c] == "effective_settings") settings = t->rows[0][c].s;
+    auto o = json::parse_object(settings);
+    ASSERT_TRUE(o.ok()) << settings;
+    ASSERT_TRUE(o->contains("devices")) << settings;
+    const auto& d = o->at("devices").as_object();
+    std::string vis = json::string_at(d, "cuda_visible_devices").value_or("");
+    seen.insert(vis);
+    EXPECT_NE(r.notes.find("cards " + vis + " ["), std::string::npos) << r.notes;
+    EXPECT_EQ(json::string_at(d, "nccl_nvls_enable").value_or(""), "0") << settings;
+    EXPECT_FALSE(json::string_at(d, "host").value_or("").empty()) << settings;
+    std::string id = json::string_at(d, "gpu_identity").value_or("");
+    EXPECT_TRUE(id == "ok" || id.rfind("gpu identity unavailable: ", 0) == 0) << id;
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"0", "1"}));
+  // The study report says where each trial ran.
+  auto rep = run_capture({PLUMB_BINARY, "tune", "--report", "1", "--ledger", dir_ + "/plumb.db"});
+  ASSERT_TRUE(rep.ok());
+  EXPECT_NE(rep->out.find("where the trials ran:"), std::string::npos) << rep->out;
+  EXPECT_NE(rep->out.find(" cards 0 ["), std::string::npos) << rep->out;
+  EXPECT_NE(rep->out.find(" cards 1 ["), std::string::npos) << rep->out;
+}
+
+TEST_F(LocalJobsStudyTest, GpuFlagsThatCannotWorkAreRefusedBeforeAnythingRuns) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Case& c : {Case{{"--gpus", "0,0"}, "lists card 0 twice"},
+                        Case{{"--gpus", "0,1,2", "--gpus-per-trial", "2"}, "does not divide the 3 cards"},
+                        Case{{"--gpus-per-trial", "2"}, "--gpus-per-trial needs --gpus"},
+                        Case{{"--gpus", "0,1", "--executor", "slurm"}, "use --slurm-gpus"}}) {
+    auto argv = local_argv(1, 1, 0);
+    for (size_t i = 0; i + 1 < c.flags.size(); ++i)
+      if (c.flags[i] == "--executor")
+        for (size_t k = 0; k + 1 < argv.size(); ++k)
+          if (argv[k] == "--executor") argv[k + 1] = c.flags[i + 1];
+    for (size_t i = 0; i < c.flags.size(); ++i) {
+      if (c.flags[i] == "--executor") {
+        ++i;
+        continue;
+      }
+      argv.push_back(c.flags[i]);
+    }
+    auto p = start(argv, "refused.log");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(finish(*p, 60), 2) << log("refused.log");
+    EXPECT_NE(log("refused.log").find(c.says), std::string::npos) << log("refused.log");
+    auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE((*l)->trials_for(1).ok() ? (*l)->trials_for(1)->empty() : true) << "nothing ran";
+  }
+}
+
+// `plumb compare run --gpus`: the whole comparison is one local job on the first slot's cards, and
+// every run records where it ran.
+TEST_F(LocalJobsStudyTest, AComparisonWithGpusRunsAsOneJobOnOneSlotAndRecordsItsCards) {
+  for (const auto& [name, ttft] : {std::pair{"a", "20.0"}, std::pair{"b", "30.0"}})
+    std::ofstream(dir_ + "/" + name + ".toml")
+        << "adapter = \"plumb\"\n[params]\nengine = \"synthetic\"\nttft_ms = " << ttft
+        << "\nitl_ms = 3.0\nthreads = 1\n";
+  std::string db = dir_ + "/plumb.db";
+  auto reg =
+      run_capture({PLUMB_BINARY, "compare", "register", "--a", dir_ + "/a.toml", "--b", dir_ + "/b.toml",
+                   "--scenario", "A", "--size", "small", "--pairs", "5", "--ledger", db});
+  ASSERT_TRUE(reg.ok() && reg->exit.exited && reg->exit.exit_code == 0);
+  auto p = start({PLUMB_BINARY, "compare", "run", "1", "--gpus", "2,3", "--ledger", db, "--work-dir", dir_,
+                  "--poll-interval", "0.5"},
+                 "tune.log");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 400), 0) << log("tune.log");
+  std::string text = log("tune.log");
+  EXPECT_NE(text.find("one comparison holds one slot"), std::string::npos) << text;
+  EXPECT_NE(text.find(") on cards 2"), std::string::npos) << text;
+  auto l = ledger::Ledger::open(db);
+  ASSERT_TRUE(l.ok());
+  auto runs = (*l)->comparison_runs(1);
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 10u) << text;
+  for (const auto& r : *runs) {
+    auto t = (*l)->row("runs", r.id);
+    ASSERT_TRUE(t.ok());
+    std::string settings;
+    for (size_t c = 0; c < t->columns.size(); ++c)
+      if (t->columns[c] == "effective_settings") settings = t->rows[0][c].s;
+    auto o = json::parse_object(settings);
+    ASSERT_TRUE(o.ok() && o->contains("devices")) << settings;
+    const auto& d = o->at("devices").as_object();
+    EXPECT_EQ(json::string_at(d, "cuda_visible_devices").value_or(""), "2") << settings;
+    EXPECT_EQ(json::string_at(d, "nccl_nvls_enable").value_or(""), "0") << settings;
+  }
+  auto ro = run_capture({PLUMB_BINARY, "compare", "readout", "1", "--ledger", db});
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->out.find("different cards or nodes"), std::string::npos) << "one slot: " << ro->out;
+}
+
 // `plumb compare run --executor slurm`: the whole comparison is one batch job (every pair on one
 // node); a job cancelled after some pairs ran is retried on the same node and completes the rest.
 TEST_F(SlurmStudyTest, AComparisonRunsAsOneJobAndACancelledOneFinishesOnTheSameNode) {
