@@ -1,6 +1,6 @@
-// The executor flags that `plumb tune` and `plumb compare run` share (docs/cluster.md): --executor,
-// the [slurm] settings file and flags, retries and the poll interval; and what the jobs need to know
-// about the ledger.
+// The executor flags that `plumb tune`, `plumb compare run`, `plumb evaluate` and `plumb kernels search`
+// share (docs/cluster.md): --executor, the [slurm] settings file and flags, retries and the poll interval;
+// and what the jobs need to know about the ledger.
 #pragma once
 
 #include <CLI/CLI.hpp>
