@@ -32,6 +32,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "executor/job_test_util.h"
 #include "ledger/ledger.h"
 #include "ledger/ledger_fixture.h"
 
@@ -40,32 +41,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<json::object> journal_events(const std::string& path, const std::string& event) {
-  std::vector<json::object> out;
-  std::ifstream f(path);
-  for (std::string line; std::getline(f, line);) {
-    auto o = json::parse_object(line);
-    if (o.ok() && json::string_at(*o, "event").value_or("") == event) out.push_back(*o);
-  }
-  return out;
-}
+using testing::journal_events;
 
 class EvaluateJob : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
-    dir_ =
-        (fs::path(::testing::TempDir()) / ("plumb_evaljob_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-            .lexically_normal()
-            .string();
-    fs::remove_all(dir_);
+    dir_ = testing::fresh_test_dir("plumb_evaljob");
     fs::create_directories(dir_ + "/work");
   }
   void TearDown() override {
-    if (!conf_.empty())
-      for (const auto& o : journal_events(journal(), "submitted"))
-        run_capture({"env", "SLURM_CONF=" + conf_, "scancel", json::string_at(o, "job_id").value_or("")});
+    testing::cancel_submitted(conf_, journal());
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
   }
 
@@ -273,11 +259,8 @@ TEST_F(EvaluateJob, BadInputIsRefusedBeforeAnyJobIsSubmitted) {
 }
 
 TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgres) {
-  const char* conf = std::getenv("PLUMB_TEST_SLURM");
-  if (!conf || !*conf)
-    GTEST_SKIP() << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
-                    "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
-  conf_ = conf;
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
   ledger::testing::PostgresDatabase pg;
   std::string url = pg.url().empty() ? dir_ + "/plumb.db" : pg.url();
   if (pg.url().empty()) std::printf("note: %s; the ledger is a SQLite file\n", pg.skip_reason().c_str());

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "executor/executor.h"
+#include "executor/job_test_util.h"
 
 namespace plumb::executor {
 namespace {
@@ -20,19 +21,10 @@ namespace fs = std::filesystem;
 class SlurmExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* conf = std::getenv("PLUMB_TEST_SLURM");
-    if (!conf || !*conf)
-      GTEST_SKIP()
-          << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
-             "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
-    ::setenv("SLURM_CONF", conf, 1);  // what the Slurm clients read
-    dir_ =
-        (fs::path(::testing::TempDir()) / ("plumb_slurm_exec_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-            .lexically_normal()
-            .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    std::string conf = testing::test_slurm_conf();
+    if (conf.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+    ::setenv("SLURM_CONF", conf.c_str(), 1);  // what the Slurm clients read
+    dir_ = testing::fresh_test_dir("plumb_slurm_exec");
     e_ = make_slurm_executor(SlurmSettings{});
   }
   void TearDown() override {

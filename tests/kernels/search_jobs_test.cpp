@@ -26,21 +26,14 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "executor/job_test_util.h"
 
 namespace plumb {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<json::object> journal_events(const std::string& path, const std::string& event) {
-  std::vector<json::object> out;
-  std::ifstream f(path);
-  for (std::string line; std::getline(f, line);) {
-    auto o = json::parse_object(line);
-    if (o.ok() && json::string_at(*o, "event").value_or("") == event) out.push_back(*o);
-  }
-  return out;
-}
+using testing::journal_events;
 
 // How a job's end is read (cli/job_outcome.h): the signal from either executor's detail, nothing from
 // an exit code or a reason, and Slurm's BOOT_FAIL as a node that never ran the job.
@@ -80,13 +73,7 @@ class SearchJobs : public ::testing::Test {
   void SetUp() override {
     if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
     ASSERT_FALSE(tasks_.empty()) << "plumb kernels tasks failed on the shipped model";
-    dir_ =
-        (fs::path(::testing::TempDir()) / ("plumb_searchjobs_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-            .lexically_normal()
-            .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::fresh_test_dir("plumb_searchjobs");
     std::string cxx = dir_ + "/slow-cxx.sh";
     ASSERT_TRUE(
         write_file_atomic(cxx, "#!/bin/sh\nsleep 2\nkill -0 $PPID 2>/dev/null || exit 1\nexec g++ \"$@\"\n")
@@ -94,9 +81,7 @@ class SearchJobs : public ::testing::Test {
     ::chmod(cxx.c_str(), 0755);
   }
   void TearDown() override {
-    if (!conf_.empty())
-      for (const auto& o : journal_events(journal(), "submitted"))
-        run_capture({"env", "SLURM_CONF=" + conf_, "scancel", json::string_at(o, "job_id").value_or("")});
+    testing::cancel_submitted(conf_, journal());
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
   }
   std::vector<std::string> argv(const std::string& executor, int candidates, int retries, bool slow) {
@@ -240,11 +225,8 @@ TEST_F(SearchJobs, AJobThatCrashesIsACrashVerdictForItsCandidateNotRetried) {
 }
 
 TEST_F(SearchJobs, ASlurmJobCancelledWithScancelIsRetried) {
-  const char* conf = std::getenv("PLUMB_TEST_SLURM");
-  if (!conf || !*conf)
-    GTEST_SKIP() << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
-                    "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
-  conf_ = conf;
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
   auto args = argv("slurm", 1, 1, true);
   args.insert(args.end(), {"--slurm-time", "10"});
   auto p = start(args);

@@ -22,6 +22,7 @@
 
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "executor/job_test_util.h"
 #include "ledger/ledger.h"
 #include "ledger/ledger_fixture.h"
 #include "tune/study.h"
@@ -32,16 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The study's job journal, one decoded line each.
-std::vector<json::object> journal(const std::string& path) {
-  std::vector<json::object> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    auto o = json::parse_object(line);
-    if (o.ok()) out.push_back(*o);
-  }
-  return out;
-}
+std::vector<json::object> journal(const std::string& path) { return testing::journal_events(path); }
 
 std::vector<json::object> events(const std::vector<json::object>& j, const std::string& event) {
   std::vector<json::object> out;
@@ -53,21 +45,14 @@ std::vector<json::object> events(const std::vector<json::object>& j, const std::
 class SlurmStudyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* conf = std::getenv("PLUMB_TEST_SLURM");
-    if (!conf || !*conf)
-      GTEST_SKIP()
-          << "PLUMB_TEST_SLURM is not set, so there is no Slurm cluster to submit to "
-             "(scripts/test.sh starts a throwaway one with scripts/slurm_test_cluster.sh and sets it)";
+    conf_ = testing::test_slurm_conf();
+    if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
     if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
-    conf_ = conf;
-    dir_ =
-        (fs::path(::testing::TempDir()) / ("plumb_slurm_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-            .lexically_normal()
-            .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    // Two grid points of the synthetic engine: a D-small run lasts ~6.5 s.
+    dir_ = testing::fresh_test_dir("plumb_slurm");
+    write_space();
+  }
+  // Two grid points of the synthetic engine: a D-small run lasts ~6.5 s.
+  void write_space() {
     std::ofstream(dir_ + "/space.toml") << R"(name = "synthetic"
 adapter = "plumb"
 [fixed]
@@ -83,7 +68,7 @@ values = [20.0, 40.0]
   }
   void TearDown() override {
     if (dir_.empty()) return;
-    for (const auto& id : submitted_ids()) run_capture({"env", "SLURM_CONF=" + conf_, "scancel", id});
+    testing::cancel_submitted(conf_, journal_path());
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
   }
   // The ledger: PostgreSQL when the test server is there, else a SQLite file in the work directory.
@@ -145,12 +130,7 @@ values = [20.0, 40.0]
     return std::string(std::istreambuf_iterator<char>(f), {});
   }
   std::string journal_path() const { return dir_ + "/study-1.jobs.jsonl"; }
-  std::vector<std::string> submitted_ids() {
-    std::vector<std::string> ids;
-    for (const auto& o : events(journal(journal_path()), "submitted"))
-      ids.push_back(json::string_at(o, "job_id").value_or(""));
-    return ids;
-  }
+  std::vector<std::string> submitted_ids() { return testing::submitted_job_ids(journal_path()); }
   // Waits until the journal has n submitted jobs; their ids.
   std::vector<std::string> wait_submitted(size_t n) {
     for (int i = 0; i < 600; ++i) {
@@ -296,25 +276,8 @@ class LocalJobsStudyTest : public SlurmStudyTest {
  protected:
   void SetUp() override {
     if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
-    dir_ =
-        (fs::path(::testing::TempDir()) / ("plumb_localjobs_" + std::to_string(::getpid()) + "_" +
-                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-            .lexically_normal()
-            .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ + "/space.toml") << R"(name = "synthetic"
-adapter = "plumb"
-[fixed]
-engine = "synthetic"
-itl_ms = 3.0
-threads = 1
-distribution = "constant"
-[[param]]
-name = "ttft_ms"
-type = "float"
-values = [20.0, 40.0]
-)";
+    dir_ = testing::fresh_test_dir("plumb_localjobs");
+    write_space();
   }
   void TearDown() override {
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
