@@ -43,16 +43,12 @@ namespace fs = std::filesystem;
 
 using testing::journal_events;
 
-class EvaluateJob : public ::testing::Test {
+class EvaluateJob : public testing::ControllerTest {
  protected:
   void SetUp() override {
     if (!fs::exists(PLUMB_BINARY)) GTEST_SKIP() << "plumb binary not built: " << PLUMB_BINARY;
     dir_ = testing::fresh_test_dir("plumb_evaljob");
     fs::create_directories(dir_ + "/work");
-  }
-  void TearDown() override {
-    testing::cancel_submitted(conf_, journal());
-    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
   }
 
   std::string script(const std::string& name, const std::string& body, bool executable = true) {
@@ -93,38 +89,7 @@ class EvaluateJob : public ::testing::Test {
             "--poll-interval",
             "0.3"};
   }
-  Result<Subprocess> start(const std::vector<std::string>& args) {
-    SpawnOptions so;
-    so.argv = args;
-    if (!conf_.empty()) so.env["SLURM_CONF"] = conf_;
-    so.stdout_path = dir_ + "/controller.log";
-    so.stderr_path = "=stdout";
-    return Subprocess::spawn(so);
-  }
-  int finish(Subprocess& p, int s) {
-    auto e = p.wait_for(std::chrono::seconds(s));
-    if (!e) {
-      p.stop();
-      ADD_FAILURE() << "the controller did not finish within " << s << " s:\n" << log();
-      return -1;
-    }
-    return e->exited ? e->exit_code : -1;
-  }
-  std::string log() {
-    auto t = read_file(dir_ + "/controller.log");
-    return t.ok() ? *t : "";
-  }
-  std::string journal() const { return dir_ + "/work/evaluate.jobs.jsonl"; }
-  // Waits until the journal has n submitted jobs; the id of the last.
-  std::string wait_submitted(size_t n) {
-    for (int i = 0; i < 600; ++i) {
-      auto sub = journal_events(journal(), "submitted");
-      if (sub.size() >= n) return json::string_at(sub.back(), "job_id").value_or("");
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
-    return "";
-  }
+  std::string journal() const override { return dir_ + "/work/evaluate.jobs.jsonl"; }
   // The evaluation the controller wrote to --json.
   json::object result() {
     auto v = json::parse_file(dir_ + "/ev.json");
@@ -139,8 +104,6 @@ class EvaluateJob : public ::testing::Test {
     EXPECT_GT(e.at("score").as_double(), 0);
     ASSERT_EQ(e.at("scenarios").as_array().size(), 1u);
   }
-
-  std::string dir_, conf_;
 };
 
 TEST_F(EvaluateJob, ALocalJobsEvaluationIsReadBackAndItsRunsAreInTheLedger) {

@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/file.h"
 #include "core/json.h"
+#include "core/status.h"
 #include "core/subprocess.h"
 
 namespace plumb::testing {
@@ -66,5 +70,51 @@ inline void cancel_submitted(const std::string& slurm_conf, const std::string& j
   for (const auto& id : submitted_job_ids(journal))
     run_capture({"env", "SLURM_CONF=" + slurm_conf, "scancel", id});
 }
+
+// A fixture for a plumb command run as a job controller: its output goes to dir_/controller.log,
+// SLURM_CONF is set for it when conf_ is, and at the end every Slurm job its journal() names is
+// cancelled and dir_ removed (kept when the test failed). Subclasses set dir_ (and conf_ for a
+// cluster) in SetUp and say where the journal is.
+class ControllerTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    cancel_submitted(conf_, journal());
+    if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
+  }
+  virtual std::string journal() const = 0;
+  Result<Subprocess> start(const std::vector<std::string>& args) {
+    SpawnOptions so;
+    so.argv = args;
+    if (!conf_.empty()) so.env["SLURM_CONF"] = conf_;
+    so.stdout_path = dir_ + "/controller.log";
+    so.stderr_path = "=stdout";
+    return Subprocess::spawn(so);
+  }
+  // The controller's exit code once it ends within `seconds`; -1 (a failure, with its log) if not.
+  int finish(Subprocess& p, int seconds) {
+    auto e = p.wait_for(std::chrono::seconds(seconds));
+    if (!e) {
+      p.stop();
+      ADD_FAILURE() << "the controller did not finish within " << seconds << " s:\n" << log();
+      return -1;
+    }
+    return e->exited ? e->exit_code : -1;
+  }
+  std::string log() const {
+    auto t = read_file(dir_ + "/controller.log");
+    return t.ok() ? *t : "";
+  }
+  // Waits until the journal has n submitted jobs; the id of the last.
+  std::string wait_submitted(size_t n) {
+    for (int i = 0; i < 600; ++i) {
+      auto sub = journal_events(journal(), "submitted");
+      if (sub.size() >= n) return json::string_at(sub.back(), "job_id").value_or("");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
+    return "";
+  }
+  std::string dir_, conf_;
+};
 
 }  // namespace plumb::testing

@@ -55,7 +55,7 @@ TEST(JobOutcome, TheSignalThatEndedAJob) {
   EXPECT_FALSE(cli::node_never_ran(status("", "FAILED")));
 }
 
-class SearchJobs : public ::testing::Test {
+class SearchJobs : public testing::ControllerTest {
  protected:
   static void SetUpTestSuite() {
     if (!fs::exists(PLUMB_BINARY)) return;
@@ -80,10 +80,6 @@ class SearchJobs : public ::testing::Test {
             .ok());
     ::chmod(cxx.c_str(), 0755);
   }
-  void TearDown() override {
-    testing::cancel_submitted(conf_, journal());
-    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
-  }
   std::vector<std::string> argv(const std::string& executor, int candidates, int retries, bool slow) {
     std::vector<std::string> v = {PLUMB_BINARY,
                                   "kernels",
@@ -105,37 +101,7 @@ class SearchJobs : public ::testing::Test {
     if (slow) v.insert(v.end(), {"--cxx", dir_ + "/slow-cxx.sh", "--no-timing"});
     return v;
   }
-  Result<Subprocess> start(const std::vector<std::string>& args) {
-    SpawnOptions so;
-    so.argv = args;
-    if (!conf_.empty()) so.env["SLURM_CONF"] = conf_;
-    so.stdout_path = dir_ + "/controller.log";
-    so.stderr_path = "=stdout";
-    return Subprocess::spawn(so);
-  }
-  int finish(Subprocess& p, int s) {
-    auto e = p.wait_for(std::chrono::seconds(s));
-    if (!e) {
-      p.stop();
-      ADD_FAILURE() << "the search did not finish within " << s << " s:\n" << log();
-      return -1;
-    }
-    return e->exited ? e->exit_code : -1;
-  }
-  std::string log() {
-    auto t = read_file(dir_ + "/controller.log");
-    return t.ok() ? *t : "";
-  }
-  std::string journal() const { return dir_ + "/s/jobs/screen.jobs.jsonl"; }
-  std::string wait_submitted(size_t n) {
-    for (int i = 0; i < 600; ++i) {
-      auto sub = journal_events(journal(), "submitted");
-      if (sub.size() >= n) return json::string_at(sub.back(), "job_id").value_or("");
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
-    return "";
-  }
+  std::string journal() const override { return dir_ + "/s/jobs/screen.jobs.jsonl"; }
   // search.json's candidates.
   json::array candidates() {
     auto v = json::parse_file(dir_ + "/s/search.json");
@@ -144,7 +110,6 @@ class SearchJobs : public ::testing::Test {
   }
 
   static std::string tasks_;
-  std::string dir_, conf_;
 };
 std::string SearchJobs::tasks_;
 
