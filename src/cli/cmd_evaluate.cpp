@@ -607,7 +607,9 @@ void setup_evaluate(CLI::App& root) {
                 "write each measured run of the submission as InferenceBench's metrics JSON, "
                 "DIR/<scenario>_seed<seed>.json (docs/inferencebench.md)");
   c->add_flag("--quiet", args->quiet, "no progress lines");
-  add_executor_flags(c, args->exec, "submission's evaluation (all of it, on one node)");
+  add_executor_flags(c, args->exec, "submission's evaluation (all of it, on one node)",
+                     "given, the evaluation runs as a child job on this machine, with the journal and "
+                     "retries of slurm; without --executor, in this process");
   c->callback([c, args] {
     // Without --executor the evaluation runs in this process, as it always did; with it (local or
     // slurm), as a job whose evaluation is read back from the work directory.

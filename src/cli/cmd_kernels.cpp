@@ -582,7 +582,9 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
       ->capture_default_str();
   se->add_flag("--json", a->json, "print search.json");
   add_screen_flags(se);
-  add_executor_flags(se, a->exec, "candidate's screening");
+  add_executor_flags(se, a->exec, "candidate's screening",
+                     "given, each screening runs as a child job on this machine, with the journal and "
+                     "retries of slurm; without --executor, in this process");
   se->add_option("--max-parallel-jobs", a->max_parallel_jobs,
                  "screening jobs in flight at once (with --executor)")
       ->capture_default_str()

@@ -1,15 +1,15 @@
-// The executor flags shared by plumb tune and plumb compare run.
+// The executor flags shared by plumb tune, compare run, evaluate and kernels search.
 #include "cli/executor_flags.h"
 
 #include <filesystem>
 
 namespace plumb::cli {
 
-void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what) {
+void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what, const std::string& local) {
   const char* g = "Executor (where the work runs; docs/cluster.md)";
   c->add_option(
        "--executor", a.kind,
-       "local: on this machine; slurm: each " + what +
+       "local: " + local + "; slurm: each " + what +
            " is a Slurm batch job that launches its engines on its node and writes to the shared --ledger")
       ->check(CLI::IsMember({"local", "slurm"}))
       ->capture_default_str()

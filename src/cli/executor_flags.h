@@ -24,7 +24,9 @@ struct ExecutorArgs {
 };
 
 // Adds the flags to `c` in their own help group; `what` names a job in the help ("trial").
-void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what);
+// `local` says what --executor local does for this command (the default: "on this machine").
+void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what,
+                        const std::string& local = "on this machine");
 
 // The executor of the flags: the settings file first, the flags given beside it on top.
 // InvalidArgument naming the file and key, or the flag, for a bad setting.

@@ -298,13 +298,11 @@ std::optional<ApiError> parse_stop_token_ids(const json::object& o, int32_t voca
     return bad_request("stop_token_ids holds " + std::to_string(a.size()) + " ids; at most " +
                            std::to_string(kMaxStopTokenIds) + " are accepted",
                        field);
+  // An integer past INT64_MAX parses as uint64: past the vocabulary anyway, so refused with the rest.
   for (const auto& v : a) {
-    int64_t id = v.is_int64()    ? v.as_int64()
-                 : v.is_uint64() ? int64_t(std::min<uint64_t>(v.as_uint64(), INT64_MAX))
-                                 : -1;
-    if (!(v.is_int64() || v.is_uint64()) || id < 0 || id >= vocab)
+    if (!v.is_int64() || v.as_int64() < 0 || v.as_int64() >= vocab)
       return bad_request("stop_token_ids must be token ids in [0, " + std::to_string(vocab) + ")", field);
-    out.push_back(int32_t(id));
+    out.push_back(int32_t(v.as_int64()));
   }
   return std::nullopt;
 }
