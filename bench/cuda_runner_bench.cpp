@@ -2,14 +2,19 @@
 // on the device beside the copy-bandwidth and GEMM-peak probes and computes the ratios).
 //
 //   cuda_runner_bench CONFIG_JSON [--prompt 1024] [--steps 32] [--batches 1,8,64] [--prefill 8192]
-//                     [--graphs 1] [--short 1]
+//                     [--graphs 1] [--short 1] [--profile 0]
 //
 // Prints one JSON object per measure on stdout: batch-B decode (B sequences of `prompt` tokens
 // each, then `steps` timed steps of one token per sequence: median, min, max step time) and the
 // prefill of `prefill` tokens as one sequence in one step (median of 3 after a warm-up). A step's
-// time is forward() from call to return: it ends with the logits on the host (monotonic clock).
+// time is forward() from call to return: it ends with the logits on the host (monotonic clock). Each
+// decode measure times steps/2 steps each way: with the logits rows copied to the host, with no
+// logits, and greedy (forward_greedy: the argmax on the device, only the ids copied back).
 // --graphs 0 launches every kernel one by one (CudaRunnerOptions::cuda_graphs off); --short 0 skips
-// the same batches at a 16-token prompt.
+// the same batches at a 16-token prompt. --profile 1 brackets one timed step of each measure (the
+// first decode step with logits of each batch, the second prefill) with cudaProfilerStart/Stop, so
+// that `ncu --profile-from-start off` times the kernels of exactly those steps
+// (bench/cuda_profile.py splits them per step and per op).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +22,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <cuda_profiler_api.h>
 
 #include "engine/cuda/cuda_runner.h"
 #include "engine/model.h"
@@ -38,10 +45,11 @@ struct Seq {
 };
 
 bool step(scheduler::ModelRunner& r, std::vector<Seq>& seqs, std::vector<float>& logits,
-          StepSeq::Logits want = StepSeq::Logits::kLast) {
+          StepSeq::Logits want = StepSeq::Logits::kLast, bool greedy = false) {
   std::vector<StepSeq> batch;
-  for (Seq& s : seqs) batch.push_back({s.tokens, s.start_pos, s.table, want});
-  const Status st = r.forward(batch, logits);
+  for (Seq& s : seqs) batch.push_back({s.tokens, s.start_pos, s.table, want, greedy});
+  std::vector<int32_t> ids;
+  const Status st = greedy ? r.forward_greedy(batch, logits, ids) : r.forward(batch, logits);
   if (!st.ok()) {
     std::fprintf(stderr, "forward: %s\n", st.to_string().c_str());
     return false;
@@ -64,7 +72,7 @@ int main(int argc, char** argv) {
         "usage: cuda_runner_bench CONFIG_JSON [--prompt N] [--steps N] [--batches 1,8,64] [--prefill N]\n");
     return 2;
   }
-  int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1;
+  int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1, profile = 0;
   std::vector<int> batches{1, 8, 64};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -73,6 +81,7 @@ int main(int argc, char** argv) {
     if (k == "--prefill") prefill = std::stoi(v);
     if (k == "--graphs") graphs = std::stoi(v);
     if (k == "--short") short_ctx = std::stoi(v);
+    if (k == "--profile") profile = std::stoi(v);
     if (k == "--batches") {
       batches.clear();
       for (size_t p = 0; p < v.size();) {
@@ -99,7 +108,7 @@ int main(int argc, char** argv) {
   scheduler::ModelRunner& r = **runner;
   const int bs = 16;
   const int max_b = *std::max_element(batches.begin(), batches.end());
-  const int per_seq_blocks = (prompt + steps + 8 + bs - 1) / bs;
+  const int per_seq_blocks = (prompt + 2 * steps + 8 + bs - 1) / bs;
   const int prefill_blocks = (prefill + bs - 1) / bs;
   const int num_blocks = std::max(max_b * per_seq_blocks, prefill_blocks) + 1;
   if (Status st = r.init_kv(num_blocks, bs); !st.ok())
@@ -129,21 +138,25 @@ int main(int argc, char** argv) {
     for (int w = 0; w < 3; ++w) {
       if (!step(r, seqs, logits)) return false;
     }
-    std::vector<double> t[2];
-    for (int pass = 0; pass < 2; ++pass) {
+    std::vector<double> t[3];
+    for (int pass = 0; pass < 3; ++pass) {  // logits to the host; no logits; greedy ids on the device
       for (int i = 0; i < steps / 2; ++i) {
+        const bool prof = profile != 0 && pass == 0 && i == 0;
+        if (prof) cudaProfilerStart();
         const double a = now_ms();
-        if (!step(r, seqs, logits, pass == 0 ? StepSeq::Logits::kLast : StepSeq::Logits::kNone)) return false;
+        if (!step(r, seqs, logits, pass == 1 ? StepSeq::Logits::kNone : StepSeq::Logits::kLast, pass == 2))
+          return false;
         t[pass].push_back(now_ms() - a);
+        if (prof) cudaProfilerStop();
         for (size_t s = 0; s < seqs.size(); ++s) seqs[s].tokens = {int32_t((i * 31 + int(s)) % V)};
       }
     }
     std::printf(
         "{\"measure\":\"decode\",\"graphs\":%d,\"batch\":%d,\"context\":%d,\"steps\":%d,\"median_ms\":%.4f,"
         "\"min_ms\":%.4f,"
-        "\"max_ms\":%.4f,\"no_logits_median_ms\":%.4f}\n",
+        "\"max_ms\":%.4f,\"no_logits_median_ms\":%.4f,\"greedy_median_ms\":%.4f}\n",
         graphs, B, len + 3 + steps / 2, steps, median(t[0]), *std::min_element(t[0].begin(), t[0].end()),
-        *std::max_element(t[0].begin(), t[0].end()), median(t[1]));
+        *std::max_element(t[0].begin(), t[0].end()), median(t[1]), median(t[2]));
     std::fflush(stdout);
     return true;
   };
@@ -160,8 +173,10 @@ int main(int argc, char** argv) {
       std::vector<Seq> one(1);
       for (int i = 0; i < prefill; ++i) one[0].tokens.push_back(int32_t((i * 104729 + rep) % V));
       for (int b = 0; b < prefill_blocks; ++b) one[0].table.push_back(b);
+      if (profile != 0 && rep == 1) cudaProfilerStart();
       const double a = now_ms();
       if (!step(r, one, logits)) return 1;
+      if (profile != 0 && rep == 1) cudaProfilerStop();
       if (rep > 0) t.push_back(now_ms() - a);  // the first is the warm-up
     }
     std::printf(

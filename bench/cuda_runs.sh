@@ -62,7 +62,8 @@ for r in get("decode"):
     roof_nl = (w_bytes - 2 * V * d + b * ctx * kv_tok) / bw * 1e3   # a step with no logits skips lm_head
     print(f"decode graphs {r.get('graphs', 0)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
           f"roofline {roof:.3f} ms, ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; no logits "
-          f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f})")
+          f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f}); "
+          f"greedy on the device {r['greedy_median_ms']:.3f} ms (ratio {r['greedy_median_ms']/roof:.3f})")
 for r in get("prefill"):
     T, t = r["tokens"], r["median_ms"] / 1e3
     gemm = 2 * (lin * T + V * d)                      # linear layers over T rows + lm_head for the last row

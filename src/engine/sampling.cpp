@@ -174,6 +174,18 @@ void Sampler::process(std::span<const float> logits) {
   }
 }
 
+Result<SampledToken> Sampler::take(int32_t id) {
+  if (id < 0) {
+    return corrupt(std::string(kNonFinite) + "the model's logit for token " +
+                   std::to_string(-1 - int64_t(id)) +
+                   " is not finite; the weights may hold NaN or Inf (check them with --check-weights)");
+  }
+  generated_++;  // greedy_only(): no penalty counts to keep
+  SampledToken t;
+  t.id = id;
+  return t;
+}
+
 Result<SampledToken> Sampler::sample(std::span<const float> logits) {
   if (int64_t bad = first_nonfinite(logits); bad >= 0) {
     return corrupt(std::string(kNonFinite) + "the model's logit for token " + std::to_string(bad) + " is " +

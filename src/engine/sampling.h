@@ -88,6 +88,14 @@ class Sampler {
   // and min_tokens see it from the next call on). Corrupt when the row is not finite (see above);
   // the sampler is then unchanged.
   Result<SampledToken> sample(std::span<const float> logits);
+  // Whether sample() is a plain argmax of the raw row (temperature 0, no logprobs, no logit
+  // processing): then a runner may take the argmax on the device (scheduler::ModelRunner::
+  // forward_greedy) and hand the id to take().
+  bool greedy_only() const { return p_.temperature == 0.0f && p_.logprobs < 0 && !processing_; }
+  // Counts a token chosen on the device by the greedy rule as generated, as sample() would have;
+  // `id` < 0 is the device's report of a non-finite row (-1 - its first non-finite id), returned as
+  // sample()'s Corrupt error.
+  Result<SampledToken> take(int32_t id);
   // Tokens sampled so far.
   int32_t generated() const { return generated_; }
 

@@ -78,11 +78,25 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   }
   std::string describe() const override { return description_; }
   Status init_kv(int32_t num_blocks, int32_t block_size) override;
-  Status forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) override;
+  Status forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) override {
+    return run(batch, logits, nullptr);
+  }
+  bool greedy_on_device() const override { return true; }
+  Status forward_greedy(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
+                        std::vector<int32_t>& greedy_ids) override {
+    return run(batch, logits, &greedy_ids);
+  }
   Result<int64_t> kv_tokens_for_memory_fraction(double fraction, int64_t max_step_tokens) const override;
 
  private:
   CudaModelRunner() = default;
+  // forward() (greedy_ids null) or forward_greedy().
+  Status run(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
+             std::vector<int32_t>* greedy_ids);
+  // Copies the step's results to the host: every logits row (greedy_ids null), or the greedy rows'
+  // ids and the other rows' logits.
+  Status fetch(std::span<const scheduler::StepSeq> batch, int64_t R_real, std::vector<float>& logits,
+               std::vector<int32_t>* greedy_ids);
   Status upload(const engine::Model& model);
   Status upload_layer(const engine::LayerWeights& L, DeviceLayer& D);
   // A decode step's batch padded to its graph bucket (in padded_), or the batch as given when the
@@ -146,9 +160,10 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   DeviceBuffer gu_;       // f32 [T, 2 ff]
   DeviceBuffer act_;      // bf16 [T, ff]     SwiGLU output
   DeviceBuffer logits_;   // f32 [R, V]
+  DeviceBuffer ids_;      // int32 [R]        each logits row's argmax (launch_argmax)
   DeviceBuffer meta_;     // int32 step metadata (layout in plan_step())
   DeviceBuffer partial_;  // f32 split-KV partial results
-  PinnedBuffer meta_host_, logits_host_;
+  PinnedBuffer meta_host_, logits_host_, ids_host_;
   std::vector<int32_t> meta_build_;
 };
 
@@ -307,6 +322,8 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
     logits_ = {}, logits_host_ = {};
     PLUMB_ASSIGN_OR_RETURN(logits_, DeviceBuffer::allocate(bytes, "logits"));
     PLUMB_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::allocate(bytes, "logits"));
+    PLUMB_ASSIGN_OR_RETURN(ids_, DeviceBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
+    PLUMB_ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
     cap_logit_rows_ = logit_rows;
     ++generation_;
   }
@@ -373,8 +390,10 @@ Status CudaModelRunner::gemm(const DeviceBuffer& w, const uint16_t* x, float* y,
   return Status::Ok();
 }
 
-Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) {
+Status CudaModelRunner::run(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
+                            std::vector<int32_t>* greedy_ids) {
   logits.clear();
+  if (greedy_ids != nullptr) greedy_ids->clear();
   PLUMB_RETURN_IF_ERROR(validate(batch));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const auto S_real = int64_t(batch.size());
@@ -392,14 +411,44 @@ Status CudaModelRunner::forward(std::span<const scheduler::StepSeq> batch, std::
   PLUMB_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
   PLUMB_RETURN_IF_ERROR(launch_step(p, graph));
+  return fetch(batch.first(size_t(S_real)), R_real, logits, greedy_ids);
+}
+
+Status CudaModelRunner::fetch(std::span<const scheduler::StepSeq> batch, int64_t R_real,
+                              std::vector<float>& logits, std::vector<int32_t>* greedy_ids) {
   const int64_t V = c_.vocab_size;
-  if (R_real > 0) {
+  bool rows_wanted = greedy_ids == nullptr && R_real > 0;
+  if (greedy_ids != nullptr) {
+    for (const auto& in : batch)
+      rows_wanted = rows_wanted || (in.logits != scheduler::StepSeq::Logits::kNone && !in.greedy);
+    if (R_real > 0) {
+      PLUMB_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(ids_host_.get(), ids_.get(), size_t(R_real) * 4, cudaMemcpyDeviceToHost, stream_));
+    }
+  }
+  if (rows_wanted) {
     PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(R_real * V) * 4,
                                                cudaMemcpyDeviceToHost, stream_));
   }
   PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   const float* lh = logits_host_.as<float>();
-  logits.assign(lh, lh + R_real * V);
+  if (greedy_ids == nullptr) {
+    logits.assign(lh, lh + R_real * V);
+    return Status::Ok();
+  }
+  const int32_t* ids = ids_host_.as<int32_t>();
+  int64_t row = 0;
+  for (const auto& in : batch) {
+    const int64_t n = in.logits == scheduler::StepSeq::Logits::kAll    ? int64_t(in.tokens.size())
+                      : in.logits == scheduler::StepSeq::Logits::kLast ? 1
+                                                                       : 0;
+    if (in.greedy && n == 1) {
+      greedy_ids->push_back(ids[row]);
+    } else {
+      logits.insert(logits.end(), lh + row * V, lh + (row + n) * V);
+    }
+    row += n;
+  }
   return Status::Ok();
 }
 
@@ -605,6 +654,7 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   if (p.R > 0) {
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
     PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
+    PLUMB_CUDA_LAUNCH(launch_argmax(logits_.as<float>(), p.R, V, ids_.as<int32_t>(), stream_));
   }
   return Status::Ok();
 }

@@ -96,4 +96,8 @@ cudaError_t launch_gemv_norm_swiglu(const uint16_t* w, const float* x, const flo
 // out: bf16 [T, ff].
 cudaError_t launch_swiglu(const float* gu, int64_t T, int64_t ff, uint16_t* out, cudaStream_t stream);
 
+// sample.cu: ids[r] = the argmax of logits[r, :] (f32 [rows, V]), the lowest id on ties; a row with a
+// NaN or an infinity gets -1 - (its first non-finite id) instead.
+cudaError_t launch_argmax(const float* logits, int64_t rows, int64_t V, int32_t* ids, cudaStream_t stream);
+
 }  // namespace plumb::cuda

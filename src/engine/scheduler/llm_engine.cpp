@@ -384,6 +384,8 @@ void LlmEngine::admit_waiting(std::vector<Planned>& plan, int64_t& budget) {
 Status LlmEngine::run_batch(std::vector<Planned>& plan) {
   batch_.clear();
   SteadyTime now = std::chrono::steady_clock::now();
+  const bool device_greedy = runner_->greedy_on_device();
+  size_t n_greedy = 0;
   for (Planned& p : plan) {
     Seq& s = *p.seq;
     if (s.timings.first_scheduled == SteadyTime{}) s.timings.first_scheduled = now;
@@ -397,10 +399,20 @@ Status LlmEngine::run_batch(std::vector<Planned>& plan) {
     } else {
       st.logits = reaches_end ? StepSeq::Logits::kLast : StepSeq::Logits::kNone;
     }
+    // A greedy row's argmax is taken on the device where the runner can (only ids travel back).
+    st.greedy = device_greedy && st.logits == StepSeq::Logits::kLast && s.sampler->greedy_only();
+    n_greedy += st.greedy ? 1 : 0;
     p.logits = st.logits;
+    p.greedy = st.greedy;
     batch_.push_back(st);
   }
-  Status fs = runner_->forward(batch_, logits_);
+  greedy_ids_.clear();
+  Status fs = n_greedy > 0 ? runner_->forward_greedy(batch_, logits_, greedy_ids_)
+                           : runner_->forward(batch_, logits_);
+  if (fs.ok() && greedy_ids_.size() != n_greedy) {
+    fs = internal_error("the runner returned " + std::to_string(greedy_ids_.size()) + " greedy ids for " +
+                        std::to_string(n_greedy) + " greedy rows");
+  }
   counters_.steps++;
   return fs;
 }
@@ -414,14 +426,18 @@ void LlmEngine::fail_planned(const std::vector<Planned>& plan, const Status& err
 }
 
 void LlmEngine::take_logits(const std::vector<Planned>& plan, Outcome& out) {
-  size_t row = 0;  // next row of logits_
+  size_t row = 0, greedy = 0;  // next row of logits_, next id of greedy_ids_
   for (const Planned& p : plan) {
     Seq& s = *p.seq;
     const int32_t start = s.num_computed;
     s.num_computed += p.n;
     register_full_blocks(s);
+    if (p.greedy) {
+      accept_sampled(s, s.sampler->take(greedy_ids_[greedy++]), out);
+      continue;
+    }
     std::span<const float> last_row = logit_rows(s, p, start, row);
-    if (!last_row.empty()) sample_next(s, last_row, out);
+    if (!last_row.empty()) accept_sampled(s, s.sampler->sample(last_row), out);
   }
 }
 
@@ -458,8 +474,7 @@ std::span<const float> LlmEngine::logit_rows(Seq& s, const Planned& p, int32_t s
   return last;
 }
 
-void LlmEngine::sample_next(Seq& s, std::span<const float> row, Outcome& out) {
-  Result<engine::SampledToken> next = s.sampler->sample(row);
+void LlmEngine::accept_sampled(Seq& s, Result<engine::SampledToken> next, Outcome& out) {
   if (!next.ok()) {  // non-finite logits: the request fails, the others go on
     log::error("event=sampling_failed request={} error=\"{}\"", s.id, next.status().to_string());
     finish(s, FinishReason::kError, next.status(), out.events);

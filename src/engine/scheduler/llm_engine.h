@@ -112,6 +112,7 @@ class LlmEngine final : public ServingEngine {
     Seq* seq = nullptr;
     int32_t n = 0;
     StepSeq::Logits logits = StepSeq::Logits::kNone;  // set by run_batch
+    bool greedy = false;                              // set by run_batch: the id is in greedy_ids_
   };
   // What a step produced: events for the sinks (in order), sequences that ended, and those
   // sequences once out of running_ (kept alive until their sinks ran).
@@ -134,7 +135,8 @@ class LlmEngine final : public ServingEngine {
   int64_t tokens_wanted(const Seq& s, int64_t budget) const;
   void register_full_blocks(Seq& s);
   std::span<const float> logit_rows(Seq& s, const Planned& p, int32_t start, size_t& row);
-  void sample_next(Seq& s, std::span<const float> row, Outcome& out);
+  // Appends the token the sampler chose (or fails the request when it could not choose).
+  void accept_sampled(Seq& s, Result<engine::SampledToken> next, Outcome& out);
   void finish(Seq& s, FinishReason reason, Status error, std::vector<std::pair<Seq*, TokenEvent>>& out);
   bool ensure_blocks(Seq& s, int64_t n_tokens);
   void preempt(size_t running_index);
@@ -160,8 +162,9 @@ class LlmEngine final : public ServingEngine {
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
   ServingStats counters_;
-  std::vector<StepSeq> batch_;  // this step's forward-pass input, reused across steps
-  std::vector<float> logits_;   // this step's logits [rows, vocab]
+  std::vector<StepSeq> batch_;       // this step's forward-pass input, reused across steps
+  std::vector<float> logits_;        // this step's logits [rows, vocab]
+  std::vector<int32_t> greedy_ids_;  // this step's device-greedy ids (forward_greedy)
   std::thread thread_;
 };
 

@@ -5,6 +5,8 @@
 // Threading: the engine calls a runner from its one engine thread only.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -28,6 +30,9 @@ struct StepSeq {
   // Which logits the engine needs: every new token's row (prompt logprobs), only the last one's
   // (the step samples a token), or none (a prefill chunk that does not reach the prompt's end).
   enum class Logits : uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
+  // With kLast: the engine would take this row's argmax (temperature 0, no logprobs, no logit
+  // processing), so forward_greedy() may return the id instead of the row.
+  bool greedy = false;
 };
 
 class ModelRunner {
@@ -45,6 +50,46 @@ class ModelRunner {
   // requested logits rows to `logits` ([rows, vocab_size] row-major, in batch order: kAll gives
   // tokens.size() rows, kLast 1, kNone 0). `logits` is cleared first.
   virtual Status forward(std::span<const StepSeq> batch, std::vector<float>& logits) = 0;
+  // Whether forward_greedy() takes the argmax on the device (the CUDA runner): the engine then marks
+  // the greedy rows of a step, and only the other rows' logits travel to the host.
+  virtual bool greedy_on_device() const { return false; }
+  // As forward(), except that the last row of each sequence with `greedy` set is not in `logits`:
+  // its argmax is appended to `greedy_ids` instead (one per such sequence, in batch order; the lowest
+  // id on ties, as engine::Sampler's greedy rule), or -1 - (the first non-finite id) when the row
+  // holds a NaN or an infinity. Both vectors are cleared first. The default runs forward() and takes
+  // the argmax on the host.
+  // (Defined inline: the CUDA runner's library links no scheduler code.)
+  virtual Status forward_greedy(std::span<const StepSeq> batch, std::vector<float>& logits,
+                                std::vector<int32_t>& greedy_ids) {
+    greedy_ids.clear();
+    PLUMB_RETURN_IF_ERROR(forward(batch, logits));
+    const auto V = size_t(vocab_size());
+    size_t in = 0, out = 0;  // rows read, rows kept (compacted in place)
+    for (const StepSeq& s : batch) {
+      const size_t n = s.logits == StepSeq::Logits::kAll    ? s.tokens.size()
+                       : s.logits == StepSeq::Logits::kLast ? 1
+                                                            : 0;
+      if (s.greedy && n == 1) {
+        greedy_ids.push_back(host_argmax(std::span<const float>(logits).subspan(in * V, V)));
+        ++in;
+        continue;
+      }
+      if (in != out) std::copy_n(logits.begin() + long(in * V), n * V, logits.begin() + long(out * V));
+      in += n, out += n;
+    }
+    logits.resize(out * V);
+    return Status::Ok();
+  }
+  // The host's form of the device argmax: the lowest id of the maximum, or -1 - the first
+  // non-finite id.
+  static int32_t host_argmax(std::span<const float> row) {
+    int32_t best = -1;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (!std::isfinite(row[i])) return -1 - int32_t(i);
+      if (best < 0 || row[i] > row[size_t(best)]) best = int32_t(i);
+    }
+    return best;
+  }
   // The sampling kernel the engine's Samplers use for this runner's logits (the model's decode-phase
   // kSample variant, engine/cpu/kernels.h); nullptr: the registry's best.
   virtual engine::SampleFn sample_kernel() const { return nullptr; }

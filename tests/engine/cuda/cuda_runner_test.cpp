@@ -398,6 +398,101 @@ TEST(CudaRunner, CudaGraphsMatchEagerLaunches) {
   EXPECT_LE(d.rel(), kBatchTol);
 }
 
+// Greedy sampling on the device (forward_greedy): each greedy row's id equals the argmax of the row
+// forward() returns for the same step (the same kernels over the same inputs, so exactly), and the
+// other rows come back as logits in batch order; over a prefill step mixing greedy, kAll and plain
+// rows, and over decode steps replayed as graphs. Each step runs twice over two copies of the
+// sequences (their own blocks).
+TEST(CudaRunner, DeviceGreedyEqualsTheArgmaxOfTheLogits) {
+  SKIP_WITHOUT_GPU();
+  auto r = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "gpu");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ModelRunner& g = **r;
+  ASSERT_TRUE(g.greedy_on_device());
+  ASSERT_TRUE(g.init_kv(200, 16).ok());
+  const auto V = size_t(g.vocab_size());
+  Rng rng(5);
+  std::vector<Seq> seqs[2];
+  for (size_t i = 0; i < 6; ++i) {
+    Seq s;
+    for (int t = 0; t < 9 + 17 * int(i); ++t) s.tokens.push_back(int32_t(rng.next_u64() % 2048));
+    for (size_t copy = 0; copy < 2; ++copy) {
+      s.block_table.clear();
+      for (int b = 0; b < 16; ++b) s.block_table.push_back(int32_t((copy * 6 + i) * 16 + size_t(b)));
+      seqs[copy].push_back(s);
+    }
+  }
+  int64_t checked = 0;
+  for (int step = 0; step < 12; ++step) {
+    std::vector<StepSeq> batch[2];
+    std::vector<bool> greedy;
+    for (size_t copy = 0; copy < 2; ++copy) {
+      for (size_t i = 0; i < seqs[copy].size(); ++i) {
+        Seq& s = seqs[copy][i];
+        s.logits = step == 0 && i == 1 ? StepSeq::Logits::kAll : StepSeq::Logits::kLast;
+        const bool gr = step > 0 || i % 2 == 0;  // the prefill step mixes greedy and plain rows
+        if (copy == 0) greedy.push_back(gr);
+        batch[copy].push_back({s.tokens, s.start_pos, s.block_table, s.logits, copy == 1 && gr});
+      }
+    }
+    std::vector<float> want, rest;
+    std::vector<int32_t> ids;
+    ASSERT_TRUE(g.forward(batch[0], want).ok());
+    ASSERT_TRUE(g.forward_greedy(batch[1], rest, ids).ok());
+    size_t row = 0, k = 0, kept = 0;
+    for (size_t i = 0; i < seqs[0].size(); ++i) {
+      const size_t n = seqs[0][i].logits == StepSeq::Logits::kAll ? seqs[0][i].tokens.size() : 1;
+      if (greedy[i]) {
+        ASSERT_LT(k, ids.size());
+        const auto first = want.begin() + long(row * V);
+        EXPECT_EQ(ids[k++], int32_t(std::max_element(first, first + long(V)) - first))
+            << "step " << step << " seq " << i;
+        ++checked;
+      } else {
+        ASSERT_LE((kept + n) * V, rest.size());
+        EXPECT_TRUE(std::equal(rest.begin() + long(kept * V), rest.begin() + long((kept + n) * V),
+                               want.begin() + long(row * V)));
+        kept += n;
+      }
+      row += n;
+    }
+    EXPECT_EQ(k, ids.size());
+    EXPECT_EQ(kept * V, rest.size());
+    for (size_t i = 0; i < seqs[0].size(); ++i) {  // the next token, the same for both copies
+      for (auto& copy : seqs) {
+        copy[i].start_pos += int32_t(copy[i].tokens.size());
+        copy[i].tokens = {int32_t((step * 131 + int(i) * 17) % 2048)};
+      }
+    }
+  }
+  std::printf("[ measured ] %lld greedy rows equal to the argmax of their logits\n",
+              static_cast<long long>(checked));
+}
+
+// A row of logits that is not finite is reported, not sampled: NaN final-norm weights make every
+// logit NaN, and forward_greedy returns -1 - 0 (the first non-finite id is 0) for it.
+TEST(CudaRunner, DeviceGreedyReportsANonFiniteRow) {
+  SKIP_WITHOUT_GPU();
+  auto c = engine::parse_model_config(kQwen2);
+  ASSERT_TRUE(c.ok());
+  auto w = engine::ModelWeights::dummy(*c, 3, engine::WeightDType::kAsStored, nullptr);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  w->final_norm[0] = std::nanf("");
+  auto m = Model::from_weights(*c, std::move(w).value(), {});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto r = make_cuda_runner(std::move(m).value(), 0, "gpu");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_TRUE((*r)->init_kv(8, 16).ok());
+  const std::vector<int32_t> toks{1, 2, 3}, table{0};
+  std::vector<StepSeq> batch{{toks, 0, table, StepSeq::Logits::kLast, true}};
+  std::vector<float> rest;
+  std::vector<int32_t> ids;
+  ASSERT_TRUE((*r)->forward_greedy(batch, rest, ids).ok());
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(ids[0], -1);
+  EXPECT_TRUE(rest.empty());
+}
+
 TEST(CudaRunner, GpuMemoryUtilizationSizesTheKvCache) {
   SKIP_WITHOUT_GPU();
   auto g = make_cuda_runner(dummy_model(kQwen2), 0, "x");

@@ -3,6 +3,9 @@
 // exist. Runs everywhere (no GPU needed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "engine/model.h"
 #include "engine/scheduler/llm_engine.h"
 #include "engine/scheduler/model_runner.h"
@@ -71,6 +74,46 @@ TEST(Device, CudaIsRefusedWithTheReason) {
     EXPECT_NE(r.status().message().find("built without CUDA"), std::string::npos) << r.status().to_string();
     EXPECT_NE(r.status().message().find("PLUMB_CUDA=on"), std::string::npos) << r.status().to_string();
   }
+}
+
+// The default forward_greedy (the host's argmax): a greedy row's id is the argmax of its forward()
+// row, lowest id on ties, and it leaves logits; the other rows come back in batch order.
+TEST(Runner, DefaultForwardGreedyTakesTheArgmaxAndKeepsTheOtherRows) {
+  auto r = make_model_runner(tiny_dummy(), "cpu");
+  ASSERT_TRUE(r->init_kv(16, 16).ok());
+  EXPECT_FALSE(r->greedy_on_device());
+  const std::vector<int32_t> a{5, 6, 7}, b{9, 10}, c{11, 12, 13, 14};
+  const std::vector<int32_t> ta{0}, tb{1}, tc{2};
+  std::vector<StepSeq> batch{{a, 0, ta, StepSeq::Logits::kLast, true},
+                             {b, 0, tb, StepSeq::Logits::kAll, false},
+                             {c, 0, tc, StepSeq::Logits::kLast, true}};
+  std::vector<float> all;
+  ASSERT_TRUE(r->forward(batch, all).ok());
+  const auto V = size_t(r->vocab_size());
+  ASSERT_EQ(all.size(), 4 * V);  // a: 1, b: 2, c: 1
+  // The same step again over fresh blocks, greedy.
+  const std::vector<int32_t> ta2{3}, tb2{4}, tc2{5};
+  std::vector<StepSeq> again{{a, 0, ta2, StepSeq::Logits::kLast, true},
+                             {b, 0, tb2, StepSeq::Logits::kAll, false},
+                             {c, 0, tc2, StepSeq::Logits::kLast, true}};
+  std::vector<float> rest;
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(r->forward_greedy(again, rest, ids).ok());
+  ASSERT_EQ(ids.size(), 2u);
+  auto argmax = [&](size_t row) {
+    return int32_t(std::max_element(all.begin() + long(row * V), all.begin() + long((row + 1) * V)) -
+                   (all.begin() + long(row * V)));
+  };
+  EXPECT_EQ(ids[0], argmax(0));
+  EXPECT_EQ(ids[1], argmax(3));
+  ASSERT_EQ(rest.size(), 2 * V);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), all.begin() + long(V)));
+}
+
+TEST(Runner, HostArgmaxTakesTheLowestIdOnTiesAndReportsNonFinite) {
+  EXPECT_EQ(ModelRunner::host_argmax(std::vector<float>{1, 3, 2, 3}), 1);
+  EXPECT_EQ(ModelRunner::host_argmax(std::vector<float>{-5, -4, -4.5f}), 1);
+  EXPECT_EQ(ModelRunner::host_argmax(std::vector<float>{1, std::nanf(""), 9, INFINITY}), -2);
 }
 
 TEST(Device, EffectiveSettingsCarryTheNormalizedDevice) {
