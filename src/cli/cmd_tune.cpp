@@ -520,7 +520,6 @@ Status use_executor(TuneArgs& a, tune::RunContext& ctx, std::unique_ptr<executor
     const bool capped = a.max_parallel_opt && a.max_parallel_opt->count() > 0;
     if (!capped) a.max_parallel = int(ctx.gpu_slots.size());
     ::setenv("CUDA_VISIBLE_DEVICES", ctx.gpu_slots[0].visible_devices().c_str(), 1);
-    ::setenv(executor::kNcclNvlsEnable, "0", 1);
   }
   PLUMB_ASSIGN_OR_RETURN(exe, make_executor(a.exec));
   ctx.executor = exe.get();

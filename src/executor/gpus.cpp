@@ -16,7 +16,13 @@
 
 namespace plumb::executor {
 
-void set_child_gpu_env(std::map<std::string, std::string>& env) { env[kNcclNvlsEnable] = "0"; }
+void set_child_gpu_env(std::map<std::string, std::string>& env) {
+  for (const auto& [k, v] : kMulticastOff) env[k] = v;
+}
+
+void keep_multicast_off() {
+  for (const auto& [k, v] : kMulticastOff) ::setenv(k, v, 1);
+}
 
 std::string GpuSlot::visible_devices() const {
   std::string s;

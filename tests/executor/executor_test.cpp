@@ -60,7 +60,9 @@ TEST(SbatchScript, CarriesEverySettingAndTheQuotedCommand) {
             "#SBATCH --constraint=h100\n"
             "#SBATCH --exclusive\n"
             "export NCCL_NVLS_ENABLE='0'\n"
+            "export NVSHMEM_DISABLE_NVLS='1'\n"
             "export PLUMB_X='a b'\n"
+            "export TORCH_SYMM_MEM_DISABLE_MULTICAST='1'\n"
             "exec '/opt/plumb/bin/plumb' 'tune' '--run-trial' '/shared/work/s3-j0-a0.json' 'it'\\''s'\n");
 }
 

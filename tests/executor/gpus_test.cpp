@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/subprocess.h"
 #include "executor/executor.h"
 
 namespace plumb::executor {
@@ -89,7 +90,20 @@ TEST(ChildEnvironment, TurnsNvlinkMulticastOffOverAnyValue) {
   std::map<std::string, std::string> env{{"NCCL_NVLS_ENABLE", "1"}, {"X", "y"}};
   set_child_gpu_env(env);
   EXPECT_EQ(env.at("NCCL_NVLS_ENABLE"), "0");
+  EXPECT_EQ(env.at("TORCH_SYMM_MEM_DISABLE_MULTICAST"), "1");
+  EXPECT_EQ(env.at("NVSHMEM_DISABLE_NVLS"), "1");
   EXPECT_EQ(env.at("X"), "y");
+}
+
+// What main() does: every child of this process sees multicast off, over the caller's values.
+TEST(ChildEnvironment, EveryChildInheritsMulticastOff) {
+  ::setenv("NCCL_NVLS_ENABLE", "1", 1);
+  ::unsetenv("NVSHMEM_DISABLE_NVLS");
+  keep_multicast_off();
+  auto out = run_capture(
+      {"sh", "-c", "echo $NCCL_NVLS_ENABLE $TORCH_SYMM_MEM_DISABLE_MULTICAST $NVSHMEM_DISABLE_NVLS"});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(out->out, "0 1 1\n");
 }
 
 TEST(NvidiaSmi, ParsesTheQueryOutputOfAFourCardHost) {
