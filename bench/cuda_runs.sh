@@ -7,7 +7,10 @@
 #  2. the device's ceilings (cuda_ceilings.py: device-to-device copy bandwidth, bf16 GEMM peak);
 #  3. cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16 weights):
 #     decode step time at batch 1/8/64 after 1,024-token prompts (CUDA graphs on, the default, then
-#     off for batches 1 and 64), prefill of 8,192 tokens;
+#     off for batches 1 and 64, and batch 1 with the RMSNorm not fused into the GEMVs), prefill of
+#     8,192 tokens;
+#  3b. the peer on the same shape (bench/cuda_peer_transformers.py: transformers with SDPA), unless
+#     SKIP_PEER=1;
 #  4. the ratios: decode step time over its HBM roofline (the bytes a step reads: every weight but
 #     the embedding table, plus the KV of every sequence, over the measured copy bandwidth), and
 #     prefill FLOP/s over the measured GEMM peak;
@@ -42,13 +45,24 @@ echo "== 3. Llama-3-8B shape, dummy bf16 weights"
   --prefill 8192 | tee "$O/bench.jsonl"
 "$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,64 \
   --prefill 0 --short 0 --graphs 0 | tee -a "$O/bench.jsonl"
+"$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1 \
+  --prefill 0 --short 0 --fused-gemv 0 | tee -a "$O/bench.jsonl"
+
+echo "== 3b. the peer: transformers (SDPA) on the same shape"
+if [ "${SKIP_PEER:-0}" != 1 ]; then
+  timeout 300 python3 "$R/bench/cuda_peer_transformers.py" models/configs/llama-3-8b/config.json --prompt 1024 \
+    --steps 16 --batches 1,8,64 --prefill 8192 2> "$O/peer.err" | tee "$O/peer.jsonl" || tail -5 "$O/peer.err"
+fi
 
 echo "== 4. ratios"
 python3 - "$O" <<'PY' | tee "$O/summary.txt"
 import json, sys
 o = sys.argv[1]
-rows = [json.loads(l) for f in ("ceilings.jsonl", "bench.jsonl") for l in open(f"{o}/{f}") if l.startswith("{")]
-get = lambda m: [r for r in rows if r["measure"] == m]
+import os
+files = ["ceilings.jsonl", "bench.jsonl"] + (["peer.jsonl"] if os.path.exists(f"{o}/peer.jsonl") else [])
+rows = [json.loads(l) for f in files for l in open(f"{o}/{f}") if l.startswith("{")]
+get = lambda m: [r for r in rows if r["measure"] == m and "peer" not in r]
+peer = lambda m: [r for r in rows if r["measure"] == m and "peer" in r]
 bw = get("copy")[0]["bytes_per_s"]; peak = get("gemm")[0]["flops_per_s"]
 V, d, ff, L, nh, nkv, hd = 128256, 4096, 14336, 32, 32, 8, 128
 lin = L * ((nh + 2 * nkv) * hd * d + d * nh * hd + 3 * ff * d)           # linear weights per token
@@ -60,10 +74,19 @@ for r in get("decode"):
     b, ctx = r["batch"], r["context"]
     roof = (w_bytes + b * ctx * kv_tok) / bw * 1e3
     roof_nl = (w_bytes - 2 * V * d + b * ctx * kv_tok) / bw * 1e3   # a step with no logits skips lm_head
-    print(f"decode graphs {r.get('graphs', 0)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
+    print(f"decode graphs {r.get('graphs', 0)} fused {r.get('fused_gemv', 1)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
           f"roofline {roof:.3f} ms, ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; no logits "
           f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f}); "
           f"greedy on the device {r['greedy_median_ms']:.3f} ms (ratio {r['greedy_median_ms']/roof:.3f})")
+for r in peer("decode"):
+    b = r["batch"]
+    ours = [x for x in get("decode") if x["batch"] == b and x.get("graphs", 0) == 1 and x["context"] > 512]
+    mine = f"; plumb (greedy on the device) {ours[0]['greedy_median_ms']:.3f} ms = {r['median_ms']/ours[0]['greedy_median_ms']:.2f}x faster" if ours else ""
+    print(f"peer transformers decode batch {b:3d} ctx {r['context']}: {r['median_ms']:.3f} ms{mine}")
+for r in peer("prefill"):
+    ours = [x for x in get("prefill") if x["tokens"] == r["tokens"]]
+    mine = f"; plumb {ours[0]['median_ms']:.1f} ms = {r['median_ms']/ours[0]['median_ms']:.2f}x faster" if ours else ""
+    print(f"peer transformers prefill {r['tokens']}: {r['median_ms']:.1f} ms{mine}")
 for r in get("prefill"):
     T, t = r["tokens"], r["median_ms"] / 1e3
     gemm = 2 * (lin * T + V * d)                      # linear layers over T rows + lm_head for the last row

@@ -612,7 +612,8 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   const float scale = 1.0f / std::sqrt(float(hd));
   const int64_t layer_kv = int64_t(num_blocks_ + 1) * block_size_ * nkv * hd;
   // Decode-sized steps fold each RMSNorm into the GEMV after it, and SwiGLU into the gate/up GEMV.
-  const bool fused = !opts_.reference_kernels && gemv_norm_supports(T, d) && gemv_supports(T, ff);
+  const bool fused =
+      opts_.fused_gemv && !opts_.reference_kernels && gemv_norm_supports(T, d) && gemv_supports(T, ff);
 
   PLUMB_CUDA_LAUNCH(launch_embedding(dm + p.o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
   for (size_t li = 0; li < layers_.size(); ++li) {

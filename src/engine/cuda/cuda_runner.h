@@ -42,6 +42,10 @@ struct CudaRunnerOptions {
   // captured at the bucket's first step. Off: every kernel is launched one by one. If a capture
   // fails, the runner turns graphs off and says why in describe().
   bool cuda_graphs = true;
+  // Decode steps of one or two rows fold each RMSNorm into the GEMV after it (every block normalizes
+  // the rows into shared memory) and SwiGLU into the gate/up GEMV. Off: a separate RMSNorm kernel
+  // and the plain GEMVs (bench/cuda_runner_bench --fused-gemv 0 measures both).
+  bool fused_gemv = true;
 };
 
 // Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.
