@@ -2,7 +2,7 @@
 // on the device beside the copy-bandwidth and GEMM-peak probes and computes the ratios).
 //
 //   cuda_runner_bench CONFIG_JSON [--prompt 1024] [--steps 32] [--batches 1,8,64] [--prefill 8192]
-//                     [--graphs 1] [--short 1] [--profile 0] [--fused-gemv 1]
+//                     [--graphs 1] [--short 1] [--profile 0] [--fused-gemv 1] [--gemm-tuning 1]
 //
 // Prints one JSON object per measure on stdout: batch-B decode (B sequences of `prompt` tokens
 // each, then `steps` timed steps of one token per sequence: median, min, max step time) and the
@@ -15,6 +15,8 @@
 // first decode step with logits of each batch, the second prefill) with cudaProfilerStart/Stop, so
 // that `ncu --profile-from-start off` times the kernels of exactly those steps
 // (bench/cuda_profile.py splits them per step and per op).
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,8 +24,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <cuda_profiler_api.h>
 
 #include "engine/cuda/cuda_runner.h"
 #include "engine/model.h"
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
         "usage: cuda_runner_bench CONFIG_JSON [--prompt N] [--steps N] [--batches 1,8,64] [--prefill N]\n");
     return 2;
   }
-  int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1, profile = 0, fused_gemv = 1;
+  int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1, profile = 0, fused_gemv = 1,
+      gemm_tuning = 1;
   std::vector<int> batches{1, 8, 64};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
     if (k == "--short") short_ctx = std::stoi(v);
     if (k == "--profile") profile = std::stoi(v);
     if (k == "--fused-gemv") fused_gemv = std::stoi(v);
+    if (k == "--gemm-tuning") gemm_tuning = std::stoi(v);
     if (k == "--batches") {
       batches.clear();
       for (size_t p = 0; p < v.size();) {
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
   cuda::CudaRunnerOptions ro;
   ro.cuda_graphs = graphs != 0;
   ro.fused_gemv = fused_gemv != 0;
+  ro.gemm_tuning = gemm_tuning != 0;
   auto runner = cuda::make_cuda_runner(std::move(model).value(), 0, "bench", ro);
   if (!runner.ok()) return std::fprintf(stderr, "%s\n", runner.status().to_string().c_str()), 1;
   const double t2 = now_ms();
@@ -154,11 +157,13 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "{\"measure\":\"decode\",\"graphs\":%d,\"fused_gemv\":%d,\"batch\":%d,\"context\":%d,\"steps\":%d,\"median_ms\":%.4f,"
+        "{\"measure\":\"decode\",\"graphs\":%d,\"fused_gemv\":%d,\"gemm_tuning\":%d,\"batch\":%d,\"context\":"
+        "%d,\"steps\":%d,\"median_ms\":%.4f,"
         "\"min_ms\":%.4f,"
         "\"max_ms\":%.4f,\"no_logits_median_ms\":%.4f,\"greedy_median_ms\":%.4f}\n",
-        graphs, fused_gemv, B, len + 3 + steps / 2, steps, median(t[0]), *std::min_element(t[0].begin(), t[0].end()),
-        *std::max_element(t[0].begin(), t[0].end()), median(t[1]), median(t[2]));
+        graphs, fused_gemv, gemm_tuning, B, len + 3 + steps / 2, steps, median(t[0]),
+        *std::min_element(t[0].begin(), t[0].end()), *std::max_element(t[0].begin(), t[0].end()),
+        median(t[1]), median(t[2]));
     std::fflush(stdout);
     return true;
   };

@@ -7,8 +7,9 @@
 #  2. the device's ceilings (cuda_ceilings.py: device-to-device copy bandwidth, bf16 GEMM peak);
 #  3. cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16 weights):
 #     decode step time at batch 1/8/64 after 1,024-token prompts (CUDA graphs on, the default, then
-#     off for batches 1 and 64, and batch 1 with the RMSNorm not fused into the GEMVs), prefill of
-#     8,192 tokens;
+#     off for batches 1 and 64; then with the RMSNorm not fused into the GEMVs, which only batch 1
+#     uses, and the GEMM algorithms not tuned, which only batches 8 and 64 use), prefill of 8,192
+#     tokens;
 #  3b. the peer on the same shape (bench/cuda_peer_transformers.py: transformers with SDPA), unless
 #     SKIP_PEER=1;
 #  4. the ratios: decode step time over its HBM roofline (the bytes a step reads: every weight but
@@ -45,8 +46,8 @@ echo "== 3. Llama-3-8B shape, dummy bf16 weights"
   --prefill 8192 | tee "$O/bench.jsonl"
 "$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,64 \
   --prefill 0 --short 0 --graphs 0 | tee -a "$O/bench.jsonl"
-"$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1 \
-  --prefill 0 --short 0 --fused-gemv 0 | tee -a "$O/bench.jsonl"
+"$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,8,64 \
+  --prefill 0 --short 0 --fused-gemv 0 --gemm-tuning 0 | tee -a "$O/bench.jsonl"
 
 echo "== 3b. the peer: transformers (SDPA) on the same shape"
 if [ "${SKIP_PEER:-0}" != 1 ]; then
@@ -74,7 +75,7 @@ for r in get("decode"):
     b, ctx = r["batch"], r["context"]
     roof = (w_bytes + b * ctx * kv_tok) / bw * 1e3
     roof_nl = (w_bytes - 2 * V * d + b * ctx * kv_tok) / bw * 1e3   # a step with no logits skips lm_head
-    print(f"decode graphs {r.get('graphs', 0)} fused {r.get('fused_gemv', 1)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
+    print(f"decode graphs {r.get('graphs', 0)} fused {r.get('fused_gemv', 1)} tuned {r.get('gemm_tuning', 0)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
           f"roofline {roof:.3f} ms, ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; no logits "
           f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f}); "
           f"greedy on the device {r['greedy_median_ms']:.3f} ms (ratio {r['greedy_median_ms']/roof:.3f})")

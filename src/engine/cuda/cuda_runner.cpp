@@ -13,6 +13,7 @@
 #include "engine/cpu/packed.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/lt_gemm.h"
 #include "engine/cuda/ops.h"
 
 namespace plumb::cuda {
@@ -130,6 +131,8 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer cublas_ws_;
+  std::unique_ptr<LtGemm> lt_;  // gemm_tuning and not reference_kernels
+  bool tune_now_ = false;       // set while launch_graph runs a step eagerly to tune its GEMMs
 
   DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
   bool tied_ = false;
@@ -238,6 +241,9 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(r->cublas_, r->stream_));
   PLUMB_ASSIGN_OR_RETURN(r->cublas_ws_, DeviceBuffer::allocate(kCublasWorkspace, "the cuBLAS workspace"));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(r->cublas_, r->cublas_ws_.get(), kCublasWorkspace));
+  if (opts.gemm_tuning && !opts.reference_kernels) {
+    PLUMB_ASSIGN_OR_RETURN(r->lt_, LtGemm::create(r->stream_, r->cublas_ws_.get(), kCublasWorkspace));
+  }
   PLUMB_RETURN_IF_ERROR(r->upload(*model));
   model.reset();  // the host copy is no longer needed
   return r;
@@ -381,6 +387,10 @@ Status CudaModelRunner::gemm(const DeviceBuffer& w, const uint16_t* x, float* y,
   if (!opts_.reference_kernels && gemv_supports(T, k)) {
     PLUMB_CUDA_LAUNCH(launch_gemv(w.as<uint16_t>(), x, y, T, n, k, beta, stream_));
     return Status::Ok();
+  }
+  if (lt_) {
+    if (tune_now_) PLUMB_RETURN_IF_ERROR(lt_->tune(w.as<uint16_t>(), x, T, n, k, beta));
+    return lt_->run(w.as<uint16_t>(), x, y, T, n, k, beta);
   }
   // Column-major view: yᵀ [n, T] = W [n, k] (row-major W read transposed) · xᵀ [k, T].
   const float alpha = 1.0f;
@@ -570,6 +580,12 @@ Status CudaModelRunner::launch_graph(const StepPlan& p) {
     if (gr.exec != nullptr) {
       PLUMB_CUDA_RETURN_IF_ERROR(cudaGraphExecDestroy(gr.exec));
       gr.exec = nullptr;
+    }
+    if (lt_) {  // the step once eagerly, tuning its GEMM shapes (it writes what the replay rewrites)
+      tune_now_ = true;
+      const Status tuned = enqueue(p);
+      tune_now_ = false;
+      PLUMB_RETURN_IF_ERROR(tuned);
     }
     PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     Status st;

@@ -46,6 +46,11 @@ struct CudaRunnerOptions {
   // the rows into shared memory) and SwiGLU into the gate/up GEMV. Off: a separate RMSNorm kernel
   // and the plain GEMVs (bench/cuda_runner_bench --fused-gemv 0 measures both).
   bool fused_gemv = true;
+  // GEMMs through cuBLASLt, and before a decode graph is captured its GEMM shapes are tuned: the
+  // heuristic's candidate algorithms timed on this device, the fastest kept (engine/cuda/lt_gemm.h).
+  // Other steps use the heuristic's first choice. Off: cublasGemmEx (cuBLAS's own choice). The
+  // reference kernels always use cublasGemmEx.
+  bool gemm_tuning = true;
 };
 
 // Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.
