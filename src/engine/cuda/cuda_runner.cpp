@@ -113,6 +113,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   // Runs the planned step: as a graph where it can, else eagerly.
   Status launch_step(const StepPlan& p, bool graph);
   Status reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats);
+  Status reserve_logits(int64_t logit_rows);
   Status validate(std::span<const scheduler::StepSeq> batch) const;
   // Enqueues the step's kernels on stream_ (no host synchronization: capturable into a graph).
   Status enqueue(const StepPlan& p);
@@ -323,16 +324,7 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
     cap_rows_ = rows;
     ++generation_;
   }
-  if (logit_rows > cap_logit_rows_) {
-    const size_t bytes = size_t(logit_rows) * size_t(c_.vocab_size) * 4;
-    logits_ = {}, logits_host_ = {};
-    PLUMB_ASSIGN_OR_RETURN(logits_, DeviceBuffer::allocate(bytes, "logits"));
-    PLUMB_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::allocate(bytes, "logits"));
-    PLUMB_ASSIGN_OR_RETURN(ids_, DeviceBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
-    PLUMB_ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
-    cap_logit_rows_ = logit_rows;
-    ++generation_;
-  }
+  PLUMB_RETURN_IF_ERROR(reserve_logits(logit_rows));
   if (meta_ints > cap_meta_) {
     const int64_t n = std::max<int64_t>(meta_ints, 2 * cap_meta_);
     PLUMB_ASSIGN_OR_RETURN(meta_, DeviceBuffer::allocate(size_t(n) * 4, "step metadata"));
@@ -345,6 +337,19 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
     cap_partial_ = partial_floats;
     ++generation_;
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::reserve_logits(int64_t logit_rows) {
+  if (logit_rows <= cap_logit_rows_) return Status::Ok();
+  const size_t bytes = size_t(logit_rows) * size_t(c_.vocab_size) * 4;
+  logits_ = {}, logits_host_ = {};
+  PLUMB_ASSIGN_OR_RETURN(logits_, DeviceBuffer::allocate(bytes, "logits"));
+  PLUMB_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::allocate(bytes, "logits"));
+  PLUMB_ASSIGN_OR_RETURN(ids_, DeviceBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
+  PLUMB_ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
+  cap_logit_rows_ = logit_rows;
+  ++generation_;
   return Status::Ok();
 }
 
