@@ -18,11 +18,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -103,6 +105,26 @@ class EvaluateJob : public testing::ControllerTest {
     EXPECT_EQ(e.at("schema_version").as_int64(), 1);
     EXPECT_GT(e.at("score").as_double(), 0);
     ASSERT_EQ(e.at("scenarios").as_array().size(), 1u);
+  }
+  // The evaluation the job of `key` wrote, and the controller's --json without its executor object:
+  // the controller reports the job's evaluation as it is, nothing mixed in.
+  void expect_the_jobs_evaluation(const std::string& key) {
+    auto job = json::parse_file(dir_ + "/work/" + key + ".json");
+    ASSERT_TRUE(job.ok()) << log();
+    json::object reported = result();
+    reported.erase("executor");
+    EXPECT_EQ(json::canonical(reported), json::canonical(*job));
+  }
+  void kill_controller(Subprocess& p) {
+    ASSERT_EQ(::kill(p.pid(), SIGKILL), 0);
+    p.wait();
+  }
+  // Every job key of the journal submitted once; their number.
+  size_t distinct_submissions() {
+    std::set<std::string> keys;
+    for (const auto& o : journal_events(journal(), "submitted"))
+      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second) << json::dump(o);
+    return keys.size();
   }
 };
 
@@ -258,6 +280,95 @@ TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgr
   ASSERT_TRUE(runs.ok());
   EXPECT_GE(runs->size(), 1u) << "the job writes its runs to the shared ledger";
   EXPECT_EQ(e.at("ledger").at("chain_head").as_string(), *(*l)->chain_head());
+}
+
+// Started again with the same --work-dir after it finished, the evaluation is reported again from its
+// job's file, nothing submitted; started with other arguments, the journal is refused, naming the
+// file, what differs and what to do.
+TEST_F(EvaluateJob, AFinishedEvaluationIsReportedAgainAndAnotherEvaluationsJournalIsRefused) {
+  auto args = argv(honest(), "local", 2);
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  int rc = finish(*p, 300);
+  auto first = result();
+  expect_consistent(rc, first);
+
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(finish(*again, 60), rc) << log();
+  EXPECT_EQ(json::canonical(result()), json::canonical(first)) << log();
+  EXPECT_NE(log().find("this evaluation already finished in job"), std::string::npos) << log();
+  EXPECT_EQ(distinct_submissions(), 1u);
+
+  args[std::find(args.begin(), args.end(), "--quality-limit") - args.begin() + 1] = "5";
+  auto other = start(args);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(finish(*other, 60), 2) << log();
+  EXPECT_NE(log().find("the job journal " + journal() + " was written for another run"), std::string::npos)
+      << log();
+  EXPECT_NE(log().find("--quality-limit \"4\", this run \"5\""), std::string::npos) << log();
+  EXPECT_NE(log().find("give this evaluation its own --work-dir, or remove the journal"), std::string::npos)
+      << log();
+  EXPECT_EQ(distinct_submissions(), 1u) << "nothing submitted";
+}
+
+// A local job dies with its controller (executor.h): killed while the job runs and started again, the
+// controller finds the job lost, records it and runs the evaluation as the next attempt (a1, not a
+// second a0), and reports that job's evaluation.
+TEST_F(EvaluateJob, AKilledControllerStartedAgainRunsItsLostLocalJobAsTheNextAttempt) {
+  auto args = argv(honest(), "local", 2);
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  for (int i = 0; i < 300 && !fs::exists(dir_ + "/work/evaluate-a0/logs"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill_controller(*p);
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 300);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a1");
+  EXPECT_EQ(e.at("executor").at("infrastructure_failures").as_int64(), 1);
+  expect_the_jobs_evaluation("evaluate-a1");
+  EXPECT_EQ(distinct_submissions(), 2u);
+  auto lost = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(lost.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(lost[0], "job_id").value_or(""), id);
+  EXPECT_EQ(json::string_at(lost[0], "state").value_or(""), "lost");
+  EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
+}
+
+// A Slurm job outlives its controller: killed while the job runs and started again, the controller
+// reattaches to the same job by its id, submits nothing, and reports that job's evaluation.
+TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwice) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  for (int i = 0; i < 600 && !fs::exists(dir_ + "/work/evaluate-a0/logs"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill_controller(*p);
+  auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", id, "-o", "%T"});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->out.rfind("RUNNING", 0), 0u) << "the job outlives its controller: " << q->out;
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 400);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a0");
+  EXPECT_EQ(e.at("executor").at("job_id").as_string(), id);
+  EXPECT_EQ(e.at("executor").at("infrastructure_failures").as_int64(), 0);
+  expect_the_jobs_evaluation("evaluate-a0");
+  EXPECT_EQ(distinct_submissions(), 1u) << log();
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
 }
 
 }  // namespace
