@@ -704,7 +704,9 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
                      "given, each screening runs as a child job on this machine, with the journal and "
                      "retries of slurm; without --executor, in this process");
   se->add_option("--max-parallel-jobs", a->max_parallel_jobs,
-                 "screening jobs in flight at once (with --executor)")
+                 "screening jobs in flight at once (with --executor). Killed and started again with the "
+                 "same --out, the search reuses the screenings its journal finished and reattaches to "
+                 "those in flight (docs/cluster.md)")
       ->capture_default_str()
       ->group("Executor (where the work runs; docs/cluster.md)");
   se->callback([se, a] {

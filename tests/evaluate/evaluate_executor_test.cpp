@@ -8,9 +8,13 @@
 //     error and no evaluation written;
 //   - an evaluation that fails on its own (a start script that exits at once): not retried;
 //   - bad input refused before any job is submitted;
+//   - started again with the same --work-dir: a finished evaluation reported again (nothing
+//     submitted), another evaluation's journal refused, a controller killed (SIGKILL) while its local
+//     job runs finding it lost and running the next attempt (a1);
 //   - a Slurm job (PLUMB_TEST_SLURM; scripts/slurm_test_cluster.sh) against PostgreSQL
 //     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
-//     PostgreSQL with the evaluation sealed by them. Skips, saying why, without a cluster.
+//     PostgreSQL with the evaluation sealed by them; the controller killed while its Slurm job runs
+//     and started again, reattaching to that job. Skips, saying why, without a cluster.
 // The evaluation is the smallest the CLI allows that still runs both gates and a scenario: scenario A
 // (small) on one seed, 4 quality items, 1 fidelity prompt, the `default` preset as the baseline.
 #include <gtest/gtest.h>
@@ -23,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -115,9 +120,20 @@ class EvaluateJob : public testing::ControllerTest {
     reported.erase("executor");
     EXPECT_EQ(json::canonical(reported), json::canonical(*job));
   }
-  void kill_controller(Subprocess& p) {
-    ASSERT_EQ(::kill(p.pid(), SIGKILL), 0);
-    p.wait();
+  // Starts the controller, kills it once its job has started (its own work directory exists) and
+  // starts it again; the first job's id and the second controller.
+  std::pair<std::string, Result<Subprocess>> kill_while_the_job_runs_and_start_again(
+      const std::vector<std::string>& args,
+      const std::function<void(const std::string&)>& between = nullptr) {
+    auto p = start(args);
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return {"", p.status()};
+    std::string id = wait_submitted(1);
+    for (int i = 0; i < 600 && !fs::exists(dir_ + "/work/evaluate-a0/logs"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill_controller(*p);
+    if (between) between(id);
+    return {id, start(args)};
   }
   // Every job key of the journal submitted once; their number.
   size_t distinct_submissions() {
@@ -316,15 +332,8 @@ TEST_F(EvaluateJob, AFinishedEvaluationIsReportedAgainAndAnotherEvaluationsJourn
 // controller finds the job lost, records it and runs the evaluation as the next attempt (a1, not a
 // second a0), and reports that job's evaluation.
 TEST_F(EvaluateJob, AKilledControllerStartedAgainRunsItsLostLocalJobAsTheNextAttempt) {
-  auto args = argv(honest(), "local", 2);
-  auto p = start(args);
-  ASSERT_TRUE(p.ok());
-  std::string id = wait_submitted(1);
+  auto [id, again] = kill_while_the_job_runs_and_start_again(argv(honest(), "local", 2));
   ASSERT_FALSE(id.empty());
-  for (int i = 0; i < 300 && !fs::exists(dir_ + "/work/evaluate-a0/logs"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  kill_controller(*p);
-  auto again = start(args);
   ASSERT_TRUE(again.ok());
   int rc = finish(*again, 300);
   auto e = result();
@@ -347,17 +356,12 @@ TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwi
   if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
   auto args = argv(honest(), "slurm", 2);
   args.insert(args.end(), {"--slurm-time", "10"});
-  auto p = start(args);
-  ASSERT_TRUE(p.ok());
-  std::string id = wait_submitted(1);
+  auto [id, again] = kill_while_the_job_runs_and_start_again(args, [this](const std::string& job) {
+    auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", job, "-o", "%T"});
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->out.rfind("RUNNING", 0), 0u) << "the job outlives its controller: " << q->out;
+  });
   ASSERT_FALSE(id.empty());
-  for (int i = 0; i < 600 && !fs::exists(dir_ + "/work/evaluate-a0/logs"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  kill_controller(*p);
-  auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", id, "-o", "%T"});
-  ASSERT_TRUE(q.ok());
-  EXPECT_EQ(q->out.rfind("RUNNING", 0), 0u) << "the job outlives its controller: " << q->out;
-  auto again = start(args);
   ASSERT_TRUE(again.ok());
   int rc = finish(*again, 400);
   auto e = result();

@@ -6,7 +6,11 @@
 //   - a job killed with SIGKILL: an infrastructure failure, retried, never a verdict; with no retry
 //     left, the search stops with an error and writes no search.json;
 //   - a job that crashes (SIGSEGV, no result): a crash verdict for its candidate, not retried;
-//   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried. Skips without it.
+//   - the search killed (SIGKILL) while a job runs and started again with the same --out: nothing
+//     screened twice, the lost local job a new attempt, the decisions of an uninterrupted search;
+//     a journal of another search refused;
+//   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried; the search killed
+//     and started again, reattaching to its job, none submitted twice. Skips without it.
 // The jobs that are killed compile through a slow compiler wrapper (sleeps, then g++, and gives up if
 // its job died meanwhile), so the kill lands while the job runs.
 #include <gtest/gtest.h>
@@ -147,10 +151,6 @@ class SearchJobs : public testing::ControllerTest {
     auto v = argv(executor, 2, 2, true);
     *(std::find(v.begin(), v.end(), "--episodes") + 1) = "2";
     return v;
-  }
-  void kill_controller(Subprocess& p) {
-    ASSERT_EQ(::kill(p.pid(), SIGKILL), 0);
-    p.wait();
   }
 
   static std::string tasks_;
