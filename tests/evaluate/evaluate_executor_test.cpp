@@ -9,7 +9,8 @@
 //   - an evaluation that fails on its own (a start script that exits at once): not retried;
 //   - bad input refused before any job is submitted;
 //   - started again with the same --work-dir: a finished evaluation reported again (nothing
-//     submitted), another evaluation's journal refused, a controller killed (SIGKILL) while its local
+//     submitted; its file gone, an error), another evaluation's journal refused, new retries and the
+//     next attempt's names after the command gave up, a controller killed (SIGKILL) while its local
 //     job runs finding it lost and running the next attempt (a1);
 //   - a Slurm job (PLUMB_TEST_SLURM; scripts/slurm_test_cluster.sh) against PostgreSQL
 //     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
@@ -215,6 +216,15 @@ TEST_F(EvaluateJob, WithNoRetryLeftAnInfrastructureFailureIsAnErrorAndNoEvaluati
       << log();
   EXPECT_FALSE(fs::exists(dir_ + "/ev.json")) << "no partial evaluation may be written";
   EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u);
+
+  // Started again after it gave up: new retries, and the next attempt's own names (a1, not a0 again).
+  auto again = start(argv(honest(), "local", 0));
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 300);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a1");
+  EXPECT_EQ(distinct_submissions(), 2u);
 }
 
 TEST_F(EvaluateJob, AnEvaluationThatFailsOnItsOwnIsNotRetried) {
@@ -325,6 +335,15 @@ TEST_F(EvaluateJob, AFinishedEvaluationIsReportedAgainAndAnotherEvaluationsJourn
   EXPECT_NE(log().find("--quality-limit \"4\", this run \"5\""), std::string::npos) << log();
   EXPECT_NE(log().find("give this evaluation its own --work-dir, or remove the journal"), std::string::npos)
       << log();
+  EXPECT_EQ(distinct_submissions(), 1u) << "nothing submitted";
+
+  // The journal says the evaluation finished, but its file is gone: an error saying what to do.
+  fs::remove(dir_ + "/work/evaluate-a0.json");
+  args[std::find(args.begin(), args.end(), "--quality-limit") - args.begin() + 1] = "4";
+  auto gone = start(args);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(finish(*gone, 60), 3) << log();
+  EXPECT_NE(log().find("is gone; remove the journal to evaluate again"), std::string::npos) << log();
   EXPECT_EQ(distinct_submissions(), 1u) << "nothing submitted";
 }
 

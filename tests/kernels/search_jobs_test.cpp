@@ -8,7 +8,8 @@
 //   - a job that crashes (SIGSEGV, no result): a crash verdict for its candidate, not retried;
 //   - the search killed (SIGKILL) while a job runs and started again with the same --out: nothing
 //     screened twice, the lost local job a new attempt, the decisions of an uninterrupted search;
-//     a journal of another search refused;
+//     a journal of another search refused; a finished screening without a readable result screened
+//     again;
 //   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried; the search killed
 //     and started again, reattaching to its job, none submitted twice. Skips without it.
 // The jobs that are killed compile through a slow compiler wrapper (sleeps, then g++, and gives up if
@@ -319,6 +320,36 @@ TEST_F(SearchJobs, AJournalOfAnotherSearchIsRefused) {
   EXPECT_NE(log().find("draws"), std::string::npos) << log();
   EXPECT_NE(log().find("give this search another --out, or remove the journal"), std::string::npos) << log();
   EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted) << "nothing submitted";
+}
+
+// A screening the journal says finished but whose result is nowhere (neither in its journal line nor
+// in its result file) is screened again as a new attempt, not taken for a verdict.
+TEST_F(SearchJobs, AFinishedScreeningWithoutAReadableResultIsScreenedAgain) {
+  auto args = argv("local", 1, 2, false);
+  args.push_back("--no-timing");  // no confirmation: one screening
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(finish(*p, 300), 0) << log();
+  std::string kept;
+  for (auto o : journal_events(journal())) {
+    if (json::string_at(o, "event").value_or("") == "finished") {
+      o.erase("result");
+      fs::remove(dir_ + "/s/jobs/" + json::string_at(o, "key").value_or("") + ".result.json");
+    }
+    kept += json::dump(o) + "\n";
+  }
+  ASSERT_TRUE(write_file_atomic(journal(), kept).ok());
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(finish(*again, 300), 0) << log();
+  auto sub = journal_events(journal(), "submitted");
+  ASSERT_EQ(sub.size(), 2u) << log();
+  EXPECT_EQ(json::string_at(sub[1], "candidate"), json::string_at(sub[0], "candidate"));
+  EXPECT_EQ(json::number_at(sub[1], "attempt").value_or(0), 1);
+  submissions();
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
 }
 
 // On a real Slurm the jobs outlive their controller: killed while a screening job runs and started
