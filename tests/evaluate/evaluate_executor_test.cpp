@@ -15,7 +15,8 @@
 //   - a Slurm job (PLUMB_TEST_SLURM; scripts/slurm_test_cluster.sh) against PostgreSQL
 //     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
 //     PostgreSQL with the evaluation sealed by them; the controller killed while its Slurm job runs
-//     and started again, reattaching to that job. Skips, saying why, without a cluster.
+//     and started again, reattaching to that job; the same with the job finished before the restart,
+//     its evaluation read back. Skips, saying why, without a cluster.
 // The evaluation is the smallest the CLI allows that still runs both gates and a scenario: scenario A
 // (small) on one seed, 4 quality items, 1 fidelity prompt, the `default` preset as the baseline.
 #include <gtest/gtest.h>
@@ -392,6 +393,33 @@ TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwi
   EXPECT_EQ(distinct_submissions(), 1u) << log();
   EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
   EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
+}
+
+// A Slurm job that finishes while no controller watches it: started again, the controller reads the
+// job's evaluation back instead of submitting another.
+TEST_F(EvaluateJob, ASlurmJobThatFinishedWhileNoControllerWatchedIsReadBack) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto [id, again] = kill_while_the_job_runs_and_start_again(args, [this](const std::string& job) {
+    std::string state;
+    for (int i = 0; i < 3000 && state.rfind("COMPLETED", 0) != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto q =
+          run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T"});
+      state = q.ok() ? q->out : "";
+    }
+    ASSERT_EQ(state.rfind("COMPLETED", 0), 0u) << "the job finishes on its own: " << state;
+  });
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 400);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("job_id").as_string(), id);
+  expect_the_jobs_evaluation("evaluate-a0");
+  EXPECT_EQ(distinct_submissions(), 1u) << log();
 }
 
 }  // namespace
