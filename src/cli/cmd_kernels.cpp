@@ -184,7 +184,7 @@ struct ScreenJobs {
   std::string task_dir;   // absolute
   std::string out_dir;    // absolute: the search's folder (candidates/ is compiled into there)
   std::string work;       // absolute: out_dir/jobs
-  int jobs = 0;           // stems so far (cN: unique across batches and restarts)
+  int jobs = 0;           // the next stem's number (cN: unique across batches and restarts)
   json::object identity;  // what decides a screening's result besides its candidate
   std::vector<executor::JournaledJob> known;  // an earlier controller's jobs (load_journal)
 
