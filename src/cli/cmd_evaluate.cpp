@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -20,7 +19,6 @@
 #include "cli/executor_flags.h"
 #include "cli/ib_interop.h"
 #include "cli/job_outcome.h"
-#include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/sha256.h"

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -18,7 +17,6 @@
 #include "cli/command.h"
 #include "cli/executor_flags.h"
 #include "cli/job_outcome.h"
-#include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/sha256.h"
