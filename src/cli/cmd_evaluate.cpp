@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,12 +19,13 @@
 #include "cli/executor_flags.h"
 #include "cli/ib_interop.h"
 #include "cli/job_outcome.h"
-#include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "core/sha256.h"
 #include "core/shipped.h"
 #include "engine/model_config.h"
 #include "evaluate/evaluate.h"
+#include "executor/journal.h"
 #include "ledger/ledger.h"
 #include "report/html.h"
 
@@ -325,16 +326,21 @@ struct Attempt {
 Outcome classify(const executor::JobStatus& st, bool wrote_evaluation) {
   using executor::JobState;
   bool exited = st.state == JobState::kCompleted || st.state == JobState::kFailed;
-  if (exited && wrote_evaluation) return Outcome::kResult;
+  // A lost job (one that ended while no controller watched it, then forgotten) that wrote its
+  // evaluation finished it: the file is written whole at the end.
+  if ((exited || st.state == JobState::kLost) && wrote_evaluation) return Outcome::kResult;
   if (st.state == JobState::kFailed && job_signal(st) == 0 && !node_never_ran(st))
     return Outcome::kEvaluationFailed;
   return Outcome::kInfrastructure;
 }
 
-// One event of the job journal, WORK/evaluate.jobs.jsonl (append-only, one JSON object a line).
+// The job journal, WORK/evaluate.jobs.jsonl (executor/journal.h): the record a restarted controller
+// replays to reattach.
+std::string journal_path(const std::string& work) { return work + "/evaluate.jobs.jsonl"; }
+
 void journal(const std::string& work, json::object event) {
-  event["at"] = utc_timestamp_now();
-  std::ofstream(work + "/evaluate.jobs.jsonl", std::ios::app) << json::dump(event) << "\n";
+  if (Status s = executor::journal_append(journal_path(work), std::move(event)); !s.ok())
+    std::fprintf(stderr, "plumb evaluate: %s\n", s.to_string().c_str());
 }
 
 // The node's `plumb evaluate`: the same evaluation, absolute paths, its own work directory and JSON.
@@ -373,24 +379,55 @@ std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options
   return v;
 }
 
-// Submits attempt `n` and waits for it. A JSON file left by an earlier controller under the same name
-// is removed first, so only this job's evaluation can be read back.
-Result<executor::JobStatus> run_attempt(executor::Executor& e, const EvaluateArgs& a,
-                                        const evaluate::Options& o, const std::string& work, int n,
-                                        Attempt& at) {
-  at.key = "evaluate-a" + std::to_string(n);
+// Attempt `n`'s names: the job's name, its evaluation file and its report, in the work directory.
+Attempt attempt_named(const EvaluateArgs& a, const std::string& work, const std::string& key) {
+  Attempt at;
+  at.key = key;
   at.json_path = work + "/" + at.key + ".json";
   at.html_path = a.html_path.empty() ? "" : work + "/" + at.key + ".html";
+  at.spec.name = at.key;
+  at.spec.work_dir = work;
+  return at;
+}
+
+// What decides an evaluation's result, as the journal records it with each job: the job's flags
+// (without the attempt's own --work-dir, --json and --html paths), the executor and the start
+// script's content. A restart whose identity differs is refused (check_journal_identity).
+json::object evaluation_identity(const EvaluateArgs& a, const evaluate::Options& o, const std::string& work,
+                                 const std::string& kind) {
+  Attempt at = attempt_named(a, work, "evaluate-a0");
+  std::vector<std::string> argv = job_argv(a, o, at);
+  json::object id{{"executor", kind}};
+  for (size_t i = 2; i + 1 < argv.size(); i += 2) {
+    if (argv[i] == "--work-dir" || argv[i] == "--json") continue;
+    id[argv[i]] = argv[i] == "--html" ? "given" : argv[i + 1];
+  }
+  auto sha = sha256_file(o.start_script);
+  id["start_script_sha256"] = sha.ok() ? *sha : "unreadable: " + sha.status().message();
+  return id;
+}
+
+// Submits attempt `at` (named by attempt_named) and journals it. A JSON file left under the same name
+// is removed first, so only this job's evaluation can be read back.
+Status submit_attempt(executor::Executor& e, const EvaluateArgs& a, const evaluate::Options& o,
+                      const json::object& identity, Attempt& at) {
   std::error_code ec;
   std::filesystem::remove(at.json_path, ec);
   if (!at.html_path.empty()) std::filesystem::remove(at.html_path, ec);
-  at.spec.name = at.key;
-  at.spec.work_dir = work;
   at.spec.argv = job_argv(a, o, at);
   PLUMB_ASSIGN_OR_RETURN(at.job_id, e.submit(at.spec));
-  journal(work, {{"event", "submitted"}, {"key", at.key}, {"job_id", at.job_id}, {"executor", e.kind()}});
-  std::fprintf(stderr, "plumb evaluate: %s job %s (attempt %d; output %s)\n", e.kind().c_str(),
-               at.job_id.c_str(), n + 1, executor::output_path(at.spec).c_str());
+  PLUMB_RETURN_IF_ERROR(executor::journal_append(journal_path(at.spec.work_dir), {{"event", "submitted"},
+                                                                                  {"key", at.key},
+                                                                                  {"job_id", at.job_id},
+                                                                                  {"executor", e.kind()},
+                                                                                  {"identity", identity}}));
+  std::fprintf(stderr, "plumb evaluate: %s job %s (%s; output %s)\n", e.kind().c_str(), at.job_id.c_str(),
+               at.key.c_str(), executor::output_path(at.spec).c_str());
+  return Status::Ok();
+}
+
+// Waits until the attempt's job is final.
+Result<executor::JobStatus> wait_attempt(executor::Executor& e, const EvaluateArgs& a, const Attempt& at) {
   auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
   return executor::wait_until_final(e, at.job_id, every, [&](const executor::JobStatus& st) {
     std::fprintf(stderr, "plumb evaluate:   job %s: %s%s\n", at.job_id.c_str(),
@@ -481,6 +518,93 @@ void record_infrastructure_failure(const std::string& work, const Attempt& at,
                st.detail.empty() ? "" : (" [" + st.detail + "]").c_str());
 }
 
+// What the journal of an earlier controller leaves to this one (docs/cluster.md, "Killing and
+// restarting the controller").
+struct Resume {
+  int failures = 0;  // infrastructure failures since the journal's last end (finished, failed, gave up)
+  int failures_before_finish = 0;
+  std::optional<executor::JournaledJob> in_flight;  // the last job, still in flight: reattached
+  std::optional<executor::JournaledJob> finished;   // the last job, finished: its result is reported
+};
+
+Resume read_resume(const std::vector<json::object>& events) {
+  Resume r;
+  auto jobs = executor::journal_jobs(events);
+  for (const auto& j : jobs) {
+    const std::string ev = j.last_event();
+    if (ev == "infrastructure_failure") {
+      ++r.failures;
+    } else if (ev == "finished") {
+      r.failures_before_finish = r.failures;
+      r.failures = 0;
+    } else if (ev != "submitted") {
+      r.failures = 0;  // evaluation_failed, gave_up: a new run of the command gets its own retries
+    }
+  }
+  if (!jobs.empty() && jobs.back().in_flight()) r.in_flight = jobs.back();
+  if (!jobs.empty() && jobs.back().last_event() == "finished") r.finished = jobs.back();
+  return r;
+}
+
+// An evaluation the journal says finished: its result again, no new job.
+int report_finished(const EvaluateArgs& a, const std::string& work, const Resume& r) {
+  Attempt at = attempt_named(a, work, r.finished->key);
+  at.job_id = r.finished->job_id;
+  executor::JobStatus st;
+  st.state = executor::JobState::kCompleted;
+  st.node = json::string_at(r.finished->last, "node").value_or("");
+  if (!std::filesystem::exists(at.json_path)) {
+    std::cerr << "plumb evaluate: the journal " << journal_path(work) << " says job " << at.job_id << " ("
+              << at.key << ") finished this evaluation, but its file " << at.json_path
+              << " is gone; remove the journal to evaluate again in this work directory\n";
+    return kExitError;
+  }
+  std::fprintf(stderr,
+               "plumb evaluate: this evaluation already finished in job %s (%s; journal %s): its result is "
+               "reported again, nothing is submitted. To evaluate again, give it another --work-dir or "
+               "remove the journal\n",
+               at.job_id.c_str(), at.key.c_str(), journal_path(work).c_str());
+  return report_result(a, at, st, r.failures_before_finish);
+}
+
+// The attempt to start with: the earlier controller's job still in flight (reattached), or none.
+std::optional<Attempt> reattached(const EvaluateArgs& a, const std::string& work, const Resume& r) {
+  if (!r.in_flight) return std::nullopt;
+  Attempt at = attempt_named(a, work, r.in_flight->key);
+  at.job_id = r.in_flight->job_id;
+  std::fprintf(stderr, "plumb evaluate: reattaching to job %s (%s) of an earlier controller (journal %s)\n",
+               at.job_id.c_str(), at.key.c_str(), journal_path(work).c_str());
+  return at;
+}
+
+// The outcome of one final attempt: an exit code when the command ends with it, nullopt to retry.
+std::optional<int> settle_attempt(const EvaluateArgs& a, const std::string& work, const Attempt& at,
+                                  const executor::JobStatus& st, int& failures) {
+  Outcome out = classify(st, std::filesystem::exists(at.json_path));
+  if (out == Outcome::kResult) {
+    journal(work, {{"event", "finished"}, {"key", at.key}, {"job_id", at.job_id}, {"node", st.node}});
+    return report_result(a, at, st, failures);
+  }
+  if (out == Outcome::kEvaluationFailed) {
+    journal(work,
+            {{"event", "evaluation_failed"}, {"key", at.key}, {"job_id", at.job_id}, {"detail", st.detail}});
+    std::cerr << "plumb evaluate: the evaluation failed in job " << at.job_id << " ("
+              << executor::state_name(st.state) << (st.detail.empty() ? "" : ", " + st.detail)
+              << "); not retried, it is the evaluation's own error. The end of "
+              << executor::output_path(at.spec) << ":\n"
+              << output_tail(executor::output_path(at.spec), 8);
+    return kExitError;
+  }
+  record_infrastructure_failure(work, at, st);
+  if (++failures <= a.exec.max_job_retries) return std::nullopt;
+  journal(work, {{"event", "gave_up"}, {"key", at.key}, {"job_id", at.job_id}});
+  std::cerr << "plumb evaluate: the evaluation's job failed for infrastructure reasons " << failures
+            << " time(s) (--max-job-retries " << a.exec.max_job_retries
+            << "); its output: " << executor::output_path(at.spec)
+            << "; run it again when the cluster is healthy\n";
+  return kExitError;
+}
+
 int run_evaluate_as_job(EvaluateArgs& a) {
   auto fail = [](const Status& s) {
     std::cerr << "plumb evaluate: " << s.message() << "\n";
@@ -496,32 +620,26 @@ int run_evaluate_as_job(EvaluateArgs& a) {
   std::error_code ec;
   std::filesystem::create_directories(work, ec);
   if (ec) return fail(invalid_argument("cannot create the work directory " + work + ": " + ec.message()));
-  for (int n = 0, failures = 0;; ++n) {
-    Attempt at;
-    auto st = run_attempt(**e, a, *o, work, n, at);
+  const auto events = executor::journal_read(journal_path(work));
+  const json::object identity = evaluation_identity(a, *o, work, (*e)->kind());
+  if (Status s = executor::check_journal_identity(
+          journal_path(work), events, identity,
+          "give this evaluation its own --work-dir, or remove the journal to start that directory over");
+      !s.ok())
+    return fail(s);
+  const Resume r = read_resume(events);
+  if (r.finished) return report_finished(a, work, r);
+  std::optional<Attempt> first = reattached(a, work, r);
+  int next = executor::next_attempt(events, work, "evaluate-a");
+  for (int failures = r.failures;;) {
+    Attempt at = first ? *first : attempt_named(a, work, "evaluate-a" + std::to_string(next++));
+    if (!first) {
+      if (Status s = submit_attempt(**e, a, *o, identity, at); !s.ok()) return fail(s);
+    }
+    first.reset();
+    auto st = wait_attempt(**e, a, at);
     if (!st.ok()) return fail(st.status());
-    Outcome out = classify(*st, std::filesystem::exists(at.json_path));
-    if (out == Outcome::kResult) {
-      journal(work, {{"event", "finished"}, {"key", at.key}, {"job_id", at.job_id}, {"node", st->node}});
-      return report_result(a, at, *st, failures);
-    }
-    if (out == Outcome::kEvaluationFailed) {
-      journal(
-          work,
-          {{"event", "evaluation_failed"}, {"key", at.key}, {"job_id", at.job_id}, {"detail", st->detail}});
-      std::cerr << "plumb evaluate: the evaluation failed in job " << at.job_id << " ("
-                << executor::state_name(st->state) << (st->detail.empty() ? "" : ", " + st->detail)
-                << "); not retried, it is the evaluation's own error. The end of "
-                << executor::output_path(at.spec) << ":\n"
-                << output_tail(executor::output_path(at.spec), 8);
-      return kExitError;
-    }
-    record_infrastructure_failure(work, at, *st);
-    if (++failures > a.exec.max_job_retries)
-      return fail(unavailable(
-          "the evaluation's job failed for infrastructure reasons " + std::to_string(failures) +
-          " time(s) (--max-job-retries " + std::to_string(a.exec.max_job_retries) +
-          "); its output: " + executor::output_path(at.spec) + "; run it again when the cluster is healthy"));
+    if (auto rc = settle_attempt(a, work, at, *st, failures)) return *rc;
   }
 }
 
@@ -571,7 +689,9 @@ void setup_evaluate(CLI::App& root) {
       "Exit code 0 when the gates pass, 1 when one fails.\n"
       "With --executor slurm the whole evaluation is one batch job on one node (plumb evaluate there,\n"
       "its runs written to the shared --ledger, its evaluation read back from --work-dir); a job that\n"
-      "is cancelled, times out or loses its node is retried, never scored (docs/cluster.md).\n\n"
+      "is cancelled, times out or loses its node is retried, never scored. Killed and started again with\n"
+      "the same --work-dir, it reattaches to its job (or reports the finished evaluation) instead of\n"
+      "submitting again; other arguments for that work directory are refused (docs/cluster.md).\n\n"
       "Example:  plumb evaluate --start-script ./start_server.sh --scenario D --json score.json");
   c->add_option("--start-script", args->start_script, "the submission's start script (executable)")
       ->required();

@@ -8,19 +8,20 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "cli/command.h"
 #include "cli/executor_flags.h"
 #include "cli/job_outcome.h"
-#include "core/clock.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "core/sha256.h"
 #include "engine/cpu/kernels.h"
+#include "executor/journal.h"
 #include "kernels/accept.h"
 #include "kernels/profile.h"
 #include "kernels/screen.h"
@@ -168,27 +169,82 @@ int run_profile(KernelsArgs& a, bool tasks) {
 //   cancelled, timed out, node    an infrastructure failure: OUT/jobs/screen.jobs.jsonl and the console
 //   failed, lost, SIGKILL/SIGTERM  say so, the job is submitted again up to --max-job-retries, then the
 //                                 search stops; never a verdict for the candidate.
+//
+// Killed and started again with the same --out, the search resumes from the journal
+// (docs/cluster.md): a screening the journal finished is not submitted again (its result comes from
+// the journal, or from its result file when the job wrote one), a job still in flight is reattached
+// by its id, and a screening that failed for infrastructure reasons is submitted again. A screening
+// is known by its candidate's name, source and screening seed, so a restarted search, whose built-in
+// generator proposes the same candidates from the same results, finds them all.
 struct ScreenJobs {
   executor::Executor& e;
   const KernelsArgs& a;
-  std::string task_dir;  // absolute
-  std::string out_dir;   // absolute: the search's folder (candidates/ is compiled into there)
-  std::string work;      // absolute: out_dir/jobs
-  int jobs = 0;          // jobs so far (names are unique across batches)
+  std::string task_dir;   // absolute
+  std::string out_dir;    // absolute: the search's folder (candidates/ is compiled into there)
+  std::string work;       // absolute: out_dir/jobs
+  int jobs = 0;           // the next stem's number (cN: unique across batches and restarts)
+  json::object identity;  // what decides a screening's result besides its candidate
+  std::vector<executor::JournaledJob> known;  // an earlier controller's jobs (load_journal)
 
   struct Job {
     size_t index = 0;  // in the batch
     int attempt = 0;
-    std::string stem;  // cN-<name>
+    int first_attempt = 0;  // this run's first; retries are counted from it
+    std::string stem;       // cN-<name>
     std::string id;
     executor::JobSpec spec;
     std::string result_path;
     int poll_errors = 0;
   };
 
+  std::string journal_path() const { return work + "/screen.jobs.jsonl"; }
   void journal(json::object event) const {
-    event["at"] = utc_timestamp_now();
-    std::ofstream(work + "/screen.jobs.jsonl", std::ios::app) << json::dump(event) << "\n";
+    if (Status s = executor::journal_append(journal_path(), std::move(event)); !s.ok())
+      std::fprintf(stderr, "%s\n", s.to_string().c_str());
+  }
+
+  // Reads the journal of an earlier controller, refuses one written for another search, and numbers
+  // new stems after every stem it (or a candidate file in the work directory) used.
+  Status load_journal() {
+    identity = json::object{{"task", task_dir},
+                            {"executor", e.kind()},
+                            {"draws", std::to_string(a.search.screen.draws)},
+                            {"threads", std::to_string(a.search.screen.threads)},
+                            {"cxx", a.search.screen.cxx},
+                            {"timing", !a.no_timing},
+                            {"asan", a.search.screen.asan}};
+    auto events = executor::journal_read(journal_path());
+    PLUMB_RETURN_IF_ERROR(executor::check_journal_identity(
+        journal_path(), events, identity,
+        "give this search another --out, or remove the journal to screen every candidate again"));
+    known = executor::journal_jobs(events);
+    auto stem_number = [](const std::string& name) {
+      if (name.size() < 3 || name[0] != 'c' || !std::isdigit(static_cast<unsigned char>(name[1]))) return -1;
+      return std::atoi(name.c_str() + 1);
+    };
+    for (const auto& j : known) jobs = std::max(jobs, stem_number(j.key) + 1);
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(work, ec))
+      jobs = std::max(jobs, stem_number(f.path().filename().string()) + 1);
+    if (!known.empty())
+      std::fprintf(stderr, "resuming from the journal %s: %zu screening job(s) of an earlier search\n",
+                   journal_path().c_str(), known.size());
+    return Status::Ok();
+  }
+
+  static std::string source_sha(const kernels::Candidate& c) { return sha256_hex(c.source); }
+
+  // The earlier controller's last job for this screening (candidate and seed), if any.
+  const executor::JournaledJob* earlier(const kernels::Candidate& c, uint64_t seed) const {
+    const executor::JournaledJob* last = nullptr;
+    for (const auto& j : known) {
+      const auto& s = j.submitted;
+      if (json::string_at(s, "candidate").value_or("") == c.name &&
+          json::string_at(s, "source_sha256").value_or("") == source_sha(c) &&
+          json::string_at(s, "seed").value_or("") == std::to_string(seed))
+        last = &j;
+    }
+    return last;
   }
 
   static std::string safe_name(const std::string& n) {
@@ -198,17 +254,22 @@ struct ScreenJobs {
     return s.substr(0, 60);
   }
 
+  // Names attempt `j.attempt` of stem `j.stem`: the job's name and its result file.
+  void name(Job& j) const {
+    j.spec.name = j.stem + "-a" + std::to_string(j.attempt);
+    j.spec.work_dir = work;
+    j.result_path = work + "/" + j.spec.name + ".result.json";
+  }
+
   // Writes the candidate's file once per job stem; submits attempt `j.attempt`.
   Status submit(Job& j, const kernels::Candidate& c, uint64_t seed) {
     const std::string cand = work + "/" + j.stem + ".candidate.json";
-    if (j.attempt == 0) {
+    if (j.attempt == 0 || !std::filesystem::exists(cand)) {
       json::object o{{"name", c.name},     {"family", c.family}, {"params", c.params},
                      {"source", c.source}, {"origin", c.origin}, {"rationale", c.rationale}};
       PLUMB_RETURN_IF_ERROR(write_file_atomic(cand, json::dump_pretty(o) + "\n"));
     }
-    j.spec.name = j.stem + "-a" + std::to_string(j.attempt);
-    j.spec.work_dir = work;
-    j.result_path = work + "/" + j.spec.name + ".result.json";
+    name(j);
     std::error_code ec;
     std::filesystem::remove(j.result_path, ec);
     const auto& so = a.search.screen;
@@ -235,8 +296,15 @@ struct ScreenJobs {
     if (so.asan) j.spec.argv.push_back("--asan");
     PLUMB_ASSIGN_OR_RETURN(j.id, e.submit(j.spec));
     j.poll_errors = 0;
-    journal({{"event", "submitted"}, {"key", j.spec.name}, {"job_id", j.id}, {"candidate", c.name}});
-    return Status::Ok();
+    return executor::journal_append(journal_path(), {{"event", "submitted"},
+                                                     {"key", j.spec.name},
+                                                     {"job_id", j.id},
+                                                     {"candidate", c.name},
+                                                     {"source_sha256", source_sha(c)},
+                                                     {"seed", std::to_string(seed)},
+                                                     {"stem", j.stem},
+                                                     {"attempt", int64_t(j.attempt)},
+                                                     {"identity", identity}});
   }
 
   // The verdict of a job that failed on its own, without writing its result.
@@ -275,7 +343,11 @@ struct ScreenJobs {
                 std::vector<std::optional<kernels::ScreenResult>>& out, std::deque<Job>& again) {
     auto r = outcome(j, st);
     if (r) {
-      journal({{"event", "finished"}, {"key", j.spec.name}, {"job_id", j.id}, {"verdict", r->verdict}});
+      journal({{"event", "finished"},
+               {"key", j.spec.name},
+               {"job_id", j.id},
+               {"verdict", r->verdict},
+               {"result", json::parse(kernels::screen_result_json_text(*r)).value()}});
       out[j.index] = std::move(*r);
       return Status::Ok();
     }
@@ -289,12 +361,12 @@ struct ScreenJobs {
     std::fprintf(stderr, "  INFRASTRUCTURE FAILURE of screening job %s (%s): it ended %s%s; not a verdict\n",
                  j.id.c_str(), cands[j.index].name.c_str(), executor::state_name(st.state).c_str(),
                  st.detail.empty() ? "" : (" [" + st.detail + "]").c_str());
-    if (j.attempt >= a.exec.max_job_retries)
-      return unavailable("the screening job of candidate " + cands[j.index].name +
-                         " failed for infrastructure " + "reasons " + std::to_string(j.attempt + 1) +
-                         " time(s) (--max-job-retries " + std::to_string(a.exec.max_job_retries) +
-                         "); its output: " + executor::output_path(j.spec) +
-                         "; run the search again when the cluster is healthy");
+    if (j.attempt - j.first_attempt >= a.exec.max_job_retries)
+      return unavailable(
+          "the screening job of candidate " + cands[j.index].name + " failed for infrastructure " +
+          "reasons " + std::to_string(j.attempt - j.first_attempt + 1) + " time(s) (--max-job-retries " +
+          std::to_string(a.exec.max_job_retries) + "); its output: " + executor::output_path(j.spec) +
+          "; run the search again when the cluster is healthy");
     ++j.attempt;
     again.push_back(std::move(j));
     return Status::Ok();
@@ -322,17 +394,60 @@ struct ScreenJobs {
     return Status::Ok();
   }
 
+  // A screening the earlier controller finished: its result (from the journal, else its file).
+  std::optional<kernels::ScreenResult> earlier_result(const executor::JournaledJob& k) const {
+    if (const auto* r = k.last.if_contains("result")) {
+      auto res = kernels::screen_result_from_json_text(json::dump(*r));
+      if (res.ok()) return *res;
+    }
+    if (auto text = read_file(work + "/" + k.key + ".result.json"); text.ok()) {
+      auto res = kernels::screen_result_from_json_text(*text);
+      if (res.ok()) return *res;
+    }
+    return std::nullopt;
+  }
+
+  // Candidate i of a batch: its earlier result, a job to reattach to (into `flight`), or a job to
+  // submit (into `queue`).
+  void place(size_t i, const kernels::Candidate& c, uint64_t seed,
+             std::vector<std::optional<kernels::ScreenResult>>& out, std::vector<Job>& flight,
+             std::deque<Job>& queue) {
+    Job j;
+    j.index = i;
+    const executor::JournaledJob* k = earlier(c, seed);
+    if (!k) {
+      j.stem = "c" + std::to_string(jobs++) + "-" + safe_name(c.name);
+      queue.push_back(std::move(j));
+      return;
+    }
+    j.stem = json::string_at(k->submitted, "stem").value_or("");
+    j.attempt = int(json::number_at(k->submitted, "attempt").value_or(0));
+    if (k->last_event() == "finished") {
+      if (auto r = earlier_result(*k)) {
+        std::fprintf(stderr, "  %s: screened by job %s of an earlier search (%s), not again\n",
+                     c.name.c_str(), k->job_id.c_str(), r->verdict.c_str());
+        out[i] = std::move(*r);
+        return;
+      }
+    }
+    if (k->in_flight()) {
+      name(j);
+      j.id = k->job_id;
+      std::fprintf(stderr, "  %s: reattaching to screening job %s (%s)\n", c.name.c_str(), j.id.c_str(),
+                   j.spec.name.c_str());
+      flight.push_back(std::move(j));
+      return;
+    }
+    j.first_attempt = ++j.attempt;  // failed, or finished without a readable result: a new attempt
+    queue.push_back(std::move(j));
+  }
+
   Result<std::vector<kernels::ScreenResult>> operator()(const std::vector<kernels::Candidate>& cands,
                                                         const std::vector<uint64_t>& seeds) {
     std::deque<Job> queue;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      Job j;
-      j.index = i;
-      j.stem = "c" + std::to_string(jobs++) + "-" + safe_name(cands[i].name);
-      queue.push_back(std::move(j));
-    }
-    std::vector<std::optional<kernels::ScreenResult>> out(cands.size());
     std::vector<Job> flight;
+    std::vector<std::optional<kernels::ScreenResult>> out(cands.size());
+    for (size_t i = 0; i < cands.size(); ++i) place(i, cands[i], seeds[i], out, flight, queue);
     const auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
     while (!queue.empty() || !flight.empty()) {
       while (!queue.empty() && int(flight.size()) < std::max(1, a.max_parallel_jobs)) {
@@ -388,6 +503,7 @@ Status use_screening_jobs(KernelsArgs& a, std::unique_ptr<executor::Executor>& e
   std::error_code ec;
   std::filesystem::create_directories(jobs->work, ec);
   if (ec) return invalid_argument("cannot create " + jobs->work + ": " + ec.message());
+  PLUMB_RETURN_IF_ERROR(jobs->load_journal());
   a.search.screen_batch = [jobs](const std::vector<kernels::Candidate>& c, const std::vector<uint64_t>& s) {
     return (*jobs)(c, s);
   };
@@ -586,7 +702,9 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
                      "given, each screening runs as a child job on this machine, with the journal and "
                      "retries of slurm; without --executor, in this process");
   se->add_option("--max-parallel-jobs", a->max_parallel_jobs,
-                 "screening jobs in flight at once (with --executor)")
+                 "screening jobs in flight at once (with --executor). Killed and started again with the "
+                 "same --out, the search reuses the screenings its journal finished and reattaches to "
+                 "those in flight (docs/cluster.md)")
       ->capture_default_str()
       ->group("Executor (where the work runs; docs/cluster.md)");
   se->callback([se, a] {

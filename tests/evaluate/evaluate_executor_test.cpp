@@ -8,9 +8,15 @@
 //     error and no evaluation written;
 //   - an evaluation that fails on its own (a start script that exits at once): not retried;
 //   - bad input refused before any job is submitted;
+//   - started again with the same --work-dir: a finished evaluation reported again (nothing
+//     submitted; its file gone, an error), another evaluation's journal refused, new retries and the
+//     next attempt's names after the command gave up, a controller killed (SIGKILL) while its local
+//     job runs finding it lost and running the next attempt (a1);
 //   - a Slurm job (PLUMB_TEST_SLURM; scripts/slurm_test_cluster.sh) against PostgreSQL
 //     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
-//     PostgreSQL with the evaluation sealed by them. Skips, saying why, without a cluster.
+//     PostgreSQL with the evaluation sealed by them; the controller killed while its Slurm job runs
+//     and started again, reattaching to that job; the same with the job finished before the restart,
+//     its evaluation read back. Skips, saying why, without a cluster.
 // The evaluation is the smallest the CLI allows that still runs both gates and a scenario: scenario A
 // (small) on one seed, 4 quality items, 1 fidelity prompt, the `default` preset as the baseline.
 #include <gtest/gtest.h>
@@ -18,11 +24,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -104,6 +113,37 @@ class EvaluateJob : public testing::ControllerTest {
     EXPECT_GT(e.at("score").as_double(), 0);
     ASSERT_EQ(e.at("scenarios").as_array().size(), 1u);
   }
+  // The evaluation the job of `key` wrote, and the controller's --json without its executor object:
+  // the controller reports the job's evaluation as it is, nothing mixed in.
+  void expect_the_jobs_evaluation(const std::string& key) {
+    auto job = json::parse_file(dir_ + "/work/" + key + ".json");
+    ASSERT_TRUE(job.ok()) << log();
+    json::object reported = result();
+    reported.erase("executor");
+    EXPECT_EQ(json::canonical(reported), json::canonical(*job));
+  }
+  // Starts the controller, kills it once its job has started (its own work directory exists) and
+  // starts it again; the first job's id and the second controller.
+  std::pair<std::string, Result<Subprocess>> kill_while_the_job_runs_and_start_again(
+      const std::vector<std::string>& args,
+      const std::function<void(const std::string&)>& between = nullptr) {
+    auto p = start(args);
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return {"", p.status()};
+    std::string id = wait_submitted(1);
+    for (int i = 0; i < 600 && !fs::exists(dir_ + "/work/evaluate-a0/logs"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill_controller(*p);
+    if (between) between(id);
+    return {id, start(args)};
+  }
+  // Every job key of the journal submitted once; their number.
+  size_t distinct_submissions() {
+    std::set<std::string> keys;
+    for (const auto& o : journal_events(journal(), "submitted"))
+      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second) << json::dump(o);
+    return keys.size();
+  }
 };
 
 TEST_F(EvaluateJob, ALocalJobsEvaluationIsReadBackAndItsRunsAreInTheLedger) {
@@ -177,6 +217,15 @@ TEST_F(EvaluateJob, WithNoRetryLeftAnInfrastructureFailureIsAnErrorAndNoEvaluati
       << log();
   EXPECT_FALSE(fs::exists(dir_ + "/ev.json")) << "no partial evaluation may be written";
   EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u);
+
+  // Started again after it gave up: new retries, and the next attempt's own names (a1, not a0 again).
+  auto again = start(argv(honest(), "local", 0));
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 300);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a1");
+  EXPECT_EQ(distinct_submissions(), 2u);
 }
 
 TEST_F(EvaluateJob, AnEvaluationThatFailsOnItsOwnIsNotRetried) {
@@ -258,6 +307,119 @@ TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgr
   ASSERT_TRUE(runs.ok());
   EXPECT_GE(runs->size(), 1u) << "the job writes its runs to the shared ledger";
   EXPECT_EQ(e.at("ledger").at("chain_head").as_string(), *(*l)->chain_head());
+}
+
+// Started again with the same --work-dir after it finished, the evaluation is reported again from its
+// job's file, nothing submitted; started with other arguments, the journal is refused, naming the
+// file, what differs and what to do.
+TEST_F(EvaluateJob, AFinishedEvaluationIsReportedAgainAndAnotherEvaluationsJournalIsRefused) {
+  auto args = argv(honest(), "local", 2);
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  int rc = finish(*p, 300);
+  auto first = result();
+  expect_consistent(rc, first);
+
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(finish(*again, 60), rc) << log();
+  EXPECT_EQ(json::canonical(result()), json::canonical(first)) << log();
+  EXPECT_NE(log().find("this evaluation already finished in job"), std::string::npos) << log();
+  EXPECT_EQ(distinct_submissions(), 1u);
+
+  args[std::find(args.begin(), args.end(), "--quality-limit") - args.begin() + 1] = "5";
+  auto other = start(args);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(finish(*other, 60), 2) << log();
+  EXPECT_NE(log().find("the job journal " + journal() + " was written for another run"), std::string::npos)
+      << log();
+  EXPECT_NE(log().find("--quality-limit \"4\", this run \"5\""), std::string::npos) << log();
+  EXPECT_NE(log().find("give this evaluation its own --work-dir, or remove the journal"), std::string::npos)
+      << log();
+  EXPECT_EQ(distinct_submissions(), 1u) << "nothing submitted";
+
+  // The journal says the evaluation finished, but its file is gone: an error saying what to do.
+  fs::remove(dir_ + "/work/evaluate-a0.json");
+  args[std::find(args.begin(), args.end(), "--quality-limit") - args.begin() + 1] = "4";
+  auto gone = start(args);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(finish(*gone, 60), 3) << log();
+  EXPECT_NE(log().find("is gone; remove the journal to evaluate again"), std::string::npos) << log();
+  EXPECT_EQ(distinct_submissions(), 1u) << "nothing submitted";
+}
+
+// A local job dies with its controller (executor.h): killed while the job runs and started again, the
+// controller finds the job lost, records it and runs the evaluation as the next attempt (a1, not a
+// second a0), and reports that job's evaluation.
+TEST_F(EvaluateJob, AKilledControllerStartedAgainRunsItsLostLocalJobAsTheNextAttempt) {
+  auto [id, again] = kill_while_the_job_runs_and_start_again(argv(honest(), "local", 2));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 300);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a1");
+  EXPECT_EQ(e.at("executor").at("infrastructure_failures").as_int64(), 1);
+  expect_the_jobs_evaluation("evaluate-a1");
+  EXPECT_EQ(distinct_submissions(), 2u);
+  auto lost = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(lost.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(lost[0], "job_id").value_or(""), id);
+  EXPECT_EQ(json::string_at(lost[0], "state").value_or(""), "lost");
+  EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
+}
+
+// A Slurm job outlives its controller: killed while the job runs and started again, the controller
+// reattaches to the same job by its id, submits nothing, and reports that job's evaluation.
+TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwice) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto [id, again] = kill_while_the_job_runs_and_start_again(args, [this](const std::string& job) {
+    auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", job, "-o", "%T"});
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->out.rfind("RUNNING", 0), 0u) << "the job outlives its controller: " << q->out;
+  });
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 400);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("key").as_string(), "evaluate-a0");
+  EXPECT_EQ(e.at("executor").at("job_id").as_string(), id);
+  EXPECT_EQ(e.at("executor").at("infrastructure_failures").as_int64(), 0);
+  expect_the_jobs_evaluation("evaluate-a0");
+  EXPECT_EQ(distinct_submissions(), 1u) << log();
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
+}
+
+// A Slurm job that finishes while no controller watches it: started again, the controller reads the
+// job's evaluation back instead of submitting another.
+TEST_F(EvaluateJob, ASlurmJobThatFinishedWhileNoControllerWatchedIsReadBack) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto [id, again] = kill_while_the_job_runs_and_start_again(args, [this](const std::string& job) {
+    std::string state;
+    for (int i = 0; i < 3000 && state.rfind("COMPLETED", 0) != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto q =
+          run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T"});
+      state = q.ok() ? q->out : "";
+    }
+    ASSERT_EQ(state.rfind("COMPLETED", 0), 0u) << "the job finishes on its own: " << state;
+  });
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(again.ok());
+  int rc = finish(*again, 400);
+  auto e = result();
+  expect_consistent(rc, e);
+  EXPECT_EQ(e.at("executor").at("job_id").as_string(), id);
+  expect_the_jobs_evaluation("evaluate-a0");
+  EXPECT_EQ(distinct_submissions(), 1u) << log();
 }
 
 }  // namespace

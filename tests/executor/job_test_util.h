@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -99,6 +100,12 @@ class ControllerTest : public ::testing::Test {
       return -1;
     }
     return e->exited ? e->exit_code : -1;
+  }
+  // SIGKILL for the controller, as a lost login session or `kill -9` would; its Slurm jobs live on,
+  // its local jobs die with it.
+  void kill_controller(Subprocess& p) {
+    ASSERT_EQ(::kill(p.pid(), SIGKILL), 0);
+    p.wait();
   }
   std::string log() const {
     auto t = read_file(dir_ + "/controller.log");

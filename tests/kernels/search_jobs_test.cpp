@@ -6,7 +6,12 @@
 //   - a job killed with SIGKILL: an infrastructure failure, retried, never a verdict; with no retry
 //     left, the search stops with an error and writes no search.json;
 //   - a job that crashes (SIGSEGV, no result): a crash verdict for its candidate, not retried;
-//   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried. Skips without it.
+//   - the search killed (SIGKILL) while a job runs and started again with the same --out: nothing
+//     screened twice, the lost local job a new attempt, the decisions of an uninterrupted search;
+//     a journal of another search refused; a finished screening without a readable result screened
+//     again;
+//   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried; the search killed
+//     and started again, reattaching to its job, none submitted twice. Skips without it.
 // The jobs that are killed compile through a slow compiler wrapper (sleeps, then g++, and gives up if
 // its job died meanwhile), so the kill lands while the job runs.
 #include <gtest/gtest.h>
@@ -14,10 +19,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +41,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using testing::cancel_submitted;
 using testing::journal_events;
 
 // How a job's end is read (cli/job_outcome.h): the signal from either executor's detail, nothing from
@@ -87,7 +96,7 @@ class SearchJobs : public testing::ControllerTest {
                                   "--task",
                                   tasks_ + "/post_attention_norm.decode",
                                   "--out",
-                                  dir_ + "/s",
+                                  dir_ + "/" + out_,
                                   "--episodes",
                                   "1",
                                   "--candidates",
@@ -101,15 +110,52 @@ class SearchJobs : public testing::ControllerTest {
     if (slow) v.insert(v.end(), {"--cxx", dir_ + "/slow-cxx.sh", "--no-timing"});
     return v;
   }
-  std::string journal() const override { return dir_ + "/s/jobs/screen.jobs.jsonl"; }
+  std::string journal() const override { return dir_ + "/" + out_ + "/jobs/screen.jobs.jsonl"; }
   // search.json's candidates.
   json::array candidates() {
-    auto v = json::parse_file(dir_ + "/s/search.json");
+    auto v = json::parse_file(dir_ + "/" + out_ + "/search.json");
     EXPECT_TRUE(v.ok()) << log();
     return v.ok() ? v->as_object().at("candidates").as_array() : json::array{};
   }
 
+  // What a search decided, for comparing two runs: each candidate's episode, name and verdict, in
+  // order, and the best.
+  std::string decisions() {
+    std::string d;
+    for (const auto& x : candidates())
+      d += std::to_string(x.at("episode").as_int64()) + " " + std::string(x.at("name").as_string()) + " " +
+           std::string(x.at("result").at("verdict").as_string()) + "\n";
+    auto v = json::parse_file(dir_ + "/" + out_ + "/search.json");
+    if (v.ok()) d += "best " + json::dump(v->as_object().at("best"));
+    return d;
+  }
+  // Waits until the journal has n "finished" events.
+  void wait_finished(size_t n) {
+    for (int i = 0; i < 600 && journal_events(journal(), "finished").size() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_GE(journal_events(journal(), "finished").size(), n) << log();
+  }
+  // Every job key of the journal submitted once; returns how many times each candidate was submitted.
+  std::map<std::string, int> submissions() {
+    std::set<std::string> keys;
+    std::map<std::string, int> per;
+    for (const auto& o : journal_events(journal(), "submitted")) {
+      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second)
+          << "job key submitted twice: " << json::dump(o);
+      ++per[json::string_at(o, "candidate").value_or("")];
+    }
+    return per;
+  }
+  // The search's arguments for the resume tests: two episodes of two candidates, correctness only
+  // (deterministic verdicts), compiled slowly so that a kill lands while a job runs.
+  std::vector<std::string> resume_argv(const std::string& executor) {
+    auto v = argv(executor, 2, 2, true);
+    *(std::find(v.begin(), v.end(), "--episodes") + 1) = "2";
+    return v;
+  }
+
   static std::string tasks_;
+  std::string out_ = "s";
 };
 std::string SearchJobs::tasks_;
 
@@ -212,6 +258,130 @@ TEST_F(SearchJobs, ASlurmJobCancelledWithScancelIsRetried) {
   auto c = candidates();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+}
+
+// Killed while its second candidate's job runs (the first one screened) and started again with the
+// same --out: the first candidate is not screened again, the lost local job (it died with its
+// controller) is submitted again as a new attempt, no job key is used twice, and the search decides
+// what an uninterrupted search decides (the built-in generator proposes the same candidates from the
+// same results; the screening seeds derive from --seed and the candidate's name).
+TEST_F(SearchJobs, AKilledSearchStartedAgainScreensNothingTwiceAndDecidesAsAnUninterruptedOne) {
+  out_ = "uninterrupted";
+  auto ref = start(resume_argv("local"));
+  ASSERT_TRUE(ref.ok());
+  ASSERT_EQ(finish(*ref, 300), 0) << log();
+  const std::string want = decisions();
+  ASSERT_EQ(candidates().size(), 4u) << log();
+
+  out_ = "s";
+  auto p = start(resume_argv("local"));
+  ASSERT_TRUE(p.ok());
+  wait_finished(1);
+  wait_submitted(2);
+  kill_controller(*p);
+  const std::string first = json::string_at(journal_events(journal(), "finished")[0], "key").value_or("");
+  auto again = start(resume_argv("local"));
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(finish(*again, 300), 0) << log();
+  EXPECT_EQ(decisions(), want) << log();
+  auto per = submissions();
+  EXPECT_EQ(per.size(), 4u);
+  size_t screened_once = 0;
+  for (const auto& [cand, n] : per) screened_once += n == 1 ? 1 : 0;
+  EXPECT_EQ(screened_once, 3u) << "only the job lost with its controller runs again";
+  EXPECT_NE(log().find("screened by job"), std::string::npos) << log();
+  EXPECT_NE(log().find("reattaching to screening job"), std::string::npos) << log();
+  auto lost = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(lost.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(lost[0], "state").value_or(""), "lost");
+  EXPECT_NE(json::string_at(lost[0], "key").value_or(""), first);
+
+  // A third start finds everything screened: no job at all, the same decisions.
+  const size_t submitted = journal_events(journal(), "submitted").size();
+  auto third = start(resume_argv("local"));
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(finish(*third, 120), 0) << log();
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted) << log();
+  EXPECT_EQ(decisions(), want);
+}
+
+TEST_F(SearchJobs, AJournalOfAnotherSearchIsRefused) {
+  auto p = start(argv("local", 1, 2, false));
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(finish(*p, 300), 0) << log();
+  const size_t submitted = journal_events(journal(), "submitted").size();
+  auto args = argv("local", 1, 2, false);
+  args.insert(args.end(), {"--draws", "3"});
+  auto q = start(args);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(finish(*q, 60), 2) << log();
+  EXPECT_NE(log().find("the job journal " + journal() + " was written for another run"), std::string::npos)
+      << log();
+  EXPECT_NE(log().find("draws"), std::string::npos) << log();
+  EXPECT_NE(log().find("give this search another --out, or remove the journal"), std::string::npos) << log();
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted) << "nothing submitted";
+}
+
+// A screening the journal says finished but whose result is nowhere (neither in its journal line nor
+// in its result file) is screened again as a new attempt, not taken for a verdict.
+TEST_F(SearchJobs, AFinishedScreeningWithoutAReadableResultIsScreenedAgain) {
+  auto args = argv("local", 1, 2, false);
+  args.push_back("--no-timing");  // no confirmation: one screening
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(finish(*p, 300), 0) << log();
+  std::string kept;
+  for (auto o : journal_events(journal())) {
+    if (json::string_at(o, "event").value_or("") == "finished") {
+      o.erase("result");
+      fs::remove(dir_ + "/s/jobs/" + json::string_at(o, "key").value_or("") + ".result.json");
+    }
+    kept += json::dump(o) + "\n";
+  }
+  ASSERT_TRUE(write_file_atomic(journal(), kept).ok());
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(finish(*again, 300), 0) << log();
+  auto sub = journal_events(journal(), "submitted");
+  ASSERT_EQ(sub.size(), 2u) << log();
+  EXPECT_EQ(json::string_at(sub[1], "candidate"), json::string_at(sub[0], "candidate"));
+  EXPECT_EQ(json::number_at(sub[1], "attempt").value_or(0), 1);
+  submissions();
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+}
+
+// On a real Slurm the jobs outlive their controller: killed while a screening job runs and started
+// again, the search reattaches to that job by its id, submits nothing twice, and decides as before.
+TEST_F(SearchJobs, AKilledSearchReattachesToItsSlurmJobs) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  out_ = "uninterrupted";
+  auto args = resume_argv("slurm");
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto ref = start(args);
+  ASSERT_TRUE(ref.ok());
+  ASSERT_EQ(finish(*ref, 400), 0) << log();
+  const std::string want = decisions();
+  cancel_submitted(conf_, journal());
+
+  out_ = "s";
+  args = resume_argv("slurm");
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(2);
+  kill_controller(*p);
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(finish(*again, 400), 0) << log();
+  EXPECT_EQ(decisions(), want) << log();
+  auto per = submissions();
+  EXPECT_EQ(per.size(), 4u);
+  for (const auto& [cand, n] : per) EXPECT_EQ(n, 1) << cand << " submitted " << n << " times\n" << log();
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_NE(log().find("reattaching to screening job " + id), std::string::npos) << log();
 }
 
 }  // namespace
