@@ -210,11 +210,11 @@ TEST(Space, ConfigFromJsonConvertsAndValidates) {
 TEST(Space, ShippedSpacesMatchTheirAdapters) {
   auto names = builtin_space_names();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
-            (std::set<std::string>{"plumb", "vllm", "sglang", "llamacpp"}));
+            (std::set<std::string>{"plumb", "plumb-cuda", "vllm", "sglang", "llamacpp"}));
   for (const auto& n : names) {
     auto sp = builtin_space(n);
     ASSERT_TRUE(sp.ok()) << n << ": " << sp.status().to_string();
-    EXPECT_EQ(sp->adapter, n);
+    EXPECT_EQ(sp->adapter, n == "plumb-cuda" ? std::string("plumb") : n);
     auto ad = launch::builtin_adapter(sp->adapter);
     ASSERT_TRUE(ad.ok());
     std::set<std::string> known;
@@ -227,7 +227,7 @@ TEST(Space, ShippedSpacesMatchTheirAdapters) {
     Config c = sample_uniform(*sp, rng);
     launch::Params params = sp->fixed;
     for (const auto& [k, v] : c) params[k] = v;
-    if (n != "plumb") params["model"] = std::string("some/model");
+    if (sp->adapter != "plumb") params["model"] = std::string("some/model");
     auto spec = launch::render(*ad, params, 8000);
     EXPECT_TRUE(spec.ok()) << n << ": " << spec.status().to_string();
     auto g = enumerate_grid(*sp);
@@ -237,6 +237,30 @@ TEST(Space, ShippedSpacesMatchTheirAdapters) {
     for (const auto& p : sp->params)
       if (is_active(p, d) && p.default_value) d[p.name] = *p.default_value;
     EXPECT_TRUE(validate_config(*sp, d).ok()) << n << ": " << validate_config(*sp, d).message();
+  }
+}
+
+// The CUDA space renders plumb serve's CUDA flags: the device, CUDA graphs as true|false, the
+// memory share.
+TEST(Space, PlumbCudaSpaceRendersTheCudaFlags) {
+  auto sp = builtin_space("plumb-cuda");
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
+  auto ad = launch::builtin_adapter("plumb");
+  ASSERT_TRUE(ad.ok());
+  Config c{{"max_num_seqs", int64_t(128)},    {"max_num_batched_tokens", int64_t(2048)},
+           {"enable_chunked_prefill", false}, {"kv_block_size", int64_t(32)},
+           {"enable_prefix_caching", true},   {"cuda_graphs", false},
+           {"gpu_memory_utilization", 0.75}};
+  ASSERT_TRUE(validate_config(*sp, c).ok()) << validate_config(*sp, c).message();
+  launch::Params params = sp->fixed;
+  for (const auto& [k, v] : c) params[k] = v;
+  auto spec = launch::render(*ad, params, 8123);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  std::string line;
+  for (const auto& a : spec->argv) line += a + " ";
+  for (const char* want : {"--device cuda ", "--cuda-graphs=false ", "--gpu-memory-utilization 0.75 ",
+                           "--max-num-seqs 128 ", "--enable-chunked-prefill=false ", "--engine llm "}) {
+    EXPECT_NE(line.find(want), std::string::npos) << want << " in " << line;
   }
 }
 
