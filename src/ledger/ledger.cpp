@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/clock.h"
@@ -22,7 +24,12 @@
 
 namespace plumb::ledger {
 namespace {
-
+struct Prof {
+  double t[8] = {};
+  ~Prof() {
+    for (int i = 0; i < 8; ++i) std::fprintf(stderr, "prof %d: %.3f s\n", i, t[i]);
+  }
+};
 // SQLite's result codes mapped to plumb's: a refused row (constraint or trigger) is a protocol
 // violation, everything else is I/O.
 Status sql_error(sqlite3* db, int rc, const std::string& what) {
@@ -242,36 +249,42 @@ std::vector<std::string> schema_differences(const Schema& have, const Schema& wa
 
 // ---- seals ----------------------------------------------------------------------------------------
 
-// One row of a query into the hash, cell by cell: NULL "n", integer "i<decimal>", real "r<%.17g>"
-// (round-trips), text "t<bytes>:<text>"; each cell ends with ';', the row with '\n'.
-void hash_row(Sha256& h, Stmt& s) {
+// One row of a query into the hash (seal_format::RowText's cells), as the values are stored.
+void hash_row(Sha256& h, Stmt& s, seal_format::RowText& row) {
   sqlite3_stmt* st = s.raw();
   int n = sqlite3_column_count(st);
-  char buf[64];
   for (int i = 0; i < n; ++i) {
     switch (sqlite3_column_type(st, i)) {
       case SQLITE_NULL:
-        h.update("n;");
+        row.null();
         break;
       case SQLITE_INTEGER:
-        std::snprintf(buf, sizeof buf, "i%" PRId64 ";", int64_t(sqlite3_column_int64(st, i)));
-        h.update(buf);
+        row.integer(sqlite3_column_int64(st, i));
         break;
       case SQLITE_FLOAT:
-        std::snprintf(buf, sizeof buf, "r%.17g;", sqlite3_column_double(st, i));
-        h.update(buf);
+        row.real(sqlite3_column_double(st, i));
         break;
       default: {
         const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
         size_t len = size_t(sqlite3_column_bytes(st, i));
-        std::snprintf(buf, sizeof buf, "t%zu:", len);
-        h.update(buf);
-        h.update(p ? std::string_view(p, len) : std::string_view());
-        h.update(";");
+        row.text(p ? std::string_view(p, len) : std::string_view());
       }
     }
   }
-  h.update("\n");
+  row.end_row(h);
+}
+
+// Every row of a prepared query, bound to `run_id`, into the hash.
+Status hash_rows(sqlite3* db, const char* sql, int64_t run_id, Sha256& h) {
+  Stmt q(db, sql);
+  PLUMB_RETURN_IF_ERROR(q.prepared("run content"));
+  q.bind(run_id);
+  seal_format::RowText row;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool more, q.step("reading run content"));
+    if (!more) return Status::Ok();
+    hash_row(h, q, row);
+  }
 }
 
 // Schema 4: a subset run's slice (hashed only where there is one, so earlier seals still verify;
@@ -287,16 +300,20 @@ Status hash_subset(sqlite3* db, int64_t run_id, Sha256& h) {
   PLUMB_ASSIGN_OR_RETURN(bool sub, u.step("reading run content"));
   if (sub) {
     h.update("subset\n");
-    hash_row(h, u);
+    seal_format::RowText row;
+    hash_row(h, u, row);
   }
   return Status::Ok();
 }
 
-// SHA-256 of a run's canonical content: "plumb-seal/1", then the run row with the rows it refers
-// to, its per-request rows by (profile, idx), its metrics by name, and a subset run's slice. NotFound
-// if the run or a row it refers to is missing.
-Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
-  Sha256 h;
+// A run's canonical content (seal_format.h, docs/protocol.md "The hash chain"): "plumb-seal/1",
+// then the run row with the rows it refers to, its per-request rows by (profile, idx), its metrics
+// by name, and a subset run's slice. The content is hashed in three parts so that insert_run can
+// hash the per-request rows from the values it binds while it writes them (RequestHasher).
+
+// "plumb-seal/1", the run row and the "requests" header. NotFound if the run or a row it refers to
+// is missing.
+Status hash_run_head(sqlite3* db, int64_t run_id, Sha256& h) {
   h.update("plumb-seal/1\nrun\n");
   const std::string run_sql = std::string(seal_format::kRunSelect) + "?";
   Stmt r(db, run_sql.c_str());
@@ -307,29 +324,32 @@ Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
     return not_found("run " + std::to_string(run_id) +
                      " or a row it refers to (machine, build, protocol, "
                      "request set) is missing");
-  hash_row(h, r);
+  seal_format::RowText row;
+  hash_row(h, r, row);
   h.update("requests\n");
-  Stmt q(db,
-         "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
-         "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = ? "
-         "ORDER BY profile, idx");
-  PLUMB_RETURN_IF_ERROR(q.prepared("run content"));
-  q.bind(run_id);
-  while (true) {
-    PLUMB_ASSIGN_OR_RETURN(bool row, q.step("reading run content"));
-    if (!row) break;
-    hash_row(h, q);
-  }
+  return Status::Ok();
+}
+
+// The columns of a per-request row in the order the content hashes them.
+constexpr const char* kRequestsSelect =
+    "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
+    "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = ? "
+    "ORDER BY profile, idx";
+
+// The "metrics" header, the metrics and a subset run's slice: what follows the per-request rows.
+Status hash_run_tail(sqlite3* db, int64_t run_id, Sha256& h) {
   h.update("metrics\n");
-  Stmt m(db, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY name");
-  PLUMB_RETURN_IF_ERROR(m.prepared("run content"));
-  m.bind(run_id);
-  while (true) {
-    PLUMB_ASSIGN_OR_RETURN(bool row, m.step("reading run content"));
-    if (!row) break;
-    hash_row(h, m);
-  }
-  PLUMB_RETURN_IF_ERROR(hash_subset(db, run_id, h));
+  PLUMB_RETURN_IF_ERROR(
+      hash_rows(db, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY name", run_id, h));
+  return hash_subset(db, run_id, h);
+}
+
+// SHA-256 of a run's canonical content, every row read back from the database (verify, seal_run).
+Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
+  Sha256 h;
+  PLUMB_RETURN_IF_ERROR(hash_run_head(db, run_id, h));
+  PLUMB_RETURN_IF_ERROR(hash_rows(db, kRequestsSelect, run_id, h));
+  PLUMB_RETURN_IF_ERROR(hash_run_tail(db, run_id, h));
   return h.hex_digest();
 }
 
@@ -350,12 +370,18 @@ Status check_protocol_row(sqlite3* db, int64_t run_id) {
   return Status::Ok();
 }
 
-// Seals a run; the caller holds the write transaction.
-Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id) {
+// Seals a run; the caller holds the write transaction. `content_hash` is the run's, computed as
+// it was written (insert_run_rows); without it the rows are read back and hashed.
+Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id,
+                           std::optional<std::string> content_hash = std::nullopt) {
   PLUMB_RETURN_IF_ERROR(check_protocol_row(db, run_id));
   SealRow seal;
   seal.run_id = run_id;
-  PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(db, run_id));
+  if (content_hash) {
+    seal.content_hash = std::move(*content_hash);
+  } else {
+    PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(db, run_id));
+  }
   Stmt head(db, "SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
   PLUMB_RETURN_IF_ERROR(head.prepared("chain head"));
   PLUMB_ASSIGN_OR_RETURN(bool row, head.step("reading the chain head"));
@@ -801,10 +827,9 @@ Result<int64_t> SqliteLedger::insert_request_set(const RequestSetRow& r) {
 }
 
 namespace {
-// The rows of one run; the caller holds the transaction.
-Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const RequestRow> requests,
-                                std::span<const MetricRow> metrics) {
-  Stmt s(db_,
+// The run row (and a subset run's slice); returns its id.
+Result<int64_t> insert_run_row(sqlite3* db, const RunRow& r) {
+  Stmt s(db,
          "INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, registration_id, arm, "
          "pair_index, "
          "scenario, size_class, target_engine, engine_config, engine_config_hash, model_identity, seed, "
@@ -817,11 +842,11 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
   s.bind(r.effective_settings).bind(r.started_at).bind(r.ended_at).bind(int64_t(r.valid ? 1 : 0));
   s.bind(r.validity_json).bind(r.gate_status).bind(r.objective);
   PLUMB_RETURN_IF_ERROR(s.run("inserting run"));
-  int64_t run_id = sqlite3_last_insert_rowid(db_);
+  int64_t run_id = sqlite3_last_insert_rowid(db);
   if (r.subset) {
     const RunSubset& u = *r.subset;
     Stmt x(
-        db_,
+        db,
         "INSERT INTO run_subsets (run_id, kind, full_set_hash, full_requests, first_idx, num_requests, part, "
         "parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     PLUMB_RETURN_IF_ERROR(x.prepared("run subset insert"));
@@ -829,25 +854,99 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
     x.bind(u.num_requests).bind(u.part).bind(u.parts);
     PLUMB_RETURN_IF_ERROR(x.run("inserting the run's subset"));
   }
+  return run_id;
+}
 
-  Stmt q(db_,
-         "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
-         "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  PLUMB_RETURN_IF_ERROR(q.prepared("request insert"));
-  for (const RequestRow& x : requests) {
-    q.reset();
-    q.bind(run_id).bind(x.idx).bind(x.profile).bind_static(x.request_hash).bind_static(x.status);
-    q.bind(x.input_tokens);
-    q.bind(x.output_requested)
-        .bind(x.output_server)
-        .bind(x.output_local)
-        .bind(x.scheduled_ns)
-        .bind(x.sent_ns);
-    q.bind(x.first_token_ns).bind(x.end_ns);
-    PLUMB_RETURN_IF_ERROR(q.run("inserting request " + std::to_string(x.idx)));
+// The rows in (profile, idx) order: the order the content hashes them (the database compares the
+// two integer columns as signed integers, as std::tie does), and the table's key order, in which
+// the b-tree is appended to rather than split in the middle.
+std::vector<const RequestRow*> in_key_order(std::span<const RequestRow> rows) {
+  std::vector<const RequestRow*> v;
+  v.reserve(rows.size());
+  for (const RequestRow& r : rows) v.push_back(&r);
+  auto before = [](const RequestRow* a, const RequestRow* b) {
+    return std::tie(a->profile, a->idx) < std::tie(b->profile, b->idx);
+  };
+  if (!std::is_sorted(v.begin(), v.end(), before)) std::stable_sort(v.begin(), v.end(), before);
+  return v;
+}
+
+// A per-request row's cells as kRequestsSelect reads them back: the stored values are the bound
+// ones (integer columns hold the int64s, text columns the bytes, with no conversion).
+void hash_request(const RequestRow& x, seal_format::RowText& row, Sha256& h) {
+  row.integer(x.profile);
+  row.integer(x.idx);
+  row.text(x.request_hash);
+  row.text(x.status);
+  for (int64_t v : {x.input_tokens, x.output_requested, x.output_server, x.output_local, x.scheduled_ns,
+                    x.sent_ns, x.first_token_ns, x.end_ns})
+    row.integer(v);
+  row.end_row(h);
+}
+
+// Rows per INSERT statement. The validator's row triggers fire per row either way; one statement
+// per row also pays a statement's start, its statement journal and its end per row.
+constexpr size_t kRequestBatch = 512;
+
+// An INSERT of `rows` per-request rows.
+std::string request_insert_sql(size_t rows) {
+  std::string sql =
+      "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
+      "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) VALUES ";
+  for (size_t i = 0; i < rows; ++i)
+    sql += i ? ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" : "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+  return sql;
+}
+
+// Binds one row's 13 values after those already bound. The strings are bound without a copy: the
+// caller's rows outlive the statement's step.
+void bind_request(Stmt& q, int64_t run_id, const RequestRow& x) {
+  q.bind(run_id).bind(x.idx).bind(x.profile).bind_static(x.request_hash).bind_static(x.status);
+  q.bind(x.input_tokens).bind(x.output_requested).bind(x.output_server).bind(x.output_local);
+  q.bind(x.scheduled_ns).bind(x.sent_ns).bind(x.first_token_ns).bind(x.end_ns);
+}
+
+// A batch the database refused (the whole statement is undone): its rows one at a time, so that the
+// message names the request that broke a rule.
+Status name_refused_request(sqlite3* db, int64_t run_id, std::span<const RequestRow* const> rows,
+                            const Status& batch) {
+  Stmt one(db, request_insert_sql(1).c_str());
+  PLUMB_RETURN_IF_ERROR(one.prepared("request insert"));
+  for (const RequestRow* x : rows) {
+    one.reset();
+    bind_request(one, run_id, *x);
+    Status st = one.run("inserting request " + std::to_string(x->idx) + " (profile " +
+                        std::to_string(x->profile) + ")");
+    if (!st.ok()) return st;
   }
-  Stmt m(db_, "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)");
+  return batch;
+}
+
+// The per-request rows, in key order, each hashed into `h` as it is written unless `h` is null.
+Status insert_requests(sqlite3* db, int64_t run_id, std::span<const RequestRow> requests, Sha256* h) {
+  const std::vector<const RequestRow*> rows = in_key_order(requests);
+  std::optional<Stmt> full, rest;  // a statement for whole batches, one for the last, shorter one
+  seal_format::RowText row;
+  for (size_t at = 0; at < rows.size(); at += kRequestBatch) {
+    const size_t n = std::min(kRequestBatch, rows.size() - at);
+    std::optional<Stmt>& q = n == kRequestBatch ? full : rest;
+    if (!q) {
+      q.emplace(db, request_insert_sql(n).c_str());
+      PLUMB_RETURN_IF_ERROR(q->prepared("request insert"));
+    }
+    q->reset();
+    const std::span<const RequestRow* const> batch(rows.data() + at, n);
+    for (const RequestRow* x : batch) bind_request(*q, run_id, *x);
+    Status st = q->run("inserting requests");
+    if (!st.ok()) return name_refused_request(db, run_id, batch, st);
+    if (h)
+      for (const RequestRow* x : batch) hash_request(*x, row, *h);
+  }
+  return Status::Ok();
+}
+
+Status insert_metrics(sqlite3* db, int64_t run_id, std::span<const MetricRow> metrics) {
+  Stmt m(db, "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(m.prepared("metric insert"));
   for (const MetricRow& x : metrics) {
     if (!std::isfinite(x.value)) return invalid_argument("metric '" + x.name + "' is not finite");
@@ -855,7 +954,45 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
     m.bind(run_id).bind(x.name).bind(x.value).bind(x.unit);
     PLUMB_RETURN_IF_ERROR(m.run("inserting metric " + x.name));
   }
-  return run_id;
+  return Status::Ok();
+}
+
+// Whether the table already holds per-request rows under this run id. A connection without
+// foreign keys can write rows for a run that does not exist yet; they become the new run's rows,
+// so its content is then read back rather than hashed from what plumb wrote.
+Result<bool> has_stored_requests(sqlite3* db, int64_t run_id) {
+  Stmt s(db, "SELECT EXISTS (SELECT 1 FROM requests WHERE run_id = ?)");
+  PLUMB_RETURN_IF_ERROR(s.prepared("request check"));
+  s.bind(run_id);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("checking the run's requests"));
+  return row && s.i64(0) != 0;
+}
+
+struct WrittenRun {
+  int64_t id = 0;
+  std::string content_hash;  // the seal's content hash of what was written
+};
+
+// The rows of one run, with its content hash: the run row and the metrics read back (a few rows),
+// the per-request rows hashed from the values bound (reading them back was a third of the cost of
+// a sealed insert). verify() reads everything back and must agree (tests/ledger/seal_hash_test.cpp).
+// The caller holds the transaction.
+Result<WrittenRun> insert_run_rows(sqlite3* db, const RunRow& r, std::span<const RequestRow> requests,
+                                   std::span<const MetricRow> metrics) {
+  WrittenRun out;
+  PLUMB_ASSIGN_OR_RETURN(out.id, insert_run_row(db, r));
+  PLUMB_ASSIGN_OR_RETURN(bool adopted, has_stored_requests(db, out.id));
+  Sha256 h;
+  if (!adopted) PLUMB_RETURN_IF_ERROR(hash_run_head(db, out.id, h));
+  PLUMB_RETURN_IF_ERROR(insert_requests(db, out.id, requests, adopted ? nullptr : &h));
+  PLUMB_RETURN_IF_ERROR(insert_metrics(db, out.id, metrics));
+  if (adopted) {
+    PLUMB_ASSIGN_OR_RETURN(out.content_hash, run_content_hash(db, out.id));
+  } else {
+    PLUMB_RETURN_IF_ERROR(hash_run_tail(db, out.id, h));
+    out.content_hash = h.hex_digest();
+  }
+  return out;
 }
 }  // namespace
 
@@ -863,10 +1000,10 @@ Result<int64_t> SqliteLedger::insert_run(const RunRow& r, std::span<const Reques
                                          std::span<const MetricRow> metrics) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
-  PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, r, requests, metrics));
-  PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run_id).status());
+  PLUMB_ASSIGN_OR_RETURN(WrittenRun run, insert_run_rows(db_, r, requests, metrics));
+  PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run.id, std::move(run.content_hash)).status());
   PLUMB_RETURN_IF_ERROR(tx.commit());
-  return run_id;
+  return run.id;
 }
 
 Result<int64_t> SqliteLedger::create_study(const StudyRow& in) {
@@ -943,9 +1080,9 @@ Result<int64_t> SqliteLedger::insert_trial(const TrialRow& in, const RunRow* run
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   if (run) {
-    PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, *run, requests, metrics));
-    PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run_id).status());
-    t.run_id = run_id;
+    PLUMB_ASSIGN_OR_RETURN(WrittenRun written, insert_run_rows(db_, *run, requests, metrics));
+    PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, written.id, std::move(written.content_hash)).status());
+    t.run_id = written.id;
   }
   Stmt s(db_,
          "INSERT INTO trials (study_id, idx, stage, config_json, config_hash, status, feasible, objective, "
