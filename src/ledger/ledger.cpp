@@ -24,12 +24,6 @@
 
 namespace plumb::ledger {
 namespace {
-struct Prof {
-  double t[8] = {};
-  ~Prof() {
-    for (int i = 0; i < 8; ++i) std::fprintf(stderr, "prof %d: %.3f s\n", i, t[i]);
-  }
-};
 // SQLite's result codes mapped to plumb's: a refused row (constraint or trigger) is a protocol
 // violation, everything else is I/O.
 Status sql_error(sqlite3* db, int rc, const std::string& what) {
@@ -38,11 +32,56 @@ Status sql_error(sqlite3* db, int rc, const std::string& what) {
   return io_error(msg);
 }
 
-// A prepared statement with positional binds. Finalized on destruction.
+// Prepared statements kept for a connection's life, for the statements that writing a run repeats:
+// compiling them, with the validator's triggers compiled into each, cost more than a millisecond a
+// run. A statement is borrowed by one Stmt at a time.
+class StmtCache {
+ public:
+  explicit StmtCache(sqlite3* db) : db_(db) {}
+  ~StmtCache() { clear(); }
+  StmtCache(const StmtCache&) = delete;
+  StmtCache& operator=(const StmtCache&) = delete;
+  sqlite3* db() const { return db_; }
+  // The statement for `sql`, prepared on first use; nullptr, with SQLite's code in `rc`, if it
+  // does not compile.
+  sqlite3_stmt* get(const std::string& sql, int* rc) {
+    auto it = stmts_.find(sql);
+    *rc = SQLITE_OK;
+    if (it != stmts_.end()) return it->second;
+    sqlite3_stmt* st = nullptr;
+    *rc = sqlite3_prepare_v3(db_, sql.c_str(), int(sql.size()), SQLITE_PREPARE_PERSISTENT, &st, nullptr);
+    if (*rc != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return nullptr;
+    }
+    stmts_.emplace(sql, st);
+    return st;
+  }
+  // Finalizes them all (before the connection closes).
+  void clear() {
+    for (auto& [sql, st] : stmts_) sqlite3_finalize(st);
+    stmts_.clear();
+  }
+
+ private:
+  sqlite3* db_;
+  std::map<std::string, sqlite3_stmt*> stmts_;
+};
+
+// A prepared statement with positional binds. Finalized on destruction; one borrowed from a
+// StmtCache is reset and its bindings cleared instead.
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
-  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(StmtCache& cache, const std::string& sql) : db_(cache.db()), owned_(false) { st_ = cache.get(sql, &rc_); }
+  ~Stmt() {
+    if (owned_) {
+      sqlite3_finalize(st_);
+    } else if (st_) {
+      sqlite3_reset(st_);
+      sqlite3_clear_bindings(st_);
+    }
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
@@ -125,6 +164,7 @@ class Stmt {
   sqlite3_stmt* st_ = nullptr;
   int rc_ = SQLITE_OK;
   int n_ = 0;
+  bool owned_ = true;
 };
 
 Status exec(sqlite3* db, const std::string& sql, const std::string& what) {
@@ -372,8 +412,9 @@ Status check_protocol_row(sqlite3* db, int64_t run_id) {
 
 // Seals a run; the caller holds the write transaction. `content_hash` is the run's, computed as
 // it was written (insert_run_rows); without it the rows are read back and hashed.
-Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id,
+Result<SealRow> seal_in_tx(StmtCache& cache, int64_t run_id,
                            std::optional<std::string> content_hash = std::nullopt) {
+  sqlite3* db = cache.db();
   PLUMB_RETURN_IF_ERROR(check_protocol_row(db, run_id));
   SealRow seal;
   seal.run_id = run_id;
@@ -382,7 +423,7 @@ Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id,
   } else {
     PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(db, run_id));
   }
-  Stmt head(db, "SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
+  Stmt head(cache, "SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
   PLUMB_RETURN_IF_ERROR(head.prepared("chain head"));
   PLUMB_ASSIGN_OR_RETURN(bool row, head.step("reading the chain head"));
   seal.seq = row ? head.i64(0) : 0;
@@ -390,7 +431,7 @@ Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id,
   seal.hash = seal_format::link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
   seal.sealed_at = utc_timestamp_now();
   Stmt ins(
-      db,
+      cache,
       "INSERT INTO seals (seq, run_id, content_hash, prev_hash, hash, sealed_at) VALUES (?, ?, ?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(ins.prepared("seal insert"));
   ins.bind(seal.seq)
@@ -405,8 +446,8 @@ Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id,
 
 // After migration 3: seal the runs an earlier plumb wrote, in id order. A run its rows do not back
 // stays unsealed (stored, listed by verify, not usable).
-Status seal_existing_runs(sqlite3* db) {
-  Stmt s(db, "SELECT id FROM runs WHERE id NOT IN (SELECT run_id FROM seals) ORDER BY id");
+Status seal_existing_runs(StmtCache& cache) {
+  Stmt s(cache.db(), "SELECT id FROM runs WHERE id NOT IN (SELECT run_id FROM seals) ORDER BY id");
   PLUMB_RETURN_IF_ERROR(s.prepared("unsealed runs"));
   std::vector<int64_t> ids;
   while (true) {
@@ -415,7 +456,7 @@ Status seal_existing_runs(sqlite3* db) {
     ids.push_back(s.i64(0));
   }
   for (int64_t id : ids) {
-    auto r = seal_in_tx(db, id);
+    auto r = seal_in_tx(cache, id);
     if (!r.ok() && r.status().code() == Code::kIoError) return r.status();
   }
   return Status::Ok();
@@ -424,9 +465,13 @@ Status seal_existing_runs(sqlite3* db) {
 // The SQLite backend. One connection, used from one thread.
 class SqliteLedger final : public Ledger {
  public:
-  explicit SqliteLedger(sqlite3* db) : db_(db) {}
+  explicit SqliteLedger(sqlite3* db) : db_(db), cache_(db) {}
   sqlite3* db() const { return db_; }
-  ~SqliteLedger() override { sqlite3_close_v2(db_); }
+  StmtCache& cache() { return cache_; }
+  ~SqliteLedger() override {
+    cache_.clear();
+    sqlite3_close_v2(db_);
+  }
   Result<int64_t> schema_version() override;
   Result<int64_t> insert_machine(const MachineRow& m) override;
   Result<int64_t> insert_build(const BuildRow& b) override;
@@ -466,6 +511,7 @@ class SqliteLedger final : public Ledger {
 
  private:
   sqlite3* db_;
+  StmtCache cache_;
 };
 
 }  // namespace
@@ -636,7 +682,7 @@ Status apply_migrations(SqliteLedger& l, int64_t first) {
     if (now > v) continue;
     PLUMB_RETURN_IF_ERROR(exec(db, ms[size_t(v)], "migrating ledger to schema " + std::to_string(v + 1)));
     // Schema 3 introduced seals: the runs already stored are sealed where their rows back them.
-    if (v + 1 == 3) PLUMB_RETURN_IF_ERROR(seal_existing_runs(db));
+    if (v + 1 == 3) PLUMB_RETURN_IF_ERROR(seal_existing_runs(l.cache()));
     Stmt s(db, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)");
     PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
     s.bind(v + 1).bind(utc_timestamp_now());
@@ -671,7 +717,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& p
 Result<SealRow> SqliteLedger::seal_run(int64_t run_id) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
-  PLUMB_ASSIGN_OR_RETURN(SealRow seal, seal_in_tx(db_, run_id));
+  PLUMB_ASSIGN_OR_RETURN(SealRow seal, seal_in_tx(cache_, run_id));
   PLUMB_RETURN_IF_ERROR(tx.commit());
   return seal;
 }
@@ -828,8 +874,9 @@ Result<int64_t> SqliteLedger::insert_request_set(const RequestSetRow& r) {
 
 namespace {
 // The run row (and a subset run's slice); returns its id.
-Result<int64_t> insert_run_row(sqlite3* db, const RunRow& r) {
-  Stmt s(db,
+Result<int64_t> insert_run_row(StmtCache& cache, const RunRow& r) {
+  sqlite3* db = cache.db();
+  Stmt s(cache,
          "INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, registration_id, arm, "
          "pair_index, "
          "scenario, size_class, target_engine, engine_config, engine_config_hash, model_identity, seed, "
@@ -884,9 +931,12 @@ void hash_request(const RequestRow& x, seal_format::RowText& row, Sha256& h) {
   row.end_row(h);
 }
 
-// Rows per INSERT statement. The validator's row triggers fire per row either way; one statement
-// per row also pays a statement's start, its statement journal and its end per row.
-constexpr size_t kRequestBatch = 512;
+// Rows per INSERT statement, largest first: a run's rows go in as many of the largest as fit, the
+// rest in smaller ones (each size's statement is prepared once per connection). The validator's row
+// triggers fire per row either way, but one statement per row also pays per row for the statement's
+// start, end and statement journal (which copies each page the statement changes).
+constexpr size_t kRequestBatches[] = {512, 64, 8, 1};
+constexpr int kRequestColumns = 13;
 
 // An INSERT of `rows` per-request rows.
 std::string request_insert_sql(size_t rows) {
@@ -896,6 +946,24 @@ std::string request_insert_sql(size_t rows) {
   for (size_t i = 0; i < rows; ++i)
     sql += i ? ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" : "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
   return sql;
+}
+
+// The statements' text, one per batch size, built once.
+const std::string& request_insert_sql_for(size_t batch) {
+  static const std::map<size_t, std::string> sql = [] {
+    std::map<size_t, std::string> m;
+    for (size_t n : kRequestBatches) m[n] = request_insert_sql(n);
+    return m;
+  }();
+  return sql.at(batch);
+}
+
+// The largest batch size that `left` rows fill and the connection's limit on parameters admits.
+size_t request_batch(size_t left, sqlite3* db) {
+  const auto max_rows = size_t(sqlite3_limit(db, SQLITE_LIMIT_VARIABLE_NUMBER, -1) / kRequestColumns);
+  for (size_t n : kRequestBatches)
+    if (n <= left && n <= max_rows) return n;
+  return 1;
 }
 
 // Binds one row's 13 values after those already bound. The strings are bound without a copy: the
@@ -923,30 +991,25 @@ Status name_refused_request(sqlite3* db, int64_t run_id, std::span<const Request
 }
 
 // The per-request rows, in key order, each hashed into `h` as it is written unless `h` is null.
-Status insert_requests(sqlite3* db, int64_t run_id, std::span<const RequestRow> requests, Sha256* h) {
+Status insert_requests(StmtCache& cache, int64_t run_id, std::span<const RequestRow> requests, Sha256* h) {
   const std::vector<const RequestRow*> rows = in_key_order(requests);
-  std::optional<Stmt> full, rest;  // a statement for whole batches, one for the last, shorter one
   seal_format::RowText row;
-  for (size_t at = 0; at < rows.size(); at += kRequestBatch) {
-    const size_t n = std::min(kRequestBatch, rows.size() - at);
-    std::optional<Stmt>& q = n == kRequestBatch ? full : rest;
-    if (!q) {
-      q.emplace(db, request_insert_sql(n).c_str());
-      PLUMB_RETURN_IF_ERROR(q->prepared("request insert"));
-    }
-    q->reset();
+  for (size_t at = 0, n = 0; at < rows.size(); at += n) {
+    n = request_batch(rows.size() - at, cache.db());
+    Stmt q(cache, request_insert_sql_for(n));
+    PLUMB_RETURN_IF_ERROR(q.prepared("request insert"));
     const std::span<const RequestRow* const> batch(rows.data() + at, n);
-    for (const RequestRow* x : batch) bind_request(*q, run_id, *x);
-    Status st = q->run("inserting requests");
-    if (!st.ok()) return name_refused_request(db, run_id, batch, st);
+    for (const RequestRow* x : batch) bind_request(q, run_id, *x);
+    Status st = q.run("inserting requests");
+    if (!st.ok()) return name_refused_request(cache.db(), run_id, batch, st);
     if (h)
       for (const RequestRow* x : batch) hash_request(*x, row, *h);
   }
   return Status::Ok();
 }
 
-Status insert_metrics(sqlite3* db, int64_t run_id, std::span<const MetricRow> metrics) {
-  Stmt m(db, "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)");
+Status insert_metrics(StmtCache& cache, int64_t run_id, std::span<const MetricRow> metrics) {
+  Stmt m(cache, "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(m.prepared("metric insert"));
   for (const MetricRow& x : metrics) {
     if (!std::isfinite(x.value)) return invalid_argument("metric '" + x.name + "' is not finite");
@@ -977,15 +1040,16 @@ struct WrittenRun {
 // the per-request rows hashed from the values bound (reading them back was a third of the cost of
 // a sealed insert). verify() reads everything back and must agree (tests/ledger/seal_hash_test.cpp).
 // The caller holds the transaction.
-Result<WrittenRun> insert_run_rows(sqlite3* db, const RunRow& r, std::span<const RequestRow> requests,
+Result<WrittenRun> insert_run_rows(StmtCache& cache, const RunRow& r, std::span<const RequestRow> requests,
                                    std::span<const MetricRow> metrics) {
+  sqlite3* db = cache.db();
   WrittenRun out;
-  PLUMB_ASSIGN_OR_RETURN(out.id, insert_run_row(db, r));
+  PLUMB_ASSIGN_OR_RETURN(out.id, insert_run_row(cache, r));
   PLUMB_ASSIGN_OR_RETURN(bool adopted, has_stored_requests(db, out.id));
   Sha256 h;
   if (!adopted) PLUMB_RETURN_IF_ERROR(hash_run_head(db, out.id, h));
-  PLUMB_RETURN_IF_ERROR(insert_requests(db, out.id, requests, adopted ? nullptr : &h));
-  PLUMB_RETURN_IF_ERROR(insert_metrics(db, out.id, metrics));
+  PLUMB_RETURN_IF_ERROR(insert_requests(cache, out.id, requests, adopted ? nullptr : &h));
+  PLUMB_RETURN_IF_ERROR(insert_metrics(cache, out.id, metrics));
   if (adopted) {
     PLUMB_ASSIGN_OR_RETURN(out.content_hash, run_content_hash(db, out.id));
   } else {
@@ -1000,8 +1064,8 @@ Result<int64_t> SqliteLedger::insert_run(const RunRow& r, std::span<const Reques
                                          std::span<const MetricRow> metrics) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
-  PLUMB_ASSIGN_OR_RETURN(WrittenRun run, insert_run_rows(db_, r, requests, metrics));
-  PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run.id, std::move(run.content_hash)).status());
+  PLUMB_ASSIGN_OR_RETURN(WrittenRun run, insert_run_rows(cache_, r, requests, metrics));
+  PLUMB_RETURN_IF_ERROR(seal_in_tx(cache_, run.id, std::move(run.content_hash)).status());
   PLUMB_RETURN_IF_ERROR(tx.commit());
   return run.id;
 }
@@ -1080,8 +1144,8 @@ Result<int64_t> SqliteLedger::insert_trial(const TrialRow& in, const RunRow* run
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   if (run) {
-    PLUMB_ASSIGN_OR_RETURN(WrittenRun written, insert_run_rows(db_, *run, requests, metrics));
-    PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, written.id, std::move(written.content_hash)).status());
+    PLUMB_ASSIGN_OR_RETURN(WrittenRun written, insert_run_rows(cache_, *run, requests, metrics));
+    PLUMB_RETURN_IF_ERROR(seal_in_tx(cache_, written.id, std::move(written.content_hash)).status());
     t.run_id = written.id;
   }
   Stmt s(db_,
