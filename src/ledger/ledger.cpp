@@ -3,12 +3,12 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <cinttypes>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/clock.h"
@@ -31,11 +31,58 @@ Status sql_error(sqlite3* db, int rc, const std::string& what) {
   return io_error(msg);
 }
 
-// A prepared statement with positional binds. Finalized on destruction.
+// Prepared statements kept for a connection's life, for the statements that writing a run repeats:
+// compiling them, with the validator's triggers compiled into each, cost more than a millisecond a
+// run. A statement is borrowed by one Stmt at a time.
+class StmtCache {
+ public:
+  explicit StmtCache(sqlite3* db) : db_(db) {}
+  ~StmtCache() { clear(); }
+  StmtCache(const StmtCache&) = delete;
+  StmtCache& operator=(const StmtCache&) = delete;
+  sqlite3* db() const { return db_; }
+  // The statement for `sql`, prepared on first use; nullptr, with SQLite's code in `rc`, if it
+  // does not compile.
+  sqlite3_stmt* get(const std::string& sql, int* rc) {
+    auto it = stmts_.find(sql);
+    *rc = SQLITE_OK;
+    if (it != stmts_.end()) return it->second;
+    sqlite3_stmt* st = nullptr;
+    *rc = sqlite3_prepare_v3(db_, sql.c_str(), int(sql.size()), SQLITE_PREPARE_PERSISTENT, &st, nullptr);
+    if (*rc != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return nullptr;
+    }
+    stmts_.emplace(sql, st);
+    return st;
+  }
+  // Finalizes them all (before the connection closes).
+  void clear() {
+    for (auto& [sql, st] : stmts_) sqlite3_finalize(st);
+    stmts_.clear();
+  }
+
+ private:
+  sqlite3* db_;
+  std::map<std::string, sqlite3_stmt*> stmts_;
+};
+
+// A prepared statement with positional binds. Finalized on destruction; one borrowed from a
+// StmtCache is reset and its bindings cleared instead.
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
-  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(StmtCache& cache, const std::string& sql) : db_(cache.db()), owned_(false) {
+    st_ = cache.get(sql, &rc_);
+  }
+  ~Stmt() {
+    if (owned_) {
+      sqlite3_finalize(st_);
+    } else if (st_) {
+      sqlite3_reset(st_);
+      sqlite3_clear_bindings(st_);
+    }
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
@@ -118,6 +165,7 @@ class Stmt {
   sqlite3_stmt* st_ = nullptr;
   int rc_ = SQLITE_OK;
   int n_ = 0;
+  bool owned_ = true;
 };
 
 Status exec(sqlite3* db, const std::string& sql, const std::string& what) {
@@ -242,36 +290,42 @@ std::vector<std::string> schema_differences(const Schema& have, const Schema& wa
 
 // ---- seals ----------------------------------------------------------------------------------------
 
-// One row of a query into the hash, cell by cell: NULL "n", integer "i<decimal>", real "r<%.17g>"
-// (round-trips), text "t<bytes>:<text>"; each cell ends with ';', the row with '\n'.
-void hash_row(Sha256& h, Stmt& s) {
+// One row of a query into the hash (seal_format::RowText's cells), as the values are stored.
+void hash_row(Sha256& h, Stmt& s, seal_format::RowText& row) {
   sqlite3_stmt* st = s.raw();
   int n = sqlite3_column_count(st);
-  char buf[64];
   for (int i = 0; i < n; ++i) {
     switch (sqlite3_column_type(st, i)) {
       case SQLITE_NULL:
-        h.update("n;");
+        row.null();
         break;
       case SQLITE_INTEGER:
-        std::snprintf(buf, sizeof buf, "i%" PRId64 ";", int64_t(sqlite3_column_int64(st, i)));
-        h.update(buf);
+        row.integer(sqlite3_column_int64(st, i));
         break;
       case SQLITE_FLOAT:
-        std::snprintf(buf, sizeof buf, "r%.17g;", sqlite3_column_double(st, i));
-        h.update(buf);
+        row.real(sqlite3_column_double(st, i));
         break;
       default: {
         const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
         size_t len = size_t(sqlite3_column_bytes(st, i));
-        std::snprintf(buf, sizeof buf, "t%zu:", len);
-        h.update(buf);
-        h.update(p ? std::string_view(p, len) : std::string_view());
-        h.update(";");
+        row.text(p ? std::string_view(p, len) : std::string_view());
       }
     }
   }
-  h.update("\n");
+  row.end_row(h);
+}
+
+// Every row of a prepared query, bound to `run_id`, into the hash.
+Status hash_rows(sqlite3* db, const char* sql, int64_t run_id, Sha256& h) {
+  Stmt q(db, sql);
+  PLUMB_RETURN_IF_ERROR(q.prepared("run content"));
+  q.bind(run_id);
+  seal_format::RowText row;
+  while (true) {
+    PLUMB_ASSIGN_OR_RETURN(bool more, q.step("reading run content"));
+    if (!more) return Status::Ok();
+    hash_row(h, q, row);
+  }
 }
 
 // Schema 4: a subset run's slice (hashed only where there is one, so earlier seals still verify;
@@ -287,16 +341,20 @@ Status hash_subset(sqlite3* db, int64_t run_id, Sha256& h) {
   PLUMB_ASSIGN_OR_RETURN(bool sub, u.step("reading run content"));
   if (sub) {
     h.update("subset\n");
-    hash_row(h, u);
+    seal_format::RowText row;
+    hash_row(h, u, row);
   }
   return Status::Ok();
 }
 
-// SHA-256 of a run's canonical content: "plumb-seal/1", then the run row with the rows it refers
-// to, its per-request rows by (profile, idx), its metrics by name, and a subset run's slice. NotFound
-// if the run or a row it refers to is missing.
-Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
-  Sha256 h;
+// A run's canonical content (seal_format.h, docs/protocol.md "The hash chain"): "plumb-seal/1",
+// then the run row with the rows it refers to, its per-request rows by (profile, idx), its metrics
+// by name, and a subset run's slice. The content is hashed in three parts so that insert_run_rows
+// can hash the per-request rows from the values it binds while it writes them.
+
+// "plumb-seal/1", the run row and the "requests" header. NotFound if the run or a row it refers to
+// is missing.
+Status hash_run_head(sqlite3* db, int64_t run_id, Sha256& h) {
   h.update("plumb-seal/1\nrun\n");
   const std::string run_sql = std::string(seal_format::kRunSelect) + "?";
   Stmt r(db, run_sql.c_str());
@@ -307,29 +365,32 @@ Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
     return not_found("run " + std::to_string(run_id) +
                      " or a row it refers to (machine, build, protocol, "
                      "request set) is missing");
-  hash_row(h, r);
+  seal_format::RowText row;
+  hash_row(h, r, row);
   h.update("requests\n");
-  Stmt q(db,
-         "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
-         "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = ? "
-         "ORDER BY profile, idx");
-  PLUMB_RETURN_IF_ERROR(q.prepared("run content"));
-  q.bind(run_id);
-  while (true) {
-    PLUMB_ASSIGN_OR_RETURN(bool row, q.step("reading run content"));
-    if (!row) break;
-    hash_row(h, q);
-  }
+  return Status::Ok();
+}
+
+// The columns of a per-request row in the order the content hashes them.
+constexpr const char* kRequestsSelect =
+    "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
+    "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = ? "
+    "ORDER BY profile, idx";
+
+// The "metrics" header, the metrics and a subset run's slice: what follows the per-request rows.
+Status hash_run_tail(sqlite3* db, int64_t run_id, Sha256& h) {
   h.update("metrics\n");
-  Stmt m(db, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY name");
-  PLUMB_RETURN_IF_ERROR(m.prepared("run content"));
-  m.bind(run_id);
-  while (true) {
-    PLUMB_ASSIGN_OR_RETURN(bool row, m.step("reading run content"));
-    if (!row) break;
-    hash_row(h, m);
-  }
-  PLUMB_RETURN_IF_ERROR(hash_subset(db, run_id, h));
+  PLUMB_RETURN_IF_ERROR(
+      hash_rows(db, "SELECT name, value, unit FROM metrics WHERE run_id = ? ORDER BY name", run_id, h));
+  return hash_subset(db, run_id, h);
+}
+
+// SHA-256 of a run's canonical content, every row read back from the database (verify, seal_run).
+Result<std::string> run_content_hash(sqlite3* db, int64_t run_id) {
+  Sha256 h;
+  PLUMB_RETURN_IF_ERROR(hash_run_head(db, run_id, h));
+  PLUMB_RETURN_IF_ERROR(hash_rows(db, kRequestsSelect, run_id, h));
+  PLUMB_RETURN_IF_ERROR(hash_run_tail(db, run_id, h));
   return h.hex_digest();
 }
 
@@ -350,13 +411,20 @@ Status check_protocol_row(sqlite3* db, int64_t run_id) {
   return Status::Ok();
 }
 
-// Seals a run; the caller holds the write transaction.
-Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id) {
+// Seals a run; the caller holds the write transaction. `content_hash` is the run's, computed as
+// it was written (insert_run_rows); without it the rows are read back and hashed.
+Result<SealRow> seal_in_tx(StmtCache& cache, int64_t run_id,
+                           std::optional<std::string> content_hash = std::nullopt) {
+  sqlite3* db = cache.db();
   PLUMB_RETURN_IF_ERROR(check_protocol_row(db, run_id));
   SealRow seal;
   seal.run_id = run_id;
-  PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(db, run_id));
-  Stmt head(db, "SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
+  if (content_hash) {
+    seal.content_hash = std::move(*content_hash);
+  } else {
+    PLUMB_ASSIGN_OR_RETURN(seal.content_hash, run_content_hash(db, run_id));
+  }
+  Stmt head(cache, "SELECT count(*), (SELECT hash FROM seals ORDER BY seq DESC LIMIT 1) FROM seals");
   PLUMB_RETURN_IF_ERROR(head.prepared("chain head"));
   PLUMB_ASSIGN_OR_RETURN(bool row, head.step("reading the chain head"));
   seal.seq = row ? head.i64(0) : 0;
@@ -364,7 +432,7 @@ Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id) {
   seal.hash = seal_format::link_hash(seal.seq, run_id, seal.prev_hash, seal.content_hash);
   seal.sealed_at = utc_timestamp_now();
   Stmt ins(
-      db,
+      cache,
       "INSERT INTO seals (seq, run_id, content_hash, prev_hash, hash, sealed_at) VALUES (?, ?, ?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(ins.prepared("seal insert"));
   ins.bind(seal.seq)
@@ -379,8 +447,8 @@ Result<SealRow> seal_in_tx(sqlite3* db, int64_t run_id) {
 
 // After migration 3: seal the runs an earlier plumb wrote, in id order. A run its rows do not back
 // stays unsealed (stored, listed by verify, not usable).
-Status seal_existing_runs(sqlite3* db) {
-  Stmt s(db, "SELECT id FROM runs WHERE id NOT IN (SELECT run_id FROM seals) ORDER BY id");
+Status seal_existing_runs(StmtCache& cache) {
+  Stmt s(cache.db(), "SELECT id FROM runs WHERE id NOT IN (SELECT run_id FROM seals) ORDER BY id");
   PLUMB_RETURN_IF_ERROR(s.prepared("unsealed runs"));
   std::vector<int64_t> ids;
   while (true) {
@@ -389,7 +457,7 @@ Status seal_existing_runs(sqlite3* db) {
     ids.push_back(s.i64(0));
   }
   for (int64_t id : ids) {
-    auto r = seal_in_tx(db, id);
+    auto r = seal_in_tx(cache, id);
     if (!r.ok() && r.status().code() == Code::kIoError) return r.status();
   }
   return Status::Ok();
@@ -398,9 +466,13 @@ Status seal_existing_runs(sqlite3* db) {
 // The SQLite backend. One connection, used from one thread.
 class SqliteLedger final : public Ledger {
  public:
-  explicit SqliteLedger(sqlite3* db) : db_(db) {}
+  explicit SqliteLedger(sqlite3* db) : db_(db), cache_(db) {}
   sqlite3* db() const { return db_; }
-  ~SqliteLedger() override { sqlite3_close_v2(db_); }
+  StmtCache& cache() { return cache_; }
+  ~SqliteLedger() override {
+    cache_.clear();
+    sqlite3_close_v2(db_);
+  }
   Result<int64_t> schema_version() override;
   Result<int64_t> insert_machine(const MachineRow& m) override;
   Result<int64_t> insert_build(const BuildRow& b) override;
@@ -440,6 +512,7 @@ class SqliteLedger final : public Ledger {
 
  private:
   sqlite3* db_;
+  StmtCache cache_;
 };
 
 }  // namespace
@@ -610,7 +683,7 @@ Status apply_migrations(SqliteLedger& l, int64_t first) {
     if (now > v) continue;
     PLUMB_RETURN_IF_ERROR(exec(db, ms[size_t(v)], "migrating ledger to schema " + std::to_string(v + 1)));
     // Schema 3 introduced seals: the runs already stored are sealed where their rows back them.
-    if (v + 1 == 3) PLUMB_RETURN_IF_ERROR(seal_existing_runs(db));
+    if (v + 1 == 3) PLUMB_RETURN_IF_ERROR(seal_existing_runs(l.cache()));
     Stmt s(db, "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)");
     PLUMB_RETURN_IF_ERROR(s.prepared("schema_version"));
     s.bind(v + 1).bind(utc_timestamp_now());
@@ -645,7 +718,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open_for_inspection(const std::string& p
 Result<SealRow> SqliteLedger::seal_run(int64_t run_id) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
-  PLUMB_ASSIGN_OR_RETURN(SealRow seal, seal_in_tx(db_, run_id));
+  PLUMB_ASSIGN_OR_RETURN(SealRow seal, seal_in_tx(cache_, run_id));
   PLUMB_RETURN_IF_ERROR(tx.commit());
   return seal;
 }
@@ -801,10 +874,10 @@ Result<int64_t> SqliteLedger::insert_request_set(const RequestSetRow& r) {
 }
 
 namespace {
-// The rows of one run; the caller holds the transaction.
-Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const RequestRow> requests,
-                                std::span<const MetricRow> metrics) {
-  Stmt s(db_,
+// The run row (and a subset run's slice); returns its id.
+Result<int64_t> insert_run_row(StmtCache& cache, const RunRow& r) {
+  sqlite3* db = cache.db();
+  Stmt s(cache,
          "INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, registration_id, arm, "
          "pair_index, "
          "scenario, size_class, target_engine, engine_config, engine_config_hash, model_identity, seed, "
@@ -817,11 +890,11 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
   s.bind(r.effective_settings).bind(r.started_at).bind(r.ended_at).bind(int64_t(r.valid ? 1 : 0));
   s.bind(r.validity_json).bind(r.gate_status).bind(r.objective);
   PLUMB_RETURN_IF_ERROR(s.run("inserting run"));
-  int64_t run_id = sqlite3_last_insert_rowid(db_);
+  int64_t run_id = sqlite3_last_insert_rowid(db);
   if (r.subset) {
     const RunSubset& u = *r.subset;
     Stmt x(
-        db_,
+        db,
         "INSERT INTO run_subsets (run_id, kind, full_set_hash, full_requests, first_idx, num_requests, part, "
         "parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     PLUMB_RETURN_IF_ERROR(x.prepared("run subset insert"));
@@ -829,25 +902,116 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
     x.bind(u.num_requests).bind(u.part).bind(u.parts);
     PLUMB_RETURN_IF_ERROR(x.run("inserting the run's subset"));
   }
+  return run_id;
+}
 
-  Stmt q(db_,
-         "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
-         "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  PLUMB_RETURN_IF_ERROR(q.prepared("request insert"));
-  for (const RequestRow& x : requests) {
-    q.reset();
-    q.bind(run_id).bind(x.idx).bind(x.profile).bind_static(x.request_hash).bind_static(x.status);
-    q.bind(x.input_tokens);
-    q.bind(x.output_requested)
-        .bind(x.output_server)
-        .bind(x.output_local)
-        .bind(x.scheduled_ns)
-        .bind(x.sent_ns);
-    q.bind(x.first_token_ns).bind(x.end_ns);
-    PLUMB_RETURN_IF_ERROR(q.run("inserting request " + std::to_string(x.idx)));
+// The rows in (profile, idx) order: the order the content hashes them (the database compares the
+// two integer columns as signed integers, as std::tie does), which is also the table's key order.
+std::vector<const RequestRow*> in_key_order(std::span<const RequestRow> rows) {
+  std::vector<const RequestRow*> v;
+  v.reserve(rows.size());
+  for (const RequestRow& r : rows) v.push_back(&r);
+  auto before = [](const RequestRow* a, const RequestRow* b) {
+    return std::tie(a->profile, a->idx) < std::tie(b->profile, b->idx);
+  };
+  if (!std::is_sorted(v.begin(), v.end(), before)) std::stable_sort(v.begin(), v.end(), before);
+  return v;
+}
+
+// A per-request row's cells as kRequestsSelect reads them back: the stored values are the bound
+// ones (integer columns hold the int64s, text columns the bytes, with no conversion).
+void hash_request(const RequestRow& x, seal_format::RowText& row, Sha256& h) {
+  row.integer(x.profile);
+  row.integer(x.idx);
+  row.text(x.request_hash);
+  row.text(x.status);
+  for (int64_t v : {x.input_tokens, x.output_requested, x.output_server, x.output_local, x.scheduled_ns,
+                    x.sent_ns, x.first_token_ns, x.end_ns})
+    row.integer(v);
+  row.end_row(h);
+}
+
+// Rows per INSERT statement, largest first: a run's rows go in as many of the largest as fit, the
+// rest in smaller ones (each size's statement is prepared once per connection). The validator's row
+// triggers fire per row either way, but one statement per row also pays per row for the statement's
+// start, its end and its statement journal (512 rows to a statement took a third less time than
+// one, measured on a million rows: BENCHMARKS.md "Ledger speed").
+constexpr size_t kRequestBatches[] = {512, 64, 8, 1};
+constexpr int kRequestColumns = 13;
+
+// An INSERT of `rows` per-request rows.
+std::string request_insert_sql(size_t rows) {
+  std::string sql =
+      "INSERT INTO requests (run_id, idx, profile, request_hash, status, input_tokens, output_requested, "
+      "output_server, output_local, scheduled_ns, sent_ns, first_token_ns, end_ns) VALUES ";
+  for (size_t i = 0; i < rows; ++i)
+    sql += i ? ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" : "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+  return sql;
+}
+
+// The statements' text, one per batch size, built once.
+const std::string& request_insert_sql_for(size_t batch) {
+  static const std::map<size_t, std::string> sql = [] {
+    std::map<size_t, std::string> m;
+    for (size_t n : kRequestBatches) m[n] = request_insert_sql(n);
+    return m;
+  }();
+  return sql.at(batch);
+}
+
+// The largest batch size that `left` rows fill and the connection's limit on parameters admits.
+size_t request_batch(size_t left, sqlite3* db) {
+  const auto max_rows = size_t(sqlite3_limit(db, SQLITE_LIMIT_VARIABLE_NUMBER, -1) / kRequestColumns);
+  for (size_t n : kRequestBatches)
+    if (n <= left && n <= max_rows) return n;
+  return 1;
+}
+
+// Binds one row's 13 values after those already bound. The strings are bound without a copy: the
+// caller's rows outlive the statement's step.
+void bind_request(Stmt& q, int64_t run_id, const RequestRow& x) {
+  q.bind(run_id).bind(x.idx).bind(x.profile).bind_static(x.request_hash).bind_static(x.status);
+  q.bind(x.input_tokens).bind(x.output_requested).bind(x.output_server).bind(x.output_local);
+  q.bind(x.scheduled_ns).bind(x.sent_ns).bind(x.first_token_ns).bind(x.end_ns);
+}
+
+// A batch the validator refused (the statement is undone, the transaction goes on): its rows one at
+// a time, so that the message names the request that broke a rule.
+Status name_refused_request(sqlite3* db, int64_t run_id, std::span<const RequestRow* const> rows,
+                            const Status& batch) {
+  Stmt one(db, request_insert_sql(1).c_str());
+  PLUMB_RETURN_IF_ERROR(one.prepared("request insert"));
+  for (const RequestRow* x : rows) {
+    one.reset();
+    bind_request(one, run_id, *x);
+    Status st = one.run("inserting request " + std::to_string(x->idx) + " (profile " +
+                        std::to_string(x->profile) + ")");
+    if (!st.ok()) return st;
   }
-  Stmt m(db_, "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)");
+  return batch;
+}
+
+// The per-request rows, in key order, each hashed into `h` as it is written unless `h` is null.
+Status insert_requests(StmtCache& cache, int64_t run_id, std::span<const RequestRow> requests, Sha256* h) {
+  const std::vector<const RequestRow*> rows = in_key_order(requests);
+  seal_format::RowText row;
+  for (size_t at = 0, n = 0; at < rows.size(); at += n) {
+    n = request_batch(rows.size() - at, cache.db());
+    Stmt q(cache, request_insert_sql_for(n));
+    PLUMB_RETURN_IF_ERROR(q.prepared("request insert"));
+    const std::span<const RequestRow* const> batch(rows.data() + at, n);
+    for (const RequestRow* x : batch) bind_request(q, run_id, *x);
+    Status st = q.run("inserting requests");
+    if (st.code() == Code::kFailedPrecondition) return name_refused_request(cache.db(), run_id, batch, st);
+    PLUMB_RETURN_IF_ERROR(st);
+    if (h)
+      for (const RequestRow* x : batch) hash_request(*x, row, *h);
+  }
+  return Status::Ok();
+}
+
+Status insert_metrics(StmtCache& cache, int64_t run_id, std::span<const MetricRow> metrics) {
+  Stmt m(cache, "INSERT INTO metrics (run_id, name, value, unit) VALUES (?, ?, ?, ?)");
   PLUMB_RETURN_IF_ERROR(m.prepared("metric insert"));
   for (const MetricRow& x : metrics) {
     if (!std::isfinite(x.value)) return invalid_argument("metric '" + x.name + "' is not finite");
@@ -855,7 +1019,46 @@ Result<int64_t> insert_run_rows(sqlite3* db_, const RunRow& r, std::span<const R
     m.bind(run_id).bind(x.name).bind(x.value).bind(x.unit);
     PLUMB_RETURN_IF_ERROR(m.run("inserting metric " + x.name));
   }
-  return run_id;
+  return Status::Ok();
+}
+
+// Whether the table already holds per-request rows under this run id. A connection without
+// foreign keys can write rows for a run that does not exist yet; they become the new run's rows,
+// so its content is then read back rather than hashed from what plumb wrote.
+Result<bool> has_stored_requests(sqlite3* db, int64_t run_id) {
+  Stmt s(db, "SELECT EXISTS (SELECT 1 FROM requests WHERE run_id = ?)");
+  PLUMB_RETURN_IF_ERROR(s.prepared("request check"));
+  s.bind(run_id);
+  PLUMB_ASSIGN_OR_RETURN(bool row, s.step("checking the run's requests"));
+  return row && s.i64(0) != 0;
+}
+
+struct WrittenRun {
+  int64_t id = 0;
+  std::string content_hash;  // the seal's content hash of what was written
+};
+
+// The rows of one run, with its content hash: the run row and the metrics read back (a few rows),
+// the per-request rows hashed from the values bound (reading 10,000 rows back and formatting them
+// with snprintf was about a sixth of a sealed insert). verify() reads everything back and must
+// agree (tests/ledger/seal_hash_test.cpp). The caller holds the transaction.
+Result<WrittenRun> insert_run_rows(StmtCache& cache, const RunRow& r, std::span<const RequestRow> requests,
+                                   std::span<const MetricRow> metrics) {
+  sqlite3* db = cache.db();
+  WrittenRun out;
+  PLUMB_ASSIGN_OR_RETURN(out.id, insert_run_row(cache, r));
+  PLUMB_ASSIGN_OR_RETURN(bool adopted, has_stored_requests(db, out.id));
+  Sha256 h;
+  if (!adopted) PLUMB_RETURN_IF_ERROR(hash_run_head(db, out.id, h));
+  PLUMB_RETURN_IF_ERROR(insert_requests(cache, out.id, requests, adopted ? nullptr : &h));
+  PLUMB_RETURN_IF_ERROR(insert_metrics(cache, out.id, metrics));
+  if (adopted) {
+    PLUMB_ASSIGN_OR_RETURN(out.content_hash, run_content_hash(db, out.id));
+  } else {
+    PLUMB_RETURN_IF_ERROR(hash_run_tail(db, out.id, h));
+    out.content_hash = h.hex_digest();
+  }
+  return out;
 }
 }  // namespace
 
@@ -863,10 +1066,10 @@ Result<int64_t> SqliteLedger::insert_run(const RunRow& r, std::span<const Reques
                                          std::span<const MetricRow> metrics) {
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
-  PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, r, requests, metrics));
-  PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run_id).status());
+  PLUMB_ASSIGN_OR_RETURN(WrittenRun run, insert_run_rows(cache_, r, requests, metrics));
+  PLUMB_RETURN_IF_ERROR(seal_in_tx(cache_, run.id, std::move(run.content_hash)).status());
   PLUMB_RETURN_IF_ERROR(tx.commit());
-  return run_id;
+  return run.id;
 }
 
 Result<int64_t> SqliteLedger::create_study(const StudyRow& in) {
@@ -943,9 +1146,9 @@ Result<int64_t> SqliteLedger::insert_trial(const TrialRow& in, const RunRow* run
   Transaction tx(db_);
   PLUMB_RETURN_IF_ERROR(tx.begin());
   if (run) {
-    PLUMB_ASSIGN_OR_RETURN(int64_t run_id, insert_run_rows(db_, *run, requests, metrics));
-    PLUMB_RETURN_IF_ERROR(seal_in_tx(db_, run_id).status());
-    t.run_id = run_id;
+    PLUMB_ASSIGN_OR_RETURN(WrittenRun written, insert_run_rows(cache_, *run, requests, metrics));
+    PLUMB_RETURN_IF_ERROR(seal_in_tx(cache_, written.id, std::move(written.content_hash)).status());
+    t.run_id = written.id;
   }
   Stmt s(db_,
          "INSERT INTO trials (study_id, idx, stage, config_json, config_hash, status, feasible, objective, "

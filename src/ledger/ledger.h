@@ -366,7 +366,10 @@ class Ledger {
 
   // A run, its per-request records and its metrics, sealed, in one transaction: all or nothing.
   // FailedPrecondition with the database's message when the validator refuses the run or its seal
-  // (e.g. a valid run without its per-request rows, a stated TTFT p50 its rows do not give).
+  // (e.g. a valid run without its per-request rows, a stated TTFT p50 its rows do not give); a
+  // refused per-request row is named by its idx and profile (SQLite; PostgreSQL gives the COPY's
+  // message). `requests` may come in any order (they are stored and hashed by profile, then idx)
+  // and must not change during the call.
   virtual Result<int64_t> insert_run(const RunRow& run, std::span<const RequestRow> requests,
                                      std::span<const MetricRow> metrics) = 0;
 

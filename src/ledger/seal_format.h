@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/sha256.h"
 #include "core/status.h"
 
 namespace plumb::ledger::seal_format {
@@ -29,6 +31,25 @@ inline constexpr const char* kRunSelect =
 inline constexpr const char* kSubsetSelect =
     "SELECT kind, full_set_hash, full_requests, first_idx, num_requests, part, parts FROM run_subsets "
     "WHERE run_id = ";
+
+// One row of a run's canonical content as the seal hashes it, cell by cell: NULL "n", integer
+// "i<decimal>", real "r<%.17g>" (printf's text, which round-trips), text "t<bytes>:<text>"; each
+// cell ends with ';', the row with '\n'. The cells are built in one buffer and the row goes into
+// the hash as one update. A reused RowText keeps its buffer's capacity. Not thread-safe.
+class RowText {
+ public:
+  void null() { buf_ += "n;"; }
+  void integer(int64_t v);
+  void real(double v);
+  void text(std::string_view v);
+  // Ends the row ('\n'), hashes it into `h`, and starts the next row empty.
+  void end_row(Sha256& h);
+  // The row so far (for tests).
+  const std::string& str() const { return buf_; }
+
+ private:
+  std::string buf_;
+};
 
 // A seal's own hash: its position, its run, the hash before it and its run's content hash.
 std::string link_hash(int64_t seq, int64_t run_id, const std::string& prev, const std::string& content);
