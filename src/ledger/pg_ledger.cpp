@@ -3,16 +3,15 @@
 // (pg_schema.cpp): this file writes rows and reads them, and the triggers decide what is admitted.
 //
 // Values are sent as quoted literals (transaction_base::quote escapes text); doubles as %.17g, which
-// round-trips. Per-request rows go through COPY (pqxx::stream_to): one statement per run.
-// Errors: SQLSTATE class 22 (bad data), 23 (a constraint) and P0001 (a trigger's RAISE) are the
-// validator refusing a row: FailedPrecondition with the database's message; anything else is
-// IoError.
+// round-trips, with -0.0 sent as 0 (seal_format::stored_real: stored and hashed as SQLite does). Per-request
+// rows go through COPY (pqxx::stream_to): one statement per run. Errors: SQLSTATE class 22 (bad data), 23 (a
+// constraint) and P0001 (a trigger's RAISE) are the validator refusing a row: FailedPrecondition with the
+// database's message; anything else is IoError.
 #include "ledger/pg_ledger.h"
 
 #include <algorithm>
-#include <cinttypes>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iterator>
@@ -73,8 +72,8 @@ std::string lit(double v) {
   if (std::isnan(v)) return "'NaN'::float8";
   if (std::isinf(v)) return v > 0 ? "'Infinity'::float8" : "'-Infinity'::float8";
   char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return std::string(b) + "::float8";
+  auto r = std::to_chars(b, b + sizeof b, seal_format::stored_real(v), std::chars_format::general, 17);
+  return std::string(b, r.ptr) + "::float8";
 }
 std::string lit(const std::optional<double>& v) { return v ? lit(*v) : "NULL"; }
 std::string lit(const std::optional<int64_t>& v) { return v ? lit(*v) : "NULL"; }
@@ -96,43 +95,38 @@ std::optional<int64_t> OI(const pqxx::field& f) {
   return f.is_null() ? std::nullopt : std::optional<int64_t>(I(f));
 }
 
-// One row into the hash, cell by cell, exactly as the SQLite backend writes it (ledger.cpp
-// hash_row): NULL "n", integer "i<decimal>", real "r<%.17g>", text "t<bytes>:<text>"; ';' after
-// each cell, '\n' after the row. So one run's content hashes alike on both backends.
-void hash_row(Sha256& h, const pqxx::row& r) {
-  char buf[64];
+// One row into the hash through seal_format::RowText, the cells the SQLite backend writes for the
+// same row (ledger.cpp hash_row): bool and integer columns as integers, float columns as reals,
+// anything else as its text. So one run's content hashes alike on both backends.
+void hash_row(Sha256& h, const pqxx::row& r, seal_format::RowText& row) {
   for (pqxx::row::size_type i = 0; i < r.size(); ++i) {
     const pqxx::field f = r[i];
     if (f.is_null()) {
-      h.update("n;");
+      row.null();
       continue;
     }
     unsigned oid = unsigned(f.type());
-    if (oid == kOidInt8 || oid == kOidInt4 || oid == kOidInt2 || oid == kOidBool) {
-      int64_t v = oid == kOidBool ? int64_t(B(f)) : I(f);
-      std::snprintf(buf, sizeof buf, "i%" PRId64 ";", v);
-      h.update(buf);
-    } else if (oid == kOidFloat8 || oid == kOidFloat4) {
-      std::snprintf(buf, sizeof buf, "r%.17g;", D(f));
-      h.update(buf);
-    } else {
-      std::snprintf(buf, sizeof buf, "t%zu:", size_t(f.size()));
-      h.update(buf);
-      h.update(std::string_view(f.c_str(), f.size()));
-      h.update(";");
-    }
+    if (oid == kOidBool)
+      row.integer(int64_t(B(f)));
+    else if (oid == kOidInt8 || oid == kOidInt4 || oid == kOidInt2)
+      row.integer(I(f));
+    else if (oid == kOidFloat8 || oid == kOidFloat4)
+      row.real(D(f));
+    else
+      row.text(std::string_view(f.c_str(), f.size()));
   }
-  h.update("\n");
+  row.end_row(h);
 }
 
 Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
   Sha256 h;
+  seal_format::RowText row;
   h.update("plumb-seal/1\nrun\n");
   pqxx::result r = w.exec(std::string(seal_format::kRunSelect) + lit(run_id));
   if (r.empty())
     return not_found("run " + std::to_string(run_id) +
                      " or a row it refers to (machine, build, protocol, request set) is missing");
-  hash_row(h, r[0]);
+  hash_row(h, r[0], row);
   h.update("requests\n");
   // In pages by key: a run may hold a million rows.
   std::string after = "";
@@ -141,7 +135,7 @@ Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
         "SELECT profile, idx, request_hash, status, input_tokens, output_requested, output_server, "
         "output_local, scheduled_ns, sent_ns, first_token_ns, end_ns FROM requests WHERE run_id = " +
         lit(run_id) + after + " ORDER BY profile, idx LIMIT 100000");
-    for (const auto& row : page) hash_row(h, row);
+    for (const auto& p : page) hash_row(h, p, row);
     if (page.size() < 100000) break;
     const auto last = page[page.size() - 1];
     after = " AND (profile, idx) > (" + lit(I(last[0])) + ", " + lit(I(last[1])) + ")";
@@ -149,12 +143,12 @@ Result<std::string> run_content_hash(Txb& w, int64_t run_id) {
   h.update("metrics\n");
   for (const auto& m :
        w.exec("SELECT name, value, unit FROM metrics WHERE run_id = " + lit(run_id) + " ORDER BY name"))
-    hash_row(h, m);
+    hash_row(h, m, row);
   // Schema 4: a subset run's slice (hashed only where there is one, as on SQLite).
   pqxx::result u = w.exec(std::string(seal_format::kSubsetSelect) + lit(run_id));
   if (!u.empty()) {
     h.update("subset\n");
-    hash_row(h, u[0]);
+    hash_row(h, u[0], row);
   }
   return h.hex_digest();
 }

@@ -32,6 +32,14 @@ inline constexpr const char* kSubsetSelect =
     "SELECT kind, full_set_hash, full_requests, first_idx, num_requests, part, parts FROM run_subsets "
     "WHERE run_id = ";
 
+// A real as both backends store it: -0.0 becomes +0.0, every other value is itself. SQLite's REAL
+// column does this on its own (it keeps an integral real as an integer, and 0 has no sign);
+// PostgreSQL's float8 keeps the sign, so the PostgreSQL backend writes every real through this,
+// and a run with a -0.0 figure stores, reads back and hashes alike on both ("r0;"). Rows already
+// stored with the sign (written before this, or by raw SQL) hash as they are stored ("r-0;"):
+// RowText::real never normalizes, so their seals still verify.
+inline double stored_real(double v) { return v == 0 ? 0.0 : v; }
+
 // One row of a run's canonical content as the seal hashes it, cell by cell: NULL "n", integer
 // "i<decimal>", real "r<%.17g>" (printf's text, which round-trips), text "t<bytes>:<text>"; each
 // cell ends with ';', the row with '\n'. The cells are built in one buffer and the row goes into

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ledger/copy.h"
 #include "ledger/ledger_fixture.h"
 #include "ledger/seal_format.h"
 
@@ -163,20 +164,19 @@ class SealHashTest : public testing::LedgerTest {
 using SealHashBoth = testing::OnBothBackends<SealHashTest>;
 PLUMB_ON_BOTH_BACKENDS(SealHashBoth);
 
-// The content hashes of the two runs below as the read-back-only code sealed them. The backends
-// differ by one cell: SQLite stores the metric -0.0 in its REAL column as 0.0 (read back "r0;"),
-// PostgreSQL keeps the sign ("r-0;"); without that metric both give the SQLite value.
-constexpr const char* kAwkwardSqlite = "f7b1f6faf979f7bc753ec51b781b7b87957a4a06d4b9fb40cf76628d4c2ca02f";
-constexpr const char* kAwkwardPostgres = "f34184a99e48e680a771a08be82828ea36a47a57994f9c965c7c212224e8212a";
-constexpr const char* kSubsetSqlite = "da5fd7128c7c704e3d577dfcd687e7e47081ba2e4b9d233af2371277fa80ff89";
-constexpr const char* kSubsetPostgres = "646be68d92cfe82a378994867dee9838cbf4b44e444d482980c99030da7c4f2d";
+// The content hashes of the two runs below as the read-back-only code sealed them on SQLite; the
+// same on PostgreSQL. The metric -0.0 is stored as 0.0 by both (SQLite's REAL column drops the sign,
+// the PostgreSQL backend writes seal_format::stored_real), so it reads back and hashes as "r0;".
+constexpr const char* kAwkward = "f7b1f6faf979f7bc753ec51b781b7b87957a4a06d4b9fb40cf76628d4c2ca02f";
+constexpr const char* kSubset = "da5fd7128c7c704e3d577dfcd687e7e47081ba2e4b9d233af2371277fa80ff89";
 
 // The hash computed while writing equals the one verify() reads back, and the one the read-back
 // code gave before hashing moved to write time (the same on both backends).
 TEST_P(SealHashBoth, WriteTimeHashEqualsTheRowsReadBack) {
   auto id = ledger_->insert_run(awkward_run(), awkward_requests(), awkward_metrics());
   ASSERT_TRUE(id.ok()) << id.status().to_string();
-  EXPECT_EQ(content_hash_of(*id), pg() ? kAwkwardPostgres : kAwkwardSqlite);
+  EXPECT_EQ(content_hash_of(*id), kAwkward);
+  EXPECT_EQ(raw_int("SELECT count(*) FROM metrics WHERE name = 'neg_zero' AND value = 0"), 1);
   expect_verifies();
 }
 
@@ -187,8 +187,29 @@ TEST_P(SealHashBoth, ASubsetRunHashesAlike) {
   r.subset = RunSubset{.kind = "limit", .full_set_hash = hex64('e'), .full_requests = 32, .num_requests = 8};
   auto id = ledger_->insert_run(r, awkward_requests(), awkward_metrics());
   ASSERT_TRUE(id.ok()) << id.status().to_string();
-  EXPECT_EQ(content_hash_of(*id), pg() ? kSubsetPostgres : kSubsetSqlite);
+  EXPECT_EQ(content_hash_of(*id), kSubset);
   expect_verifies();
+}
+
+// A real of -0.0 outside a run (here a trial's elapsed time) is stored without its sign as well.
+TEST_P(SealHashBoth, NegativeZeroIsStoredAsZero) {
+  int64_t sid = *ledger_->create_study(testing::study_row(protocol_, machine_, "negzero"));
+  TrialRow t = testing::feasible_trial(sid, 0, 1.0);
+  t.feasible = false;
+  t.objective.reset();
+  t.status = "crashed";
+  t.failure = "engine exited";
+  t.elapsed_s = -0.0;
+  auto tid = ledger_->insert_trial(t, nullptr, {}, {});
+  ASSERT_TRUE(tid.ok()) << tid.status().to_string();
+  auto trials = ledger_->trials_for(sid);
+  ASSERT_TRUE(trials.ok()) << trials.status().to_string();
+  ASSERT_EQ(trials->size(), 1u);
+  EXPECT_EQ((*trials)[0].elapsed_s, 0.0);
+  EXPECT_FALSE(std::signbit((*trials)[0].elapsed_s));
+  if (pg()) {
+    EXPECT_EQ(raw_int("SELECT count(*) FROM trials WHERE elapsed_s::text = '0'"), 1);
+  }
 }
 
 // A metric that is not finite is refused before anything is written (SQLite would store NaN as
@@ -255,6 +276,83 @@ TEST_F(SealHashTest, ARefusedRequestIsNamedAndNothingIsStored) {
   EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 0);
   EXPECT_EQ(raw_int("SELECT count(*) FROM requests"), 0);
 }
+
+// `ledger migrate`: a SQLite file whose run holds a metric of -0.0, copied into the fixture's ledger,
+// verifies there, and stores the metric as 0 (on PostgreSQL as well).
+TEST_P(SealHashBoth, ACopiedRunWithNegativeZeroVerifies) {
+  std::string src = dir_ + "/local.db";
+  {
+    auto l = Ledger::open(src);
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    testing::Provenance pv = testing::insert_provenance(**l);
+    RunRow r = awkward_run();
+    r.machine_id = pv.machine;
+    r.build_id = pv.build;
+    r.protocol_id = pv.protocol;
+    r.request_set_id = pv.set;
+    ASSERT_TRUE((*l)->insert_run(r, awkward_requests(), awkward_metrics()).ok());
+  }
+  auto from = Ledger::open_for_inspection(src);
+  ASSERT_TRUE(from.ok()) << from.status().to_string();
+  auto rep = copy_ledger(**from, *ledger_);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->copied["runs"], 1);
+  EXPECT_TRUE(rep->refused.empty());
+  EXPECT_EQ(raw_int("SELECT count(*) FROM metrics WHERE name = 'neg_zero' AND value = 0"), 1);
+  if (pg()) {
+    EXPECT_EQ(raw_int("SELECT count(*) FROM metrics WHERE value::text = '-0'"), 0);
+  }
+  expect_verifies();
+}
+
+#ifdef PLUMB_HAVE_POSTGRES
+class SealHashPostgres : public testing::OnBothBackends<SealHashTest> {};
+INSTANTIATE_TEST_SUITE_P(Backends, SealHashPostgres, ::testing::Values(testing::Backend::kPostgres),
+                         testing::backend_name);
+
+// A PostgreSQL ledger written before reals were normalized holds -0.0 with its sign, and its seal
+// was computed over "r-0;". The rows are hashed as they are stored (RowText never normalizes), so
+// that seal still verifies, and a run plumb writes after it links to the chain as usual. (Such a
+// run's content hash differs from the one the same run would get on SQLite; `ledger migrate` into
+// SQLite seals the copy anew over what SQLite stores, so the copy verifies too.)
+TEST_P(SealHashPostgres, AnOldRunHoldingNegativeZeroStillVerifies) {
+  // The run and its metric as the earlier plumb stored them: the same rows, the sign kept.
+  ASSERT_EQ(raw("INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, scenario, size_class, "
+                "target_engine, engine_config, engine_config_hash, model_identity, seed, effective_settings, "
+                "started_at, ended_at, valid, validity_json, gate_status, objective) VALUES (" +
+                std::to_string(machine_) + ", " + std::to_string(build_) + ", " + std::to_string(protocol_) +
+                ", " + std::to_string(set_) + ", 'A', 'small', 'plumb', '{}', '" + hex64('c') +
+                "', 'dummy:7', 21, '{}', '2026-01-01T01:00:00.000Z', '2026-01-01T01:00:10.000Z', 0, "
+                "'[{\"name\":\"x\"}]', 'not_run', NULL)"),
+            "");
+  const int64_t old_run = raw_int("SELECT max(id) FROM runs");
+  ASSERT_EQ(raw("INSERT INTO metrics (run_id, name, value, unit) VALUES (" + std::to_string(old_run) +
+                ", 'neg_zero', '-0'::float8, '1')"),
+            "");
+  ASSERT_EQ(raw_int("SELECT count(*) FROM metrics WHERE value::text = '-0'"), 1);
+  auto seal = ledger_->seal_run(old_run);
+  ASSERT_TRUE(seal.ok()) << seal.status().to_string();
+  // Its content hash is over "r-0;", not over the "r0;" a normalized copy would give.
+  ASSERT_EQ(raw("INSERT INTO runs (machine_id, build_id, protocol_id, request_set_id, scenario, size_class, "
+                "target_engine, engine_config, engine_config_hash, model_identity, seed, effective_settings, "
+                "started_at, ended_at, valid, validity_json, gate_status, objective) SELECT machine_id, "
+                "build_id, protocol_id, request_set_id, scenario, size_class, target_engine, engine_config, "
+                "engine_config_hash, model_identity, seed, effective_settings, started_at, ended_at, valid, "
+                "validity_json, gate_status, objective FROM runs WHERE id = " +
+                std::to_string(old_run)),
+            "");
+  const int64_t twin = raw_int("SELECT max(id) FROM runs");
+  ASSERT_EQ(raw("INSERT INTO metrics (run_id, name, value, unit) VALUES (" + std::to_string(twin) +
+                ", 'neg_zero', 0, '1')"),
+            "");
+  auto twin_seal = ledger_->seal_run(twin);
+  ASSERT_TRUE(twin_seal.ok()) << twin_seal.status().to_string();
+  EXPECT_NE(seal->content_hash, twin_seal->content_hash);  // differ only by the sign (and the run id)
+  auto id = ledger_->insert_run(awkward_run(), awkward_requests(), awkward_metrics());
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  expect_verifies();
+}
+#endif
 
 }  // namespace
 }  // namespace plumb::ledger
