@@ -20,8 +20,11 @@
 #include <pqxx/pqxx>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/clock.h"
@@ -95,26 +98,174 @@ std::optional<int64_t> OI(const pqxx::field& f) {
   return f.is_null() ? std::nullopt : std::optional<int64_t>(I(f));
 }
 
-// One row into the hash through seal_format::RowText, the cells the SQLite backend writes for the
-// same row (ledger.cpp hash_row): bool and integer columns as integers, float columns as reals,
-// anything else as its text. So one run's content hashes alike on both backends.
-void hash_row(Sha256& h, const pqxx::row& r, seal_format::RowText& row) {
+// ---- typed rows -------------------------------------------------------------------------------
+// A struct's columns: each a SELECT expression and the member it is read into, in order. One list
+// is both the query's column list and its reader, so the two cannot drift apart, and one reader
+// (read_row) serves every struct. A member of monostate is read by the caller (registration seeds).
+template <typename Row>
+struct Column {
+  const char* sql;
+  std::variant<std::monostate, int64_t Row::*, double Row::*, bool Row::*, std::string Row::*,
+               std::optional<int64_t> Row::*, std::optional<double> Row::*>
+      member;
+};
+
+void assign(int64_t& v, const pqxx::field& f) { v = I(f); }
+void assign(double& v, const pqxx::field& f) { v = D(f); }
+// A bool column (EXISTS) or an integer 0/1 column (runs.valid).
+void assign(bool& v, const pqxx::field& f) { v = unsigned(f.type()) == kOidBool ? B(f) : I(f) != 0; }
+void assign(std::string& v, const pqxx::field& f) { v = T(f); }
+void assign(std::optional<int64_t>& v, const pqxx::field& f) { v = OI(f); }
+void assign(std::optional<double>& v, const pqxx::field& f) { v = OD(f); }
+
+// The columns' SQL, comma-separated.
+template <typename Row, size_t N>
+std::string select_list(const Column<Row> (&cols)[N]) {
+  std::string out;
+  for (const Column<Row>& c : cols) (out += out.empty() ? "" : ", ") += c.sql;
+  return out;
+}
+template <typename Row, size_t N>
+std::string select(const Column<Row> (&cols)[N]) {
+  return "SELECT " + select_list(cols);
+}
+
+// The row's fields from column `first` on, one per entry of `cols`.
+template <typename Row, size_t N>
+Row read_row(const pqxx::row& r, const Column<Row> (&cols)[N], pqxx::row::size_type first = 0) {
+  Row out;
+  for (size_t c = 0; c < N; ++c) {
+    const pqxx::field f = r[first + pqxx::row::size_type(c)];
+    std::visit(
+        [&](auto m) {
+          if constexpr (!std::is_same_v<decltype(m), std::monostate>) assign(out.*m, f);
+        },
+        cols[c].member);
+  }
+  return out;
+}
+
+// The order of seal_format::kSubsetSelect.
+constexpr Column<RunSubset> kSubsetColumns[] = {{"kind", &RunSubset::kind},
+                                                {"full_set_hash", &RunSubset::full_set_hash},
+                                                {"full_requests", &RunSubset::full_requests},
+                                                {"first_idx", &RunSubset::first_idx},
+                                                {"num_requests", &RunSubset::num_requests},
+                                                {"part", &RunSubset::part},
+                                                {"parts", &RunSubset::parts}};
+
+// Over "runs r".
+constexpr Column<RunSummary> kRunSummaryColumns[] = {
+    {"r.id", &RunSummary::id},
+    {"r.started_at", &RunSummary::started_at},
+    {"r.scenario", &RunSummary::scenario},
+    {"r.size_class", &RunSummary::size_class},
+    {"r.target_engine", &RunSummary::target_engine},
+    {"r.valid", &RunSummary::valid},
+    {"r.gate_status", &RunSummary::gate_status},
+    {"r.objective", &RunSummary::objective},
+    {"r.registration_id", &RunSummary::registration_id},
+    {"coalesce(r.arm, '')", &RunSummary::arm},
+    {"(SELECT count(*) FROM requests q WHERE q.run_id = r.id)", &RunSummary::requests},
+    {"EXISTS (SELECT 1 FROM seals s WHERE s.run_id = r.id)", &RunSummary::sealed}};
+
+constexpr Column<Registration> kRegistrationColumns[] = {
+    {"id", &Registration::id},
+    {"created_at", &Registration::created_at},
+    {"arm_a_config", &Registration::arm_a_config},
+    {"arm_b_config", &Registration::arm_b_config},
+    {"scenario", &Registration::scenario},
+    {"size_class", &Registration::size_class},
+    {"metric", &Registration::metric},
+    {"direction", &Registration::direction},
+    {"min_effect", &Registration::min_effect},
+    {"delta", &Registration::delta},
+    {"pairs", &Registration::pairs},
+    {"seeds", std::monostate{}},  // JSON text, parsed by read_registration
+    {"rule", &Registration::rule},
+    {"protocol_id", &Registration::protocol_id},
+    {"registration_hash", &Registration::registration_hash}};
+constexpr pqxx::row::size_type kRegistrationSeeds = 11;
+static_assert(std::string_view(kRegistrationColumns[kRegistrationSeeds].sql) == "seeds");
+
+constexpr Column<StudyRow> kStudyColumns[] = {{"id", &StudyRow::id},
+                                              {"created_at", &StudyRow::created_at},
+                                              {"name", &StudyRow::name},
+                                              {"adapter", &StudyRow::adapter},
+                                              {"space_json", &StudyRow::space_json},
+                                              {"strategy", &StudyRow::strategy},
+                                              {"strategy_seed", &StudyRow::strategy_seed},
+                                              {"scenario", &StudyRow::scenario},
+                                              {"size_class", &StudyRow::size_class},
+                                              {"dev_seed", &StudyRow::dev_seed},
+                                              {"eval_seed", &StudyRow::eval_seed},
+                                              {"budget_trials", &StudyRow::budget_trials},
+                                              {"budget_seconds", &StudyRow::budget_seconds},
+                                              {"options_json", &StudyRow::options_json},
+                                              {"protocol_id", &StudyRow::protocol_id},
+                                              {"machine_id", &StudyRow::machine_id}};
+
+constexpr Column<ReadoutRow> kReadoutColumns[] = {{"id", &ReadoutRow::id},
+                                                  {"registration_id", &ReadoutRow::registration_id},
+                                                  {"registration_hash", &ReadoutRow::registration_hash},
+                                                  {"created_at", &ReadoutRow::created_at},
+                                                  {"verdict", &ReadoutRow::verdict},
+                                                  {"ratio", &ReadoutRow::ratio},
+                                                  {"ci_lo", &ReadoutRow::ci_lo},
+                                                  {"ci_hi", &ReadoutRow::ci_hi},
+                                                  {"boot_lo", &ReadoutRow::boot_lo},
+                                                  {"boot_hi", &ReadoutRow::boot_hi},
+                                                  {"cv_a", &ReadoutRow::cv_a},
+                                                  {"cv_b", &ReadoutRow::cv_b},
+                                                  {"cv_cap", &ReadoutRow::cv_cap},
+                                                  {"pairs", &ReadoutRow::pairs},
+                                                  {"more_pairs_needed", &ReadoutRow::more_pairs_needed},
+                                                  {"reason", &ReadoutRow::reason}};
+
+constexpr Column<TrialRow> kTrialColumns[] = {{"id", &TrialRow::id},
+                                              {"study_id", &TrialRow::study_id},
+                                              {"idx", &TrialRow::idx},
+                                              {"stage", &TrialRow::stage},
+                                              {"config_json", &TrialRow::config_json},
+                                              {"config_hash", &TrialRow::config_hash},
+                                              {"status", &TrialRow::status},
+                                              {"feasible", &TrialRow::feasible},
+                                              {"objective", &TrialRow::objective},
+                                              {"failure", &TrialRow::failure},
+                                              {"run_id", &TrialRow::run_id},
+                                              {"rationale", &TrialRow::rationale},
+                                              {"notes", &TrialRow::notes},
+                                              {"metrics_json", &TrialRow::metrics_json},
+                                              {"started_at", &TrialRow::started_at},
+                                              {"ended_at", &TrialRow::ended_at},
+                                              {"elapsed_s", &TrialRow::elapsed_s}};
+
+// One row's cells by their column types, each handed to `out` in order as null(), integer(v),
+// real(v) or text(v): bool and integer columns as integers, float columns as reals, anything else
+// as its text. The one reading of a row that dump() (Cells) and the seal (seal_format::RowText)
+// share, and the cells the SQLite backend reads for the same row (ledger.cpp hash_row), so one
+// run's content hashes alike on both backends.
+template <typename Sink>
+void read_cells(const pqxx::row& r, Sink& out) {
   for (pqxx::row::size_type i = 0; i < r.size(); ++i) {
     const pqxx::field f = r[i];
-    if (f.is_null()) {
-      row.null();
-      continue;
-    }
-    unsigned oid = unsigned(f.type());
-    if (oid == kOidBool)
-      row.integer(int64_t(B(f)));
+    const unsigned oid = unsigned(f.type());
+    if (f.is_null())
+      out.null();
+    else if (oid == kOidBool)
+      out.integer(int64_t(B(f)));
     else if (oid == kOidInt8 || oid == kOidInt4 || oid == kOidInt2)
-      row.integer(I(f));
+      out.integer(I(f));
     else if (oid == kOidFloat8 || oid == kOidFloat4)
-      row.real(D(f));
+      out.real(D(f));
     else
-      row.text(std::string_view(f.c_str(), f.size()));
+      out.text(std::string_view(f.c_str(), f.size()));
   }
+}
+
+// One row into the hash.
+void hash_row(Sha256& h, const pqxx::row& r, seal_format::RowText& row) {
+  read_cells(r, row);
   row.end_row(h);
 }
 
@@ -183,14 +334,8 @@ Result<SealRow> seal_in_tx(Txb& w, int64_t run_id) {
   return seal;
 }
 
-RunSubset subset_from(const pqxx::row& r, pqxx::row::size_type c) {
-  return RunSubset{.kind = T(r[c]),
-                   .full_set_hash = T(r[c + 1]),
-                   .full_requests = I(r[c + 2]),
-                   .first_idx = I(r[c + 3]),
-                   .num_requests = I(r[c + 4]),
-                   .part = I(r[c + 5]),
-                   .parts = I(r[c + 6])};
+RunSubset subset_from(const pqxx::row& r, pqxx::row::size_type first) {
+  return read_row(r, kSubsetColumns, first);
 }
 
 int64_t insert_id(Txb& w, const std::string& sql) { return I(w.exec1(sql + " RETURNING id")[0]); }
@@ -250,118 +395,49 @@ bool known_table(const std::string& t) {
   return std::find(v.begin(), v.end(), t) != v.end();
 }
 
+// read_cells' sink for dump(): the cells of one row as Cells.
+struct CellRow {
+  std::vector<Cell> cells;
+  void null() { cells.emplace_back(); }
+  void integer(int64_t v) { cells.push_back(Cell{.type = Cell::Type::kInt, .i = v}); }
+  void real(double v) { cells.push_back(Cell{.type = Cell::Type::kReal, .d = v}); }
+  void text(std::string_view v) { cells.push_back(Cell{.type = Cell::Type::kText, .s = std::string(v)}); }
+};
+
 Table read_table(const pqxx::result& r) {
   Table t;
   for (pqxx::row::size_type i = 0; i < r.columns(); ++i) t.columns.emplace_back(r.column_name(i));
   for (const auto& row : r) {
-    std::vector<Cell> cells(row.size());
-    for (pqxx::row::size_type i = 0; i < row.size(); ++i) {
-      const pqxx::field f = row[i];
-      Cell& c = cells[size_t(i)];
-      if (f.is_null()) continue;
-      unsigned oid = unsigned(r.column_type(i));
-      if (oid == kOidInt8 || oid == kOidInt4 || oid == kOidInt2) {
-        c.type = Cell::Type::kInt;
-        c.i = I(f);
-      } else if (oid == kOidBool) {
-        c.type = Cell::Type::kInt;
-        c.i = B(f) ? 1 : 0;
-      } else if (oid == kOidFloat8 || oid == kOidFloat4) {
-        c.type = Cell::Type::kReal;
-        c.d = D(f);
-      } else {
-        c.type = Cell::Type::kText;
-        c.s = T(f);
-      }
-    }
-    t.rows.push_back(std::move(cells));
+    CellRow c;
+    c.cells.reserve(row.size());
+    read_cells(row, c);
+    t.rows.push_back(std::move(c.cells));
   }
   return t;
 }
 
-constexpr const char* kRunSummarySelect =
-    "SELECT r.id, r.started_at, r.scenario, r.size_class, r.target_engine, r.valid, r.gate_status, "
-    "r.objective, r.registration_id, coalesce(r.arm, ''), (SELECT count(*) FROM requests q WHERE q.run_id = "
-    "r.id), EXISTS (SELECT 1 FROM seals s WHERE s.run_id = r.id) FROM runs r ";
-
 std::vector<RunSummary> read_runs(const pqxx::result& res) {
   std::vector<RunSummary> out;
-  for (const auto& s : res) {
-    RunSummary r;
-    r.id = I(s[0]);
-    r.started_at = T(s[1]);
-    r.scenario = T(s[2]);
-    r.size_class = T(s[3]);
-    r.target_engine = T(s[4]);
-    r.valid = I(s[5]) != 0;
-    r.gate_status = T(s[6]);
-    r.objective = OD(s[7]);
-    r.registration_id = OI(s[8]);
-    r.arm = T(s[9]);
-    r.requests = I(s[10]);
-    r.sealed = B(s[11]);
-    out.push_back(std::move(r));
-  }
+  for (const auto& s : res) out.push_back(read_row(s, kRunSummaryColumns));
   return out;
 }
 
-constexpr const char* kRegistrationColumns =
-    "id, created_at, arm_a_config, arm_b_config, scenario, size_class, metric, direction, min_effect, delta, "
-    "pairs, seeds, rule, protocol_id, registration_hash";
-
 Result<Registration> read_registration(const pqxx::row& s) {
-  Registration r;
-  r.id = I(s[0]);
-  r.created_at = T(s[1]);
-  r.arm_a_config = T(s[2]);
-  r.arm_b_config = T(s[3]);
-  r.scenario = T(s[4]);
-  r.size_class = T(s[5]);
-  r.metric = T(s[6]);
-  r.direction = T(s[7]);
-  r.min_effect = D(s[8]);
-  r.delta = D(s[9]);
-  r.pairs = I(s[10]);
-  auto seeds = json::parse(T(s[11]));
+  Registration r = read_row(s, kRegistrationColumns);
+  auto seeds = json::parse(T(s[kRegistrationSeeds]));
   if (!seeds.ok() || !seeds->is_array())
     return corrupt("registration " + std::to_string(r.id) + ": bad seeds");
   for (const auto& v : seeds->as_array()) {
     if (!v.is_int64()) return corrupt("registration " + std::to_string(r.id) + ": bad seeds");
     r.seeds.push_back(v.as_int64());
   }
-  r.rule = T(s[12]);
-  r.protocol_id = I(s[13]);
-  r.registration_hash = T(s[14]);
   if (registration_hash(r) != r.registration_hash)
     return corrupt("registration " + std::to_string(r.id) +
                    " changed after it was registered (hash mismatch)");
   return r;
 }
 
-constexpr const char* kStudyColumns =
-    "id, created_at, name, adapter, space_json, strategy, strategy_seed, scenario, size_class, dev_seed, "
-    "eval_seed, budget_trials, budget_seconds, options_json, protocol_id, machine_id";
-
-StudyRow read_study(const pqxx::row& s) {
-  StudyRow r;
-  r.id = I(s[0]);
-  r.created_at = T(s[1]);
-  r.name = T(s[2]);
-  r.adapter = T(s[3]);
-  r.space_json = T(s[4]);
-  r.strategy = T(s[5]);
-  r.strategy_seed = I(s[6]);
-  r.scenario = T(s[7]);
-  r.size_class = T(s[8]);
-  r.dev_seed = I(s[9]);
-  r.eval_seed = I(s[10]);
-  r.budget_trials = I(s[11]);
-  r.budget_seconds = D(s[12]);
-  r.options_json = T(s[13]);
-  r.protocol_id = I(s[14]);
-  r.machine_id = I(s[15]);
-  return r;
-}
+StudyRow read_study(const pqxx::row& s) { return read_row(s, kStudyColumns); }
 
 // The ledger tables' columns and constraints as the database holds them, in pg::catalog()'s form.
 std::vector<std::string> live_catalog(Txb& w) {
@@ -560,8 +636,7 @@ class PostgresLedger final : public Ledger {
   Result<Registration> get_registration(int64_t id) override {
     return guarded("reading registration", [&]() -> Result<Registration> {
       Tx w(*c_);
-      auto r =
-          w.exec(std::string("SELECT ") + kRegistrationColumns + " FROM registrations WHERE id = " + lit(id));
+      auto r = w.exec(select(kRegistrationColumns) + " FROM registrations WHERE id = " + lit(id));
       if (r.empty()) return not_found("no registration with id " + std::to_string(id));
       return read_registration(r[0]);
     });
@@ -570,8 +645,7 @@ class PostgresLedger final : public Ledger {
     return guarded("listing registrations", [&]() -> Result<std::vector<Registration>> {
       Tx w(*c_);
       std::vector<Registration> out;
-      for (const auto& row :
-           w.exec(std::string("SELECT ") + kRegistrationColumns + " FROM registrations ORDER BY id")) {
+      for (const auto& row : w.exec(select(kRegistrationColumns) + " FROM registrations ORDER BY id")) {
         PLUMB_ASSIGN_OR_RETURN(Registration r, read_registration(row));
         out.push_back(std::move(r));
       }
@@ -599,31 +673,9 @@ class PostgresLedger final : public Ledger {
     return guarded("listing readouts", [&]() -> Result<std::vector<ReadoutRow>> {
       Tx w(*c_);
       std::vector<ReadoutRow> out;
-      for (const auto& s :
-           w.exec("SELECT id, registration_id, registration_hash, created_at, verdict, ratio, ci_lo, ci_hi, "
-                  "boot_lo, "
-                  "boot_hi, cv_a, cv_b, cv_cap, pairs, more_pairs_needed, reason FROM readouts WHERE "
-                  "registration_id = " +
-                  lit(registration_id) + " ORDER BY id")) {
-        ReadoutRow r;
-        r.id = I(s[0]);
-        r.registration_id = I(s[1]);
-        r.registration_hash = T(s[2]);
-        r.created_at = T(s[3]);
-        r.verdict = T(s[4]);
-        r.ratio = OD(s[5]);
-        r.ci_lo = OD(s[6]);
-        r.ci_hi = OD(s[7]);
-        r.boot_lo = OD(s[8]);
-        r.boot_hi = OD(s[9]);
-        r.cv_a = OD(s[10]);
-        r.cv_b = OD(s[11]);
-        r.cv_cap = D(s[12]);
-        r.pairs = I(s[13]);
-        r.more_pairs_needed = I(s[14]);
-        r.reason = T(s[15]);
-        out.push_back(std::move(r));
-      }
+      for (const auto& s : w.exec(select(kReadoutColumns) + " FROM readouts WHERE registration_id = " +
+                                  lit(registration_id) + " ORDER BY id"))
+        out.push_back(read_row(s, kReadoutColumns));
       return out;
     });
   }
@@ -669,7 +721,7 @@ class PostgresLedger final : public Ledger {
   Result<StudyRow> get_study(int64_t id) override {
     return guarded("reading study", [&]() -> Result<StudyRow> {
       Tx w(*c_);
-      auto r = w.exec(std::string("SELECT ") + kStudyColumns + " FROM studies WHERE id = " + lit(id));
+      auto r = w.exec(select(kStudyColumns) + " FROM studies WHERE id = " + lit(id));
       if (r.empty())
         return not_found("no study " + std::to_string(id) + " in this ledger (plumb tune --list shows them)");
       return read_study(r[0]);
@@ -679,7 +731,7 @@ class PostgresLedger final : public Ledger {
     return guarded("listing studies", [&]() -> Result<std::vector<StudyRow>> {
       Tx w(*c_);
       std::vector<StudyRow> out;
-      for (const auto& r : w.exec(std::string("SELECT ") + kStudyColumns + " FROM studies ORDER BY id"))
+      for (const auto& r : w.exec(select(kStudyColumns) + " FROM studies ORDER BY id"))
         out.push_back(read_study(r));
       return out;
     });
@@ -713,31 +765,9 @@ class PostgresLedger final : public Ledger {
     return guarded("listing trials", [&]() -> Result<std::vector<TrialRow>> {
       Tx w(*c_);
       std::vector<TrialRow> out;
-      for (const auto& s : w.exec(
-               "SELECT id, study_id, idx, stage, config_json, config_hash, status, feasible, objective, "
-               "failure, run_id, rationale, notes, metrics_json, started_at, ended_at, elapsed_s FROM trials "
-               "WHERE study_id = " +
-               lit(study_id) + " ORDER BY idx")) {
-        TrialRow t;
-        t.id = I(s[0]);
-        t.study_id = I(s[1]);
-        t.idx = I(s[2]);
-        t.stage = T(s[3]);
-        t.config_json = T(s[4]);
-        t.config_hash = T(s[5]);
-        t.status = T(s[6]);
-        t.feasible = I(s[7]) != 0;
-        t.objective = OD(s[8]);
-        t.failure = T(s[9]);
-        t.run_id = OI(s[10]);
-        t.rationale = T(s[11]);
-        t.notes = T(s[12]);
-        t.metrics_json = T(s[13]);
-        t.started_at = T(s[14]);
-        t.ended_at = T(s[15]);
-        t.elapsed_s = D(s[16]);
-        out.push_back(std::move(t));
-      }
+      for (const auto& s :
+           w.exec(select(kTrialColumns) + " FROM trials WHERE study_id = " + lit(study_id) + " ORDER BY idx"))
+        out.push_back(read_row(s, kTrialColumns));
       return out;
     });
   }
@@ -809,9 +839,8 @@ class PostgresLedger final : public Ledger {
       Tx w(*c_);
       std::vector<std::pair<int64_t, RunSubset>> out;
       for (const auto& r :
-           w.exec("SELECT run_id, kind, full_set_hash, full_requests, first_idx, num_requests, "
-                  "part, parts FROM run_subsets WHERE full_set_hash = " +
-                  lit(w, full_set_hash) + " ORDER BY run_id"))
+           w.exec("SELECT run_id, " + select_list(kSubsetColumns) +
+                  " FROM run_subsets WHERE full_set_hash = " + lit(w, full_set_hash) + " ORDER BY run_id"))
         out.emplace_back(I(r[0]), subset_from(r, 1));
       return out;
     });
@@ -902,7 +931,7 @@ class PostgresLedger final : public Ledger {
   Result<std::vector<RunSummary>> query_runs(const std::string& tail) {
     return guarded("listing runs", [&]() -> Result<std::vector<RunSummary>> {
       Tx w(*c_);
-      return read_runs(w.exec(std::string(kRunSummarySelect) + tail));
+      return read_runs(w.exec(select(kRunSummaryColumns) + " FROM runs r " + tail));
     });
   }
 

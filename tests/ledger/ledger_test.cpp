@@ -182,6 +182,160 @@ TEST_P(LedgerBoth, RegistrationRoundTripAndTamperDetection) {
   EXPECT_EQ(ledger_->register_comparison(r).status().code(), Code::kFailedPrecondition);
 }
 
+// Every field of a run summary, a readout, a study and a trial reads back as written, on both
+// backends (each struct is read by the columns its reader lists: a column out of place shows here).
+TEST_P(LedgerBoth, TypedRowsReadBackFieldForField) {
+  Registration g;
+  g.created_at = "2026-01-01T00:00:00.000Z";
+  g.arm_a_config = R"({"preset":"default"})";
+  g.arm_b_config = R"({"preset":"tuned"})";
+  g.scenario = "A";
+  g.size_class = "small";
+  g.metric = "inv_median_ttft";
+  g.direction = "higher";
+  g.min_effect = 0.03;
+  g.delta = 0.04;
+  g.pairs = 6;
+  g.seeds = {21, 248, 999, 1337, 428, 7};
+  g.rule = "protocol v1";
+  g.protocol_id = protocol_;
+  int64_t reg = *ledger_->register_comparison(g);
+  auto gr = ledger_->get_registration(reg);
+  ASSERT_TRUE(gr.ok()) << gr.status().to_string();
+  EXPECT_EQ(gr->created_at, g.created_at);
+  EXPECT_EQ(gr->arm_a_config, g.arm_a_config);
+  EXPECT_EQ(gr->arm_b_config, g.arm_b_config);
+  EXPECT_EQ(gr->metric, g.metric);
+  EXPECT_EQ(gr->direction, g.direction);
+  EXPECT_EQ(gr->min_effect, 0.03);
+  EXPECT_EQ(gr->delta, 0.04);
+  EXPECT_EQ(gr->pairs, 6);
+  EXPECT_EQ(gr->seeds, g.seeds);
+  EXPECT_EQ(gr->rule, g.rule);
+  EXPECT_EQ(gr->protocol_id, protocol_);
+
+  RunRow run = run_at("2026-01-01T00:00:01.000Z");
+  run.registration_id = reg;
+  run.arm = "B";
+  run.pair_index = 0;
+  run.target_engine = "vllm";
+  run.gate_status = "pass";
+  int64_t rid = *ledger_->insert_run(run, backed(), {});
+  auto runs = ledger_->comparison_runs(reg);
+  ASSERT_TRUE(runs.ok()) << runs.status().to_string();
+  ASSERT_EQ(runs->size(), 1u);
+  const RunSummary& rs = (*runs)[0];
+  EXPECT_EQ(rs.id, rid);
+  EXPECT_EQ(rs.started_at, "2026-01-01T00:00:01.000Z");
+  EXPECT_EQ(rs.scenario, "A");
+  EXPECT_EQ(rs.size_class, "small");
+  EXPECT_EQ(rs.target_engine, "vllm");
+  EXPECT_TRUE(rs.valid);
+  EXPECT_EQ(rs.gate_status, "pass");
+  EXPECT_EQ(rs.objective, std::optional<double>(100.0));
+  EXPECT_EQ(rs.registration_id, std::optional<int64_t>(reg));
+  EXPECT_EQ(rs.arm, "B");
+  EXPECT_EQ(rs.requests, 32);
+  EXPECT_TRUE(rs.sealed);
+
+  ReadoutRow o{.registration_id = reg,
+               .registration_hash = gr->registration_hash,
+               .created_at = "2026-01-02T00:00:00.000Z",
+               .verdict = "inconclusive",
+               .ratio = 1.01,
+               .ci_lo = 0.97,
+               .ci_hi = 1.05,
+               .boot_lo = 0.96,
+               .boot_hi = std::nullopt,
+               .cv_a = 0.011,
+               .cv_b = 0.012,
+               .cv_cap = 0.04,
+               .pairs = 1,
+               .more_pairs_needed = 4,
+               .reason = "one pair of six"};
+  auto oid = ledger_->record_readout(o);
+  ASSERT_TRUE(oid.ok()) << oid.status().to_string();
+  auto os = ledger_->readouts_for(reg);
+  ASSERT_TRUE(os.ok()) << os.status().to_string();
+  ASSERT_EQ(os->size(), 1u);
+  const ReadoutRow& ro = (*os)[0];
+  EXPECT_EQ(ro.id, *oid);
+  EXPECT_EQ(ro.registration_id, reg);
+  EXPECT_EQ(ro.registration_hash, o.registration_hash);
+  EXPECT_EQ(ro.created_at, o.created_at);
+  EXPECT_EQ(ro.verdict, o.verdict);
+  EXPECT_EQ(ro.ratio, o.ratio);
+  EXPECT_EQ(ro.ci_lo, o.ci_lo);
+  EXPECT_EQ(ro.ci_hi, o.ci_hi);
+  EXPECT_EQ(ro.boot_lo, o.boot_lo);
+  EXPECT_EQ(ro.boot_hi, std::nullopt);
+  EXPECT_EQ(ro.cv_a, o.cv_a);
+  EXPECT_EQ(ro.cv_b, o.cv_b);
+  EXPECT_EQ(ro.cv_cap, 0.04);
+  EXPECT_EQ(ro.pairs, 1);
+  EXPECT_EQ(ro.more_pairs_needed, 4);
+  EXPECT_EQ(ro.reason, o.reason);
+
+  StudyRow st = testing::study_row(protocol_, machine2_, "fields", "D");
+  st.strategy_seed = 11;
+  st.budget_trials = 12;
+  st.budget_seconds = 13.5;
+  st.options_json = R"({"o":1})";
+  st.space_json = R"({"s":2})";
+  int64_t sid = *ledger_->create_study(st);
+  auto sr = ledger_->get_study(sid);
+  ASSERT_TRUE(sr.ok()) << sr.status().to_string();
+  EXPECT_EQ(sr->id, sid);
+  EXPECT_FALSE(sr->created_at.empty());
+  EXPECT_EQ(sr->name, "fields");
+  EXPECT_EQ(sr->adapter, "plumb");
+  EXPECT_EQ(sr->space_json, st.space_json);
+  EXPECT_EQ(sr->strategy, "grid");
+  EXPECT_EQ(sr->strategy_seed, 11);
+  EXPECT_EQ(sr->scenario, "D");
+  EXPECT_EQ(sr->size_class, "small");
+  EXPECT_EQ(sr->dev_seed, 21);
+  EXPECT_EQ(sr->eval_seed, 1337);
+  EXPECT_EQ(sr->budget_trials, 12);
+  EXPECT_EQ(sr->budget_seconds, 13.5);
+  EXPECT_EQ(sr->options_json, st.options_json);
+  EXPECT_EQ(sr->protocol_id, protocol_);
+  EXPECT_EQ(sr->machine_id, machine2_);
+
+  TrialRow t = testing::feasible_trial(sid, 0, 100.0, R"({"k":3})");
+  t.stage = "screen";
+  t.notes = "n";
+  t.metrics_json = R"({"m":4})";
+  t.ended_at = "2026-01-01T00:00:05.000Z";
+  t.elapsed_s = 5.25;
+  RunRow trun = run_at("2026-01-01T00:00:02.000Z");
+  trun.machine_id = machine2_;
+  auto tid = ledger_->insert_trial(t, &trun, backed(), {});
+  ASSERT_TRUE(tid.ok()) << tid.status().to_string();
+  auto ts = ledger_->trials_for(sid);
+  ASSERT_TRUE(ts.ok()) << ts.status().to_string();
+  ASSERT_EQ(ts->size(), 1u);
+  const TrialRow& tr = (*ts)[0];
+  EXPECT_EQ(tr.id, *tid);
+  EXPECT_EQ(tr.study_id, sid);
+  EXPECT_EQ(tr.idx, 0);
+  EXPECT_EQ(tr.stage, "screen");
+  EXPECT_EQ(tr.config_json, t.config_json);
+  EXPECT_EQ(tr.config_hash.size(), 64u);
+  EXPECT_EQ(tr.status, "ok");
+  EXPECT_TRUE(tr.feasible);
+  EXPECT_EQ(tr.objective, std::optional<double>(100.0));
+  EXPECT_EQ(tr.failure, "");
+  ASSERT_TRUE(tr.run_id.has_value());
+  EXPECT_GT(*tr.run_id, rid);
+  EXPECT_EQ(tr.rationale, "grid point");
+  EXPECT_EQ(tr.notes, "n");
+  EXPECT_EQ(tr.metrics_json, t.metrics_json);
+  EXPECT_EQ(tr.started_at, t.started_at);
+  EXPECT_EQ(tr.ended_at, t.ended_at);
+  EXPECT_EQ(tr.elapsed_s, 5.25);
+}
+
 TEST_P(LedgerBoth, CeilingsLatestPerName) {
   ASSERT_TRUE(
       ledger_->insert_ceiling({machine_, "mem_read_bw", 10.0, "GB/s", "2026-01-01T00:00:00.000Z"}).ok());
