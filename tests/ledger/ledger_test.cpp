@@ -149,7 +149,8 @@ TEST_P(LedgerBoth, RunIsAllOrNothing) {
   EXPECT_EQ(raw_int("SELECT count(*) FROM runs"), 0);
 }
 
-TEST_P(LedgerBoth, RegistrationRoundTripAndTamperDetection) {
+// A comparison of five pairs of scenario A (small) under protocol row `protocol`.
+Registration five_pairs(int64_t protocol) {
   Registration r;
   r.created_at = "2026-01-01T00:00:00.000Z";
   r.arm_a_config = R"({"preset":"default"})";
@@ -161,7 +162,12 @@ TEST_P(LedgerBoth, RegistrationRoundTripAndTamperDetection) {
   r.pairs = 5;
   r.seeds = {21, 248, 999, 1337, 428};
   r.rule = "protocol v1";
-  r.protocol_id = protocol_;
+  r.protocol_id = protocol;
+  return r;
+}
+
+TEST_P(LedgerBoth, RegistrationRoundTripAndTamperDetection) {
+  Registration r = five_pairs(protocol_);
   auto id = ledger_->register_comparison(r);
   ASSERT_TRUE(id.ok()) << id.status().to_string();
   auto got = ledger_->get_registration(*id);
@@ -185,20 +191,11 @@ TEST_P(LedgerBoth, RegistrationRoundTripAndTamperDetection) {
 // Every field of a run summary, a readout, a study and a trial reads back as written, on both
 // backends (each struct is read by the columns its reader lists: a column out of place shows here).
 TEST_P(LedgerBoth, TypedRowsReadBackFieldForField) {
-  Registration g;
-  g.created_at = "2026-01-01T00:00:00.000Z";
-  g.arm_a_config = R"({"preset":"default"})";
-  g.arm_b_config = R"({"preset":"tuned"})";
-  g.scenario = "A";
-  g.size_class = "small";
-  g.metric = "inv_median_ttft";
-  g.direction = "higher";
+  Registration g = five_pairs(protocol_);
   g.min_effect = 0.03;
   g.delta = 0.04;
   g.pairs = 6;
-  g.seeds = {21, 248, 999, 1337, 428, 7};
-  g.rule = "protocol v1";
-  g.protocol_id = protocol_;
+  g.seeds.push_back(7);
   int64_t reg = *ledger_->register_comparison(g);
   auto gr = ledger_->get_registration(reg);
   ASSERT_TRUE(gr.ok()) << gr.status().to_string();
