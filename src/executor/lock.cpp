@@ -34,6 +34,8 @@ std::string holder_text(const json::object& h) {
          json::string_at(h, "started").value_or("?") + ")";
 }
 
+constexpr const char* kHeldPrefix = "another controller is working on the job journal ";
+
 bool pid_alive(int64_t pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
 
 // Reads the lock file's content and the age of its modification time.
@@ -70,6 +72,10 @@ std::string lock_refusal(const LockFinding& f, const std::string& here) {
          " s ago; this host cannot tell whether it still runs (the lock is taken over once its heartbeat "
          "is " +
          std::to_string(kStaleAfter.count()) + " s old)";
+}
+
+bool held_by_another(const Status& s) {
+  return s.code() == Code::kFailedPrecondition && s.message().rfind(kHeldPrefix, 0) == 0;
 }
 
 Result<std::unique_ptr<ControllerLock>> ControllerLock::acquire(const std::string& journal,

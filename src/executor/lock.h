@@ -75,6 +75,10 @@ class ControllerLock {
   std::thread beat_;
 };
 
+// Whether `s` is acquire()'s refusal (another controller holds the lock), as opposed to a failure of
+// this controller's own work: a caller that would otherwise suggest a resume says only the refusal.
+bool held_by_another(const Status& s);
+
 // This machine's host name, as the lock records it.
 std::string this_host();
 
