@@ -291,6 +291,10 @@ TEST_F(SearchJobs, AKilledSearchStartedAgainScreensNothingTwiceAndDecidesAsAnUni
   EXPECT_EQ(screened_once, 3u) << "only the job lost with its controller runs again";
   EXPECT_NE(log().find("screened by job"), std::string::npos) << log();
   EXPECT_NE(log().find("reattaching to screening job"), std::string::npos) << log();
+  EXPECT_NE(
+      log().find("took over the controller lock " + journal() + ".lock of pid " + std::to_string(p->pid())),
+      std::string::npos)
+      << log();
   auto lost = journal_events(journal(), "infrastructure_failure");
   ASSERT_EQ(lost.size(), 1u) << log();
   EXPECT_EQ(json::string_at(lost[0], "state").value_or(""), "lost");
@@ -303,6 +307,33 @@ TEST_F(SearchJobs, AKilledSearchStartedAgainScreensNothingTwiceAndDecidesAsAnUni
   ASSERT_EQ(finish(*third, 120), 0) << log();
   EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted) << log();
   EXPECT_EQ(decisions(), want);
+}
+
+// One controller per --out: a second search started on it while the first runs is refused at once,
+// naming the first (pid, host) and what to do, and submits nothing.
+TEST_F(SearchJobs, ASecondSearchOnTheSameOutIsRefusedNamingTheFirst) {
+  auto p = start(argv("local", 1, 2, true));
+  ASSERT_TRUE(p.ok());
+  ASSERT_FALSE(wait_submitted(1).empty());
+  const size_t submitted = journal_events(journal(), "submitted").size();
+  SpawnOptions so;
+  so.argv = argv("local", 1, 2, true);
+  so.stdout_path = dir_ + "/second.log";
+  so.stderr_path = "=stdout";
+  auto second = Subprocess::spawn(so);
+  ASSERT_TRUE(second.ok());
+  auto e = second->wait_for(std::chrono::seconds(30));
+  ASSERT_TRUE(e.has_value()) << "refused at once, not after a wait";
+  EXPECT_TRUE(e->exited && e->exit_code != 0);
+  auto said = read_file(dir_ + "/second.log");
+  ASSERT_TRUE(said.ok());
+  EXPECT_NE(said->find("another controller is working on the job journal " + journal()), std::string::npos)
+      << *said;
+  EXPECT_NE(said->find("pid " + std::to_string(p->pid()) + " on host "), std::string::npos) << *said;
+  EXPECT_NE(said->find("another --out"), std::string::npos) << *said;
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted)
+      << "the refused search submitted nothing";
+  kill_controller(*p);
 }
 
 TEST_F(SearchJobs, AJournalOfAnotherSearchIsRefused) {
