@@ -1,12 +1,14 @@
-// The job journal: what a controller that submits jobs (plumb evaluate --executor, plumb kernels
-// search --executor) records of them, so that a controller killed at any point and started again
+// The job journal: what a controller that submits jobs (plumb tune, plumb evaluate and plumb kernels
+// search, each with --executor) records of them, so that a controller killed at any point and started again
 // finds its jobs. One JSON object a line, append-only, each with "event" and "at" (UTC):
 //   {"event":"submitted","key":K,"job_id":ID,"identity":{...},...}   then, for the same key,
 //   {"event":"finished"|"infrastructure_failure"|...,"key":K,...}
 // A job whose last event is "submitted" is in flight: the restarted controller polls it by its id
 // (Executor::poll reattaches) instead of submitting it again. "identity" says what the job was
 // submitted for (the command's arguments that decide its result); a restart with other arguments is
-// refused rather than mixing results (check_journal_identity).
+// refused rather than mixing results (check_journal_identity). A study's journal carries no identity
+// (its file name holds the study id) but the job's spec and its "seq" and "attempt". One controller
+// at a time writes a journal: executor/lock.h.
 //
 // One window is not covered: a controller killed between submit() returning and the "submitted" line
 // being written leaves a job the journal does not name. next_attempt() skips the names such a job's
