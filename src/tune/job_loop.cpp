@@ -3,14 +3,12 @@
 // controller reattaches (study.h has the contract).
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/clock.h"
 #include "core/file.h"
 #include "executor/journal.h"
 #include "executor/lock.h"

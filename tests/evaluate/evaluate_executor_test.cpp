@@ -378,22 +378,7 @@ TEST_F(EvaluateJob, ASecondControllerOnTheWorkDirectoryIsRefusedNamingTheFirst) 
   auto p = start(args);
   ASSERT_TRUE(p.ok());
   ASSERT_FALSE(wait_submitted(1).empty());
-  SpawnOptions so;
-  so.argv = args;
-  so.stdout_path = dir_ + "/second.log";
-  so.stderr_path = "=stdout";
-  auto second = Subprocess::spawn(so);
-  ASSERT_TRUE(second.ok());
-  auto e = second->wait_for(std::chrono::seconds(30));
-  ASSERT_TRUE(e.has_value()) << "refused at once, not after a wait";
-  EXPECT_TRUE(e->exited && e->exit_code != 0);
-  auto said = read_file(dir_ + "/second.log");
-  ASSERT_TRUE(said.ok());
-  EXPECT_NE(said->find("another controller is working on the job journal " + journal()), std::string::npos)
-      << *said;
-  EXPECT_NE(said->find("pid " + std::to_string(p->pid()) + " on host "), std::string::npos) << *said;
-  EXPECT_NE(said->find("its own --work-dir"), std::string::npos) << *said;
-  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u) << "the refused controller submitted nothing";
+  expect_second_controller_refused(args, *p, "its own --work-dir");
   kill_controller(*p);  // its local job dies with it
 }
 

@@ -315,24 +315,7 @@ TEST_F(SearchJobs, ASecondSearchOnTheSameOutIsRefusedNamingTheFirst) {
   auto p = start(argv("local", 1, 2, true));
   ASSERT_TRUE(p.ok());
   ASSERT_FALSE(wait_submitted(1).empty());
-  const size_t submitted = journal_events(journal(), "submitted").size();
-  SpawnOptions so;
-  so.argv = argv("local", 1, 2, true);
-  so.stdout_path = dir_ + "/second.log";
-  so.stderr_path = "=stdout";
-  auto second = Subprocess::spawn(so);
-  ASSERT_TRUE(second.ok());
-  auto e = second->wait_for(std::chrono::seconds(30));
-  ASSERT_TRUE(e.has_value()) << "refused at once, not after a wait";
-  EXPECT_TRUE(e->exited && e->exit_code != 0);
-  auto said = read_file(dir_ + "/second.log");
-  ASSERT_TRUE(said.ok());
-  EXPECT_NE(said->find("another controller is working on the job journal " + journal()), std::string::npos)
-      << *said;
-  EXPECT_NE(said->find("pid " + std::to_string(p->pid()) + " on host "), std::string::npos) << *said;
-  EXPECT_NE(said->find("another --out"), std::string::npos) << *said;
-  EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted)
-      << "the refused search submitted nothing";
+  expect_second_controller_refused(argv("local", 1, 2, true), *p, "another --out");
   kill_controller(*p);
 }
 
