@@ -71,7 +71,8 @@ std::string lock_refusal(const LockFinding& f, const std::string& here) {
   return "held by " + who + ", whose last heartbeat was " + std::to_string(f.age.count()) +
          " s ago; this host cannot tell whether it still runs (the lock is taken over once its heartbeat "
          "is " +
-         std::to_string(kStaleAfter.count()) + " s old)";
+         std::to_string(kStaleAfter.count()) +
+         " s old; remove the lock file if you know that controller has ended)";
 }
 
 bool held_by_another(const Status& s) {

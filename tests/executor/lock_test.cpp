@@ -6,8 +6,8 @@
 // (LocalJobsStudyTest) and tests/evaluate/evaluate_executor_test.cpp.
 #include "executor/lock.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,6 +88,8 @@ TEST_F(ControllerLockTest, AnotherHostsLockIsRefusedWhileItsHeartbeatIsFreshAndT
   EXPECT_NE(fresh.status().message().find("pid 4242 on host some-other-node"), std::string::npos)
       << fresh.status().message();
   EXPECT_NE(fresh.status().message().find("heartbeat"), std::string::npos) << fresh.status().message();
+  EXPECT_NE(fresh.status().message().find("remove the lock file if you know"), std::string::npos)
+      << fresh.status().message();
   left_by(4242, "some-other-node", kStaleAfter.count() + 5);
   auto stale = ControllerLock::acquire(journal_, "plumb tune", "");
   ASSERT_TRUE(stale.ok()) << stale.status().to_string();
