@@ -53,7 +53,8 @@ Status check_journal_identity(const std::string& path, const std::vector<json::o
 
 // The attempt number for the next job named `<prefix><n>`: one past the highest n among the journal's
 // keys and the files in `dir` named `<prefix><n>.out` or `<prefix><n>.sbatch` (a job submitted by a
-// controller killed before it journaled it); 0 when there are none.
+// controller killed before it journaled it); 0 when there are none. A name may carry more after the
+// number, "-<more>" without a dot (tune's `s<study>-j<n>-a<attempt>`, and its `.out`/`.sbatch` files).
 int next_attempt(const std::vector<json::object>& events, const std::string& dir, const std::string& prefix);
 
 }  // namespace plumb::executor

@@ -105,7 +105,8 @@ Status journal_append(const Controller& c, json::object o) {
 // Replays the journal (executor/journal.h): the jobs whose last event is "submitted" are in flight.
 // Each "submitted" event carries the job's spec, from which its proposal is rebuilt.
 Status replay_journal(Controller& c) {
-  for (const executor::JournaledJob& jj : executor::journal_jobs(executor::journal_read(c.journal))) {
+  const std::vector<json::object> events = executor::journal_read(c.journal);
+  for (const executor::JournaledJob& jj : executor::journal_jobs(events)) {
     Job j;
     j.key = jj.key;
     j.seq = int64_t(json::number_at(jj.submitted, "seq").value_or(0));
@@ -120,6 +121,11 @@ Status replay_journal(Controller& c) {
     c.in_flight.push_back(std::move(j));
   }
   std::sort(c.in_flight.begin(), c.in_flight.end(), [](const Job& a, const Job& b) { return a.seq < b.seq; });
+  // A job submitted by a controller killed before it journaled the job left its files
+  // (s<study>-j<seq>-a0.out or .sbatch): new proposals are numbered past them, so no key is reused.
+  c.next_seq =
+      std::max(c.next_seq,
+               int64_t(executor::next_attempt(events, c.ctx.work_dir, "s" + std::to_string(c.l.id) + "-j")));
   return Status::Ok();
 }
 

@@ -114,5 +114,22 @@ TEST_F(JobJournal, NewAttemptsAreNumberedPastEveryNameUsed) {
   EXPECT_EQ(next_attempt(journal_read(path_), dir_, "evaluate-a"), 7);
 }
 
+// Tune numbers its proposals (s<study>-j<seq>-a<attempt>) past every seq in the journal and past the
+// files of a job a killed controller did not journal.
+TEST_F(JobJournal, AStudysNextProposalIsNumberedPastEverySeqUsed) {
+  ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "s3-j0-a0"}}).ok());
+  ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "s3-j1-a2"}}).ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 2);
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j4-a0.out", "").ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 5);
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j6-a0.sbatch", "").ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 7);
+  // Not this study's, not a job's file.
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s31-j9-a0.out", "").ok());
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j9-a0.json", "{}").ok());
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j9-a0.log", "").ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 7);
+}
+
 }  // namespace
 }  // namespace plumb::executor
