@@ -136,7 +136,7 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(second.ok()) << second.status().to_string();
     auto e = second->wait_for(std::chrono::seconds(30));
     ASSERT_TRUE(e.has_value()) << "refused at once, not after a wait";
-    EXPECT_TRUE(e->exited && e->exit_code != 0);
+    EXPECT_TRUE(e->exited && e->exit_code == 3) << "exit 3: could not do the job";
     auto said = read_file(dir_ + "/second.log");
     ASSERT_TRUE(said.ok());
     EXPECT_NE(said->find("another controller is working on the job journal " + journal()), std::string::npos)

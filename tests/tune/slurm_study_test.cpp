@@ -376,7 +376,7 @@ TEST_F(LocalJobsStudyTest, ASecondControllerIsRefusedAndAKilledOnesLockIsTakenOv
   auto se = second->wait_for(std::chrono::seconds(30));
   ASSERT_TRUE(se.has_value()) << "the second controller is refused at once, not after a wait\n"
                               << log("second.log");
-  EXPECT_TRUE(se->exited && se->exit_code != 0) << log("second.log");
+  EXPECT_TRUE(se->exited && se->exit_code == 3) << log("second.log");
   const std::string who = "pid " + std::to_string(p->pid()) + " on host ";
   EXPECT_NE(log("second.log").find("another controller is working on the job journal " + journal_path()),
             std::string::npos)
