@@ -26,6 +26,7 @@
 #include "engine/model_config.h"
 #include "evaluate/evaluate.h"
 #include "executor/journal.h"
+#include "executor/lock.h"
 #include "ledger/ledger.h"
 #include "report/html.h"
 
@@ -605,6 +606,19 @@ std::optional<int> settle_attempt(const EvaluateArgs& a, const std::string& work
   return kExitError;
 }
 
+// The controller lock of the work directory's journal (executor/lock.h), held while this controller runs.
+Result<std::unique_ptr<executor::ControllerLock>> take_lock(const std::string& work) {
+  PLUMB_ASSIGN_OR_RETURN(auto lock,
+                         executor::ControllerLock::acquire(
+                             journal_path(work), "plumb evaluate",
+                             "wait for it to end, or stop it and start this evaluation again (it "
+                             "reattaches to the job in flight); or give this evaluation its own --work-dir"));
+  if (!lock->took_over().empty())
+    std::fprintf(stderr, "plumb evaluate: took over the controller lock %s of %s, which is gone\n",
+                 lock->path().c_str(), lock->took_over().c_str());
+  return lock;
+}
+
 int run_evaluate_as_job(EvaluateArgs& a) {
   auto fail = [](const Status& s) {
     std::cerr << "plumb evaluate: " << s.message() << "\n";
@@ -620,6 +634,8 @@ int run_evaluate_as_job(EvaluateArgs& a) {
   std::error_code ec;
   std::filesystem::create_directories(work, ec);
   if (ec) return fail(invalid_argument("cannot create the work directory " + work + ": " + ec.message()));
+  auto lock = take_lock(work);
+  if (!lock.ok()) return fail(lock.status());
   const auto events = executor::journal_read(journal_path(work));
   const json::object identity = evaluation_identity(a, *o, work, (*e)->kind());
   if (Status s = executor::check_journal_identity(

@@ -22,6 +22,7 @@
 #include "core/sha256.h"
 #include "engine/cpu/kernels.h"
 #include "executor/journal.h"
+#include "executor/lock.h"
 #include "kernels/accept.h"
 #include "kernels/profile.h"
 #include "kernels/screen.h"
@@ -184,7 +185,8 @@ struct ScreenJobs {
   std::string work;       // absolute: out_dir/jobs
   int jobs = 0;           // the next stem's number (cN: unique across batches and restarts)
   json::object identity;  // what decides a screening's result besides its candidate
-  std::vector<executor::JournaledJob> known;  // an earlier controller's jobs (load_journal)
+  std::vector<executor::JournaledJob> known;       // an earlier controller's jobs (load_journal)
+  std::shared_ptr<executor::ControllerLock> lock;  // held while the search runs (load_journal)
 
   struct Job {
     size_t index = 0;  // in the batch
@@ -206,6 +208,14 @@ struct ScreenJobs {
   // Reads the journal of an earlier controller, refuses one written for another search, and numbers
   // new stems after every stem it (or a candidate file in the work directory) used.
   Status load_journal() {
+    PLUMB_ASSIGN_OR_RETURN(lock,
+                           executor::ControllerLock::acquire(
+                               journal_path(), "plumb kernels search",
+                               "wait for it to end, or stop it and start this search again (it takes over "
+                               "the screenings in flight); or give this search another --out"));
+    if (!lock->took_over().empty())
+      std::fprintf(stderr, "took over the controller lock %s of %s, which is gone\n", lock->path().c_str(),
+                   lock->took_over().c_str());
     identity = json::object{{"task", task_dir},
                             {"executor", e.kind()},
                             {"draws", std::to_string(a.search.screen.draws)},

@@ -20,6 +20,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "executor/executor.h"
+#include "executor/lock.h"
 #include "launch/placement.h"
 #include "ledger/ledger.h"
 #include "protocol/protocol.h"
@@ -401,6 +402,10 @@ Result<int64_t> create_study(ledger::Ledger& ledger, TuneArgs& a) {
 // The search: trials until the budget is spent; a stop keeps the finished trials.
 int run_search(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
   auto r = tune::run_study(ledger, id, ctx);
+  if (!r.ok() && executor::held_by_another(r.status())) {
+    std::cerr << "plumb tune: study " << id << " not run: " << r.status().message() << "\n";
+    return kExitError;
+  }
   if (!r.ok()) {
     std::cerr << "plumb tune: study " << id << " stopped: " << r.status().to_string()
               << "\n  finished trials are kept; continue with: plumb tune --resume " << id << " --ledger "

@@ -70,13 +70,18 @@ Status check_journal_identity(const std::string& path, const std::vector<json::o
 
 namespace {
 
-// n of "<prefix><n><suffix>" (suffix "" or one that starts with '.'); -1 when the name is not one.
+// n of "<prefix><n>[-<more>][.out|.sbatch]"; -1 when the name is not one. "-<more>" (no dot) is
+// what follows the number in tune's keys (s1-j<n>-a<attempt>).
 int attempt_of(const std::string& name, const std::string& prefix) {
   if (name.rfind(prefix, 0) != 0) return -1;
   size_t end = prefix.size();
   while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
   if (end == prefix.size() || end - prefix.size() > 6) return -1;
-  const std::string rest = name.substr(end);
+  std::string rest = name.substr(end);
+  if (!rest.empty() && rest[0] == '-') {
+    size_t dot = rest.find('.');
+    rest = dot == std::string::npos ? "" : rest.substr(dot);
+  }
   if (!rest.empty() && rest != ".out" && rest != ".sbatch") return -1;
   return std::stoi(name.substr(prefix.size(), end - prefix.size()));
 }

@@ -1,12 +1,14 @@
-// The job journal: what a controller that submits jobs (plumb evaluate --executor, plumb kernels
-// search --executor) records of them, so that a controller killed at any point and started again
+// The job journal: what a controller that submits jobs (plumb tune, plumb evaluate and plumb kernels
+// search, each with --executor) records of them, so that a controller killed at any point and started again
 // finds its jobs. One JSON object a line, append-only, each with "event" and "at" (UTC):
 //   {"event":"submitted","key":K,"job_id":ID,"identity":{...},...}   then, for the same key,
 //   {"event":"finished"|"infrastructure_failure"|...,"key":K,...}
 // A job whose last event is "submitted" is in flight: the restarted controller polls it by its id
 // (Executor::poll reattaches) instead of submitting it again. "identity" says what the job was
 // submitted for (the command's arguments that decide its result); a restart with other arguments is
-// refused rather than mixing results (check_journal_identity).
+// refused rather than mixing results (check_journal_identity). A study's journal carries no identity
+// (its file name holds the study id) but the job's spec and its "seq" and "attempt". One controller
+// at a time writes a journal: executor/lock.h.
 //
 // One window is not covered: a controller killed between submit() returning and the "submitted" line
 // being written leaves a job the journal does not name. next_attempt() skips the names such a job's
@@ -51,7 +53,8 @@ Status check_journal_identity(const std::string& path, const std::vector<json::o
 
 // The attempt number for the next job named `<prefix><n>`: one past the highest n among the journal's
 // keys and the files in `dir` named `<prefix><n>.out` or `<prefix><n>.sbatch` (a job submitted by a
-// controller killed before it journaled it); 0 when there are none.
+// controller killed before it journaled it); 0 when there are none. A name may carry more after the
+// number, "-<more>" without a dot (tune's `s<study>-j<n>-a<attempt>`, and its `.out`/`.sbatch` files).
 int next_attempt(const std::vector<json::object>& events, const std::string& dir, const std::string& prefix);
 
 }  // namespace plumb::executor

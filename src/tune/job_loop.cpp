@@ -3,15 +3,15 @@
 // controller reattaches (study.h has the contract).
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/clock.h"
 #include "core/file.h"
+#include "executor/journal.h"
+#include "executor/lock.h"
 #include "tune/study.h"
 #include "tune/study_internal.h"
 
@@ -99,46 +99,33 @@ std::string key_for(int64_t study, int64_t seq, int attempt) {
 }
 
 Status journal_append(const Controller& c, json::object o) {
-  o["at"] = utc_timestamp_now();
-  std::ofstream f(c.journal, std::ios::app);
-  f << json::dump(o) << "\n";
-  f.flush();
-  if (!f) return io_error("cannot append to the job journal " + c.journal);
-  return Status::Ok();
+  return executor::journal_append(c.journal, std::move(o));
 }
 
-// Replays the journal: the jobs submitted and not yet finished or failed are in flight.
+// Replays the journal (executor/journal.h): the jobs whose last event is "submitted" are in flight.
+// Each "submitted" event carries the job's spec, from which its proposal is rebuilt.
 Status replay_journal(Controller& c) {
-  auto text = read_file(c.journal);
-  if (!text.ok()) return Status::Ok();  // a new study: no journal yet
-  std::map<std::string, Job> open;
-  size_t pos = 0;
-  while (pos < text->size()) {
-    size_t nl = text->find('\n', pos);
-    std::string line = text->substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    pos = nl == std::string::npos ? text->size() : nl + 1;
-    auto o = json::parse_object(line);
-    if (!o.ok()) continue;  // a line cut by a kill mid-write
-    auto ev = json::string_at(*o, "event").value_or("");
-    auto key = json::string_at(*o, "key").value_or("");
-    if (ev != "submitted") {
-      open.erase(key);
-      continue;
-    }
+  const std::vector<json::object> events = executor::journal_read(c.journal);
+  for (const executor::JournaledJob& jj : executor::journal_jobs(events)) {
     Job j;
-    j.key = key;
-    j.seq = int64_t(json::number_at(*o, "seq").value_or(0));
-    j.attempt = int(json::number_at(*o, "attempt").value_or(0));
-    j.job_id = json::string_at(*o, "job_id").value_or("");
-    const auto* spec = o->if_contains("spec");
+    j.key = jj.key;
+    j.seq = int64_t(json::number_at(jj.submitted, "seq").value_or(0));
+    j.attempt = int(json::number_at(jj.submitted, "attempt").value_or(0));
+    j.job_id = jj.job_id;
+    c.next_seq = std::max(c.next_seq, j.seq + 1);
+    if (!jj.in_flight()) continue;
+    const auto* spec = jj.submitted.if_contains("spec");
     if (!spec || !spec->is_object()) return corrupt(c.journal + ": a submitted job without its spec");
     PLUMB_ASSIGN_OR_RETURN(TrialJob tj, TrialJob::from_json(c.l.st.space, spec->as_object()));
     j.proposal = Proposal{tj.config, tj.stage, tj.rationale, tj.notes};
-    c.next_seq = std::max(c.next_seq, j.seq + 1);
-    open[key] = std::move(j);
+    c.in_flight.push_back(std::move(j));
   }
-  for (auto& [k, j] : open) c.in_flight.push_back(std::move(j));
   std::sort(c.in_flight.begin(), c.in_flight.end(), [](const Job& a, const Job& b) { return a.seq < b.seq; });
+  // A job submitted by a controller killed before it journaled the job left its files
+  // (s<study>-j<seq>-a0.out or .sbatch): new proposals are numbered past them, so no key is reused.
+  c.next_seq =
+      std::max(c.next_seq,
+               int64_t(executor::next_attempt(events, c.ctx.work_dir, "s" + std::to_string(c.l.id) + "-j")));
   return Status::Ok();
 }
 
@@ -333,6 +320,14 @@ Result<StudyRunSummary> run_study_jobs(Loop& l, const RunContext& ctx) {
         "absolute work directory (one the jobs can reach)");
   Controller c(l, ctx);
   c.journal = ctx.work_dir + "/study-" + std::to_string(l.id) + ".jobs.jsonl";
+  PLUMB_ASSIGN_OR_RETURN(
+      auto lock,
+      executor::ControllerLock::acquire(
+          c.journal, "plumb tune (study " + std::to_string(l.id) + ")",
+          "wait for it to end, or stop it and resume the study then (the new controller takes over its "
+          "jobs)"));
+  if (!lock->took_over().empty())
+    l.say("took over the controller lock " + lock->path() + " of " + lock->took_over() + ", which is gone");
   c.max_parallel = std::max(1, ctx.max_parallel_trials);
   const std::string& strategy = l.st.options.strategy;
   if (c.max_parallel > 1 && (strategy == "halving" || strategy == "external")) {

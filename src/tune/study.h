@@ -44,7 +44,9 @@
 // and started again (plumb tune --resume ID with the same --work-dir and --executor) replays it,
 // reattaches to the jobs still in flight by their executor job ids, and continues the study. A local
 // executor's jobs die with their controller (executor.h), so a restart finds them lost and runs
-// them again.
+// them again. The journal is executor/journal.h's; while run_study runs through an executor it holds
+// the journal's controller lock (executor/lock.h): a second controller on the same study fails with
+// FailedPrecondition naming the first (executor::held_by_another tells it apart).
 //
 // Thread-safety: one thread per Ledger; run_study starts engine processes.
 #pragma once

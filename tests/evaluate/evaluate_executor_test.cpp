@@ -367,6 +367,19 @@ TEST_F(EvaluateJob, AKilledControllerStartedAgainRunsItsLostLocalJobAsTheNextAtt
   EXPECT_EQ(json::string_at(lost[0], "job_id").value_or(""), id);
   EXPECT_EQ(json::string_at(lost[0], "state").value_or(""), "lost");
   EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
+  EXPECT_NE(log().find("took over the controller lock " + journal() + ".lock of pid "), std::string::npos)
+      << log();
+}
+
+// One controller per work directory: a second one started while the first runs is refused at once,
+// naming the first (pid, host) and what to do, and submits nothing.
+TEST_F(EvaluateJob, ASecondControllerOnTheWorkDirectoryIsRefusedNamingTheFirst) {
+  auto args = argv(honest(), "local", 0);
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  ASSERT_FALSE(wait_submitted(1).empty());
+  expect_second_controller_refused(args, *p, "its own --work-dir");
+  kill_controller(*p);  // its local job dies with it
 }
 
 // A Slurm job outlives its controller: killed while the job runs and started again, the controller
@@ -393,6 +406,8 @@ TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwi
   EXPECT_EQ(distinct_submissions(), 1u) << log();
   EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
   EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
+  EXPECT_NE(log().find("took over the controller lock " + journal() + ".lock of pid "), std::string::npos)
+      << log();
 }
 
 // A Slurm job that finishes while no controller watches it: started again, the controller reads the

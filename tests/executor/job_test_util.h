@@ -121,6 +121,31 @@ class ControllerTest : public ::testing::Test {
     ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
     return "";
   }
+  // Starts a second controller with `args` (its log: DIR/second.log) while `first` runs: it is
+  // refused at once (executor/lock.h), naming the journal, `first` (pid, host) and `remedy`, and
+  // submits nothing.
+  void expect_second_controller_refused(const std::vector<std::string>& args, const Subprocess& first,
+                                        const std::string& remedy) {
+    const size_t submitted = journal_events(journal(), "submitted").size();
+    SpawnOptions so;
+    so.argv = args;
+    if (!conf_.empty()) so.env["SLURM_CONF"] = conf_;
+    so.stdout_path = dir_ + "/second.log";
+    so.stderr_path = "=stdout";
+    auto second = Subprocess::spawn(so);
+    ASSERT_TRUE(second.ok()) << second.status().to_string();
+    auto e = second->wait_for(std::chrono::seconds(30));
+    ASSERT_TRUE(e.has_value()) << "refused at once, not after a wait";
+    EXPECT_TRUE(e->exited && e->exit_code == 3) << "exit 3: could not do the job";
+    auto said = read_file(dir_ + "/second.log");
+    ASSERT_TRUE(said.ok());
+    EXPECT_NE(said->find("another controller is working on the job journal " + journal()), std::string::npos)
+        << *said;
+    EXPECT_NE(said->find("pid " + std::to_string(first.pid()) + " on host "), std::string::npos) << *said;
+    EXPECT_NE(said->find(remedy), std::string::npos) << *said;
+    EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted)
+        << "the refused controller submitted nothing";
+  }
   std::string dir_, conf_;
 };
 

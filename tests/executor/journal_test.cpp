@@ -1,6 +1,7 @@
 // The job journal (executor/journal.h) that a restarted controller replays: the jobs and their last
 // events, a line cut by a kill mid-write skipped, a journal written for other arguments refused
-// (naming the file, the field and what to do), and new attempts numbered past every name used.
+// (naming the file, the field and what to do), new attempts numbered past every name used, and a
+// study's journal in the form tune has always written replayed.
 #include "executor/journal.h"
 
 #include <gtest/gtest.h>
@@ -52,6 +53,31 @@ TEST_F(JobJournal, ReplaysEachJobsLastEventAndSkipsALineCutByAKill) {
   EXPECT_TRUE(jobs[1].in_flight()) << "its finished line was cut: still in flight, polled again";
 }
 
+// A study's journal as `plumb tune --executor` has always written it (its own writer before it moved
+// onto this one): submitted lines with seq, attempt and the job's spec, no identity.
+TEST_F(JobJournal, AStudysJournalInTheFormTuneHasAlwaysWrittenIsReplayed) {
+  std::ofstream(path_)
+      << R"({"event":"submitted","key":"s1-j0-a0","seq":0,"attempt":0,"job_id":"4101","executor":"slurm","spec":{"study_id":1,"key":"s1-j0-a0"},"at":"2026-01-01T00:00:00Z"})"
+      << "\n"
+      << R"({"event":"infrastructure_failure","key":"s1-j0-a0","job_id":"4101","state":"cancelled","scheduler_state":"CANCELLED","node":"n1","detail":"","why":"the job ended cancelled","at":"2026-01-01T00:01:00Z"})"
+      << "\n"
+      << R"({"event":"submitted","key":"s1-j0-a1","seq":0,"attempt":1,"job_id":"4102","executor":"slurm","spec":{"study_id":1,"key":"s1-j0-a1"},"at":"2026-01-01T00:01:01Z"})"
+      << "\n"
+      << R"({"event":"submitted","key":"s1-j1-a0","seq":1,"attempt":0,"job_id":"4103","executor":"slurm","spec":{"study_id":1,"key":"s1-j1-a0"},"at":"2026-01-01T00:01:02Z"})"
+      << "\n"
+      << R"({"event":"finished","key":"s1-j0-a1","job_id":"4102","trial":0,"at":"2026-01-01T00:02:00Z"})"
+      << "\n";
+  auto jobs = journal_jobs(journal_read(path_));
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].last_event(), "infrastructure_failure");
+  EXPECT_EQ(jobs[1].key, "s1-j0-a1");
+  EXPECT_EQ(jobs[1].last_event(), "finished");
+  EXPECT_EQ(jobs[2].job_id, "4103");
+  EXPECT_TRUE(jobs[2].in_flight());
+  EXPECT_EQ(json::number_at(jobs[2].submitted, "seq").value_or(-1), 1);
+  ASSERT_TRUE(jobs[2].submitted.contains("spec"));
+}
+
 TEST_F(JobJournal, AJournalWrittenForOtherArgumentsIsRefused) {
   json::object id{{"--scenario", "A"}, {"executor", "slurm"}};
   ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "a0"}, {"identity", id}}).ok());
@@ -86,6 +112,23 @@ TEST_F(JobJournal, NewAttemptsAreNumberedPastEveryNameUsed) {
   ASSERT_TRUE(write_file_atomic(dir_ + "/other-a9.out", "").ok());
   ASSERT_TRUE(write_file_atomic(dir_ + "/evaluate-a9x.out", "").ok());
   EXPECT_EQ(next_attempt(journal_read(path_), dir_, "evaluate-a"), 7);
+}
+
+// Tune numbers its proposals (s<study>-j<seq>-a<attempt>) past every seq in the journal and past the
+// files of a job a killed controller did not journal.
+TEST_F(JobJournal, AStudysNextProposalIsNumberedPastEverySeqUsed) {
+  ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "s3-j0-a0"}}).ok());
+  ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "s3-j1-a2"}}).ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 2);
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j4-a0.out", "").ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 5);
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j6-a0.sbatch", "").ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 7);
+  // Not this study's, not a job's file.
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s31-j9-a0.out", "").ok());
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j9-a0.json", "{}").ok());
+  ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j9-a0.log", "").ok());
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 7);
 }
 
 }  // namespace

@@ -291,6 +291,10 @@ TEST_F(SearchJobs, AKilledSearchStartedAgainScreensNothingTwiceAndDecidesAsAnUni
   EXPECT_EQ(screened_once, 3u) << "only the job lost with its controller runs again";
   EXPECT_NE(log().find("screened by job"), std::string::npos) << log();
   EXPECT_NE(log().find("reattaching to screening job"), std::string::npos) << log();
+  EXPECT_NE(
+      log().find("took over the controller lock " + journal() + ".lock of pid " + std::to_string(p->pid())),
+      std::string::npos)
+      << log();
   auto lost = journal_events(journal(), "infrastructure_failure");
   ASSERT_EQ(lost.size(), 1u) << log();
   EXPECT_EQ(json::string_at(lost[0], "state").value_or(""), "lost");
@@ -303,6 +307,16 @@ TEST_F(SearchJobs, AKilledSearchStartedAgainScreensNothingTwiceAndDecidesAsAnUni
   ASSERT_EQ(finish(*third, 120), 0) << log();
   EXPECT_EQ(journal_events(journal(), "submitted").size(), submitted) << log();
   EXPECT_EQ(decisions(), want);
+}
+
+// One controller per --out: a second search started on it while the first runs is refused at once,
+// naming the first (pid, host) and what to do, and submits nothing.
+TEST_F(SearchJobs, ASecondSearchOnTheSameOutIsRefusedNamingTheFirst) {
+  auto p = start(argv("local", 1, 2, true));
+  ASSERT_TRUE(p.ok());
+  ASSERT_FALSE(wait_submitted(1).empty());
+  expect_second_controller_refused(argv("local", 1, 2, true), *p, "another --out");
+  kill_controller(*p);
 }
 
 TEST_F(SearchJobs, AJournalOfAnotherSearchIsRefused) {

@@ -347,6 +347,104 @@ TEST_F(LocalJobsStudyTest, AKilledJobIsRetriedUpToTheBoundThenTheStudyStopsResum
   EXPECT_EQ((*l)->trials_for(1)->size(), 1u) << log("resume.log");
 }
 
+// One controller per study journal: a second `plumb tune --resume` while the first runs is refused at
+// once, naming the first (pid, host); the first SIGKILLed, its journal replaced by a fixture in the form
+// tune has always written (a submitted job with its spec, then a line cut by the kill), the restart
+// takes over the dead controller's lock, reattaches to the job the fixture names and finishes.
+TEST_F(LocalJobsStudyTest, ASecondControllerIsRefusedAndAKilledOnesLockIsTakenOverByTheRestart) {
+  auto p = start(local_argv(1, 2, 1), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  const std::vector<std::string> resume = {PLUMB_BINARY,
+                                           "tune",
+                                           "--resume",
+                                           "1",
+                                           "--ledger",
+                                           dir_ + "/plumb.db",
+                                           "--work-dir",
+                                           dir_,
+                                           "--max-parallel-trials",
+                                           "2",
+                                           "--max-job-retries",
+                                           "1",
+                                           "--poll-interval",
+                                           "0.5",
+                                           "--no-revalidate"};
+  auto second = start(resume, "second.log");
+  ASSERT_TRUE(second.ok());
+  auto se = second->wait_for(std::chrono::seconds(30));
+  ASSERT_TRUE(se.has_value()) << "the second controller is refused at once, not after a wait\n"
+                              << log("second.log");
+  EXPECT_TRUE(se->exited && se->exit_code == 3) << log("second.log");
+  const std::string who = "pid " + std::to_string(p->pid()) + " on host ";
+  EXPECT_NE(log("second.log").find("another controller is working on the job journal " + journal_path()),
+            std::string::npos)
+      << log("second.log");
+  EXPECT_NE(log("second.log").find(who), std::string::npos) << log("second.log");
+  EXPECT_EQ(log("second.log").find("continue with"), std::string::npos)
+      << "nothing to resume: it is running\n"
+      << log("second.log");
+  EXPECT_EQ(events(journal(journal_path()), "submitted").size(), 1u)
+      << "the refused controller submitted nothing";
+
+  ::kill(p->pid(), SIGKILL);
+  EXPECT_EQ(p->wait().signal, SIGKILL);
+  auto spec = json::parse_file(dir_ + "/s1-j0-a0.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  std::ofstream(journal_path(), std::ios::trunc)
+      << R"({"event":"submitted","key":"s1-j0-a0","seq":0,"attempt":0,"job_id":")" << ids[0]
+      << R"(","executor":"local","spec":)" << json::dump(*spec) << R"(,"at":"2026-01-01T00:00:00Z"})"
+      << "\n"
+      << R"({"event":"finis)";
+  auto r = start(resume, "resume.log");
+  ASSERT_TRUE(r.ok());
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  EXPECT_NE(log("resume.log").find("took over the controller lock " + journal_path() + ".lock of " + who),
+            std::string::npos)
+      << log("resume.log");
+  EXPECT_NE(log("resume.log").find("reattaching to 1 trial job"), std::string::npos) << log("resume.log");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->trials_for(1)->size(), 1u) << log("resume.log");
+}
+
+// A job that a controller killed before journaling it left its output file: the restarted study
+// numbers its next proposal past it, so no key of that job is used again.
+TEST_F(LocalJobsStudyTest, ARestartedStudyNumbersNewProposalsPastAnUnjournaledJobsFiles) {
+  {  // three grid points: a third proposal after the restart
+    auto space = read_file(dir_ + "/space.toml");
+    ASSERT_TRUE(space.ok());
+    std::string t = *space;
+    t.replace(t.find("[20.0, 40.0]"), 12, "[20.0, 30.0, 40.0]");
+    ASSERT_TRUE(write_file_atomic(dir_ + "/space.toml", t).ok());
+  }
+  auto p = start(local_argv(3, 2, 1), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(wait_submitted(2).size(), 2u);
+  ::kill(p->pid(), SIGKILL);
+  p->wait();
+  std::ofstream(dir_ + "/s1-j2-a0.out") << "the output of a job no journal names\n";
+  auto r = start(
+      {PLUMB_BINARY, "tune", "--resume", "1", "--ledger", dir_ + "/plumb.db", "--work-dir", dir_,
+       "--max-parallel-trials", "2", "--max-job-retries", "1", "--poll-interval", "0.5", "--no-revalidate"},
+      "resume.log");
+  ASSERT_TRUE(r.ok());
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  std::set<std::string> keys;
+  for (const auto& o : events(journal(journal_path()), "submitted"))
+    keys.insert(json::string_at(o, "key").value_or(""));
+  EXPECT_EQ(keys.count("s1-j2-a0"), 0u) << log("resume.log");
+  EXPECT_EQ(keys.count("s1-j3-a0"), 1u) << log("resume.log");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->trials_for(1)->size(), 3u) << log("resume.log");
+}
+
 // --gpus 0,1 --gpus-per-trial 1: two slots, so both trials are in flight at once, each job with its
 // own CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0, and each run records where it ran (the cards need
 // not exist: the synthetic engine ignores them; nvidia-smi is absent here, which is recorded as such).
