@@ -627,7 +627,8 @@ void setup_tune(CLI::App& root) {
       "  plumb tune --executor slurm --slurm-config cluster.toml --max-parallel-trials 8 \\\n"
       "             --ledger postgresql://plumb@db/plumb --work-dir /shared/study   (docs/cluster.md)\n"
       "Search spaces, strategies and the proposer protocol: docs/tuning.md");
-  c->add_option("--space", a->study.space, "built-in space (plumb, plumb-cuda, vllm, sglang, llamacpp) or a TOML file")
+  c->add_option("--space", a->study.space,
+                "built-in space (plumb, plumb-cuda, vllm, sglang, llamacpp) or a TOML file")
       ->capture_default_str();
   c->add_option("--strategy", a->study.strategy, "grid | random | bayes (TPE) | halving | external")
       ->capture_default_str();

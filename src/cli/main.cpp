@@ -11,7 +11,6 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/subprocess.h"
-#include "executor/executor.h"
 #include "plumb_build_info.h"
 
 namespace plumb::cli {
@@ -35,7 +34,7 @@ int run_main(int argc, char** argv) {
   using namespace plumb::cli;
   std::signal(SIGPIPE, SIG_IGN);
   plumb::stop_child_groups_on_fatal_signals();  // Ctrl-C must not orphan launched servers
-  plumb::executor::keep_multicast_off();        // every engine and job plumb starts inherits it
+  plumb::keep_multicast_off();                  // every engine and job plumb starts inherits it
   CLI::App app{
       "plumb: measure, compare, gate and tune LLM inference servers, with numbers that can be trusted.\n"
       "Every job also runs out of the box on plumb's own reference engine and shipped model.\n"

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -244,6 +245,10 @@ ExitInfo Subprocess::wait() {
 void Subprocess::release() {
   if (pid_ > 0 && group_) untrack_group(pid_);
   pid_ = -1;
+}
+
+void keep_multicast_off() {
+  for (const auto& [k, v] : kMulticastOffEnv) ::setenv(k, v, 1);
 }
 
 void stop_child_groups_on_fatal_signals() {

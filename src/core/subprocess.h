@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -67,6 +68,15 @@ class Subprocess {
 // launched by a SIGKILLed plumb outlives it. Idempotent; plumb's main() calls it for every command
 // (`plumb serve` takes SIGTERM/SIGINT itself with sigwait and is unaffected).
 void stop_child_groups_on_fatal_signals();
+
+// The environment variables that keep NVLink multicast off in NCCL, PyTorch and NVSHMEM, with their
+// values (a program that creates multicast objects can put a shared host's GPUs out of service).
+inline constexpr std::pair<const char*, const char*> kMulticastOffEnv[] = {
+    {"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
+// Sets kMulticastOffEnv in this process's environment, over any value there, so that every child it
+// starts (an engine launched by bench, compare or tune, a job, a tensor-parallel worker) inherits
+// them. plumb's main() calls it first, for every command.
+void keep_multicast_off();
 
 // Runs a command to completion, capturing stdout (stderr inherited). For small helper calls.
 struct RunOutput {

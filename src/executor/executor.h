@@ -27,7 +27,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/json.h"
@@ -137,16 +136,9 @@ JobState slurm_state(const std::string& word);
 // The variable NCCL reads to enable NVLink multicast (NVLS). Every environment plumb builds for a
 // job sets it to "0", over any value the caller's environment has: NVLink multicast stays off.
 inline constexpr const char* kNcclNvlsEnable = "NCCL_NVLS_ENABLE";
-// The variables that keep NVLink multicast off in NCCL, PyTorch and NVSHMEM, with their values
-// (a program that creates multicast objects can put a shared host's GPUs out of service).
-inline constexpr std::pair<const char*, const char*> kMulticastOff[] = {
-    {kNcclNvlsEnable, "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
-// Sets kMulticastOff in `env` (overriding values there).
+// Sets core/subprocess.h's kMulticastOffEnv (kNcclNvlsEnable=0 among them) in `env`, overriding
+// values there: what every job script exports.
 void set_child_gpu_env(std::map<std::string, std::string>& env);
-// Sets kMulticastOff in this process's environment, over any value there, so that every child it
-// starts (an engine launched by bench, compare or tune, a job) inherits them. plumb's main() calls
-// it first.
-void keep_multicast_off();
 
 struct GpuSlot {
   int index = 0;                        // 0-based, in the order of the list

@@ -17,11 +17,7 @@
 namespace plumb::executor {
 
 void set_child_gpu_env(std::map<std::string, std::string>& env) {
-  for (const auto& [k, v] : kMulticastOff) env[k] = v;
-}
-
-void keep_multicast_off() {
-  for (const auto& [k, v] : kMulticastOff) ::setenv(k, v, 1);
+  for (const auto& [k, v] : kMulticastOffEnv) env[k] = v;
 }
 
 std::string GpuSlot::visible_devices() const {

@@ -99,7 +99,7 @@ TEST(ChildEnvironment, TurnsNvlinkMulticastOffOverAnyValue) {
 TEST(ChildEnvironment, EveryChildInheritsMulticastOff) {
   ::setenv("NCCL_NVLS_ENABLE", "1", 1);
   ::unsetenv("NVSHMEM_DISABLE_NVLS");
-  keep_multicast_off();
+  plumb::keep_multicast_off();
   auto out = run_capture(
       {"sh", "-c", "echo $NCCL_NVLS_ENABLE $TORCH_SYMM_MEM_DISABLE_MULTICAST $NVSHMEM_DISABLE_NVLS"});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
