@@ -8,6 +8,7 @@
 # Usage: bench/cuda_bundle.sh BINARY...
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: bench/cuda_bundle.sh BINARY..." >&2; exit 2; }
+command -v patchelf >/dev/null || { echo "bench/cuda_bundle.sh needs patchelf: apt-get install patchelf" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=/tmp/cbundle
 DEST=${PLUMB_BUNDLE_DIR:-$ROOT/.dev/cuda}
