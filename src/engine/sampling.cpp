@@ -174,12 +174,16 @@ void Sampler::process(std::span<const float> logits) {
   }
 }
 
+namespace {
+// sample()'s error for a row whose logit `id` is `what` ("nan", "inf", "not finite").
+Status nonfinite_logit(int64_t id, const std::string& what) {
+  return corrupt(std::string(kNonFinite) + "the model's logit for token " + std::to_string(id) + " is " +
+                 what + "; the weights may hold NaN or Inf (check them with --check-weights)");
+}
+}  // namespace
+
 Result<SampledToken> Sampler::take(int32_t id) {
-  if (id < 0) {
-    return corrupt(std::string(kNonFinite) + "the model's logit for token " +
-                   std::to_string(-1 - int64_t(id)) +
-                   " is not finite; the weights may hold NaN or Inf (check them with --check-weights)");
-  }
+  if (id < 0) return nonfinite_logit(-1 - int64_t(id), "not finite");
   generated_++;  // greedy_only(): no penalty counts to keep
   SampledToken t;
   t.id = id;
@@ -188,9 +192,7 @@ Result<SampledToken> Sampler::take(int32_t id) {
 
 Result<SampledToken> Sampler::sample(std::span<const float> logits) {
   if (int64_t bad = first_nonfinite(logits); bad >= 0) {
-    return corrupt(std::string(kNonFinite) + "the model's logit for token " + std::to_string(bad) + " is " +
-                   std::to_string(logits[size_t(bad)]) +
-                   "; the weights may hold NaN or Inf (check them with --check-weights)");
+    return nonfinite_logit(bad, std::to_string(logits[size_t(bad)]));
   }
   SampledToken t;
   SampleArgs a;

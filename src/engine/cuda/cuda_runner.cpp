@@ -454,9 +454,7 @@ Status CudaModelRunner::fetch(std::span<const scheduler::StepSeq> batch, int64_t
   const int32_t* ids = ids_host_.as<int32_t>();
   int64_t row = 0;
   for (const auto& in : batch) {
-    const int64_t n = in.logits == scheduler::StepSeq::Logits::kAll    ? int64_t(in.tokens.size())
-                      : in.logits == scheduler::StepSeq::Logits::kLast ? 1
-                                                                       : 0;
+    const auto n = int64_t(in.logit_rows());
     if (in.greedy && n == 1) {
       greedy_ids->push_back(ids[row]);
     } else {
@@ -498,9 +496,7 @@ int64_t CudaModelRunner::plan_step(std::span<const scheduler::StepSeq> batch, in
     const auto n = int64_t(in.tokens.size());
     p.T += n;
     if (n > 1) p.n_tiles += (n + tile - 1) / tile;
-    const int64_t r = in.logits == scheduler::StepSeq::Logits::kAll    ? n
-                      : in.logits == scheduler::StepSeq::Logits::kLast ? 1
-                                                                       : 0;
+    const auto r = int64_t(in.logit_rows());
     p.R += r;
     if (s < S_real) R_real += r;
     (n > 1 ? p.n_pre : p.n_dec) += n > 1 ? n : 1;

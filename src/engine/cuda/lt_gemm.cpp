@@ -15,8 +15,7 @@ struct LtGemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool has_algo = false, tuned = false;
-  double gain = 1.0;  // heuristic's first over the chosen, when tuned
+  bool tuned = false;
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -52,21 +51,26 @@ Result<LtGemm::Plan*> LtGemm::plan(int64_t T, int64_t n, int64_t k, float beta) 
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, uint64_t(k), uint64_t(T), k));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, uint64_t(n), uint64_t(T), n));
+  PLUMB_ASSIGN_OR_RETURN(auto hs, heuristics(*p, 1));
+  if (hs.empty()) return unimplemented("cuBLASLt has no algorithm for this GEMM shape");
+  p->algo = hs[0].algo;
+  slot = std::move(p);
+  return slot.get();
+}
+
+Result<std::vector<cublasLtMatmulHeuristicResult_t>> LtGemm::heuristics(const Plan& p, int n) {
   cublasLtMatmulPreference_t pref = nullptr;
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ws_bytes_;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulHeuristicResult_t h{};
+  std::vector<cublasLtMatmulHeuristicResult_t> hs(size_t(std::max(1, n)));
   int found = 0;
   const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, int(hs.size()), hs.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   PLUMB_CUBLAS_RETURN_IF_ERROR(s);
-  if (found == 0) return unimplemented("cuBLASLt has no algorithm for this GEMM shape");
-  p->algo = h.algo;
-  p->has_algo = true;
-  slot = std::move(p);
-  return slot.get();
+  hs.resize(size_t(found));
+  return hs;
 }
 
 Status LtGemm::run(const uint16_t* w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
@@ -114,52 +118,23 @@ Status LtGemm::tune(const uint16_t* w, const uint16_t* x, int64_t T, int64_t n, 
                     int candidates) {
   PLUMB_ASSIGN_OR_RETURN(Plan * p, plan(T, n, k, beta));
   if (p->tuned) return Status::Ok();
-  cublasLtMatmulPreference_t pref = nullptr;
-  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = ws_bytes_;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  std::vector<cublasLtMatmulHeuristicResult_t> hs(size_t(std::max(1, candidates)));
-  int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c, pref,
-                                                          int(hs.size()), hs.data(), &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  PLUMB_CUBLAS_RETURN_IF_ERROR(s);
+  PLUMB_ASSIGN_OR_RETURN(auto hs, heuristics(*p, candidates));
   PLUMB_ASSIGN_OR_RETURN(DeviceBuffer scratch,
                          DeviceBuffer::allocate(size_t(T * n) * 4, "GEMM tuning scratch"));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch.get(), 0, size_t(T * n) * 4, stream_));
-  float first = INFINITY, best = INFINITY;
-  for (int i = 0; i < found; ++i) {
-    if (hs[size_t(i)].state != CUBLAS_STATUS_SUCCESS) continue;
-    Result<float> t = time_algo(*p, hs[size_t(i)].algo, w, x, scratch.as<float>(), beta);
+  float best = INFINITY;
+  for (const auto& h : hs) {
+    if (h.state != CUBLAS_STATUS_SUCCESS) continue;
+    Result<float> t = time_algo(*p, h.algo, w, x, scratch.as<float>(), beta);
     if (!t.ok()) continue;  // an algorithm this shape refuses at launch is skipped
-    if (i == 0) first = *t;
     if (*t < best) {
       best = *t;
-      p->algo = hs[size_t(i)].algo;
+      p->algo = h.algo;
     }
   }
   PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   p->tuned = true;
-  p->gain = std::isfinite(first) && best > 0 ? double(first) / double(best) : 1.0;
   return Status::Ok();
-}
-
-bool LtGemm::tuned(int64_t T, int64_t n, int64_t k, float beta) const {
-  auto it = plans_.find(Key{T, n, k, beta != 0.0f});
-  return it != plans_.end() && it->second->tuned;
-}
-
-int64_t LtGemm::tuned_count() const {
-  return std::count_if(plans_.begin(), plans_.end(), [](const auto& kv) { return kv.second->tuned; });
-}
-
-double LtGemm::mean_gain() const {
-  double s = 0;
-  int64_t n = 0;
-  for (const auto& [key, p] : plans_) {
-    if (p->tuned) s += std::log(p->gain), ++n;
-  }
-  return n > 0 ? std::exp(s / double(n)) : 1.0;
 }
 
 }  // namespace plumb::cuda

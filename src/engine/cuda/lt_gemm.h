@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "core/status.h"
 
@@ -37,17 +38,14 @@ class LtGemm {
   // A no-op for a shape already tuned.
   Status tune(const uint16_t* w, const uint16_t* x, int64_t T, int64_t n, int64_t k, float beta,
               int candidates = 8);
-  bool tuned(int64_t T, int64_t n, int64_t k, float beta) const;
-  // Shapes tuned so far, and how much faster the chosen algorithm was than the heuristic's first
-  // (geometric mean of first / chosen), for describe() and the bench.
-  int64_t tuned_count() const;
-  double mean_gain() const;
 
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, bool>;
   LtGemm() = default;
   Result<Plan*> plan(int64_t T, int64_t n, int64_t k, float beta);
+  // Up to `n` of the heuristic's algorithms for the plan's shape, best guess first.
+  Result<std::vector<cublasLtMatmulHeuristicResult_t>> heuristics(const Plan& p, int n);
   Result<float> time_algo(Plan& p, const cublasLtMatmulAlgo_t& algo, const uint16_t* w, const uint16_t* x,
                           float* y, float beta);
 

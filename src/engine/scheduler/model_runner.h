@@ -33,6 +33,10 @@ struct StepSeq {
   // With kLast: the engine would take this row's argmax (temperature 0, no logprobs, no logit
   // processing), so forward_greedy() may return the id instead of the row.
   bool greedy = false;
+  // The logits rows this sequence adds to forward()'s output.
+  size_t logit_rows() const {
+    return logits == Logits::kAll ? tokens.size() : logits == Logits::kLast ? 1 : 0;
+  }
 };
 
 class ModelRunner {
@@ -66,9 +70,7 @@ class ModelRunner {
     const auto V = size_t(vocab_size());
     size_t in = 0, out = 0;  // rows read, rows kept (compacted in place)
     for (const StepSeq& s : batch) {
-      const size_t n = s.logits == StepSeq::Logits::kAll    ? s.tokens.size()
-                       : s.logits == StepSeq::Logits::kLast ? 1
-                                                            : 0;
+      const size_t n = s.logit_rows();
       if (s.greedy && n == 1) {
         greedy_ids.push_back(host_argmax(std::span<const float>(logits).subspan(in * V, V)));
         ++in;
