@@ -600,29 +600,41 @@ std::string function_sql(const Def& d, bool replace) {
          " AS $plumb$" + d.body + "$plumb$;\n";
 }
 
+}  // namespace
+
 // The writing role: reads and appends, nothing else. Created when the connecting role may create
-// roles; an administrator can create it beforehand (docs/ledger.md).
-const char* kGrants = R"SQL(
+// roles; an administrator can create it beforehand (docs/ledger.md). Roles belong to the cluster,
+// not to a database, and the schema lock (pg_ledger.cpp) is per database: two plumb processes that
+// create two ledgers in one fresh cluster at once both find no role, and the later CREATE ROLE
+// waits for the earlier's commit and then fails on the unique name. That failure, caught in its own
+// sub-transaction, means the role now exists, and the grants go on.
+std::string grants_sql(const std::string& role) {
+  return R"SQL(
 DO $plumb$
 BEGIN
   EXECUTE format('REVOKE UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA %I FROM PUBLIC', current_schema());
-  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'plumb_writer') THEN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = ')SQL" +
+         role + R"SQL(') THEN
     BEGIN
-      CREATE ROLE plumb_writer NOLOGIN;
-    EXCEPTION WHEN insufficient_privilege THEN
+      CREATE ROLE )SQL" +
+         role + R"SQL( NOLOGIN;
+    EXCEPTION WHEN insufficient_privilege OR duplicate_object OR unique_violation THEN
       NULL;
     END;
   END IF;
-  IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'plumb_writer') THEN
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO plumb_writer', current_schema());
-    EXECUTE format('GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA %I TO plumb_writer', current_schema());
-    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO plumb_writer', current_schema());
+  IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = ')SQL" +
+         role + R"SQL(') THEN
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO )SQL" +
+         role + R"SQL(', current_schema());
+    EXECUTE format('GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA %I TO )SQL" +
+         role + R"SQL(', current_schema());
+    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO )SQL" +
+         role + R"SQL(', current_schema());
   END IF;
 END
 $plumb$;
 )SQL";
-
-}  // namespace
+}
 
 std::string create_script() {
   // The functions the CHECK constraints call come before the tables; the others read tables
@@ -632,7 +644,7 @@ std::string create_script() {
   s += kTables;
   s += kRunSubsetsTable;
   for (const Trigger& t : triggers()) s += trigger_sql(t);
-  s += kGrants;
+  s += grants_sql(kWriterRole);
   return s;
 }
 
@@ -649,7 +661,7 @@ std::string upgrade_script(int from) {
   s += kRunSubsetsTable;
   for (const Trigger& t : triggers())
     if (t.table == "run_subsets") s += trigger_sql(t);
-  s += kGrants;
+  s += grants_sql(kWriterRole);
   return s;
 }
 

@@ -35,6 +35,12 @@ std::string create_script();
 // functions and triggers the later versions add or change. "" when there is no such upgrade (only
 // v3 -> v4 is defined: a PostgreSQL ledger was first created at v3).
 std::string upgrade_script(int from);
+// The role plumb writes with, and the script that creates it (when it does not exist and the
+// connecting role may create roles) and grants it SELECT and INSERT on the current schema's tables,
+// after revoking UPDATE, DELETE and TRUNCATE from PUBLIC. `role` is a plain lower-case identifier.
+// Safe to run from two databases of one cluster at once (pg_schema.cpp says how).
+inline constexpr const char* kWriterRole = "plumb_writer";
+std::string grants_sql(const std::string& role);
 const std::vector<Function>& functions();
 const std::vector<Trigger>& triggers();
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "ledger/copy.h"
 #include "ledger/ledger_fixture.h"
+#include "ledger/pg_schema.h"
 
 namespace plumb::ledger {
 namespace {
@@ -361,6 +363,54 @@ TEST(SharedLedgerHashes, TheSameRunSealsAlikeOnBothBackends) {
   std::filesystem::remove_all(dir);
   EXPECT_EQ(heads[0], heads[1]);
 }
+
+#ifdef PLUMB_HAVE_POSTGRES
+// Two ledgers created at once in one cluster (two plumb processes, two databases): the writing role
+// is the cluster's, so both find it missing and both create it. The second CREATE ROLE waits for
+// the first's commit, then fails on the name; the schema must still be created, with its grants.
+// The test holds the first creation uncommitted until the second is seen waiting for it.
+TEST(SharedLedgerRole, TwoLedgersCreatedAtOnceInOneClusterShareTheRole) {
+  testing::PostgresDatabase a, b;
+  if (a.url().empty()) GTEST_SKIP() << a.skip_reason();
+  const std::string role = "plumb_test_race_" + std::to_string(getpid());
+  pqxx::connection ca(a.url()), cb(b.url()), watch(a.url());
+  const int b_pid = pqxx::nontransaction(cb).exec1("SELECT pg_backend_pid()")[0].as<int>();
+  pqxx::work wa(ca);
+  wa.exec(pg::grants_sql(role));
+  std::string b_error = "not run";
+  std::thread second([&] {
+    try {
+      pqxx::work wb(cb);
+      wb.exec(pg::grants_sql(role));
+      wb.commit();
+      b_error.clear();
+    } catch (const std::exception& e) {
+      b_error = e.what();
+    }
+  });
+  // Wait (up to 20 s) until the second creation waits on the first's lock, or has finished.
+  bool waited = false;
+  for (int i = 0; i < 200 && !waited; ++i) {
+    pqxx::nontransaction q(watch);
+    waited = q.exec1("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(b_pid) +
+                     " AND wait_event_type = 'Lock'")[0]
+                 .as<int>() == 1;
+    if (!waited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  wa.commit();
+  second.join();
+  EXPECT_TRUE(waited) << "the second creation never waited for the first";
+  EXPECT_EQ(b_error, "");
+  // Both databases granted the role what it may do.
+  for (pqxx::connection* c : {&ca, &cb}) {
+    pqxx::nontransaction q(*c);
+    EXPECT_TRUE(q.exec1("SELECT has_schema_privilege('" + role + "', current_schema(), 'USAGE')")[0].as<bool>());
+    q.exec("DROP OWNED BY " + role);
+  }
+  pqxx::connection admin(std::getenv("PLUMB_TEST_POSTGRES"));
+  pqxx::nontransaction(admin).exec("DROP ROLE " + role);
+}
+#endif
 
 #ifdef PLUMB_HAVE_POSTGRES
 class PostgresOnly : public testing::OnBothBackends<testing::LedgerTest> {};
