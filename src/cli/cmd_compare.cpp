@@ -30,6 +30,7 @@ struct CompareArgs {
   bool no_store = false;
   std::string placement = "auto";
   size_t request_limit = 0;
+  int64_t pairs_this_run = 0;
   compare::CalibrateOptions cal;
   std::string cal_scenarios = "B,D";
   ExecutorArgs exec;  // run --executor slurm: the whole comparison as one batch job
@@ -132,6 +133,9 @@ int run_run_as_job(CompareArgs& a, const std::string& cards) {
 }
 
 int run_run(CompareArgs& a) {
+  if (a.pairs_this_run > 0 && (a.exec.kind != "local" || !a.exec.gpus.empty()))
+    return fail("run", invalid_argument("--pairs-this-run is for a comparison run in this process; a job "
+                                        "(--executor) measures every pair"));
   auto slots = gpu_slots(a.exec);
   if (!slots.ok()) return fail("run", slots.status());
   if (!slots->empty()) {
@@ -151,6 +155,7 @@ int run_run(CompareArgs& a) {
   o.tokenizer = a.tokenizer;
   o.request_timeout = std::chrono::seconds(a.request_timeout_s);
   o.request_limit = a.request_limit;
+  o.pairs_this_call = a.pairs_this_run;
   auto placement = launch::parse_placement_mode(a.placement);
   if (!placement.ok()) return fail("run", placement.status());
   o.placement = *placement;
@@ -162,11 +167,15 @@ int run_run(CompareArgs& a) {
   std::fprintf(stderr, "comparison %lld runs on %s\n", (long long)a.id, where.summary().c_str());
   auto s = compare::run_comparison(**l, a.id, o);
   if (!s.ok()) return fail("run", s.status());
-  std::printf(
-      "comparison %lld: %lld runs recorded (%lld invalid), %lld pairs already complete; next: plumb compare "
-      "readout %lld\n",
-      (long long)a.id, (long long)s->runs_recorded, (long long)s->runs_invalid, (long long)s->pairs_skipped,
-      (long long)a.id);
+  std::printf("comparison %lld: %lld runs recorded (%lld invalid), %lld pairs already complete; next: plumb "
+              "compare %s %lld\n",
+              (long long)a.id, (long long)s->runs_recorded, (long long)s->runs_invalid,
+              (long long)s->pairs_skipped, s->unfinished ? "run" : "readout", (long long)a.id);
+  if (s->unfinished)
+    std::fprintf(stderr,
+                 "plumb compare run: stopped after %lld pairs (--pairs-this-run) with pairs still to measure; "
+                 "the next `plumb compare run %lld` goes on from there\n",
+                 (long long)s->pairs_measured, (long long)a.id);
   if (a.request_limit > 0)
     std::fprintf(
         stderr,
@@ -271,6 +280,11 @@ void setup_compare(CLI::App& root) {
   reg->add_option("--delta", a->reg.delta, "equivalent needs the CI inside [1-delta, 1+delta]")
       ->capture_default_str();
   reg->add_option("--pairs", a->reg.pairs, "number of pairs (>= 5)")->capture_default_str();
+  reg->add_option("--max-pairs", a->reg.max_pairs,
+                  "let the comparison grow past --pairs, one pair at a time up to this many, while its "
+                  "CI is too wide or an arm's CV near the cap (a registered rule that reads the spread "
+                  "only; docs/protocol.md section 4); 0: exactly --pairs")
+      ->capture_default_str();
   reg->add_option("--seed", a->reg.seed, "base seed; each pair gets its own seed derived from it")
       ->capture_default_str();
   ledger_opt(reg);
@@ -291,6 +305,10 @@ void setup_compare(CLI::App& root) {
                   "measure only the first N requests of each pair's set (to try a comparison on a slow or "
                   "time-limited machine). The runs are recorded as limited and the ledger refuses a "
                   "readout of the comparison: limited, never a verdict")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--pairs-this-run", a->pairs_this_run,
+                  "measure at most N pairs in this call, then stop; the next `compare run` resumes from "
+                  "the ledger (for a comparison longer than one time-limited command)")
       ->check(CLI::PositiveNumber);
   run->add_option(
          "--placement", a->placement,
@@ -320,6 +338,8 @@ void setup_compare(CLI::App& root) {
       ->capture_default_str();
   cal->add_option("--size", a->cal.size, "small|gpu")->capture_default_str();
   cal->add_option("--pairs", a->cal.pairs, "pairs per comparison (>= 5)")->capture_default_str();
+  cal->add_option("--max-pairs", a->cal.max_pairs, "as for register: each comparison may grow to this")
+      ->capture_default_str();
   cal->add_option("--min-effect", a->cal.min_effect,
                   "registered rule: better/worse need the CI beyond 1 +- this")
       ->capture_default_str();

@@ -317,13 +317,21 @@ int run_replay(ledger::Ledger& ledger, const TuneArgs& a) {
   return kExitOk;
 }
 
+// The re-validation's pairs as the pre-flight sizes them: `pairs` to start with (capped so that they
+// fit about four minutes), and up to `max_pairs` by the registered sizing rule (about seven minutes,
+// at most the check's max_pairs). `stop` after saying why the machine is too noisy to go on.
+struct PairsPlan {
+  int pairs = 0;
+  int max_pairs = 0;
+  bool stop = false;
+};
+
 // The pre-flight noise check (compare/preflight.h) on the study's default configuration, before the
-// search, when a re-validation will follow. Returns the pairs the re-validation should use (capped so
-// that it fits about four minutes), or -1 after saying why the machine is too noisy to go on.
-Result<int> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
+// search, when a re-validation will follow.
+Result<PairsPlan> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
   PLUMB_ASSIGN_OR_RETURN(auto st, tune::load_study(ledger, id));
   tune::StudyOptions after = followup_settings(a, st.options, /*say=*/false);
-  if (!after.revalidate) return 0;
+  if (!after.revalidate) return PairsPlan{};
   tune::Config def;
   if (st.space.adapter == "plumb") def["preset"] = std::string("default");
   std::string dir = ctx.work_dir.empty() ? std::string(".") : ctx.work_dir;
@@ -351,11 +359,14 @@ Result<int> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, con
         "Study %lld is kept: `plumb tune --resume %lld --ledger %s` after quieting the machine, or add "
         "--no-preflight to tune anyway.\n",
         (long long)id, (long long)id, a.ledger_path.c_str());
-    return -1;
+    return PairsPlan{.stop = true};
   }
   const int comparisons = after.naive ? 2 : 1;
-  const int fit = int(240.0 / std::max(1e-3, 2.0 * nc.mean_run_s * comparisons));
-  return std::max(protocol::kMinPairs, std::min(nc.suggested_pairs, fit));
+  auto fit = [&](double seconds) { return int(seconds / std::max(1e-3, 2.0 * nc.mean_run_s * comparisons)); };
+  PairsPlan plan;
+  plan.pairs = std::max(protocol::kMinPairs, std::min(nc.suggested_pairs, fit(240)));
+  plan.max_pairs = std::max(plan.pairs, std::min(no.max_pairs, fit(420)));
+  return plan;
 }
 
 // --list: one line per study in the ledger.
@@ -421,15 +432,23 @@ int run_search(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune
 // more and --pairs was not given; nothing when the re-validation failed (said on stderr).
 std::optional<tune::Revalidation> revalidate_winner(ledger::Ledger& ledger, int64_t id, const TuneArgs& a,
                                                     const tune::RunContext& ctx,
-                                                    const tune::StudyOptions& after, int preflight_pairs) {
+                                                    const tune::StudyOptions& after, const PairsPlan& plan) {
   tune::RevalidateOptions ro;
   ro.pairs = after.pairs;
   const bool pairs_given = a.pairs_opt && a.pairs_opt->count() > 0;
-  if (!pairs_given && preflight_pairs > ro.pairs) {
+  if (!pairs_given && plan.pairs > ro.pairs) {
     std::fprintf(stderr,
                  "re-validation: %d pairs per comparison instead of %d (sized by the pre-flight CV)\n",
-                 preflight_pairs, ro.pairs);
-    ro.pairs = preflight_pairs;
+                 plan.pairs, ro.pairs);
+    ro.pairs = plan.pairs;
+  }
+  if (!pairs_given && plan.max_pairs > ro.pairs) {
+    ro.max_pairs = plan.max_pairs;
+    std::fprintf(stderr,
+                 "re-validation: up to %d pairs by the registered sizing rule, while the CI is wider than "
+                 "+-%.1f%% or an arm's CV over %.1f%%\n",
+                 ro.max_pairs, 100 * protocol::sizing_half_width({ro.min_effect, ro.delta, ro.pairs}),
+                 100 * protocol::kExtendCvFraction * protocol::kCvCap);
   }
   ro.against_naive = after.naive;
   ro.gates = after.gates;
@@ -563,12 +582,12 @@ int run_tune(TuneArgs& a) {
     if (!created.ok()) return fail(created.status());
     id = *created;
   }
-  int preflight_pairs = 0;
+  PairsPlan plan;
   if (a.report_only == 0 && !a.no_preflight) {
     auto pf = preflight(ledger, id, a, ctx);
     if (!pf.ok()) return fail(pf.status());
-    if (*pf < 0) return kExitFailed;
-    preflight_pairs = *pf;
+    if (pf->stop) return kExitFailed;
+    plan = *pf;
   }
   if (a.report_only == 0) {
     if (int rc = run_search(ledger, id, a, ctx); rc != kExitOk) return rc;
@@ -578,7 +597,7 @@ int run_tune(TuneArgs& a) {
   std::optional<tune::Revalidation> rv;
   tune::StudyOptions after = a.report_only == 0 ? followup_settings(a, st->options) : st->options;
   if (after.revalidate && a.report_only == 0 && st->best())
-    rv = revalidate_winner(ledger, id, a, ctx, after, preflight_pairs);
+    rv = revalidate_winner(ledger, id, a, ctx, after, plan);
   if (int rc = write_reports(ledger, a, *st, rv ? &*rv : nullptr); rc != kExitOk) return rc;
   // Exit 1 when there is no winner, or when the winner fails a gate (it then scores as the baseline).
   if (!st->best()) return kExitFailed;

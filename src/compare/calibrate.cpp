@@ -170,6 +170,7 @@ Result<CalibrationComparison> run_calibration_comparison(ledger::Ledger& ledger,
   reg.min_effect = o.min_effect;
   reg.delta = o.delta;
   reg.pairs = o.pairs;
+  reg.max_pairs = o.max_pairs;
   reg.seed = derive_seed(o.seed, "calibrate/" + c.kind + "/" + std::to_string(i)) & 0x7fffffffULL;
   PLUMB_ASSIGN_OR_RETURN(c.registration_id, register_comparison(ledger, reg));
   ro.progress("calibrate " + std::to_string(j + 1) + "/" + std::to_string(2 * o.comparisons) + ": " + c.kind +

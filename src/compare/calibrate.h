@@ -45,6 +45,7 @@ struct CalibrateOptions {
   std::vector<std::string> scenarios{"B", "D"};  // alternated over the comparisons
   std::string size = "small";
   int pairs = 5;             // per comparison (>= 5)
+  int max_pairs = 0;         // > pairs: each comparison's registered sizing rule may grow it to this
   double min_effect = 0.05;  // the registered rule of every comparison
   double delta = 0.05;
   uint64_t seed = 1;     // comparison i of each kind registers seed derive_seed(seed, "<kind>/<i>")

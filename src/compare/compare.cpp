@@ -90,6 +90,9 @@ Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOption
   if (o.pairs < protocol::kMinPairs)
     return invalid_argument("--pairs must be at least " + std::to_string(protocol::kMinPairs) +
                             " (docs/protocol.md §4)");
+  if (o.max_pairs != 0 && (o.max_pairs < o.pairs || o.max_pairs > kMaxPairs))
+    return invalid_argument("--max-pairs must be 0 (no more pairs than --pairs) or between --pairs (" +
+                            std::to_string(o.pairs) + ") and " + std::to_string(kMaxPairs));
   std::string arms[2];
   const std::string* paths[2] = {&o.config_a, &o.config_b};
   for (int i = 0; i < 2; ++i) {
@@ -124,14 +127,23 @@ Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOption
   r.min_effect = o.min_effect;
   r.delta = o.delta;
   r.pairs = o.pairs;
-  r.seeds = pair_seeds(o.seed, o.pairs);
-  char buf[256];
+  const int seeds = std::max(o.pairs, o.max_pairs);
+  r.seeds = pair_seeds(o.seed, seeds);
+  char buf[512];
   std::snprintf(
       buf, sizeof buf,
       "protocol v%d paired readout: ratio = geomean(B/A of %s), 95%% t-interval on log ratios; better if "
       "lo > 1+%g, worse if hi < 1-%g, equivalent if inside [1-%g, 1+%g], noisy if an arm's CV > %g",
       protocol::kVersion, objective.c_str(), o.min_effect, o.min_effect, o.delta, o.delta, protocol::kCvCap);
   r.rule = buf;
+  if (seeds > o.pairs) {
+    // The sizing rule (protocol.h more_pairs_reason), registered with the comparison.
+    std::snprintf(buf, sizeof buf,
+                  "; pairs: %d, then one more at a time up to %d while the 95%% CI's half-width exceeds "
+                  "%g or an arm's CV exceeds %g (the spread only, never the ratio)",
+                  o.pairs, seeds, protocol::sizing_half_width(rule), protocol::kExtendCvFraction * protocol::kCvCap);
+    r.rule += buf;
+  }
   r.protocol_id = protocol_id;
   return ledger.register_comparison(r);
 }
@@ -193,8 +205,12 @@ json::object arm_settings(const ComparisonContext& cx, const PairContext& p, con
 Status run_arm(ComparisonContext& cx, const PairContext& p, char arm, RunSummary& sum) {
   std::string arm_s(1, arm);
   const std::string where = "pair " + std::to_string(p.index) + " arm " + arm_s;
-  cx.progress("pair " + std::to_string(p.index + 1) + "/" + std::to_string(cx.reg.pairs) + " (" + p.order +
-              "), arm " + arm_s + ", seed " + std::to_string(p.seed));
+  const int64_t of = std::max<int64_t>(cx.reg.pairs, p.index + 1);
+  cx.progress("pair " + std::to_string(p.index + 1) + "/" + std::to_string(of) +
+              (of < int64_t(cx.reg.seeds.size()) || p.index >= cx.reg.pairs
+                   ? " (up to " + std::to_string(cx.reg.seeds.size()) + ")"
+                   : "") +
+              " (" + p.order + "), arm " + arm_s + ", seed " + std::to_string(p.seed));
   // The workload's scenario: the registered one, or its bounds for the slice under --request-limit.
   auto m = measure(cx.arms[arm == 'A' ? 0 : 1], *p.workload->scenario, *p.workload, cx.mo);
   if (!m.ok()) return m.status().with_context(where);
@@ -234,6 +250,31 @@ Status load_context(ComparisonContext& cx) {
   return Status::Ok();
 }
 
+// Measures the arms of pair `i` not yet recorded (both complete: counted as skipped).
+Status measure_pair(ComparisonContext& cx, int64_t i, const RecordedArms& have, const workload::TokenCounter& counter,
+                    RunSummary& sum) {
+  PairContext p;
+  p.index = i;
+  p.order = std::string(protocol::pair_order(int(i)));
+  if (have.count({i, "A"}) && have.count({i, "B"})) {
+    ++sum.pairs_skipped;
+    return Status::Ok();
+  }
+  p.seed = uint64_t(cx.reg.seeds[size_t(i)]);
+  PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(cx.sc, p.seed, counter));
+  if (cx.opt.request_limit > 0) {
+    PLUMB_ASSIGN_OR_RETURN(w, limit_workload(std::move(w), cx.opt.request_limit));
+  }
+  PLUMB_ASSIGN_OR_RETURN(p.set_id, insert_request_set(cx.ledger, w, cx.sc, p.seed));
+  p.workload = &w;
+  ++sum.pairs_measured;
+  for (char arm : p.order) {
+    if (have.count({i, std::string(1, arm)})) continue;
+    PLUMB_RETURN_IF_ERROR(run_arm(cx, p, arm, sum));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunOptions& opt) {
@@ -248,25 +289,34 @@ Result<RunSummary> run_comparison(ledger::Ledger& ledger, int64_t id, const RunO
   PLUMB_ASSIGN_OR_RETURN(auto counter, make_token_counter(opt.tokenizer));
   PLUMB_ASSIGN_OR_RETURN(RecordedArms have, recorded_arms(ledger, id));
   RunSummary sum;
+  auto budget_spent = [&] { return opt.pairs_this_call > 0 && sum.pairs_measured >= opt.pairs_this_call; };
   for (int64_t i = 0; i < cx.reg.pairs; ++i) {
-    PairContext p;
-    p.index = i;
-    p.order = std::string(protocol::pair_order(int(i)));
-    if (have.count({i, "A"}) && have.count({i, "B"})) {
-      ++sum.pairs_skipped;
-      continue;
+    const bool done = have.count({i, "A"}) && have.count({i, "B"});
+    if (!done && budget_spent()) {
+      sum.unfinished = true;
+      return sum;
     }
-    p.seed = uint64_t(cx.reg.seeds[size_t(i)]);
-    PLUMB_ASSIGN_OR_RETURN(Workload w, make_workload(cx.sc, p.seed, counter));
-    if (opt.request_limit > 0) {
-      PLUMB_ASSIGN_OR_RETURN(w, limit_workload(std::move(w), opt.request_limit));
+    PLUMB_RETURN_IF_ERROR(measure_pair(cx, i, have, counter, sum));
+  }
+  // Pairs past the registered ones, by the registered sizing rule: decided before each pair from the
+  // runs recorded so far, so a resumed run makes the same decisions; a pair with one arm recorded
+  // is completed without asking again.
+  const protocol::ReadoutRule rule{cx.reg.min_effect, cx.reg.delta, int(cx.reg.pairs)};
+  for (int64_t i = cx.reg.pairs; i < int64_t(cx.reg.seeds.size()); ++i) {
+    if (!have.count({i, "A"}) && !have.count({i, "B"})) {
+      PLUMB_ASSIGN_OR_RETURN(auto so_far, readout_comparison(ledger, id, /*store=*/false));
+      const std::string why = protocol::more_pairs_reason(so_far.readout, rule);
+      if (why.empty()) break;
+      if (budget_spent()) {
+        sum.unfinished = true;
+        return sum;
+      }
+      cx.progress("another pair by the registered rule: " + why);
+    } else if (!(have.count({i, "A"}) && have.count({i, "B"})) && budget_spent()) {
+      sum.unfinished = true;
+      return sum;
     }
-    PLUMB_ASSIGN_OR_RETURN(p.set_id, insert_request_set(ledger, w, cx.sc, p.seed));
-    p.workload = &w;
-    for (char arm : p.order) {
-      if (have.count({i, std::string(1, arm)})) continue;
-      PLUMB_RETURN_IF_ERROR(run_arm(cx, p, arm, sum));
-    }
+    PLUMB_RETURN_IF_ERROR(measure_pair(cx, i, have, counter, sum));
   }
   return sum;
 }
@@ -312,11 +362,13 @@ Result<PairObjectives> pair_objectives(ledger::Ledger& ledger, int64_t id, Reado
   for (const auto& r : runs) {
     PLUMB_ASSIGN_OR_RETURN(auto subset, ledger.subset_of(r.id));
     if (subset) ++out.runs_limited;
+    PLUMB_ASSIGN_OR_RETURN(auto t, ledger.row("runs", r.id));
+    for (size_t c = 0; c < t.columns.size() && !t.rows.empty(); ++c)
+      if (t.columns[c] == "pair_index") out.pairs_measured = std::max(out.pairs_measured, t.rows[0][c].i + 1);
     if (!r.valid || !r.objective) {
       ++out.runs_invalid;
       continue;
     }
-    PLUMB_ASSIGN_OR_RETURN(auto t, ledger.row("runs", r.id));
     int64_t pair = -1;
     std::string settings, engine_config;
     for (size_t c = 0; c < t.columns.size() && !t.rows.empty(); ++c) {
@@ -377,7 +429,15 @@ Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t id, boo
     PLUMB_ASSIGN_OR_RETURN(out.readout, protocol::readout(a, b, rule));
   }
   if (!out.devices_note.empty()) out.readout.reason += "; " + out.devices_note;
+  out.pairs_allowed = int64_t(reg.seeds.size());
+  if (out.pairs_allowed > reg.pairs && out.pairs_measured < out.pairs_allowed)
+    out.more_pairs_by_rule = protocol::more_pairs_reason(out.readout, rule);
   out.row = readout_row(id, reg, out.readout);
+  if (store && !out.more_pairs_by_rule.empty())
+    return failed_precondition("readout: comparison " + std::to_string(id) +
+                               " is not finished: its registered sizing rule asks for another pair (" +
+                               out.more_pairs_by_rule + "); run `plumb compare run " + std::to_string(id) +
+                               "` to measure it");
   if (store) {
     auto rid = ledger.record_readout(out.row);
     if (!rid.ok()) return rid.status();
@@ -396,9 +456,15 @@ std::string format_readout(const ReadoutResult& r) {
                 (long long)reg.id, reg.scenario.c_str(), reg.size_class.c_str(), reg.metric.c_str());
   s += buf;
   std::snprintf(buf, sizeof buf,
-                "  pairs        %lld of %lld registered have two valid runs (%lld invalid runs excluded)\n",
+                "  pairs        %lld with two valid runs, of %lld registered (%lld invalid runs excluded)\n",
                 (long long)r.pairs_complete, (long long)r.pairs_registered, (long long)r.runs_invalid);
   s += buf;
+  if (r.pairs_allowed > r.pairs_registered) {
+    std::snprintf(buf, sizeof buf, "  sizing       %lld measured, up to %lld by the registered rule%s\n",
+                  (long long)r.pairs_measured, (long long)r.pairs_allowed,
+                  r.more_pairs_by_rule.empty() ? "" : ("; NOT FINISHED: " + r.more_pairs_by_rule).c_str());
+    s += buf;
+  }
   std::snprintf(buf, sizeof buf, "  ratio B/A    %.4f  95%% CI [%.4f, %.4f]  (bootstrap [%.4f, %.4f])\n",
                 ro.ratio, ro.lo, ro.hi, ro.boot_lo, ro.boot_hi);
   s += buf;

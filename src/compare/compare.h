@@ -6,7 +6,9 @@
 //   objective, higher is better: the database's noise check recomputes CVs from that column),
 //   min_effect, delta, pairs and one seed per pair, and returns the registration id.
 // run: for each pair not yet recorded (so an interrupted run resumes), draws one request set from
-//   the pair's seed, and measures both arms on it in the order protocol::pair_order(i) (AB, BA, ...):
+//   the pair's seed, and measures both arms on it in the order protocol::pair_order(i) (AB, BA, ...);
+//   past the registered pairs, while a registration with more seeds than pairs has its sizing rule
+//   asking for another (protocol.h more_pairs_reason), one more pair at a time:
 //   each arm is compare/measure.h's measure(): a fresh launch through launch/ (verified port owner),
 //   a warmup, the scenario's load profiles through loadgen/, metrics/ and validity; every run goes
 //   into the ledger with provenance in one transaction, valid or not.
@@ -40,8 +42,13 @@ struct RegisterOptions {
   double min_effect = 0.05;         // better: CI lo > 1 + min_effect; worse: CI hi < 1 - min_effect
   double delta = 0.05;              // equivalent: CI inside [1 - delta, 1 + delta]
   int pairs = protocol::kMinPairs;  // >= 5
-  uint64_t seed = 21;               // base seed; pair i runs on pair_seeds(seed, pairs)[i]
+  // 0, or the most pairs the registered sizing rule may add up to (protocol.h more_pairs_reason):
+  // pairs <= max_pairs <= kMaxPairs. One seed per pair up to max_pairs is registered, so the pairs a
+  // comparison may grow to are fixed before its first run.
+  int max_pairs = 0;
+  uint64_t seed = 21;  // base seed; pair i runs on pair_seeds(seed, max(pairs, max_pairs))[i]
 };
+inline constexpr int kMaxPairs = 64;
 
 // Seeds of the pairs: derive_seed(base, "compare/pair/<i>") masked to 31 bits (distinct per pair).
 std::vector<int64_t> pair_seeds(uint64_t base, int pairs);
@@ -72,12 +79,17 @@ struct RunOptions {
   // stored as "devices" in each run's effective settings so a readout can tell runs on different
   // cards or nodes apart; empty = not recorded.
   json::object devices;
+  // > 0: measure at most this many pairs in this call, then return (RunSummary::unfinished); the
+  // next call resumes where it stopped. For comparisons longer than one time-limited command.
+  int64_t pairs_this_call = 0;
 };
 
 struct RunSummary {
-  int64_t runs_recorded = 0;  // runs inserted by this call
-  int64_t runs_invalid = 0;   // of which invalid (docs/protocol.md §3)
-  int64_t pairs_skipped = 0;  // pairs already complete in the ledger
+  int64_t runs_recorded = 0;   // runs inserted by this call
+  int64_t runs_invalid = 0;    // of which invalid (docs/protocol.md §3)
+  int64_t pairs_skipped = 0;   // pairs already complete in the ledger
+  int64_t pairs_measured = 0;  // pairs this call measured (one arm or both)
+  bool unfinished = false;     // stopped by pairs_this_call with pairs still to measure
 };
 
 // Measures every pair not yet complete. An engine that fails to start is an error (nothing is
@@ -90,7 +102,12 @@ struct ReadoutResult {
   ledger::ReadoutRow row;             // what was (or would be) stored
   int64_t readout_id = 0;             // > 0 when stored
   int64_t pairs_registered = 0;       // registration.pairs
+  int64_t pairs_allowed = 0;          // registration.seeds.size(): what the sizing rule may grow to
+  int64_t pairs_measured = 0;         // 1 + the highest pair index with a run (valid or not)
   int64_t pairs_complete = 0;         // pairs with both arms valid (used)
+  // The registered sizing rule still asks for another pair and a seed is left for it: the
+  // comparison is not finished (`plumb compare run` measures it), and a readout is not stored.
+  std::string more_pairs_by_rule;
   int64_t runs_invalid = 0;           // invalid runs of the comparison (excluded)
   // Runs that measured a slice of their set (--request-limit): > 0 means the readout is no verdict,
   // and the ledger refuses to store it.
@@ -105,7 +122,8 @@ struct ReadoutResult {
 };
 
 // Computes the readout; stores it when `store`. NotFound for an unknown id; FailedPrecondition
-// with the database's message when the ledger refuses the readout (the result is not returned then).
+// with the database's message when the ledger refuses the readout, or when the registered sizing rule
+// still asks for pairs that are not measured yet (the result is not returned then).
 Result<ReadoutResult> readout_comparison(ledger::Ledger& ledger, int64_t registration_id, bool store = true);
 
 // The placement line of a run from its stored effective settings and engine config JSON; "" when the

@@ -23,6 +23,12 @@ std::string_view noise_name(Noise n) {
   return "?";
 }
 
+double cv_upper_bound(double cv, size_t runs, double confidence) {
+  if (runs < 2 || !std::isfinite(cv) || cv < 0) return stats::kNaN;
+  const double df = double(runs - 1);
+  return cv * std::sqrt(df / stats::chi_squared_quantile(1 - confidence, df));
+}
+
 int suggested_pairs(double cv, double min_effect, int min_pairs, int max_pairs) {
   if (!std::isfinite(cv) || cv < 0 || min_effect <= 0) return max_pairs;
   for (int n = min_pairs; n <= max_pairs; ++n) {
@@ -111,7 +117,8 @@ Result<NoiseCheck> noise_check(const NoiseCheckOptions& o) {
   out.mean_run_s = total_s / o.runs;
   out.cv = out.objectives.size() >= 2 ? stats::cv(out.objectives) : stats::kNaN;
   judge_noise(o, out);
-  out.suggested_pairs = suggested_pairs(out.cv, o.min_effect, o.min_pairs, o.max_pairs);
+  out.cv_upper = cv_upper_bound(out.cv, out.objectives.size());
+  out.suggested_pairs = suggested_pairs(out.cv_upper, o.min_effect, o.min_pairs, o.max_pairs);
   return out;
 }
 
@@ -119,9 +126,9 @@ std::string format_noise_check(const NoiseCheck& n, const NoiseCheckOptions& o) 
   char buf[300];
   std::snprintf(
       buf, sizeof buf,
-      "pre-flight noise check: %d runs of %s on scenario %s (%s): cross-run CV %.2f%% (cap %.0f%%) -> "
-      "%s; pairs for a +-%.0f%% CI: %d; %.1f s per run\n",
-      o.runs, o.config.c_str(), o.scenario.c_str(), o.size.c_str(), 100 * n.cv, 100 * n.cap,
+      "pre-flight noise check: %d runs of %s on scenario %s (%s): cross-run CV %.2f%% (cap %.0f%%; 90%% "
+      "upper bound %.2f%%) -> %s; pairs for a +-%.0f%% CI: %d; %.1f s per run\n",
+      o.runs, o.config.c_str(), o.scenario.c_str(), o.size.c_str(), 100 * n.cv, 100 * n.cap, 100 * n.cv_upper,
       std::string(noise_name(n.noise)).c_str(), 100 * o.min_effect, n.suggested_pairs, n.mean_run_s);
   std::string s = buf;
   s += "  placement: " + n.placement.describe() + "\n";

@@ -7,7 +7,10 @@
 // From the CV it also suggests how many pairs a comparison needs: the fewest n >= 5 for which the
 // expected 95% t-interval of the ratio, half-width t(n-1) * sqrt(2) * CV / sqrt(n) (two arms of that
 // CV, unpaired noise: the conservative case), is no wider than the rule's min_effect, capped at
-// `max_pairs`. More pairs narrow the interval; they cannot lower an arm's CV, which is why a CV over
+// `max_pairs`. The CV it sizes with is not the runs' point value but its one-sided 90% upper
+// confidence bound (cv_upper_bound): a CV read from four runs is rough (its bound is 2.3x the point
+// value), and sizing from the point value under-sizes on a machine whose spread the runs happened
+// to miss. More pairs narrow the interval; they cannot lower an arm's CV, which is why a CV over
 // the cap is a stop, not a longer run.
 //
 // Thread-safety: starts engine processes; no shared state.
@@ -47,6 +50,7 @@ struct NoiseCheck {
   std::vector<double> objectives;  // per valid run
   int64_t invalid_runs = 0;
   double cv = 0;          // cross-run CV of the objective (NaN with < 2 valid runs)
+  double cv_upper = 0;    // its one-sided 90% upper confidence bound (cv_upper_bound): sizes the pairs
   double cap = 0;         // protocol::kCvCap
   double mean_run_s = 0;  // wall time of one run (launch to stop)
   Noise noise = Noise::kQuiet;
@@ -58,6 +62,11 @@ struct NoiseCheck {
 // Measures and judges (see the header comment). InvalidArgument for runs < 3 or a bad config; an
 // engine that does not start is an error (the tuning would fail the same way).
 Result<NoiseCheck> noise_check(const NoiseCheckOptions& options);
+
+// The one-sided upper confidence bound of a CV read from `runs` values (normal model, chi-squared
+// with runs - 1 df): cv * sqrt((runs - 1) / chi2_{1 - confidence}(runs - 1)). NaN for runs < 2 or a
+// CV that is not finite.
+double cv_upper_bound(double cv, size_t runs, double confidence = 0.90);
 
 // The fewest pairs (in [min_pairs, max_pairs]) whose expected CI half-width is <= min_effect for
 // arms of this CV; max_pairs when even that is not enough or the CV is not finite.

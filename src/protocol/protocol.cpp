@@ -1,7 +1,10 @@
 #include "protocol/protocol.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <utility>
 
 #include "core/json.h"
 #include "core/random.h"
@@ -293,6 +296,34 @@ int64_t more_pairs(double log_mean, double log_sd, int64_t n, const ReadoutRule&
 }
 
 }  // namespace
+
+double sizing_half_width(const ReadoutRule& rule) {
+  double h = rule.delta / 2;
+  if (rule.min_effect > 0) h = std::min(h, rule.min_effect / 2);
+  return h;
+}
+
+std::string more_pairs_reason(const Readout& r, const ReadoutRule& rule) {
+  char buf[160];
+  if (r.pairs < rule.min_pairs || !std::isfinite(r.lo) || !std::isfinite(r.hi) || !(r.lo > 0)) {
+    std::snprintf(buf, sizeof buf, "%lld of at least %d pairs with an interval", (long long)r.pairs,
+                  rule.min_pairs);
+    return buf;
+  }
+  const double half = (std::log(r.hi) - std::log(r.lo)) / 2, target = sizing_half_width(rule);
+  if (half > std::log1p(target)) {
+    std::snprintf(buf, sizeof buf, "the 95%% CI's half-width %.1f%% is over %.1f%%", 100 * std::expm1(half),
+                  100 * target);
+    return buf;
+  }
+  const double cv_limit = kExtendCvFraction * kCvCap;
+  for (auto [arm, cv] : {std::pair{'A', r.cv_a}, std::pair{'B', r.cv_b}})
+    if (!(cv <= cv_limit)) {
+      std::snprintf(buf, sizeof buf, "arm %c's CV %.1f%% is over %.1f%%", arm, 100 * cv, 100 * cv_limit);
+      return buf;
+    }
+  return "";
+}
 
 Result<Readout> readout(std::span<const double> a, std::span<const double> b, const ReadoutRule& rule) {
   PLUMB_RETURN_IF_ERROR(validate_rule(rule));

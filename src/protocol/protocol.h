@@ -199,6 +199,24 @@ struct Readout {
 // InvalidArgument for mismatched sizes, values <= 0 or NaN, or an invalid rule.
 Result<Readout> readout(std::span<const double> a, std::span<const double> b, const ReadoutRule& rule);
 
+// Pairs sized by the data (docs/protocol.md §4, "More pairs by a registered rule"). A comparison
+// registered with more seeds than `pairs` measures its registered pairs, then adds one pair at a
+// time, up to one pair per seed, while its readout so far is too spread for a verdict: the 95%
+// interval's half-width on the log scale exceeds log(1 + sizing_half_width(rule)), or an arm's CV
+// exceeds kExtendCvFraction of the cap. The rule reads only the spread of what was measured (the
+// SD of the log ratios, the arms' CVs), never the ratio, so stopping by it does not favour any
+// verdict (a two-stage design in Stein's manner); it is written into the registration's rule text,
+// so it is fixed before the first run. Not part of canonical_json(): a comparison without extra
+// seeds reads out exactly as before.
+inline constexpr double kExtendCvFraction = 0.9;
+// The half-width the rule aims for: half of delta (room for an `equivalent` whose ratio is off 1 by
+// up to another half), or half of min_effect when that is smaller and not 0.
+double sizing_half_width(const ReadoutRule& rule);
+// Why the registered rule wants another pair after readout `r` ("the 95% CI's half-width 6.3% is
+// over 2.5%", "arm B's CV 4.8% is over 4.5%"), or "" when it does not. A readout of fewer than
+// rule.min_pairs pairs or without an interval also wants more ("fewer than N pairs").
+std::string more_pairs_reason(const Readout& r, const ReadoutRule& rule);
+
 // ---------------------------------------------------------------------------------------------
 // The whole protocol as canonical JSON (sorted keys, no spaces) and its SHA-256 (64 hex chars).
 std::string canonical_json();

@@ -1,6 +1,7 @@
 #include "stats/stats.h"
 
 #include <algorithm>
+#include <boost/math/distributions/chi_squared.hpp>
 #include <boost/math/distributions/normal.hpp>
 #include <boost/math/distributions/students_t.hpp>
 #include <cmath>
@@ -126,6 +127,15 @@ double student_t_quantile(double p, double df) {
   if (!(p > 0.0 && p < 1.0) || !(df > 0.0)) return kNaN;
   try {
     return boost::math::quantile(boost::math::students_t_distribution<double>(df), p);
+  } catch (const std::exception&) {
+    return kNaN;
+  }
+}
+
+double chi_squared_quantile(double p, double df) {
+  if (!(p > 0.0 && p < 1.0) || !(df > 0.0)) return kNaN;
+  try {
+    return boost::math::quantile(boost::math::chi_squared_distribution<double>(df), p);
   } catch (const std::exception&) {
     return kNaN;
   }

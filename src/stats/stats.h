@@ -81,9 +81,10 @@ struct Summary {
 Summary summarize(std::span<const double> xs);
 
 // ---------------------------------------------------------------------------------------------
-// Distributions (Boost.Math). Quantiles of Student's t with df > 0 and of the standard normal;
-// p in (0, 1). NaN for arguments outside those ranges.
+// Distributions (Boost.Math). Quantiles of Student's t and of chi-squared with df > 0 and of the
+// standard normal; p in (0, 1). NaN for arguments outside those ranges.
 double student_t_quantile(double p, double df);
+double chi_squared_quantile(double p, double df);
 double student_t_cdf(double t, double df);
 double normal_quantile(double p);
 double normal_cdf(double z);

@@ -144,6 +144,7 @@ ComparisonOutcome compare_with(ledger::Ledger& ledger, const StudyState& st, con
   reg.scenario = st.row.scenario;
   reg.size = st.row.size_class;
   reg.pairs = ro.pairs;
+  reg.max_pairs = ro.max_pairs;
   reg.seed = uint64_t(st.row.eval_seed);
   reg.min_effect = ro.min_effect;
   reg.delta = ro.delta;
@@ -154,15 +155,16 @@ ComparisonOutcome compare_with(ledger::Ledger& ledger, const StudyState& st, con
   }
   co.registration_id = *rid;
   say("re-validation: best over " + name + ", comparison " + std::to_string(*rid) + ", " +
-      std::to_string(ro.pairs) + " pairs on seeds derived from eval seed " +
-      std::to_string(st.row.eval_seed));
+      std::to_string(ro.pairs) + " pairs" +
+      (ro.max_pairs > ro.pairs ? " (up to " + std::to_string(ro.max_pairs) + " by the registered rule)" : "") +
+      " on seeds derived from eval seed " + std::to_string(st.row.eval_seed));
   compare::RunOptions run;
   run.plumb_binary = ctx.plumb_binary;
   run.work_dir = ctx.work_dir;
   run.tokenizer = st.options.tokenizer;
   run.request_timeout = std::chrono::seconds(std::max(st.options.request_timeout_s, 60));
   run.progress = [&](const std::string& m) {
-    if (m.rfind("pair ", 0) == 0 || m.rfind("  run ", 0) == 0) say("  " + m);
+    if (m.rfind("pair ", 0) == 0 || m.rfind("  run ", 0) == 0 || m.rfind("another pair", 0) == 0) say("  " + m);
   };
   auto rs = compare::run_comparison(ledger, *rid, run);
   if (!rs.ok()) co.error = rs.status().to_string();

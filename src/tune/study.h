@@ -208,6 +208,7 @@ Result<ReplayResult> replay(const StudyState& grid_study, const StrategyOptions&
 
 struct RevalidateOptions {
   int pairs = 5;              // per comparison (>= protocol::kMinPairs)
+  int max_pairs = 0;          // > pairs: each comparison may grow to this by its registered sizing rule
   bool against_naive = true;  // also compare with the `naive` preset (plumb adapter only)
   bool gates = true;          // quality + integrity gates, reference = the default preset
   int quality_items = 60;     // multiple-choice items of the quality gate

@@ -71,6 +71,20 @@ TEST(CalibrateTest, RefusesWhatCannotCalibrate) {
   std::filesystem::remove(path);
 }
 
+// The CV's one-sided 90% upper bound from k runs: cv * sqrt((k-1) / chi2_0.10(k-1)); from four runs
+// (chi2_0.10(3) = 0.5844) it is 2.27x the point value, from 20 runs 1.28x.
+TEST(PreflightTest, CvUpperBoundWidensWithFewRuns) {
+  EXPECT_NEAR(cv_upper_bound(0.016, 4), 0.016 * std::sqrt(3 / 0.584375), 1e-4);
+  EXPECT_NEAR(cv_upper_bound(0.01, 4) / 0.01, 2.266, 2e-3);
+  EXPECT_LT(cv_upper_bound(0.01, 20) / 0.01, 1.3);
+  EXPECT_GT(cv_upper_bound(0.01, 20) / 0.01, 1.2);
+  EXPECT_TRUE(std::isnan(cv_upper_bound(0.01, 1)));
+  EXPECT_TRUE(std::isnan(cv_upper_bound(std::nan(""), 4)));
+  // Four runs reading 1.6% (as on a quiet 2-core VM) size a 5%-effect comparison at 7 pairs, not 5.
+  EXPECT_EQ(suggested_pairs(0.016, 0.05, 5, 12), 5);
+  EXPECT_EQ(suggested_pairs(cv_upper_bound(0.016, 4), 0.05, 5, 12), 7);
+}
+
 TEST(PreflightTest, SuggestedPairsNarrowTheIntervalToTheEffect) {
   // Half-width t(n-1) * sqrt(2) * cv / sqrt(n): for cv 3%, n = 5 gives 5.27% and n = 6 gives 4.45%.
   EXPECT_EQ(suggested_pairs(0.0, 0.05, 5, 12), 5);

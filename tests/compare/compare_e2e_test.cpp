@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "compare/compare.h"
 #include "core/json.h"
@@ -228,6 +230,81 @@ TEST_F(CompareE2eTest, JitteryArmReadsNoisyAndTheLedgerRefusesAVerdict) {
   ASSERT_NE(err, nullptr);
   EXPECT_NE(std::string(err).find("NOISY"), std::string::npos) << err;
   sqlite3_free(err);
+}
+
+
+// A comparison registered with room to grow (--max-pairs) adds pairs by its sizing rule only while the
+// spread asks for them: with a jittery arm (an arm's CV far over 4.5%) it grows to its last seed; it
+// can stop after N pairs of one call (--pairs-this-run) and resume; and while the rule still asks
+// for a pair that is not measured, no readout is stored.
+TEST_F(CompareE2eTest, SizingRuleAddsPairsWhileAnArmIsTooSpread) {
+  write_arm("steady.toml", 10.0, 1.0);
+  write_arm("jittery.toml", 10.0, 1.0, "launch_jitter = 0.5\n");
+  RegisterOptions o;
+  o.config_a = dir_ + "/steady.toml";
+  o.config_b = dir_ + "/jittery.toml";
+  o.pairs = 5;
+  o.max_pairs = 6;
+  auto id = register_comparison(*ledger_, o);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  auto reg = ledger_->get_registration(*id);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->pairs, 5);
+  EXPECT_EQ(reg->seeds.size(), 6u);  // the seed of the one pair it may add is registered too
+  EXPECT_NE(reg->rule.find("up to 6"), std::string::npos) << reg->rule;
+  RunOptions ro;
+  ro.plumb_binary = PLUMB_BINARY;
+  ro.work_dir = dir_;
+  std::vector<std::string> lines;
+  ro.progress = [&](const std::string& m) { lines.push_back(m); };
+  ro.pairs_this_call = 5;
+  auto first = run_comparison(*ledger_, *id, ro);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->runs_recorded, 10);
+  EXPECT_TRUE(first->unfinished);
+  auto early = readout_comparison(*ledger_, *id);
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(early.status().message().find("not finished"), std::string::npos) << early.status().message();
+  ro.pairs_this_call = 0;
+  auto rest = run_comparison(*ledger_, *id, ro);
+  ASSERT_TRUE(rest.ok()) << rest.status().to_string();
+  EXPECT_EQ(rest->runs_recorded, 2);
+  EXPECT_EQ(rest->pairs_skipped, 5);
+  EXPECT_FALSE(rest->unfinished);
+  bool said = false;
+  for (const auto& m : lines) said |= m.find("another pair by the registered rule: ") == 0;
+  EXPECT_TRUE(said) << "no line said why the pair was added";
+  auto r = readout_comparison(*ledger_, *id);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->pairs_measured, 6);
+  EXPECT_EQ(r->pairs_allowed, 6);
+  EXPECT_TRUE(r->more_pairs_by_rule.empty());
+  EXPECT_NE(format_readout(*r).find("6 measured, up to 6"), std::string::npos) << format_readout(*r);
+}
+
+// With steady arms the rule's spread is met after the registered pairs: nothing is added.
+TEST_F(CompareE2eTest, SizingRuleAddsNothingWhenTheSpreadIsSmall) {
+  write_arm("steady.toml", 10.0, 1.0);
+  RegisterOptions o;
+  o.config_a = o.config_b = dir_ + "/steady.toml";
+  o.pairs = 5;
+  o.max_pairs = 8;
+  auto id = register_comparison(*ledger_, o);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  RunOptions ro;
+  ro.plumb_binary = PLUMB_BINARY;
+  ro.work_dir = dir_;
+  ro.progress = [](const std::string&) {};
+  auto s = run_comparison(*ledger_, *id, ro);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  auto r = readout_comparison(*ledger_, *id);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  if (s->runs_invalid > 0)
+    GTEST_SKIP() << s->runs_invalid << " runs invalid (send lag: machine too loaded)\n" << format_readout(*r);
+  EXPECT_EQ(s->runs_recorded, 10) << format_readout(*r);
+  EXPECT_EQ(r->row.verdict, "equivalent") << format_readout(*r);
+  EXPECT_EQ(r->pairs_measured, 5);
 }
 
 }  // namespace

@@ -281,6 +281,44 @@ TEST(Readout, VerdictsOnConstructedData) {
   EXPECT_GT(rn->cv_b, kCvCap);
 }
 
+// The registered sizing rule asks for another pair from the spread only: a wide interval or an arm's
+// CV near the cap, whatever the ratio; a tight one with quiet arms asks for nothing.
+TEST(Readout, SizingRuleReadsTheSpreadNotTheRatio) {
+  const ReadoutRule rule{0.05, 0.05, 5};
+  EXPECT_DOUBLE_EQ(sizing_half_width(rule), 0.025);
+  EXPECT_DOUBLE_EQ(sizing_half_width({0.02, 0.05, 5}), 0.01);
+  EXPECT_DOUBLE_EQ(sizing_half_width({0.0, 0.05, 5}), 0.025);
+  std::vector<double> a{100, 101, 99, 100.5, 99.5};
+  // Tight and quiet, at ratio 1 and at ratio 1.2: nothing more, either way.
+  for (double scale : {1.0, 1.2}) {
+    std::vector<double> b;
+    for (double x : a) b.push_back(scale * x);
+    b[2] *= 1.001;
+    auto r = readout(a, b, rule);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(more_pairs_reason(*r, rule), "") << scale;
+  }
+  // B = A · {1.00, 1.04, 0.98, 1.03, 1.01}: half-width about 3%, over 2.5%.
+  std::vector<double> a0{100, 100, 100, 100, 100}, b0{100, 104, 98, 103, 101};
+  auto wide = readout(a0, b0, rule);
+  ASSERT_TRUE(wide.ok());
+  EXPECT_EQ(more_pairs_reason(*wide, rule).rfind("the 95% CI's half-width", 0), 0u)
+      << more_pairs_reason(*wide, rule);
+  // Both arms moving together (the pair's seed sets the level): a tight ratio, but arm A's CV is 5.6%.
+  std::vector<double> a1{100, 110, 95, 105, 100}, b1;
+  for (double x : a1) b1.push_back(x * 1.0);
+  b1[0] *= 1.001;
+  auto spread = readout(a1, b1, rule);
+  ASSERT_TRUE(spread.ok());
+  EXPECT_GT(spread->cv_a, kExtendCvFraction * kCvCap);
+  EXPECT_EQ(more_pairs_reason(*spread, rule).rfind("arm A's CV", 0), 0u) << more_pairs_reason(*spread, rule);
+  // Too few pairs for an interval.
+  std::vector<double> a3{100, 101, 99}, b3{100, 101, 99};
+  auto few = readout(a3, b3, rule);
+  ASSERT_TRUE(few.ok());
+  EXPECT_NE(more_pairs_reason(*few, rule).find("3 of at least 5 pairs"), std::string::npos);
+}
+
 TEST(Readout, NamesRoundTrip) {
   for (Verdict v :
        {Verdict::kBetter, Verdict::kWorse, Verdict::kEquivalent, Verdict::kInconclusive, Verdict::kNoisy})

@@ -171,6 +171,12 @@ TEST(Distributions, MatchTables) {
   EXPECT_TRUE(std::isnan(student_t_quantile(1.0, 3)));
   EXPECT_TRUE(std::isnan(student_t_quantile(0.5, 0)));
   EXPECT_TRUE(std::isnan(normal_quantile(0.0)));
+  // Chi-squared, lower tail (printed table values): what an upper bound on a CV from k runs uses.
+  EXPECT_NEAR(chi_squared_quantile(0.10, 3), 0.584, 5e-4);
+  EXPECT_NEAR(chi_squared_quantile(0.05, 3), 0.352, 5e-4);
+  EXPECT_NEAR(chi_squared_quantile(0.95, 4), 9.488, 5e-4);
+  EXPECT_TRUE(std::isnan(chi_squared_quantile(0.5, 0)));
+  EXPECT_TRUE(std::isnan(chi_squared_quantile(0.0, 3)));
 }
 
 TEST(TInterval, ExactValues) {
