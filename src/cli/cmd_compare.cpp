@@ -167,15 +167,17 @@ int run_run(CompareArgs& a) {
   std::fprintf(stderr, "comparison %lld runs on %s\n", (long long)a.id, where.summary().c_str());
   auto s = compare::run_comparison(**l, a.id, o);
   if (!s.ok()) return fail("run", s.status());
-  std::printf("comparison %lld: %lld runs recorded (%lld invalid), %lld pairs already complete; next: plumb "
-              "compare %s %lld\n",
-              (long long)a.id, (long long)s->runs_recorded, (long long)s->runs_invalid,
-              (long long)s->pairs_skipped, s->unfinished ? "run" : "readout", (long long)a.id);
+  std::printf(
+      "comparison %lld: %lld runs recorded (%lld invalid), %lld pairs already complete; next: plumb "
+      "compare %s %lld\n",
+      (long long)a.id, (long long)s->runs_recorded, (long long)s->runs_invalid, (long long)s->pairs_skipped,
+      s->unfinished ? "run" : "readout", (long long)a.id);
   if (s->unfinished)
-    std::fprintf(stderr,
-                 "plumb compare run: stopped after %lld pairs (--pairs-this-run) with pairs still to measure; "
-                 "the next `plumb compare run %lld` goes on from there\n",
-                 (long long)s->pairs_measured, (long long)a.id);
+    std::fprintf(
+        stderr,
+        "plumb compare run: stopped after %lld pairs (--pairs-this-run) with pairs still to measure; "
+        "the next `plumb compare run %lld` goes on from there\n",
+        (long long)s->pairs_measured, (long long)a.id);
   if (a.request_limit > 0)
     std::fprintf(
         stderr,

@@ -328,7 +328,8 @@ struct PairsPlan {
 
 // The pre-flight noise check (compare/preflight.h) on the study's default configuration, before the
 // search, when a re-validation will follow.
-Result<PairsPlan> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
+Result<PairsPlan> preflight(ledger::Ledger& ledger, int64_t id, const TuneArgs& a,
+                            const tune::RunContext& ctx) {
   PLUMB_ASSIGN_OR_RETURN(auto st, tune::load_study(ledger, id));
   tune::StudyOptions after = followup_settings(a, st.options, /*say=*/false);
   if (!after.revalidate) return PairsPlan{};

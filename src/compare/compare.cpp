@@ -141,7 +141,8 @@ Result<int64_t> register_comparison(ledger::Ledger& ledger, const RegisterOption
     std::snprintf(buf, sizeof buf,
                   "; pairs: %d, then one more at a time up to %d while the 95%% CI's half-width exceeds "
                   "%g or an arm's CV exceeds %g (the spread only, never the ratio)",
-                  o.pairs, seeds, protocol::sizing_half_width(rule), protocol::kExtendCvFraction * protocol::kCvCap);
+                  o.pairs, seeds, protocol::sizing_half_width(rule),
+                  protocol::kExtendCvFraction * protocol::kCvCap);
     r.rule += buf;
   }
   r.protocol_id = protocol_id;
@@ -251,8 +252,8 @@ Status load_context(ComparisonContext& cx) {
 }
 
 // Measures the arms of pair `i` not yet recorded (both complete: counted as skipped).
-Status measure_pair(ComparisonContext& cx, int64_t i, const RecordedArms& have, const workload::TokenCounter& counter,
-                    RunSummary& sum) {
+Status measure_pair(ComparisonContext& cx, int64_t i, const RecordedArms& have,
+                    const workload::TokenCounter& counter, RunSummary& sum) {
   PairContext p;
   p.index = i;
   p.order = std::string(protocol::pair_order(int(i)));

@@ -108,7 +108,7 @@ struct ReadoutResult {
   // The registered sizing rule still asks for another pair and a seed is left for it: the
   // comparison is not finished (`plumb compare run` measures it), and a readout is not stored.
   std::string more_pairs_by_rule;
-  int64_t runs_invalid = 0;           // invalid runs of the comparison (excluded)
+  int64_t runs_invalid = 0;  // invalid runs of the comparison (excluded)
   // Runs that measured a slice of their set (--request-limit): > 0 means the readout is no verdict,
   // and the ledger refuses to store it.
   int64_t runs_limited = 0;

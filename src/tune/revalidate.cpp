@@ -156,7 +156,8 @@ ComparisonOutcome compare_with(ledger::Ledger& ledger, const StudyState& st, con
   co.registration_id = *rid;
   say("re-validation: best over " + name + ", comparison " + std::to_string(*rid) + ", " +
       std::to_string(ro.pairs) + " pairs" +
-      (ro.max_pairs > ro.pairs ? " (up to " + std::to_string(ro.max_pairs) + " by the registered rule)" : "") +
+      (ro.max_pairs > ro.pairs ? " (up to " + std::to_string(ro.max_pairs) + " by the registered rule)"
+                               : "") +
       " on seeds derived from eval seed " + std::to_string(st.row.eval_seed));
   compare::RunOptions run;
   run.plumb_binary = ctx.plumb_binary;
@@ -164,7 +165,8 @@ ComparisonOutcome compare_with(ledger::Ledger& ledger, const StudyState& st, con
   run.tokenizer = st.options.tokenizer;
   run.request_timeout = std::chrono::seconds(std::max(st.options.request_timeout_s, 60));
   run.progress = [&](const std::string& m) {
-    if (m.rfind("pair ", 0) == 0 || m.rfind("  run ", 0) == 0 || m.rfind("another pair", 0) == 0) say("  " + m);
+    if (m.rfind("pair ", 0) == 0 || m.rfind("  run ", 0) == 0 || m.rfind("another pair", 0) == 0)
+      say("  " + m);
   };
   auto rs = compare::run_comparison(ledger, *rid, run);
   if (!rs.ok()) co.error = rs.status().to_string();

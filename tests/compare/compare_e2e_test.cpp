@@ -232,7 +232,6 @@ TEST_F(CompareE2eTest, JitteryArmReadsNoisyAndTheLedgerRefusesAVerdict) {
   sqlite3_free(err);
 }
 
-
 // A comparison registered with room to grow (--max-pairs) adds pairs by its sizing rule only while the
 // spread asks for them: with a jittery arm (an arm's CV far over 4.5%) it grows to its last seed; it
 // can stop after N pairs of one call (--pairs-this-run) and resume; and while the rule still asks
