@@ -204,10 +204,11 @@ Result<Readout> readout(std::span<const double> a, std::span<const double> b, co
 // time, up to one pair per seed, while its readout so far is too spread for a verdict: the 95%
 // interval's half-width on the log scale exceeds log(1 + sizing_half_width(rule)), or an arm's CV
 // exceeds kExtendCvFraction of the cap. The rule reads only the spread of what was measured (the
-// SD of the log ratios, the arms' CVs), never the ratio, so stopping by it does not favour any
-// verdict (a two-stage design in Stein's manner); it is written into the registration's rule text,
-// so it is fixed before the first run. Not part of canonical_json(): a comparison without extra
-// seeds reads out exactly as before.
+// SD of the log ratios, the arms' CVs), never the ratio, so it does not steer towards one verdict;
+// stopping when the interval happens to be narrow does widen the interval's own error a little
+// (docs/protocol.md §4 gives the simulated figures). It is written into the registration's rule
+// text, so it is fixed before the first run. Not part of canonical_json(): a comparison without
+// extra seeds reads out exactly as before.
 inline constexpr double kExtendCvFraction = 0.9;
 // The half-width the rule aims for: half of delta (room for an `equivalent` whose ratio is off 1 by
 // up to another half), or half of min_effect when that is smaller and not 0.
