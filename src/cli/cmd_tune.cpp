@@ -53,6 +53,7 @@ struct TuneArgs {
   bool quiet = false;
   bool no_preflight = false;
   int preflight_runs = 4;
+  int confirm_top = 3;  // --confirm: the top configurations measured again before the re-validation
   std::string placement = "auto";  // the pre-flight's (trials and comparisons place with auto)
   // Where trials run (executor/executor.h).
   ExecutorArgs exec;
@@ -412,6 +413,26 @@ Result<int64_t> create_study(ledger::Ledger& ledger, TuneArgs& a) {
 }
 
 // The search: trials until the budget is spent; a stop keeps the finished trials.
+// The confirmation of the search's top configurations (tune::confirm_best), when a re-validation
+// follows and the trials ran in this process.
+int confirm(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
+  auto st = tune::load_study(ledger, id);
+  if (!st.ok()) return fail(st.status());
+  if (a.confirm_top <= 0 || !followup_settings(a, st->options, /*say=*/false).revalidate) return kExitOk;
+  if (ctx.executor) {
+    std::fprintf(stderr,
+                 "confirmation: skipped (trials ran through --executor; it runs in this process only)\n");
+    return kExitOk;
+  }
+  auto r = tune::confirm_best(ledger, id, ctx, a.confirm_top, /*repeats=*/2);
+  if (!r.ok()) {
+    std::cerr << "plumb tune: confirmation of study " << id << " stopped: " << r.status().to_string()
+              << "\n  continue with: plumb tune --resume " << id << "\n";
+    return exit_for(r.status()) == kExitUsage ? kExitError : exit_for(r.status());
+  }
+  return kExitOk;
+}
+
 int run_search(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
   auto r = tune::run_study(ledger, id, ctx);
   if (!r.ok() && executor::held_by_another(r.status())) {
@@ -592,6 +613,7 @@ int run_tune(TuneArgs& a) {
   }
   if (a.report_only == 0) {
     if (int rc = run_search(ledger, id, a, ctx); rc != kExitOk) return rc;
+    if (int rc = confirm(ledger, id, a, ctx); rc != kExitOk) return rc;
   }
   auto st = tune::load_study(ledger, id);
   if (!st.ok()) return fail(st.status());
@@ -708,6 +730,12 @@ void setup_tune(CLI::App& root) {
               "and size the re-validation's pairs)");
   c->add_option("--preflight-runs", a->preflight_runs, "runs of the pre-flight noise check (>= 3)")
       ->capture_default_str();
+  c->add_option("--confirm", a->confirm_top,
+                "after the search, measure the top N configurations twice more each and take the best by "
+                "its mean, so that one lucky measurement does not win (0: off; in this process only, not "
+                "with --executor)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--preflight-placement", a->placement,
                 "auto|off: placement of the pre-flight's runs (launch/placement.h), to see what it changes")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -249,14 +250,40 @@ Result<int64_t> create_study(ledger::Ledger& ledger, const StudyOptions& in) {
   return ledger.create_study(r);
 }
 
-std::optional<size_t> StudyState::best() const {
-  std::optional<size_t> b;
+std::optional<BestConfiguration> StudyState::best_configuration() const {
+  struct Acc {
+    size_t first = 0;
+    double sum = 0;
+    int64_t n = 0;
+    bool confirmed = false;
+  };
+  std::map<std::string, Acc> by_config;
+  std::vector<std::string> order;  // first appearance, so ties go to the earlier configuration
+  bool any_confirmed = false;
   for (size_t i = 0; i < trials.size(); ++i) {
     const auto& o = trials[i].obs;
     if (o.stage != "full" || !o.feasible || !o.objective) continue;
-    if (!b || *o.objective > *trials[*b].obs.objective) b = i;
+    const std::string key = config_key(o.config);
+    auto [it, fresh] = by_config.try_emplace(key, Acc{i});
+    if (fresh) order.push_back(key);
+    it->second.sum += *o.objective;
+    ++it->second.n;
+    if (trials[i].rationale.rfind(kConfirmationRationale, 0) == 0)
+      it->second.confirmed = any_confirmed = true;
+  }
+  std::optional<BestConfiguration> b;
+  for (const auto& key : order) {
+    const Acc& a = by_config[key];
+    if (any_confirmed && !a.confirmed) continue;
+    const double mean = a.sum / double(a.n);
+    if (!b || mean > b->mean) b = BestConfiguration{a.first, mean, a.n};
   }
   return b;
+}
+
+std::optional<size_t> StudyState::best() const {
+  auto b = best_configuration();
+  return b ? std::optional<size_t>(b->trial) : std::nullopt;
 }
 
 double StudyState::seconds_used() const {

@@ -168,12 +168,26 @@ struct Trial {
   std::optional<int64_t> run_id;
 };
 
+// A confirmation trial's rationale begins with this (confirm_best).
+inline constexpr const char* kConfirmationRationale = "confirmation ";
+
+// The best configuration of a study: the feasible full-stage configuration with the highest mean
+// objective over its trials. Once a study has confirmation trials, only the configurations they
+// re-measured are eligible, so one lucky measurement cannot win after the top ones were measured
+// again.
+struct BestConfiguration {
+  size_t trial = 0;          // its first trial (the configuration as measured by the search)
+  double mean = 0;           // mean objective over its feasible full-stage trials
+  int64_t measurements = 0;  // how many
+};
+
 struct StudyState {
   ledger::StudyRow row;
   StudyOptions options;
   SearchSpace space;
-  std::vector<Trial> trials;  // finished, by index
-  // The best feasible full-stage trial (nullopt if none).
+  std::vector<Trial> trials;                                    // finished, by index
+  std::optional<BestConfiguration> best_configuration() const;  // nullopt without a feasible trial
+  // best_configuration()'s trial (nullopt if none).
   std::optional<size_t> best() const;
   double seconds_used() const;  // sum of trial wall times
 };
@@ -187,6 +201,16 @@ struct StudyRunSummary {
 // Runs trials until a budget is spent or the strategy has nothing left. Errors: ledger failures,
 // the external proposer's failures (the study stays resumable).
 Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t study_id, const RunContext& ctx);
+
+// After the search: the `top` configurations with the highest objective in the search's own
+// full-stage trials are each measured `repeats` more times on the same dev-seed workload (fresh
+// launches), stored as full-stage trials whose rationale begins with kConfirmationRationale, so
+// that best_configuration() picks among them by their mean: a winner of the search picked on one
+// lucky measurement (the winner's curse) does not go on to the re-validation unchallenged. Runs past
+// the search's time budget. A resumed call measures only the repeats still missing. In this process
+// only (not through RunContext::executor: FailedPrecondition). Returns the trials it ran.
+Result<int64_t> confirm_best(ledger::Ledger& ledger, int64_t study_id, const RunContext& ctx, int top,
+                             int repeats);
 
 // ---- replaying strategies over a measured grid ----------------------------------------------------
 

@@ -149,6 +149,8 @@ json::object report_json(const StudyState& st, const Revalidation* rv) {
     const auto& t = st.trials[*b];
     out["best"] = json::object{{"index", t.obs.index},
                                {"objective", json::number_or_null(t.obs.objective)},
+                               {"mean_objective", st.best_configuration()->mean},
+                               {"measurements", st.best_configuration()->measurements},
                                {"config", config_to_json(t.obs.config)},
                                {"engine_config_toml", engine_config_toml(st.space, t.obs.config)},
                                {"serve_command", serve_command(st.space, t.obs.config)}};
@@ -189,11 +191,15 @@ std::string best_text(const StudyState& st) {
            opt_num(metric_of(st.trials[i].obs, "request_throughput"), "%.3f") + " req/s)";
     s += "\n";
   }
+  auto bc = st.best_configuration();
   auto b = st.best();
   if (b) {
     s += "\n  best: trial " + std::to_string(st.trials[*b].obs.index + 1) + ", objective " +
-         opt_num(st.trials[*b].obs.objective) + " on the dev seed\n    " +
-         config_summary(st.space, st.trials[*b].obs.config) + "\n";
+         opt_num(st.trials[*b].obs.objective) + " on the dev seed" +
+         (bc->measurements > 1 ? " (mean " + internal::fmt("%.4g", bc->mean) + " over " +
+                                     std::to_string(bc->measurements) + " measurements)"
+                               : std::string()) +
+         "\n    " + config_summary(st.space, st.trials[*b].obs.config) + "\n";
     if (auto cmd = serve_command(st.space, st.trials[*b].obs.config); !cmd.empty()) s += "    " + cmd + "\n";
   } else {
     s += "\n  no feasible trial: no best configuration\n";

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -342,6 +343,66 @@ Result<StudyRunSummary> run_study(ledger::Ledger& ledger, int64_t id, const RunC
   }
   sum.trials_total = int64_t(l.st.trials.size());
   return sum;
+}
+
+namespace {
+
+// The search's own top configurations (confirmation trials left out, so a resumed call picks the
+// same ones): by their best full-stage objective, highest first, at most `top`.
+std::vector<Config> search_top(const StudyState& st, int top) {
+  std::map<std::string, std::pair<double, size_t>> best;  // config key -> (objective, trial)
+  for (size_t i = 0; i < st.trials.size(); ++i) {
+    const auto& t = st.trials[i];
+    if (t.obs.stage != "full" || !t.obs.feasible || !t.obs.objective ||
+        t.rationale.rfind(kConfirmationRationale, 0) == 0)
+      continue;
+    auto [it, fresh] = best.try_emplace(config_key(t.obs.config), *t.obs.objective, i);
+    if (!fresh && *t.obs.objective > it->second.first) it->second = {*t.obs.objective, i};
+  }
+  std::vector<std::pair<double, size_t>> ranked;
+  for (const auto& [key, v] : best) ranked.push_back(v);
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<Config> out;
+  for (size_t k = 0; k < ranked.size() && int(k) < top; ++k)
+    out.push_back(st.trials[ranked[k].second].obs.config);
+  return out;
+}
+
+}  // namespace
+
+Result<int64_t> confirm_best(ledger::Ledger& ledger, int64_t id, const RunContext& ctx, int top,
+                             int repeats) {
+  if (ctx.executor) return failed_precondition("confirmation runs in this process, not through an executor");
+  if (top <= 0 || repeats <= 0) return int64_t(0);
+  PLUMB_ASSIGN_OR_RETURN(auto loop, open_loop(ledger, id, ctx));
+  Loop& l = *loop;
+  const std::vector<Config> tops = search_top(l.st, top);
+  if (tops.size() < 2) return int64_t(0);  // one candidate: nothing to choose between
+  l.say("confirmation: the top " + std::to_string(tops.size()) + " configurations, " +
+        std::to_string(repeats) +
+        " more measurement(s) each on the dev seed; the best is then the highest mean");
+  int64_t ran = 0;
+  for (size_t k = 0; k < tops.size(); ++k) {
+    const std::string key = config_key(tops[k]);
+    int64_t have = 0;
+    for (const auto& t : l.st.trials)
+      have += t.rationale.rfind(kConfirmationRationale, 0) == 0 && config_key(t.obs.config) == key;
+    for (int64_t r = have; r < repeats; ++r) {
+      Proposal p;
+      p.config = tops[k];
+      p.rationale = std::string(kConfirmationRationale) + std::to_string(r + 1) + "/" +
+                    std::to_string(repeats) + " of search rank " + std::to_string(k + 1);
+      PLUMB_ASSIGN_OR_RETURN(ledger::TrialRow tr, internal::measure_trial(l, p));
+      append_trial(l, tr);
+      ++ran;
+    }
+  }
+  if (auto b = l.st.best_configuration())
+    l.say("confirmation: best is trial " + std::to_string(l.st.trials[b->trial].obs.index + 1) + ", mean " +
+          fmt("%.4g", b->mean) + " over " + std::to_string(b->measurements) + " measurements");
+  return ran;
 }
 
 }  // namespace plumb::tune

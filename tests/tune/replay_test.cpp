@@ -103,5 +103,37 @@ TEST(Replay, AStudyWithoutAFeasibleTrialOrAPointOffTheGridIsRefused) {
   EXPECT_NE(off.status().message().find("did not measure"), std::string::npos) << off.status().message();
 }
 
+// The best configuration: the highest single objective until confirmation trials exist; then only
+// the confirmed configurations are eligible, by their mean.
+TEST(BestConfiguration, ConfirmedConfigurationsWinByTheirMean) {
+  StudyState st = grid_study();
+  auto b = st.best_configuration();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_DOUBLE_EQ(b->mean, 17.0);
+  EXPECT_EQ(b->measurements, 1);
+  const size_t top = b->trial;
+  size_t second = 0;  // 8 seqs, 2 threads, not chunked: 16
+  for (size_t i = 0; i < st.trials.size(); ++i)
+    if (st.trials[i].obs.objective == 16.0) second = i;
+  ASSERT_DOUBLE_EQ(*st.trials[second].obs.objective, 16.0);
+  auto confirm = [&](size_t of, double objective) {
+    Trial t = st.trials[of];
+    t.obs.index = int64_t(st.trials.size());
+    t.obs.objective = objective;
+    t.rationale = std::string(kConfirmationRationale) + "1/2";
+    st.trials.push_back(t);
+  };
+  confirm(top, 12.0);  // the search's 17 was lucky: mean (17 + 12 + 13) / 3 = 14
+  confirm(top, 13.0);
+  confirm(second, 16.0);  // mean 16
+  confirm(second, 16.0);
+  b = st.best_configuration();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->trial, second);
+  EXPECT_DOUBLE_EQ(b->mean, 16.0);
+  EXPECT_EQ(b->measurements, 3);
+  EXPECT_EQ(st.best(), std::optional<size_t>(second));
+}
+
 }  // namespace
 }  // namespace plumb::tune

@@ -325,5 +325,50 @@ values = [5000.0]
   EXPECT_TRUE(t.run_id.has_value());  // the partial run is recorded, invalid
 }
 
+// confirm_best: after a grid of the three TTFTs (constant distribution: 3 feasible trials), the top 2
+// are measured twice more each, stored as full trials with a confirmation rationale; the best is
+// then one of them by its mean over 3 measurements; a second call measures nothing more.
+TEST_F(StudyE2eTest, ConfirmationMeasuresTheTopAgainAndTheBestIsTheirMean) {
+  std::ofstream(dir_ + "/ttft.toml") << R"(name = "ttft"
+adapter = "plumb"
+[fixed]
+engine = "synthetic"
+itl_ms = 1.0
+threads = 1
+[[param]]
+name = "ttft_ms"
+type = "float"
+values = [20.0, 40.0, 60.0]
+)";
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  StudyOptions o = options("grid", 3);
+  o.space = dir_ + "/ttft.toml";
+  auto id = create_study(**l, o);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  RunContext ctx;
+  ctx.plumb_binary = PLUMB_BINARY;
+  ctx.work_dir = dir_;
+  ASSERT_TRUE(run_study(**l, *id, ctx).ok());
+  auto ran = confirm_best(**l, *id, ctx, 2, 2);
+  ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+  EXPECT_EQ(*ran, 4);
+  auto st = load_study(**l, *id);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->trials.size(), 7u);
+  for (size_t i = 3; i < 7; ++i)
+    EXPECT_EQ(st->trials[i].rationale.rfind(kConfirmationRationale, 0), 0u) << st->trials[i].rationale;
+  auto b = st->best_configuration();
+  ASSERT_TRUE(b.has_value());
+  if (st->trials[b->trial].obs.feasible && b->measurements == 3) {
+    // One of the two confirmed (TTFT 20 or 40), never the unconfirmed TTFT 60.
+    EXPECT_NE(std::get<double>(st->trials[b->trial].obs.config.at("ttft_ms")), 60.0);
+  }
+  EXPECT_NE(report_text(*st, nullptr).find("measurements)"), std::string::npos) << report_text(*st, nullptr);
+  auto again = confirm_best(**l, *id, ctx, 2, 2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0);
+}
+
 }  // namespace
 }  // namespace plumb::tune
