@@ -24,6 +24,7 @@
 #include "loadgen/driver.h"
 #include "loadgen/openai_target.h"
 #include "metrics/metrics.h"
+#include "metrics/vram.h"
 #include "plumb_build_info.h"
 #include "protocol/protocol.h"
 #include "protocol/provenance.h"
@@ -36,7 +37,8 @@ namespace plumb::cli {
 namespace {
 
 struct BenchArgs {
-  std::string target;  // URL or "null"; empty: plumb starts its own `plumb serve`
+  std::string target;    // URL or "null"; empty: plumb starts its own `plumb serve`
+  bool no_vram = false;  // --no-vram: do not sample GPU memory with nvidia-smi
   std::string api = "chat";
   std::string model;
   std::string api_key;
@@ -628,16 +630,26 @@ json::value result_json(const BenchArgs& a, const Plan& plan, const compare::Mea
   return o;
 }
 
+// The GPU memory sampled during the run (metrics/vram.h): {"peak_mib", "samples", "source"} or
+// {"peak_mib": null, "unavailable": why}.
+json::object vram_json(const metrics::VramPeak& v) {
+  if (!v.peak_mib) return json::object{{"peak_mib", nullptr}, {"unavailable", v.unavailable}};
+  return json::object{{"peak_mib", *v.peak_mib},
+                      {"samples", v.samples},
+                      {"source", "nvidia-smi memory.used, the largest card, every 0.5 s"}};
+}
+
 // --ib-json: InferenceBench's metrics JSON with plumb's own object.
 Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Workload& w, bool valid,
-                       metrics::Scoring scoring, const std::string& summary_line,
-                       const ProfileOutputs& outs) {
+                       metrics::Scoring scoring, const std::string& summary_line, const ProfileOutputs& outs,
+                       const metrics::VramPeak& vram) {
   IbRunOutput ib{.scenario = plan.scenario ? plan.scenario->id : "custom",
                  .name = plan.scenario ? plan.scenario->name : "",
                  .model = a.model,
                  .target = a.target,
                  .profile_names = plan.profile_names,
-                 .metrics = outs.results};
+                 .metrics = outs.results,
+                 .vram_peak_mb = vram.peak_mib};
   for (const auto& r : outs.runs) ib.runs.push_back(&r);
   ib.plumb = plan.ib_info;
   ib.plumb["request_set_hash"] = w.set.set_hash;
@@ -647,6 +659,7 @@ Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Work
   ib.plumb["seed"] = a.seed;
   ib.plumb["summary"] = summary_line;
   if (plan.scenario) ib.plumb["size_class"] = std::string(protocol::size_class_name(plan.scenario->size));
+  ib.plumb["vram"] = vram_json(vram);
   Status st = write_ib_json(a.ib.json_path, ib);
   if (!st.ok()) return job_error("--ib-json: " + st.to_string());
   if (!a.quiet)
@@ -656,18 +669,23 @@ Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Work
 
 // The result files: --json, --ib-json and --html.
 Status write_results(const BenchArgs& a, const Plan& plan, const compare::Workload& w,
-                     const compare::Measurement& m, const compare::MeasureOptions& mo, ProfileOutputs& outs) {
+                     const compare::Measurement& m, const compare::MeasureOptions& mo, ProfileOutputs& outs,
+                     const metrics::VramPeak& vram) {
   json::object settings = settings_json(a);
   settings["measure"] = compare::settings_json(mo);
   for (auto& pj : outs.profile_json) pj.as_object()["settings"] = settings;
   std::string summary_line;
   json::value out = result_json(a, plan, m, std::move(outs.profile_json), summary_line);
+  if (out.is_object()) out.as_object()["vram"] = vram_json(vram);
+  if (vram.peak_mib && !a.quiet)
+    std::fprintf(stderr, "plumb bench: GPU memory in use, peak %.0f MiB (nvidia-smi, %lld samples)\n",
+                 *vram.peak_mib, (long long)vram.samples);
   if (!a.json_path.empty()) {
     Status st = write_file_atomic(a.json_path, json::dump_pretty(out) + "\n");
     if (!st.ok()) return job_error("--json: " + st.to_string());
   }
   if (!a.ib.json_path.empty())
-    PLUMB_RETURN_IF_ERROR(write_ib_output(a, plan, w, m.valid, scoring_over(m), summary_line, outs));
+    PLUMB_RETURN_IF_ERROR(write_ib_output(a, plan, w, m.valid, scoring_over(m), summary_line, outs, vram));
   if (!a.html_path.empty()) {
     Status st =
         write_html_report(a, w.set.set_hash, summary_line, m.valid, outs.runs, outs.results, outs.validities);
@@ -725,10 +743,14 @@ Result<bool> bench(BenchArgs& a) {
                       .scenario = plan.scenario,
                       .bounds = plan.bounds};
   PLUMB_ASSIGN_OR_RETURN(w, take_subset(a, std::move(w)));
+  metrics::VramSampler vram;  // IB's vram_peak_mb: the run's peak GPU memory in use
+  if (!a.no_vram) vram.start();
   auto m = compare::measure(subject, w, mo);
+  const metrics::VramPeak peak =
+      a.no_vram ? metrics::VramPeak{.unavailable = "not sampled (--no-vram)"} : vram.stop();
   if (!m.ok()) return step_error("", m.status());
   PLUMB_RETURN_IF_ERROR(after_measurement(a, own_server, w, mo, *m, outs));
-  PLUMB_RETURN_IF_ERROR(write_results(a, plan, w, *m, mo, outs));
+  PLUMB_RETURN_IF_ERROR(write_results(a, plan, w, *m, mo, outs, peak));
   return m->valid;
 }
 
@@ -825,6 +847,10 @@ void setup_bench(CLI::App& root) {
   c->add_option("--part", args->part, "which part of --parts this command measures (1 to N)");
   args->ib.add_to(c);
   c->add_flag("--quiet", args->quiet, "no progress line");
+  c->add_flag(
+      "--no-vram", args->no_vram,
+      "do not sample GPU memory in use (by default nvidia-smi is asked every 0.5 s during the run when "
+      "it is on PATH: the peak goes into --json's \"vram\" and --ib-json's vram_peak_mb)");
   c->callback([args] { set_exit_code(run_bench(*args)); });
 }
 

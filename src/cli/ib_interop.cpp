@@ -245,6 +245,7 @@ Status write_ib_json(const std::string& path, const IbRunOutput& out) {
     r.profiles.push_back({.name = name, .run = out.runs[i], .metrics = out.metrics[i]});
   }
   r.plumb = out.plumb;
+  r.vram_peak_mb = out.vram_peak_mb;
   return write_file_atomic(path, json::dump_pretty(report::render_ib_metrics(r)) + "\n");
 }
 

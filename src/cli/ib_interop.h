@@ -5,6 +5,7 @@
 // docs/inferencebench.md documents both.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,7 @@ struct IbRunOutput {
   std::vector<const metrics::RunRecord*> runs;  // per profile
   std::vector<metrics::Metrics> metrics;        // per profile
   json::object plumb;                           // the top-level "plumb" object
+  std::optional<double> vram_peak_mb;           // IB's vram_peak_mb: metrics/vram.h's peak; nullopt: null
 };
 Status write_ib_json(const std::string& path, const IbRunOutput& out);
 

@@ -360,6 +360,7 @@ std::vector<Config> search_top(const StudyState& st, int top) {
     if (!fresh && *t.obs.objective > it->second.first) it->second = {*t.obs.objective, i};
   }
   std::vector<std::pair<double, size_t>> ranked;
+  ranked.reserve(best.size());
   for (const auto& [key, v] : best) ranked.push_back(v);
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;

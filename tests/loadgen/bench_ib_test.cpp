@@ -99,7 +99,12 @@ TEST(BenchIb, RequestFileAndScenarioGiveIbMetricsAgreeingWithPlumbs) {
   ASSERT_TRUE(pv.ok() && iv.ok()) << o.err;
   EXPECT_EQ(at(*pv, "size").as_string(), "custom");
   EXPECT_EQ(at(*iv, "scenario").as_string(), "C");
-  EXPECT_TRUE(at(*iv, "vram_peak_mb").is_null());
+  // GPU memory: sampled with nvidia-smi where there is one; else null, never 0, with the reason.
+  EXPECT_EQ(at(*iv, "vram_peak_mb").is_null(), at(*iv, "plumb.vram.peak_mib").is_null());
+  EXPECT_EQ(at(*pv, "vram.peak_mib").is_null(), at(*iv, "vram_peak_mb").is_null());
+  if (at(*iv, "vram_peak_mb").is_null()) {
+    EXPECT_FALSE(at(*iv, "plumb.vram.unavailable").as_string().empty());
+  }
   EXPECT_TRUE(at(*iv, "quality_check").is_null());
   EXPECT_EQ(at(*iv, "eval_pipeline.name").as_string(), "plumb");
   EXPECT_FALSE(at(*iv, "model_id").as_string().empty());

@@ -1,0 +1,124 @@
+#include "metrics/vram.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+#include <utility>
+
+namespace plumb::metrics {
+
+Result<double> parse_memory_used(std::string_view out) {
+  std::optional<double> most;
+  size_t start = 0;
+  while (start <= out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string_view::npos) end = out.size();
+    std::string line(out.substr(start, end - start));
+    start = end + 1;
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    line.erase(0, line.find_first_not_of(" \t"));
+    if (line.empty()) continue;
+    char* rest = nullptr;
+    const double v = std::strtod(line.c_str(), &rest);
+    if (rest == line.c_str() || *rest != '\0' || !(v >= 0))
+      return invalid_argument("nvidia-smi memory.used: not a MiB figure: '" + line.substr(0, 80) + "'");
+    most = std::max(most.value_or(v), v);
+  }
+  if (!most) return invalid_argument("nvidia-smi memory.used: no card listed");
+  return *most;
+}
+
+VramSampler::VramSampler(std::chrono::milliseconds interval, std::string program)
+    : interval_(interval), program_(std::move(program)) {}
+
+VramSampler::~VramSampler() { stop(); }
+
+namespace {
+
+// The program's path: as given when it names a folder, else the first executable of that name on
+// PATH; "" when there is none.
+std::string find_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0 ? program : "";
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "";
+  while (!rest.empty()) {
+    const size_t colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    std::string full = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(full.c_str(), X_OK) == 0) return full;
+  }
+  return "";
+}
+
+// Runs `path` with nvidia-smi's memory query, its stderr dropped (a failing driver would otherwise
+// print every interval); stdout, or why not.
+Result<std::string> query(const std::string& path) {
+  std::string cmd = "'";
+  for (char c : path) cmd += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  cmd += "' --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return io_error("cannot run " + path);
+  std::string out;
+  char buf[1024];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return io_error(path + " failed (status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                    ")");
+  return out;
+}
+
+}  // namespace
+
+bool VramSampler::sample() {
+  if (path_.empty()) path_ = find_program(program_);
+  Result<std::string> out =
+      path_.empty()
+          ? Result<std::string>(not_found(
+                program_ + " could not be run: not found" +
+                (program_.find('/') == std::string::npos ? std::string(" on PATH") : std::string())))
+          : query(path_);
+  Result<double> v = out.ok() ? parse_memory_used(*out) : Result<double>(out.status());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!v.ok()) {
+    if (peak_.samples == 0) peak_.unavailable = v.status().message();
+    return false;
+  }
+  peak_.peak_mib = std::max(peak_.peak_mib.value_or(*v), *v);
+  ++peak_.samples;
+  peak_.unavailable.clear();
+  return true;
+}
+
+void VramSampler::start() {
+  if (!sample()) return;  // no GPU memory to sample here: stop() reports why
+  thread_ = std::thread([this] { loop(); });
+}
+
+void VramSampler::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
+    lock.unlock();
+    sample();
+    lock.lock();
+  }
+}
+
+VramPeak VramSampler::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
+
+}  // namespace plumb::metrics
