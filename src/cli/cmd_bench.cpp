@@ -362,6 +362,10 @@ Status check_flag_combinations(const BenchArgs& a) {
   if (a.request_limit > 0 && a.parts > 0)
     return usage_error(
         "--request-limit and --parts exclude each other: a part is already a slice of the set");
+  if (a.ib.quality_baseline >= 0 && (a.target.empty() || a.target == "null"))
+    return usage_error(
+        "--ib-quality-baseline asks a server after the run: give its --target (plumb's own server is gone "
+        "by then; start one with `plumb serve` and pass its URL)");
   if ((a.parts > 0) != (a.part > 0))
     return usage_error("--parts N and --part K go together (K from 1 to N), e.g. --parts 4 --part 1");
   if (a.parts > 0 && (a.parts < 2 || a.part > a.parts))
@@ -642,14 +646,15 @@ json::object vram_json(const metrics::VramPeak& v) {
 // --ib-json: InferenceBench's metrics JSON with plumb's own object.
 Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Workload& w, bool valid,
                        metrics::Scoring scoring, const std::string& summary_line, const ProfileOutputs& outs,
-                       const metrics::VramPeak& vram) {
+                       const metrics::VramPeak& vram, const std::optional<json::object>& quality) {
   IbRunOutput ib{.scenario = plan.scenario ? plan.scenario->id : "custom",
                  .name = plan.scenario ? plan.scenario->name : "",
                  .model = a.model,
                  .target = a.target,
                  .profile_names = plan.profile_names,
                  .metrics = outs.results,
-                 .vram_peak_mb = vram.peak_mib};
+                 .vram_peak_mb = vram.peak_mib,
+                 .quality_check = quality};
   for (const auto& r : outs.runs) ib.runs.push_back(&r);
   ib.plumb = plan.ib_info;
   ib.plumb["request_set_hash"] = w.set.set_hash;
@@ -670,13 +675,16 @@ Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Work
 // The result files: --json, --ib-json and --html.
 Status write_results(const BenchArgs& a, const Plan& plan, const compare::Workload& w,
                      const compare::Measurement& m, const compare::MeasureOptions& mo, ProfileOutputs& outs,
-                     const metrics::VramPeak& vram) {
+                     const metrics::VramPeak& vram, const std::optional<json::object>& quality) {
   json::object settings = settings_json(a);
   settings["measure"] = compare::settings_json(mo);
   for (auto& pj : outs.profile_json) pj.as_object()["settings"] = settings;
   std::string summary_line;
   json::value out = result_json(a, plan, m, std::move(outs.profile_json), summary_line);
-  if (out.is_object()) out.as_object()["vram"] = vram_json(vram);
+  if (out.is_object()) {
+    out.as_object()["vram"] = vram_json(vram);
+    if (quality) out.as_object()["quality"] = *quality;
+  }
   if (vram.peak_mib && !a.quiet)
     std::fprintf(stderr, "plumb bench: GPU memory in use, peak %.0f MiB (nvidia-smi, %lld samples)\n",
                  *vram.peak_mib, (long long)vram.samples);
@@ -685,7 +693,8 @@ Status write_results(const BenchArgs& a, const Plan& plan, const compare::Worklo
     if (!st.ok()) return job_error("--json: " + st.to_string());
   }
   if (!a.ib.json_path.empty())
-    PLUMB_RETURN_IF_ERROR(write_ib_output(a, plan, w, m.valid, scoring_over(m), summary_line, outs, vram));
+    PLUMB_RETURN_IF_ERROR(
+        write_ib_output(a, plan, w, m.valid, scoring_over(m), summary_line, outs, vram, quality));
   if (!a.html_path.empty()) {
     Status st =
         write_html_report(a, w.set.set_hash, summary_line, m.valid, outs.runs, outs.results, outs.validities);
@@ -719,6 +728,25 @@ Result<compare::Workload> take_subset(const BenchArgs& a, compare::Workload w) {
   return sub;
 }
 
+// --ib-quality-baseline: IB's quality check on the target after the run (cli/ib_interop.h), said on
+// stderr; nullopt when not asked for.
+Result<std::optional<json::object>> quality_after(const BenchArgs& a) {
+  if (a.ib.quality_baseline < 0) return std::optional<json::object>();
+  auto q = ib_quality_check({.target = a.target,
+                             .model = a.model,
+                             .baseline = a.ib.quality_baseline,
+                             .tau = a.ib.quality_tau,
+                             .items = a.ib.quality_items});
+  if (!q.ok())
+    return q.status().code() == Code::kInvalidArgument ? usage_error(q.status().message())
+                                                       : step_error("quality check", q.status());
+  std::fprintf(stderr,
+               "plumb bench: quality check %s: accuracy %.3f on %lld questions, baseline %.3f x tau %.2f\n",
+               q->at("pass").as_bool() ? "PASS" : "FAIL", q->at("accuracy").as_double(),
+               (long long)q->at("items").as_int64(), a.ib.quality_baseline, a.ib.quality_tau);
+  return std::optional<json::object>(std::move(*q));
+}
+
 // The bench in order: flags, subject, plan, measure options, the measurement, what follows it and
 // the result files. Whether the run is valid.
 Result<bool> bench(BenchArgs& a) {
@@ -750,8 +778,9 @@ Result<bool> bench(BenchArgs& a) {
       a.no_vram ? metrics::VramPeak{.unavailable = "not sampled (--no-vram)"} : vram.stop();
   if (!m.ok()) return step_error("", m.status());
   PLUMB_RETURN_IF_ERROR(after_measurement(a, own_server, w, mo, *m, outs));
-  PLUMB_RETURN_IF_ERROR(write_results(a, plan, w, *m, mo, outs, peak));
-  return m->valid;
+  PLUMB_ASSIGN_OR_RETURN(std::optional<json::object> quality, quality_after(a));
+  PLUMB_RETURN_IF_ERROR(write_results(a, plan, w, *m, mo, outs, peak, quality));
+  return m->valid && (!quality || quality->at("pass").as_bool());
 }
 
 int run_bench(BenchArgs a) {

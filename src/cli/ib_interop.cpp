@@ -6,6 +6,9 @@
 
 #include "core/file.h"
 #include "core/random.h"
+#include "core/sha256.h"
+#include "core/shipped.h"
+#include "gates/checks.h"
 #include "net/http_client.h"
 #include "plumb_build_info.h"
 #include "report/inferencebench.h"
@@ -23,6 +26,15 @@ void IbFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--ib-json", json_path,
                   "also write InferenceBench's metrics JSON (profiles.<name>.ttft/itl/tpot in seconds, ...; "
                   "IB's definitions, plumb's own figures under \"plumb\")");
+  cmd->add_option(
+      "--ib-quality-baseline", quality_baseline,
+      "after the run, IB's quality check the plumb way: the target's greedy accuracy on plumb's "
+      "multiple-choice set must reach tau x this baseline accuracy (measured on the same set, e.g. "
+      "by `plumb gate quality` on the unoptimized server); into quality_check and --json's "
+      "\"quality\", exit 1 when it fails. Needs --target");
+  cmd->add_option("--ib-quality-tau", quality_tau, "the quality check's tau")->capture_default_str();
+  cmd->add_option("--ib-quality-items", quality_items, "questions of the set the quality check asks (0: all)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -246,7 +258,38 @@ Status write_ib_json(const std::string& path, const IbRunOutput& out) {
   }
   r.plumb = out.plumb;
   r.vram_peak_mb = out.vram_peak_mb;
+  r.quality_check = out.quality_check;
   return write_file_atomic(path, json::dump_pretty(report::render_ib_metrics(r)) + "\n");
+}
+
+Result<json::object> ib_quality_check(const IbQualityOptions& o) {
+  if (!(o.baseline >= 0 && o.baseline <= 1))
+    return invalid_argument("--ib-quality-baseline must be an accuracy in [0, 1]");
+  if (!(o.tau > 0 && o.tau <= 1)) return invalid_argument("--ib-quality-tau must be in (0, 1]");
+  std::string dataset = o.dataset;
+  if (dataset.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(dataset, find_shipped_file(Shipped::kData, "mc_heldout.jsonl"));
+  }
+  auto items = gates::load_mc_jsonl(dataset);
+  if (!items.ok()) return invalid_argument("quality dataset: " + items.status().message());
+  if (o.items > 0 && size_t(o.items) < items->size()) items->resize(size_t(o.items));
+  gates::OpenAiClient client(gates::Endpoint{o.target, o.model});
+  PLUMB_RETURN_IF_ERROR(client.resolve_model());
+  PLUMB_ASSIGN_OR_RETURN(gates::McResult mc, gates::mc_accuracy(client, *items, "completion"));
+  auto sha = sha256_file(dataset);
+  return json::object{
+      {"pass", mc.accuracy >= o.tau * o.baseline},
+      {"tau", o.tau},
+      {"accuracy", mc.accuracy},
+      {"baseline_accuracy", o.baseline},
+      {"items", mc.items},
+      {"correct", mc.correct},
+      {"unanswered", mc.unanswered},
+      {"dataset", dataset},
+      {"dataset_sha256", sha.ok() ? *sha : std::string("unreadable")},
+      {"note",
+       "plumb's multiple-choice set and greedy answers (gates::mc_accuracy), not IB's MMLU-Pro subset: "
+       "the baseline must be measured on the same set"}};
 }
 
 }  // namespace plumb::cli

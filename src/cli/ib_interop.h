@@ -26,6 +26,9 @@ struct IbFlags {
   std::string scenario_file;             // --ib-scenario: an IB scenario.json; "" none
   std::string concurrency = "declared";  // --ib-concurrency: declared | runner
   std::string json_path;                 // --ib-json: write IB's metrics JSON here; "" none
+  double quality_baseline = -1;          // --ib-quality-baseline: run ib_quality_check (-1: not run)
+  double quality_tau = 0.95;             // --ib-quality-tau
+  int quality_items = 60;                // --ib-quality-items
 
   void add_to(CLI::App* cmd);
 };
@@ -75,7 +78,25 @@ struct IbRunOutput {
   std::vector<metrics::Metrics> metrics;        // per profile
   json::object plumb;                           // the top-level "plumb" object
   std::optional<double> vram_peak_mb;           // IB's vram_peak_mb: metrics/vram.h's peak; nullopt: null
+  std::optional<json::object> quality_check;    // IB's quality_check (ib_quality_check); nullopt: null
 };
+
+// IB's quality check, plumb's way: greedy multiple-choice accuracy of the target on `items`
+// questions of plumb's shipped set (data/mc_heldout.jsonl, or `dataset`; gates::mc_accuracy) against
+// a precomputed baseline accuracy, passing when accuracy >= tau * baseline, as IB's gate does with
+// its MMLU-Pro subset. The object: {"pass", "tau", "accuracy", "baseline_accuracy", "items",
+// "correct", "unanswered", "dataset", "dataset_sha256", "note"}. InvalidArgument for a baseline
+// outside [0, 1], tau outside (0, 1], or an unreadable dataset; a target that does not answer is an
+// error.
+struct IbQualityOptions {
+  std::string target;  // base URL
+  std::string model;   // "" = the first id of /v1/models
+  double baseline = 0;
+  double tau = 0.95;
+  int items = 60;  // the first N questions; 0 = all
+  std::string dataset;
+};
+Result<json::object> ib_quality_check(const IbQualityOptions& o);
 Status write_ib_json(const std::string& path, const IbRunOutput& out);
 
 }  // namespace plumb::cli

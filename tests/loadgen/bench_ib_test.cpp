@@ -13,6 +13,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "server/serve_helpers.h"
 
 namespace plumb {
 namespace {
@@ -256,6 +257,38 @@ TEST(BenchIb, MalformedFilesAreUsageErrorsNamingTheField) {
   o = run_bench({"--target", "null", "--ib-scenario", fixture("scenario_a.json"), "--scenario", "A"});
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_NE(o.err.find("--ib-scenario"), std::string::npos) << o.err;
+}
+
+// --ib-quality-baseline: IB's quality check the plumb way, against a server given by --target: the
+// accuracy on plumb's multiple-choice set against tau x the baseline, in quality_check and --json's
+// "quality"; a failed check makes the exit code 1. The synthetic engine answers nothing right, so
+// a baseline of 0 passes and one of 0.9 fails.
+TEST(BenchIb, QualityCheckAgainstABaselineFillsQualityCheck) {
+  testing::ServeProcess server;
+  std::string error;
+  ASSERT_TRUE(server.start({"--engine", "synthetic", "--ttft-ms", "1", "--itl-ms", "1"}, &error)) << error;
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+  for (double baseline : {0.0, 0.9}) {
+    std::string ib = tmp("quality_ib.json"), j = tmp("quality.json");
+    Out o = run_bench({"--target", url, "--num-prompts", "4", "--input-len", "8", "--output-len", "4",
+                       "--ib-json", ib, "--json", j, "--ib-quality-baseline", std::to_string(baseline),
+                       "--ib-quality-items", "6", "--quiet"});
+    auto iv = json::parse_file(ib);
+    auto pv = json::parse_file(j);
+    ASSERT_TRUE(iv.ok() && pv.ok()) << o.err;
+    const bool pass = baseline == 0.0;
+    EXPECT_EQ(o.code, pass ? 0 : 1) << o.err;
+    EXPECT_EQ(at(*iv, "quality_check.pass").as_bool(), pass) << o.err;
+    EXPECT_EQ(at(*iv, "quality_check.items").as_int64(), 6);
+    EXPECT_DOUBLE_EQ(at(*iv, "quality_check.baseline_accuracy").as_double(), baseline);
+    EXPECT_DOUBLE_EQ(at(*iv, "quality_check.tau").as_double(), 0.95);
+    EXPECT_EQ(at(*pv, "quality.pass").as_bool(), pass);
+    EXPECT_NE(o.err.find(pass ? "quality check PASS" : "quality check FAIL"), std::string::npos) << o.err;
+  }
+  // Without --target there is no server left to ask: a usage error before anything runs.
+  Out u = run_bench({"--num-prompts", "4", "--ib-quality-baseline", "0.5"});
+  EXPECT_EQ(u.code, 2) << u.err;
+  EXPECT_NE(u.err.find("give its --target"), std::string::npos) << u.err;
 }
 
 }  // namespace
