@@ -17,6 +17,7 @@
 #include "cli/command.h"
 #include "cli/executor_flags.h"
 #include "cli/job_outcome.h"
+#include "cli/kernels_cuda.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/sha256.h"
@@ -814,6 +815,7 @@ void setup_kernels(CLI::App& root) {
   add_profile_commands(c, a);
   add_search_commands(c, a);
   add_accept_command(c, a);
+  add_kernels_cuda_commands(c);
 }
 
 }  // namespace

@@ -1,0 +1,154 @@
+// `plumb kernels abi|compile|generate --device cuda`: the CUDA candidate ABI, NVRTC compilation in a
+// child process, the built-in variant generator. The logic lives in kernels/cuda/; this file parses
+// flags and prints.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/kernels_cuda.h"
+#include "core/json.h"
+#ifdef PLUMB_HAVE_CUDA
+#include "kernels/cuda/abi.h"
+#include "kernels/cuda/compile.h"
+#endif
+
+namespace plumb::cli {
+namespace {
+
+struct CudaArgs {
+  std::string device;
+  std::string source;
+  std::string out;
+  std::string arch = "sm_90a";
+  double timeout_s = 120;
+  int64_t memory_limit_mb = 4096;
+  std::vector<std::string> nvrtc_options;
+  bool json = false;
+};
+
+int fail(const char* what, const Status& s) {
+  std::cerr << "plumb kernels " << what << ": " << s.to_string() << "\n";
+  return exit_for(s);
+}
+
+// --device must be cuda: the CPU loop compiles its C++ candidates inside `plumb kernels screen`.
+Status check_device(const std::string& device) {
+  if (device != "cuda") {
+    return invalid_argument(
+        fmt::format("--device {}: only cuda has this command; CPU candidates are compiled "
+                    "by `plumb kernels screen`/`search` (docs/kernels.md)",
+                    device));
+  }
+#ifndef PLUMB_HAVE_CUDA
+  return unimplemented(
+      "this plumb was built without CUDA: install the CUDA toolkit (nvcc, NVRTC) and rebuild with "
+      "-DPLUMB_CUDA=on (docs/cuda.md)");
+#else
+  return Status::Ok();
+#endif
+}
+
+#ifdef PLUMB_HAVE_CUDA
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+kernels::cuda::CompileOptions compile_options(const CudaArgs& a) {
+  kernels::cuda::CompileOptions o;
+  o.arch = a.arch;
+  o.timeout_s = a.timeout_s;
+  o.memory_limit_mb = a.memory_limit_mb;
+  o.extra = a.nvrtc_options;
+  return o;
+}
+
+int run_compile(const CudaArgs& a) {
+  if (Status st = check_device(a.device); !st.ok()) return fail("compile", st);
+  if (a.timeout_s <= 0) return fail("compile", invalid_argument("--timeout must be > 0 seconds"));
+  std::string out = a.out;
+  if (out.empty()) out = std::filesystem::path(a.source).replace_extension("").string() + ".compile";
+  auto r = kernels::cuda::compile_in_child(self_exe(), std::filesystem::absolute(a.source).string(), out,
+                                           compile_options(a));
+  if (!r.ok()) return fail("compile", r.status());
+  if (a.json) {
+    std::cout << json::dump_pretty(kernels::cuda::to_json(*r)) << "\n";
+  } else {
+    std::cout << fmt::format("{}: {}\n", kernels::cuda::verdict_name(r->verdict), r->message);
+    if (!r->cubin_path.empty())
+      std::cout << "cubin: " << r->cubin_path << " (sha256 " << r->cubin_sha256 << ")\n";
+    std::cout << "source sha256 " << r->source_sha256 << ", NVRTC " << r->nvrtc_version << "; record in "
+              << out << "/compile.json\n";
+    if (r->verdict != kernels::cuda::CompileVerdict::kOk && !r->log.empty()) std::cout << r->log << "\n";
+  }
+  return r->verdict == kernels::cuda::CompileVerdict::kOk ? kExitOk : kExitFailed;
+}
+#endif
+
+void add_compile(CLI::App* c, const std::shared_ptr<CudaArgs>& a) {
+  auto* co =
+      c->add_subcommand("compile",
+                        "Compile one CUDA candidate (plumb_cuda_abi.h) with NVRTC to a cubin in a child "
+                        "process; exit 0 iff it compiled and its ABI checks pass");
+  co->add_option("--device", a->device, "cuda (the only device with compiled candidates)")->required();
+  co->add_option("--source", a->source, "the candidate's CUDA C++ source")
+      ->required()
+      ->check(CLI::ExistingFile);
+  co->add_option("--arch", a->arch, "target GPU architecture (sm_90a: H100/H200)")->capture_default_str();
+  co->add_option("--out", a->out, "folder for compile.json and candidate.cubin (default <source>.compile)");
+  co->add_option("--timeout", a->timeout_s, "seconds before the compiler is killed (a timed_out verdict)")
+      ->capture_default_str();
+  co->add_option("--memory-limit-mb", a->memory_limit_mb, "the compiler's address-space limit (0 = none)")
+      ->capture_default_str();
+  co->add_option("--nvrtc-option", a->nvrtc_options, "an extra NVRTC option (repeatable), e.g. -lineinfo");
+  co->add_flag("--json", a->json, "print compile.json (schema_version 1)");
+#ifdef PLUMB_HAVE_CUDA
+  co->callback([a] { set_exit_code(run_compile(*a)); });
+#else
+  co->callback([a] { set_exit_code(fail("compile", check_device(a->device))); });
+#endif
+
+  auto* ch = c->add_subcommand("compile-child", "(internal) the NVRTC child of `plumb kernels compile`");
+  ch->group("");
+  ch->add_option("--source", a->source)->required();
+  ch->add_option("--out", a->out)->required();
+  ch->add_option("--arch", a->arch);
+  ch->add_option("--memory-limit-mb", a->memory_limit_mb);
+  ch->add_option("--nvrtc-option", a->nvrtc_options);
+#ifdef PLUMB_HAVE_CUDA
+  ch->callback(
+      [a] { set_exit_code(kernels::cuda::compile_child_main(a->source, a->out, compile_options(*a))); });
+#else
+  ch->callback([a] { set_exit_code(fail("compile-child", check_device("cuda"))); });
+#endif
+}
+
+void add_abi(CLI::App* c, const std::shared_ptr<CudaArgs>& a) {
+  auto* ab =
+      c->add_subcommand("abi", "Print the CUDA candidate ABI header (plumb_cuda_abi.h) candidates include");
+  ab->add_option("--device", a->device, "cuda")->required();
+  ab->callback([a] {
+    Status st = check_device(a->device);
+    if (!st.ok()) return set_exit_code(fail("abi", st));
+#ifdef PLUMB_HAVE_CUDA
+    std::cout << kernels::cuda::abi_header_text();
+#endif
+    set_exit_code(kExitOk);
+  });
+}
+
+}  // namespace
+
+void add_kernels_cuda_commands(CLI::App* kernels) {
+  auto a = std::make_shared<CudaArgs>();
+  add_abi(kernels, a);
+  add_compile(kernels, a);
+}
+
+}  // namespace plumb::cli
