@@ -11,10 +11,12 @@
 
 #include "cli/command.h"
 #include "cli/kernels_cuda.h"
+#include "core/file.h"
 #include "core/json.h"
 #ifdef PLUMB_HAVE_CUDA
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/compile.h"
+#include "kernels/cuda/generate.h"
 #endif
 
 namespace plumb::cli {
@@ -28,6 +30,7 @@ struct CudaArgs {
   double timeout_s = 120;
   int64_t memory_limit_mb = 4096;
   std::vector<std::string> nvrtc_options;
+  std::string op;
   bool json = false;
 };
 
@@ -89,7 +92,63 @@ int run_compile(const CudaArgs& a) {
   }
   return r->verdict == kernels::cuda::CompileVerdict::kOk ? kExitOk : kExitFailed;
 }
+
+boost::json::object variant_json(const kernels::cuda::Variant& v, const std::string& file) {
+  return {{"name", v.name},
+          {"op", kernels::cuda::op_name(v.op)},
+          {"source", file},
+          {"block_threads", v.block_threads},
+          {"rows_per_block", v.rows_per_block},
+          {"vector_width", v.vector_width},
+          {"items_per_thread", v.items_per_thread},
+          {"max_blocks", v.max_blocks},
+          {"fused", v.fused}};
+}
+
+int run_generate(const CudaArgs& a) {
+  if (Status st = check_device(a.device); !st.ok()) return fail("generate", st);
+  auto op = kernels::cuda::parse_op(a.op);
+  if (!op.ok()) return fail("generate", op.status());
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  if (ec) return fail("generate", io_error("cannot create " + a.out + ": " + ec.message()));
+  boost::json::array index;
+  for (const auto& v : kernels::cuda::generate_variants(*op)) {
+    const std::string file = v.name + ".cu";
+    if (Status st = write_file_atomic((std::filesystem::path(a.out) / file).string(), v.source); !st.ok())
+      return fail("generate", st);
+    index.push_back(variant_json(v, file));
+  }
+  const size_t n = index.size();
+  boost::json::object doc{{"schema_version", 1},
+                          {"abi_version", kernels::cuda::kAbiVersion},
+                          {"op", kernels::cuda::op_name(*op)},
+                          {"variants", std::move(index)}};
+  if (Status st = write_file_atomic((std::filesystem::path(a.out) / "variants.json").string(),
+                                    json::dump_pretty(doc) + "\n");
+      !st.ok())
+    return fail("generate", st);
+  std::cout << fmt::format(
+      "{} {} variants in {} (variants.json lists them); compile one with plumb kernels "
+      "compile --device cuda --source {}/<name>.cu\n",
+      n, kernels::cuda::op_name(*op), a.out, a.out);
+  return kExitOk;
+}
 #endif
+
+void add_generate(CLI::App* c, const std::shared_ptr<CudaArgs>& a) {
+  auto* ge = c->add_subcommand("generate",
+                               "Write the built-in CUDA variants of one op (threads, vector width, rows per "
+                               "block, fused or not) as candidate sources, with variants.json");
+  ge->add_option("--device", a->device, "cuda")->required();
+  ge->add_option("--op", a->op, "rmsnorm_residual | swiglu")->required();
+  ge->add_option("--out", a->out, "folder for the sources")->required();
+#ifdef PLUMB_HAVE_CUDA
+  ge->callback([a] { set_exit_code(run_generate(*a)); });
+#else
+  ge->callback([a] { set_exit_code(fail("generate", check_device(a->device))); });
+#endif
+}
 
 void add_compile(CLI::App* c, const std::shared_ptr<CudaArgs>& a) {
   auto* co =
@@ -149,6 +208,7 @@ void add_kernels_cuda_commands(CLI::App* kernels) {
   auto a = std::make_shared<CudaArgs>();
   add_abi(kernels, a);
   add_compile(kernels, a);
+  add_generate(kernels, a);
 }
 
 }  // namespace plumb::cli
