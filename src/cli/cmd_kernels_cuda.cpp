@@ -17,6 +17,7 @@
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/compile.h"
 #include "kernels/cuda/generate.h"
+#include "kernels/cuda/screen.h"
 #endif
 
 namespace plumb::cli {
@@ -202,13 +203,130 @@ void add_abi(CLI::App* c, const std::shared_ptr<CudaArgs>& a) {
   });
 }
 
+void add_screen_child(CLI::App* c) {
+  auto* ch = c->add_subcommand("screen-cuda-child",
+                               "(internal) the device child of `plumb kernels screen --device cuda`");
+  ch->group("");
+  auto cubin = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto op = std::make_shared<std::string>();
+#ifdef PLUMB_HAVE_CUDA
+  auto o = std::make_shared<kernels::cuda::ScreenOptions>();
+  ch->add_option("--rows", o->rows_max);
+  ch->add_option("--dim", o->cols);
+  ch->add_option("--draws", o->draws);
+  ch->add_option("--reps", o->reps);
+  ch->add_option("--seed", o->seed);
+  ch->add_flag("--no-timing", [o](int64_t) { o->timing = false; });
+#endif
+  ch->add_option("--cubin", *cubin)->required();
+  ch->add_option("--out", *out)->required();
+  ch->add_option("--op", *op)->required();
+#ifdef PLUMB_HAVE_CUDA
+  ch->callback([=] {
+    auto parsed = kernels::cuda::parse_op(*op);
+    if (!parsed.ok()) return set_exit_code(fail("screen-cuda-child", parsed.status()));
+    o->op = *parsed;
+    set_exit_code(kernels::cuda::screen_child_main(*cubin, *out, *o));
+  });
+#else
+  ch->callback([] { set_exit_code(fail("screen-cuda-child", check_device("cuda"))); });
+#endif
+}
+
 }  // namespace
+
+struct CudaScreenArgs {
+  std::string op;
+  int64_t rows = 256;
+  int64_t dim = 4096;
+  int reps = 50;
+  uint64_t seed = 1;
+  CudaArgs compile;
+  double screen_timeout_s = 300;
+};
+
+std::shared_ptr<CudaScreenArgs> add_cuda_screen_flags(CLI::App* sc) {
+  auto a = std::make_shared<CudaScreenArgs>();
+  const char* g = "CUDA (--device cuda; docs/kernels.md, \"CUDA\")";
+  sc->add_option("--op", a->op, "rmsnorm_residual | swiglu (the op the candidate implements)")->group(g);
+  sc->add_option("--rows", a->rows, "largest rows (rmsnorm_residual) or T (swiglu) screened and timed")
+      ->capture_default_str()
+      ->group(g);
+  sc->add_option("--dim", a->dim, "d (rmsnorm_residual) or ff (swiglu)")->capture_default_str()->group(g);
+  sc->add_option("--reps", a->reps, "timed reps")->capture_default_str()->group(g);
+  sc->add_option("--seed", a->seed, "seed of the random draws")->capture_default_str()->group(g);
+  sc->add_option("--arch", a->compile.arch, "NVRTC target")->capture_default_str()->group(g);
+  sc->add_option("--compile-timeout", a->compile.timeout_s, "seconds before the compiler is killed")
+      ->capture_default_str()
+      ->group(g);
+  sc->add_option("--screen-timeout", a->screen_timeout_s, "seconds before the screening child is killed")
+      ->capture_default_str()
+      ->group(g);
+  return a;
+}
+
+int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const std::string& out_arg, int draws,
+                    bool timing, bool json) {
+  if (Status st = check_device("cuda"); !st.ok()) return fail("screen", st);
+#ifdef PLUMB_HAVE_CUDA
+  auto op = kernels::cuda::parse_op(a.op);
+  if (!op.ok()) return fail("screen", op.status().with_context("--op"));
+  if (!std::filesystem::is_regular_file(source))
+    return fail("screen",
+                not_found("--source " + source + ": no such file (a CUDA C++ candidate, plumb_cuda_abi.h)"));
+  if (draws < 1 || a.reps < 2 || a.rows < 1 || a.dim < 2)
+    return fail("screen",
+                invalid_argument("--draws >= 1, --reps >= 2, --rows >= 1 and --dim >= 2 are needed"));
+  const std::string out =
+      out_arg.empty() ? std::filesystem::path(source).replace_extension("").string() + ".screen" : out_arg;
+  auto c = kernels::cuda::compile_in_child(self_exe(), std::filesystem::absolute(source).string(),
+                                           out + "/compile", compile_options(a.compile));
+  if (!c.ok()) return fail("screen", c.status());
+  if (c->verdict != kernels::cuda::CompileVerdict::kOk) {
+    if (json)
+      std::cout << json::dump_pretty(boost::json::object{{"compile", kernels::cuda::to_json(*c)}}) << "\n";
+    if (!json)
+      std::cout << fmt::format("{}: {}\n{}\n", kernels::cuda::verdict_name(c->verdict), c->message, c->log);
+    return kExitFailed;
+  }
+  kernels::cuda::ScreenOptions o;
+  o.op = *op;
+  o.rows_max = a.rows;
+  o.cols = a.dim;
+  o.draws = draws;
+  o.timing = timing;
+  o.reps = a.reps;
+  o.seed = a.seed;
+  o.timeout_s = a.screen_timeout_s;
+  auto r = kernels::cuda::screen_in_child(self_exe(), c->cubin_path, out + "/screen", o);
+  if (!r.ok()) return fail("screen", r.status());
+  if (json) {
+    std::cout << json::dump_pretty(boost::json::object{{"compile", kernels::cuda::to_json(*c)},
+                                                       {"screen", kernels::cuda::to_json(*r)}})
+              << "\n";
+  } else {
+    std::cout << fmt::format("{}: {}\n", kernels::cuda::verdict_name(r->verdict), r->reason);
+    if (r->time.reps > 0)
+      std::cout << fmt::format(
+          "{} on {}: median {:.2f} us [{:.2f}, {:.2f}] over {} reps; {:.0f} GB/s implied, copy "
+          "{:.0f} GB/s\n",
+          r->timed_shape, r->device, r->time.median_us, r->time.lo_us, r->time.hi_us, r->time.reps,
+          r->implied_gb_s, r->copy_gb_s);
+  }
+  if (r->verdict == kernels::cuda::ScreenVerdict::kNoDevice) return kExitError;
+  return r->verdict == kernels::cuda::ScreenVerdict::kPass ? kExitOk : kExitFailed;
+#else
+  return kExitError;
+#endif
+}
 
 void add_kernels_cuda_commands(CLI::App* kernels) {
   auto a = std::make_shared<CudaArgs>();
   add_abi(kernels, a);
   add_compile(kernels, a);
   add_generate(kernels, a);
+  add_screen_child(kernels);
 }
 
 }  // namespace plumb::cli

@@ -72,7 +72,46 @@ void inspect_cubin(const std::string& cubin, CompileResult* r) {
   r->message = fmt::format("compiled for {} in {:.0f} ms", r->arch.empty() ? "?" : r->arch, r->compile_ms);
 }
 
+// PTX of the source for the arch's virtual architecture (sm_90a -> compute_90a), for the policy scan.
+std::string ptx_of(const std::string& source, const std::string& arch,
+                   const std::vector<std::string>& extra) {
+  const std::string header(abi_header_text()), header_name(kAbiHeaderName);
+  const char* headers[] = {header.c_str()};
+  const char* names[] = {header_name.c_str()};
+  nvrtcProgram p = nullptr;
+  if (nvrtcCreateProgram(&p, source.c_str(), "candidate.cu", 1, headers, names) != NVRTC_SUCCESS) return {};
+  std::vector<std::string> opts = {"--gpu-architecture=compute_" + arch.substr(3), "-std=c++17"};
+  opts.insert(opts.end(), extra.begin(), extra.end());
+  std::vector<const char*> raw;
+  raw.reserve(opts.size());
+  for (const auto& s : opts) raw.push_back(s.c_str());
+  std::string ptx;
+  size_t n = 0;
+  if (nvrtcCompileProgram(p, int(raw.size()), raw.data()) == NVRTC_SUCCESS &&
+      nvrtcGetPTXSize(p, &n) == NVRTC_SUCCESS) {
+    ptx.resize(n);
+    nvrtcGetPTX(p, ptx.data());
+  }
+  nvrtcDestroyProgram(&p);
+  return ptx;
+}
+
+// The L2 residency controls a candidate may not use: they keep its data in L2 across the harness's
+// flush (an L2 persisting window set from the device side), so its timing would not be the
+// engine's. Empty when the PTX has none.
+std::string l2_policy_use(const std::string& ptx) {
+  for (const char* k : {"createpolicy", "evict_last", "applypriority", "L2::cache_hint", "evict_unchanged"}) {
+    if (ptx.find(k) != std::string::npos) return k;
+  }
+  return {};
+}
+
+// Under AddressSanitizer (its shadow memory is terabytes of address space) the limit would stop the
+// child before it starts, so sanitizer builds run the compiler without it.
 void set_memory_limit(int64_t mb) {
+#if defined(__SANITIZE_ADDRESS__)
+  mb = 0;
+#endif
   if (mb <= 0) return;
   rlimit lim{};
   lim.rlim_cur = lim.rlim_max = rlim_t(mb) * 1024 * 1024;
@@ -93,6 +132,8 @@ std::string_view verdict_name(CompileVerdict v) {
       return "compile_error";
     case CompileVerdict::kAbiRefused:
       return "abi_refused";
+    case CompileVerdict::kPolicyRefused:
+      return "refused";
     case CompileVerdict::kCrashed:
       return "crashed";
     case CompileVerdict::kTimedOut:
@@ -126,6 +167,7 @@ CompileResult compile_source(const std::string& source, const CompileOptions& o,
     return r;
   }
   std::vector<const char*> opts;
+  opts.reserve(r.options.size());
   for (const auto& s : r.options) opts.push_back(s.c_str());
   const auto t0 = std::chrono::steady_clock::now();
   const nvrtcResult rc = nvrtcCompileProgram(p, int(opts.size()), opts.data());
@@ -142,6 +184,15 @@ CompileResult compile_source(const std::string& source, const CompileOptions& o,
       nvrtcGetCUBIN(p, bin.data());
     }
     inspect_cubin(bin, &r);
+    const std::string used =
+        r.verdict == CompileVerdict::kOk ? l2_policy_use(ptx_of(source, o.arch, o.extra)) : "";
+    if (!used.empty()) {
+      r.verdict = CompileVerdict::kPolicyRefused;
+      r.message = fmt::format(
+          "the candidate uses the L2 residency control `{}` (PTX): L2 persistence survives the "
+          "harness's flush and is not what the engine's other kernels leave in L2; remove it",
+          used);
+    }
     if (r.verdict == CompileVerdict::kOk && cubin != nullptr) *cubin = std::move(bin);
   }
   nvrtcDestroyProgram(&p);
@@ -181,7 +232,7 @@ Result<CompileResult> compile_result_from_json(const boost::json::object& o) {
     CompileResult r;
     const std::string v(o.at("verdict").as_string());
     for (auto c : {CompileVerdict::kOk, CompileVerdict::kCompileError, CompileVerdict::kAbiRefused,
-                   CompileVerdict::kCrashed, CompileVerdict::kTimedOut})
+                   CompileVerdict::kPolicyRefused, CompileVerdict::kCrashed, CompileVerdict::kTimedOut})
       if (verdict_name(c) == v) r.verdict = c;
     r.message = o.at("message").as_string();
     r.log = o.at("log").as_string();

@@ -22,8 +22,10 @@
 
 namespace plumb::kernels::cuda {
 
-enum class CompileVerdict { kOk, kCompileError, kAbiRefused, kCrashed, kTimedOut };
-// "ok" | "compile_error" | "abi_refused" | "crashed" | "timed_out".
+// kPolicyRefused: it compiled but uses what screening forbids (L2 residency controls: createpolicy,
+// evict_last, applypriority, cache hints, found in its PTX for the arch's virtual architecture).
+enum class CompileVerdict { kOk, kCompileError, kAbiRefused, kPolicyRefused, kCrashed, kTimedOut };
+// "ok" | "compile_error" | "abi_refused" | "refused" | "crashed" | "timed_out".
 std::string_view verdict_name(CompileVerdict v);
 
 struct CompileOptions {
