@@ -724,8 +724,10 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
     set_exit_code(run_search(*a));
   });
 
-  auto* sc =
-      c->add_subcommand("screen", "Screen one C++ source (plugin ABI) against a task; exit 0 iff it passes");
+  auto* sc = c->add_subcommand(
+      "screen",
+      "Screen one C++ source (plugin ABI) against a task, or with --device cuda one CUDA candidate "
+      "(plumb_cuda_abi.h) on the GPU; exit 0 iff it passes");
   sc->add_option("--task", a->task_dir, "a task folder (required with --device cpu)");
   sc->add_option("--source", a->source, "the candidate's C++ source (CUDA C++ with --device cuda)")
       ->required();
@@ -827,7 +829,11 @@ void setup_kernels(CLI::App& root) {
       "  plumb kernels tasks --workload B --out tasks/      # one folder per hot module and phase\n"
       "  plumb kernels search --task tasks/<m>.decode --out s1/   # episodes of candidates, screened\n"
       "  plumb kernels accept --search s1/ --ledger plumb.db --out kernels.json   # paired, in-model\n"
-      "  plumb serve --kernels kernels.json\n");
+      "  plumb serve --kernels kernels.json\n"
+      "CUDA candidates (docs/kernels.md, \"CUDA\"):\n"
+      "  plumb kernels generate --device cuda --op swiglu --out v/        # built-in variants\n"
+      "  plumb kernels compile --device cuda --source v/<name>.cu         # NVRTC in a child, sm_90a\n"
+      "  plumb kernels screen --device cuda --op swiglu --source v/<name>.cu   # on a GPU\n");
   c->require_subcommand(1);
 
   auto* ls = c->add_subcommand("list", "Every kernel op with its variants and what auto picks per phase");

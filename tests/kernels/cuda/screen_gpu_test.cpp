@@ -29,13 +29,14 @@ struct Outcome {
   double median_us = 0;
 };
 
-Outcome screen(const std::string& source, const std::string& op, std::vector<std::string> extra = {}) {
+Outcome screen(const std::string& source, const std::string& op, std::vector<std::string> extra = {},
+               const std::string& dim = "4095") {
   static int n = 0;
   const auto dir = std::filesystem::temp_directory_path() /
                    ("plumb_kcuda_screen_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
   std::vector<std::string> argv = {PLUMB_BINARY, "kernels",  "screen", "--device", "cuda",       "--op",
                                    op,           "--source", source,   "--out",    dir.string(), "--json",
-                                   "--rows",     "256",      "--dim",  "4095",     "--reps",     "20"};
+                                   "--rows",     "256",      "--dim",  dim,        "--reps",     "20"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   Outcome o;
   auto r = run_capture(argv);
@@ -115,7 +116,7 @@ TEST(CudaScreenGpu, BuiltInVariantsPassWithAPlausibleTime) {
       const std::string file = (dir / (variants[i].name + ".cu")).string();
       ASSERT_TRUE(write_file_atomic(file, variants[i].source).ok());
       for (const char* dim : {"4096", "4095"}) {
-        Outcome o = screen(file, std::string(op_name(op)), {"--dim", dim});
+        Outcome o = screen(file, std::string(op_name(op)), {}, dim);
         EXPECT_EQ(o.exit, 0) << variants[i].name << " dim " << dim << ": " << o.verdict << " " << o.reason;
         EXPECT_EQ(o.verdict, "pass") << variants[i].name;
         EXPECT_GT(o.median_us, 0) << variants[i].name;
