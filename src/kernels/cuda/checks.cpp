@@ -57,7 +57,68 @@ void finish(Mismatch* m, const char* what, int64_t cols, const Bound& b) {
       what, m->index, m->index / cols, m->index % cols, m->got, m->want, b.rtol, b.atol_frac, m->max_rel_err);
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
 }  // namespace
+
+std::string_view verdict_name(ScreenVerdict v) {
+  static constexpr std::string_view kNames[] = {"pass",
+                                                "wrong_output",
+                                                "wrong_output_after_timing",
+                                                "mutated_input",
+                                                "guard_overwritten",
+                                                "launch_error",
+                                                "measurement_error",
+                                                "abi_refused",
+                                                "crashed",
+                                                "timed_out",
+                                                "no_device"};
+  return kNames[int(v)];
+}
+
+ScreenVerdict judge(CudaOp op, const HostCase& c, const Readback& r, std::string* reason) {
+  const Shape& s = c.shape;
+  if (!same_bits(r.in, c.in) || (op == CudaOp::kRmsNormResidual && !same_bits(r.in2, c.in2))) {
+    *reason = "the candidate wrote to an input buffer (inputs are const in the ABI)";
+    return ScreenVerdict::kMutatedInput;
+  }
+  if (!r.guard_damage.empty()) {
+    *reason = "a write outside a buffer: the guard region " + r.guard_damage + " changed";
+    return ScreenVerdict::kGuardOverwritten;
+  }
+  if (op == CudaOp::kRmsNormResidual) {
+    Mismatch m = compare_f32(r.h, c.ref_h, s.rows, s.cols, s.in_stride);
+    if (!m.ok) return *reason = "h_out: " + m.message, ScreenVerdict::kWrongOutput;
+  }
+  Mismatch m = compare_bf16(r.y, c.ref_y, s.rows, s.cols, s.out_stride);
+  if (!m.ok) return *reason = "y: " + m.message, ScreenVerdict::kWrongOutput;
+  return ScreenVerdict::kPass;
+}
+
+Verdict run_correctness(CudaOp op, const std::vector<Shape>& shapes, int draws, uint64_t seed,
+                        const CallFn& call) {
+  Verdict v;
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    HostCase first;
+    for (int d = 0; d <= draws; ++d) {
+      HostCase c = d < draws ? random_case(op, shapes[si], seed++, d % 3) : first;
+      if (d < draws) reference(op, &c);
+      if (d == 0) first = c;
+      const std::string what =
+          fmt::format("shape {}, {} (magnitude {})", shapes[si].to_string(),
+                      d < draws ? fmt::format("draw {}", d) : "the first draw repeated", d % 3);
+      auto rb = call(c, si);
+      if (!rb.ok()) return {ScreenVerdict::kLaunchError, what + ": " + rb.status().message(), v.calls};
+      ++v.calls;
+      std::string why;
+      const ScreenVerdict got = judge(op, c, *rb, &why);
+      if (got != ScreenVerdict::kPass) return {got, what + ": " + why, v.calls};
+    }
+  }
+  return v;
+}
 
 uint16_t bf16_bits(float f) {
   uint32_t u = 0;

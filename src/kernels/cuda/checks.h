@@ -8,12 +8,30 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/abi.h"
 
 namespace plumb::kernels::cuda {
+
+enum class ScreenVerdict {
+  kPass,
+  kWrongOutput,       // an output beyond the bound during the correctness draws
+  kWrongAfterTiming,  // correct before, wrong on the last timed rep (a table or a cache)
+  kMutatedInput,      // an input buffer changed
+  kGuardOverwritten,  // a write outside an output buffer
+  kLaunchError,       // the launch or the kernel failed (illegal address, bad configuration)
+  kMeasurementError,  // the roofline floor: faster than the card can move the bytes
+  kAbiRefused,        // the cubin's PLUMB_LAUNCH is not this plumb's ABI or not this op
+  kCrashed,           // the child died
+  kTimedOut,          // the child ran past the limit (a hanging kernel)
+  kNoDevice,          // no CUDA device visible: nothing was screened
+};
+// "pass" | "wrong_output" | "wrong_output_after_timing" | "mutated_input" | "guard_overwritten" |
+// "launch_error" | "measurement_error" | "abi_refused" | "crashed" | "timed_out" | "no_device".
+std::string_view verdict_name(ScreenVerdict v);
 
 // float -> bf16 bits, round to nearest even, NaN kept quiet (as __float2bfloat16 and
 // plumb_bf16_bits); and back.
@@ -76,6 +94,35 @@ Mismatch compare_bf16(const std::vector<uint16_t>& got, const std::vector<uint16
                       int64_t cols, int64_t stride, Bound b = kBf16Bound);
 Mismatch compare_f32(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t cols,
                      int64_t stride, Bound b = kF32Bound);
+
+// What one call left, read back from wherever it ran: the outputs, the inputs, and the guard
+// regions' state ("" when intact, else where the damage is).
+struct Readback {
+  std::vector<float> h;     // rmsnorm_residual h_out
+  std::vector<uint16_t> y;  // the bf16 output
+  std::vector<float> in, in2;
+  std::string guard_damage;
+};
+
+// The verdict of one call: inputs unchanged (else kMutatedInput), guards intact (kGuardOverwritten),
+// then h_out (float32 bound) and y (bf16 bound) against the reference (kWrongOutput). `reason` says
+// what and where.
+ScreenVerdict judge(CudaOp op, const HostCase& c, const Readback& r, std::string* reason);
+
+// Runs one call of the candidate on `c` (the shape_index-th shape of the range) into outputs
+// poisoned with NaN and reads it back; an error Status is a launch error.
+using CallFn = std::function<Result<Readback>(const HostCase& c, size_t shape_index)>;
+
+struct Verdict {
+  ScreenVerdict verdict = ScreenVerdict::kPass;
+  std::string reason;
+  int64_t calls = 0;
+};
+// The correctness part of screening: per shape, `draws` fresh random draws (magnitudes 0, 1, 2
+// cycled; seeds from `seed` on), then the first draw repeated (a candidate that recognizes an input
+// it has seen and skips the work leaves the poison behind). Stops at the first failing call.
+Verdict run_correctness(CudaOp op, const std::vector<Shape>& shapes, int draws, uint64_t seed,
+                        const CallFn& call);
 
 // Guard regions: bytes before and after every device buffer, filled with this pattern (a float NaN,
 // 0x7fc0dead, so that an out-of-bounds read poisons the output; an out-of-bounds write changes it).

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "core/file.h"
 #include "core/json.h"
@@ -23,13 +25,6 @@ const std::string kResultFile = "screen.json";
 // The device buffers of one shape, allocated once per shape and reused across draws and reps.
 struct Buffers {
   GuardedBuffer in, in2, w, h, y;
-};
-
-// What one launch left: the outputs and the inputs as read back.
-struct Readback {
-  std::vector<float> h;
-  std::vector<uint16_t> y;
-  std::vector<float> in, in2;
 };
 
 Status alloc(CudaOp op, const Shape& s, Buffers* b) {
@@ -76,7 +71,20 @@ Status launch(const LoadedCandidate& k, const LaunchConfig& cfg, CudaOp op, cons
   return k.launch(&a, grid_blocks(cfg, s.rows), stream);
 }
 
+// The first damaged guard of the allocated buffers ("" when all are intact).
+Result<std::string> guards(const Buffers& b) {
+  for (const GuardedBuffer* g : {&b.in, &b.in2, &b.w, &b.h, &b.y}) {
+    if (g->bytes() == 0) continue;
+    auto dmg = g->guard_damage();
+    if (!dmg.ok() || !dmg->empty()) return dmg;
+  }
+  return std::string();
+}
+
 Status read_back(CudaOp op, const HostCase& c, const Buffers& b, Readback* r) {
+  auto dmg = guards(b);
+  if (!dmg.ok()) return dmg.status();
+  r->guard_damage = *dmg;
   r->y.resize(c.ref_y.size());
   r->in.resize(c.in.size());
   if (Status st = b.y.download(r->y.data(), r->y.size() * 2); !st.ok()) return st;
@@ -88,35 +96,6 @@ Status read_back(CudaOp op, const HostCase& c, const Buffers& b, Readback* r) {
   return b.in2.download(r->in2.data(), r->in2.size() * 4);
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
-// The verdict of one call's readback; kPass when everything holds.
-ScreenVerdict judge(CudaOp op, const HostCase& c, const Buffers& b, const Readback& r, std::string* reason) {
-  const Shape& s = c.shape;
-  if (!same_bits(r.in, c.in) || (op == CudaOp::kRmsNormResidual && !same_bits(r.in2, c.in2))) {
-    *reason = "the candidate wrote to an input buffer (inputs are const in the ABI)";
-    return ScreenVerdict::kMutatedInput;
-  }
-  for (const GuardedBuffer* g : {&b.in, &b.in2, &b.w, &b.h, &b.y}) {
-    if (g->data() == nullptr || g->bytes() == 0) continue;
-    auto dmg = g->guard_damage();
-    if (!dmg.ok() || !dmg->empty()) {
-      *reason = dmg.ok() ? "a write outside a buffer: the guard region " + *dmg + " changed"
-                         : dmg.status().message();
-      return dmg.ok() ? ScreenVerdict::kGuardOverwritten : ScreenVerdict::kLaunchError;
-    }
-  }
-  if (op == CudaOp::kRmsNormResidual) {
-    Mismatch m = compare_f32(r.h, c.ref_h, s.rows, s.cols, s.in_stride);
-    if (!m.ok) return *reason = "h_out: " + m.message, ScreenVerdict::kWrongOutput;
-  }
-  Mismatch m = compare_bf16(r.y, c.ref_y, s.rows, s.cols, s.out_stride);
-  if (!m.ok) return *reason = "y: " + m.message, ScreenVerdict::kWrongOutput;
-  return ScreenVerdict::kPass;
-}
-
 struct Screen {
   const ScreenOptions& o;
   const LoadedCandidate& k;
@@ -124,40 +103,33 @@ struct Screen {
   cudaStream_t stream = nullptr;
   ScreenResult r;
 
-  // One call on a fresh draw: upload, launch, read back, judge.
-  ScreenVerdict call(const HostCase& c, Buffers& b, std::string* reason) {
+  // One call: upload (outputs poisoned), launch, wait, read back.
+  Result<Readback> call(const HostCase& c, Buffers& b) {
     Readback rb;
     Status st = upload(o.op, c, &b);
     if (st.ok()) st = launch(k, cfg, o.op, c, b, stream);
     if (st.ok()) st = cuda_ok(cudaStreamSynchronize(stream), "running the candidate");
     if (st.ok()) st = read_back(o.op, c, b, &rb);
-    if (!st.ok()) return *reason = st.message(), ScreenVerdict::kLaunchError;
-    ++r.calls_checked;
-    return judge(o.op, c, b, rb, reason);
+    if (!st.ok()) return st;
+    return rb;
   }
 
   bool correctness() {
     auto shapes = shape_range(o.op, o.rows_max, o.cols);
     if (!shapes.ok()) return fail(ScreenVerdict::kLaunchError, shapes.status().message());
-    uint64_t seed = o.seed;
-    for (const Shape& s : *shapes) {
-      Buffers b;
-      if (Status st = alloc(o.op, s, &b); !st.ok()) return fail(ScreenVerdict::kLaunchError, st.message());
-      HostCase first;
-      for (int d = 0; d <= o.draws; ++d) {
-        // The last call repeats the first draw's inputs into a poisoned output: a candidate that
-        // recognizes an input it has seen and skips the work leaves NaN behind.
-        HostCase c = d < o.draws ? random_case(o.op, s, seed++, d % 3) : first;
-        if (d < o.draws) reference(o.op, &c);
-        if (d == 0) first = c;
-        std::string why;
-        const ScreenVerdict v = call(c, b, &why);
-        if (v != ScreenVerdict::kPass)
-          return fail(v, fmt::format("shape {}, {} (magnitude {}): {}", s.to_string(),
-                                     d < o.draws ? fmt::format("draw {}", d) : "the first draw repeated",
-                                     d % 3, why));
-      }
-    }
+    std::unique_ptr<Buffers> b;
+    size_t b_shape = SIZE_MAX;
+    Verdict v = run_correctness(o.op, *shapes, o.draws, o.seed,
+                                [&](const HostCase& c, size_t si) -> Result<Readback> {
+                                  if (si != b_shape) {  // the buffers of one shape serve its draws
+                                    b = std::make_unique<Buffers>();
+                                    b_shape = si;
+                                    if (Status st = alloc(o.op, c.shape, b.get()); !st.ok()) return st;
+                                  }
+                                  return call(c, *b);
+                                });
+    r.calls_checked = v.calls;
+    if (v.verdict != ScreenVerdict::kPass) return fail(v.verdict, v.reason);
     return true;
   }
 
@@ -205,7 +177,7 @@ bool Screen::timing() {
   std::string why;
   if (Status rs = read_back(o.op, c, b, &rb); !rs.ok())
     return fail(ScreenVerdict::kLaunchError, rs.message());
-  if (judge(o.op, c, b, rb, &why) != ScreenVerdict::kPass)
+  if (judge(o.op, c, rb, &why) != ScreenVerdict::kPass)
     return fail(ScreenVerdict::kWrongAfterTiming, "the last timed rep: " + why);
   auto t = summarize_times(us);
   if (!t.ok()) return fail(ScreenVerdict::kLaunchError, t.status().message());
@@ -255,21 +227,6 @@ ScreenVerdict verdict_of(std::string_view name) {
 }
 
 }  // namespace
-
-std::string_view verdict_name(ScreenVerdict v) {
-  static constexpr std::string_view kNames[] = {"pass",
-                                                "wrong_output",
-                                                "wrong_output_after_timing",
-                                                "mutated_input",
-                                                "guard_overwritten",
-                                                "launch_error",
-                                                "measurement_error",
-                                                "abi_refused",
-                                                "crashed",
-                                                "timed_out",
-                                                "no_device"};
-  return kNames[int(v)];
-}
 
 int cuda_device_count(std::string* why) {
   int n = 0;

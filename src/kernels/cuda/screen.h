@@ -29,23 +29,6 @@
 
 namespace plumb::kernels::cuda {
 
-enum class ScreenVerdict {
-  kPass,
-  kWrongOutput,       // an output beyond the bound during the correctness draws
-  kWrongAfterTiming,  // correct before, wrong on the last timed rep (a table or a cache)
-  kMutatedInput,      // an input buffer changed
-  kGuardOverwritten,  // a write outside an output buffer
-  kLaunchError,       // the launch or the kernel failed (illegal address, bad configuration)
-  kMeasurementError,  // the roofline floor: faster than the card can move the bytes
-  kAbiRefused,        // the cubin's PLUMB_LAUNCH is not this plumb's ABI or not this op
-  kCrashed,           // the child died
-  kTimedOut,          // the child ran past the limit (a hanging kernel)
-  kNoDevice,          // no CUDA device visible: nothing was screened
-};
-// "pass" | "wrong_output" | "wrong_output_after_timing" | "mutated_input" | "guard_overwritten" |
-// "launch_error" | "measurement_error" | "abi_refused" | "crashed" | "timed_out" | "no_device".
-std::string_view verdict_name(ScreenVerdict v);
-
 struct ScreenOptions {
   CudaOp op = CudaOp::kRmsNormResidual;
   int64_t rows_max = 256;  // rows (rmsnorm_residual) or T (swiglu) of the largest shape
