@@ -252,9 +252,9 @@ int64_t guard_damage(const std::vector<uint32_t>& guard) {
   return -1;
 }
 
-int64_t bytes_moved(CudaOp op, const Shape& s) {
-  if (op == CudaOp::kSwiglu) return s.rows * s.cols * (2 * 4 + 2);
-  return s.rows * s.cols * (4 + 4 + 4 + 2) + s.cols * 4;  // x, residual, h_out, y; the weight once
+int64_t bytes_read(CudaOp op, const Shape& s) {
+  if (op == CudaOp::kSwiglu) return s.rows * s.cols * 2 * 4;  // gate and up
+  return s.rows * s.cols * (4 + 4) + s.cols * 4;              // x, residual; the weight once
 }
 
 std::string roofline_violation(int64_t bytes, double seconds, double copy_bytes_per_s, double slack) {

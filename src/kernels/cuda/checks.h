@@ -130,11 +130,15 @@ inline constexpr uint32_t kGuardWord = 0x7fc0deadu;
 // The first offset in `guard` (bytes) whose word is not kGuardWord, or -1.
 int64_t guard_damage(const std::vector<uint32_t>& guard);
 
-// Bytes the op must move at least once (inputs read, outputs written) for one call.
-int64_t bytes_moved(CudaOp op, const Shape& s);
+// Bytes the op must read from device memory for one call: its inputs, which the L2 flush before each
+// timed rep leaves in DRAM. Outputs are not counted: up to the L2's size they can be written into
+// L2 and reach DRAM after the closing event, so counting them would make an honest kernel look
+// faster than the card.
+int64_t bytes_read(CudaOp op, const Shape& s);
 
-// The roofline floor: a time that implies more bandwidth than the measured copy bandwidth (times
-// `slack`) is a measurement error, not a win. Returns the message, empty when plausible.
+// The roofline floor: a time in which `bytes` (bytes_read) would have been read faster than the
+// measured copy bandwidth (read + write traffic of a device-to-device copy, times `slack`) is a
+// measurement error, not a win. Returns the message, empty when plausible.
 std::string roofline_violation(int64_t bytes, double seconds, double copy_bytes_per_s, double slack = 1.05);
 
 // Median of the timed reps with a 95% bootstrap percentile interval (2000 resamples, fixed seed).

@@ -182,8 +182,8 @@ bool Screen::timing() {
   auto t = summarize_times(us);
   if (!t.ok()) return fail(ScreenVerdict::kLaunchError, t.status().message());
   r.time = *t;
-  r.implied_gb_s = double(bytes_moved(o.op, s)) / (t->median_us * 1e-6) / 1e9;
-  const std::string roof = roofline_violation(bytes_moved(o.op, s), t->median_us * 1e-6, *bw);
+  r.implied_gb_s = double(bytes_read(o.op, s)) / (t->median_us * 1e-6) / 1e9;
+  const std::string roof = roofline_violation(bytes_read(o.op, s), t->median_us * 1e-6, *bw);
   if (!roof.empty()) return fail(ScreenVerdict::kMeasurementError, roof);
   return true;
 }

@@ -47,7 +47,7 @@ struct ScreenResult {
   int64_t calls_checked = 0;
   TimeSummary time;         // when timed
   double copy_gb_s = 0;     // measured device-to-device copy bandwidth
-  double implied_gb_s = 0;  // bytes_moved / median time
+  double implied_gb_s = 0;  // bytes_read / median time
   std::string timed_shape;
   std::string log;  // the child's output tail when it crashed or hung
 };

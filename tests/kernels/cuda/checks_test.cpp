@@ -127,14 +127,14 @@ TEST(CudaChecks, GuardDamageFindsTheFirstChangedWord) {
 
 TEST(CudaChecks, RooflineFloorRefusesTheImpossible) {
   const Shape s{256, 4096, 4096, 4096};
-  const int64_t bytes = bytes_moved(CudaOp::kRmsNormResidual, s);
-  EXPECT_EQ(bytes, 256 * 4096 * 14 + 4096 * 4);
+  const int64_t bytes = bytes_read(CudaOp::kRmsNormResidual, s);
+  EXPECT_EQ(bytes, 256 * 4096 * 8 + 4096 * 4);
   const double copy = 3.0e12;  // 3 TB/s
   EXPECT_TRUE(roofline_violation(bytes, double(bytes) / 2.5e12, copy).empty());
   const std::string v = roofline_violation(bytes, double(bytes) / 6e12, copy);
   EXPECT_NE(v.find("measurement error"), std::string::npos) << v;
   EXPECT_FALSE(roofline_violation(bytes, 0, copy).empty());
-  EXPECT_EQ(bytes_moved(CudaOp::kSwiglu, {2, 10, 20, 10}), 2 * 10 * 10);
+  EXPECT_EQ(bytes_read(CudaOp::kSwiglu, {2, 10, 20, 10}), 2 * 10 * 8);
 }
 
 TEST(CudaChecks, TimesSummarizedWithAMedianInterval) {
