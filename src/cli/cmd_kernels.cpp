@@ -17,6 +17,7 @@
 #include "cli/command.h"
 #include "cli/executor_flags.h"
 #include "cli/job_outcome.h"
+#include "cli/kernels_cuda.h"
 #include "core/file.h"
 #include "core/json.h"
 #include "core/sha256.h"
@@ -43,8 +44,9 @@ struct KernelsArgs {
   std::string task_dir;
   kernels::SearchOptions search;
   std::string proposer;
-  std::string source;  // screen: a C++ file
-  std::string so;      // screen-child
+  std::string source;          // screen: a C++ file (a CUDA source with --device cuda)
+  std::string device = "cpu";  // screen: cpu (a task's plugin candidate) or cuda
+  std::string so;              // screen-child
   int fd = -1;
   bool no_timing = false;
   bool naive = false;
@@ -722,15 +724,36 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
     set_exit_code(run_search(*a));
   });
 
-  auto* sc =
-      c->add_subcommand("screen", "Screen one C++ source (plugin ABI) against a task; exit 0 iff it passes");
-  sc->add_option("--task", a->task_dir, "a task folder")->required();
-  sc->add_option("--source", a->source, "the candidate's C++ source")->required();
-  sc->add_option("--out", a->out, "work folder (default <task>/screen)");
+  auto* sc = c->add_subcommand(
+      "screen",
+      "Screen one C++ source (plugin ABI) against a task, or with --device cuda one CUDA candidate "
+      "(plumb_cuda_abi.h) on the GPU; exit 0 iff it passes");
+  sc->add_option("--task", a->task_dir, "a task folder (required with --device cpu)");
+  sc->add_option("--source", a->source, "the candidate's C++ source (CUDA C++ with --device cuda)")
+      ->required();
+  sc->add_option("--out", a->out, "work folder (default <task>/screen; with --device cuda <source>.screen)");
   sc->add_flag("--naive", a->naive, "no guard pages: the naive isolated check (to see what guard pages add)");
   sc->add_flag("--json", a->json, "print the verdict as JSON");
+  sc->add_option(
+        "--device", a->device,
+        "cpu: a plugin-ABI candidate against --task | cuda: a CUDA candidate (plumb_cuda_abi.h) compiled "
+        "with NVRTC and screened on the GPU (the CUDA flags below)")
+      ->capture_default_str();
   add_screen_flags(sc);
-  sc->callback([a] { set_exit_code(run_screen(*a)); });
+  auto cuda = add_cuda_screen_flags(sc);
+  sc->callback([a, cuda] {
+    if (a->device == "cuda")
+      return set_exit_code(
+          run_cuda_screen(*cuda, a->source, a->out, a->search.screen.draws, !a->no_timing, a->json));
+    if (a->device != "cpu")
+      return set_exit_code(
+          fail("screen", invalid_argument("--device must be cpu or cuda, not " + a->device)));
+    if (a->task_dir.empty())
+      return set_exit_code(
+          fail("screen", invalid_argument("--task is required with --device cpu: give a task "
+                                          "folder from plumb kernels tasks")));
+    set_exit_code(run_screen(*a));
+  });
 
   auto* sj =
       c->add_subcommand("screen-job", "(internal) one candidate's screening as a job of search --executor");
@@ -806,7 +829,11 @@ void setup_kernels(CLI::App& root) {
       "  plumb kernels tasks --workload B --out tasks/      # one folder per hot module and phase\n"
       "  plumb kernels search --task tasks/<m>.decode --out s1/   # episodes of candidates, screened\n"
       "  plumb kernels accept --search s1/ --ledger plumb.db --out kernels.json   # paired, in-model\n"
-      "  plumb serve --kernels kernels.json\n");
+      "  plumb serve --kernels kernels.json\n"
+      "CUDA candidates (docs/kernels.md, \"CUDA\"):\n"
+      "  plumb kernels generate --device cuda --op swiglu --out v/        # built-in variants\n"
+      "  plumb kernels compile --device cuda --source v/<name>.cu         # NVRTC in a child, sm_90a\n"
+      "  plumb kernels screen --device cuda --op swiglu --source v/<name>.cu   # on a GPU\n");
   c->require_subcommand(1);
 
   auto* ls = c->add_subcommand("list", "Every kernel op with its variants and what auto picks per phase");
@@ -814,6 +841,7 @@ void setup_kernels(CLI::App& root) {
   add_profile_commands(c, a);
   add_search_commands(c, a);
   add_accept_command(c, a);
+  add_kernels_cuda_commands(c);
 }
 
 }  // namespace

@@ -1,0 +1,24 @@
+// The CUDA side of `plumb kernels` (docs/kernels.md, "CUDA"): abi, compile, generate and their
+// internal child. Defined in cmd_kernels_cuda.cpp; in a build without CUDA the commands exist and
+// say how to get a CUDA build.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+namespace plumb::cli {
+
+// The flags `plumb kernels screen --device cuda` adds (op, shape range, draws, reps, arch, time
+// limits); opaque outside cmd_kernels_cuda.cpp.
+struct CudaScreenArgs;
+std::shared_ptr<CudaScreenArgs> add_cuda_screen_flags(CLI::App* screen);
+// Compiles `source` in a child, screens the cubin in another (`draws` per shape; timed unless
+// `timing` is off); prints the verdict (JSON with `json`). Exit code: 0 iff it passes.
+int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const std::string& out, int draws,
+                    bool timing, bool json);
+
+// Adds the CUDA subcommands under `plumb kernels`.
+void add_kernels_cuda_commands(CLI::App* kernels);
+
+}  // namespace plumb::cli

@@ -1,0 +1,129 @@
+// Screening on the device (label gpu): each cheat of tests/kernels/cuda/cheats/ refused with its
+// reason, a crashing and a hanging candidate ending only their child, and honest built-in variants
+// passing with a plausible time. Every test skips with the reason where no CUDA device is visible.
+// The two cheats refused at compile time (other_stream, l2_persist) are tested without a GPU in
+// cheats_compile_test.cpp.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/file.h"
+#include "core/json.h"
+#include "core/subprocess.h"
+#include "kernels/cuda/generate.h"
+#include "kernels/cuda/screen.h"
+
+namespace plumb::kernels::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                               \
+  do {                                                                                   \
+    std::string why;                                                                     \
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device visible: " << why; \
+  } while (0)
+
+struct Outcome {
+  int exit = -1;
+  std::string verdict, reason, out;
+  double median_us = 0;
+};
+
+Outcome screen(const std::string& source, const std::string& op, std::vector<std::string> extra = {},
+               const std::string& dim = "4095") {
+  static int n = 0;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("plumb_kcuda_screen_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+  std::vector<std::string> argv = {PLUMB_BINARY, "kernels",  "screen", "--device", "cuda",       "--op",
+                                   op,           "--source", source,   "--out",    dir.string(), "--json",
+                                   "--rows",     "256",      "--dim",  dim,        "--reps",     "20"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Outcome o;
+  auto r = run_capture(argv);
+  if (!r.ok()) return o;
+  o.exit = r->exit.exited ? r->exit.exit_code : -1;
+  o.out = r->out;
+  auto j = json::parse(r->out);
+  if (!j.ok() || !j->is_object() || !j->as_object().contains("screen")) return o;
+  const auto& s = j->as_object().at("screen").as_object();
+  o.verdict = std::string(s.at("verdict").as_string());
+  o.reason = std::string(s.at("reason").as_string());
+  o.median_us = s.at("time_us").as_object().at("median").to_number<double>();
+  return o;
+}
+
+std::string cheat(const std::string& name) {
+  return std::string(PLUMB_SOURCE_DIR) + "/tests/kernels/cuda/cheats/" + name;
+}
+
+struct Case {
+  const char* file;
+  const char* op;
+  const char* verdict;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.file; }
+
+class CheatRefused : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CheatRefused, WithItsReason) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  Outcome o = screen(cheat(c.file), c.op, {"--screen-timeout", "60"});
+  EXPECT_EQ(o.exit, 1) << o.out;
+  EXPECT_EQ(o.verdict, c.verdict) << o.reason << "\n" << o.out;
+  EXPECT_FALSE(o.reason.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cheats, CheatRefused,
+                         ::testing::Values(Case{"cached_output.cu", "swiglu", "wrong_output"},
+                                           Case{"partial_work.cu", "rmsnorm_residual", "wrong_output"},
+                                           Case{"precomputed_table.cu", "swiglu",
+                                                "wrong_output_after_timing"},
+                                           Case{"low_precision.cu", "rmsnorm_residual", "wrong_output"},
+                                           Case{"oob_last_block.cu", "rmsnorm_residual", "wrong_output"},
+                                           Case{"zeros_when_small.cu", "rmsnorm_residual", "wrong_output"},
+                                           Case{"reuse_ref_output.cu", "swiglu", "wrong_output"},
+                                           Case{"mutates_inputs.cu", "rmsnorm_residual", "mutated_input"},
+                                           Case{"oob_write.cu", "swiglu", "guard_overwritten"}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string n = i.param.file;
+                           return n.substr(0, n.find('.'));
+                         });
+
+TEST(CudaScreenGpu, CrashEndsOnlyItsChild) {
+  SKIP_WITHOUT_GPU();
+  Outcome o = screen(cheat("crash.cu"), "swiglu", {"--screen-timeout", "60"});
+  EXPECT_EQ(o.exit, 1) << o.out;
+  EXPECT_TRUE(o.verdict == "launch_error" || o.verdict == "crashed") << o.verdict << ": " << o.reason;
+}
+
+TEST(CudaScreenGpu, HangIsKilledAtTheLimit) {
+  SKIP_WITHOUT_GPU();
+  Outcome o = screen(cheat("hang.cu"), "swiglu", {"--screen-timeout", "15"});
+  EXPECT_EQ(o.exit, 1) << o.out;
+  EXPECT_EQ(o.verdict, "timed_out") << o.reason;
+}
+
+TEST(CudaScreenGpu, BuiltInVariantsPassWithAPlausibleTime) {
+  SKIP_WITHOUT_GPU();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("plumb_kcuda_variants_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (CudaOp op : {CudaOp::kRmsNormResidual, CudaOp::kSwiglu}) {
+    const auto variants = generate_variants(op);
+    for (size_t i = 0; i < variants.size(); i += 7) {  // a spread of the grid
+      const std::string file = (dir / (variants[i].name + ".cu")).string();
+      ASSERT_TRUE(write_file_atomic(file, variants[i].source).ok());
+      for (const char* dim : {"4096", "4095"}) {
+        Outcome o = screen(file, std::string(op_name(op)), {}, dim);
+        EXPECT_EQ(o.exit, 0) << variants[i].name << " dim " << dim << ": " << o.verdict << " " << o.reason;
+        EXPECT_EQ(o.verdict, "pass") << variants[i].name;
+        EXPECT_GT(o.median_us, 0) << variants[i].name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plumb::kernels::cuda
