@@ -410,6 +410,30 @@ TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwi
       << log();
 }
 
+// A job past its Slurm time limit (--slurm-time 1: Slurm's limits are whole minutes and it checks
+// them about every 30 s, so this takes one to two minutes): a timeout of the evaluation, with Slurm's
+// state in the reason; not an infrastructure failure, not retried, no evaluation.
+TEST_F(EvaluateJob, ASlurmJobPastItsTimeLimitIsATimeoutAndIsNotRetried) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv(script("start_server.sh", "sleep 600\n"), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "1", "--readiness-timeout", "900"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 400), 3) << log();
+  auto timed_out = journal_events(journal(), "timed_out");
+  ASSERT_EQ(timed_out.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(timed_out[0], "state").value_or(""), "timed_out");
+  EXPECT_EQ(json::string_at(timed_out[0], "scheduler_state").value_or("").rfind("TIMEOUT", 0), 0u)
+      << json::dump(timed_out[0]);
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_EQ(distinct_submissions(), 1u) << "not retried";
+  EXPECT_NE(log().find("ran past its time limit: timed_out"), std::string::npos) << log();
+  EXPECT_NE(log().find("(TIMEOUT)"), std::string::npos) << log();
+  EXPECT_NE(log().find("not retried (it would time out again)"), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/ev.json"));
+}
+
 // A Slurm job that finishes while no controller watches it: started again, the controller reads the
 // job's evaluation back instead of submitting another.
 TEST_F(EvaluateJob, ASlurmJobThatFinishedWhileNoControllerWatchedIsReadBack) {
