@@ -153,6 +153,7 @@ executor::SingleJob comparison_job(CompareArgs& a, std::unique_ptr<executor::Exe
       "wait for it to end, or stop it and start this comparison again (it reattaches to the job in flight)";
   j.failed_event = "comparison_failed";
   j.infrastructure_note = "its runs so far are kept, no readout uses an incomplete pair";
+  j.submit_note = cards.empty() ? "" : " on cards " + cards;
   j.max_retries = a.exec.max_job_retries;
   j.poll = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
   j.spec = [&a, work_dir, cards](const std::string&) -> Result<executor::JobSpec> {
@@ -183,6 +184,9 @@ executor::SingleJob comparison_job(CompareArgs& a, std::unique_ptr<executor::Exe
 }
 
 int run_run_as_job(CompareArgs& a, const std::string& cards) {
+  // Not requeued by Slurm after a node failure (it would run on whatever node it gets): the controller
+  // sees the failure and retries on the node of the runs already recorded.
+  a.exec.no_requeue = true;
   auto e = make_executor(a.exec);
   if (!e.ok()) return fail("run", e.status());
   std::string work_dir =

@@ -576,7 +576,8 @@ void setup_evaluate(CLI::App& root) {
       "Exit code 0 when the gates pass, 1 when one fails.\n"
       "With --executor slurm the whole evaluation is one batch job on one node (plumb evaluate there,\n"
       "its runs written to the shared --ledger, its evaluation read back from --work-dir); a job that\n"
-      "is cancelled, times out or loses its node is retried, never scored. Killed and started again with\n"
+      "is cancelled or loses its node is retried, never scored; one past its --slurm-time is a timeout,\n"
+      "not retried. Killed and started again with\n"
       "the same --work-dir, it reattaches to its job (or reports the finished evaluation) instead of\n"
       "submitting again; other arguments for that work directory are refused (docs/cluster.md).\n\n"
       "Example:  plumb evaluate --start-script ./start_server.sh --scenario D --json score.json");

@@ -125,7 +125,8 @@ class Controller {
       ::_exit(kDieAfterSubmitExit);
     }
     PLUMB_RETURN_IF_ERROR(journal_submitted(at, ""));
-    say(e_->kind() + " job " + at.job_id + " (" + at.key + "; output " + output_path(at.spec) + ")");
+    say(e_->kind() + " job " + at.job_id + " (" + at.key + "; output " + output_path(at.spec) + ")" +
+        j_.submit_note);
     return Status::Ok();
   }
 

@@ -64,6 +64,7 @@ struct SingleJob {
   std::string lock_remedy;      // what to do when another controller holds the lock
   std::string failed_event = "work_failed";
   std::string infrastructure_note;  // said after an infrastructure failure ("nothing of it is scored")
+  std::string submit_note;          // said after each submission (" on cards 2,3")
   int max_retries = 2;
   std::chrono::milliseconds poll{2000};
 

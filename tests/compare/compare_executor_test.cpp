@@ -11,7 +11,9 @@
 //   - on a real Slurm (PLUMB_TEST_SLURM; scripts/slurm_test_cluster.sh): the controller killed while
 //     its job runs and started again reattaches to that job (one job in squeue) and reports the
 //     comparison; a controller that exits right after sbatch accepted its job, before journaling it
-//     (PLUMB_TEST_DIE_AFTER_SUBMIT), started again finds the job by its name and reattaches.
+//     (PLUMB_TEST_DIE_AFTER_SUBMIT), started again finds the job by its name and reattaches; and, on
+//     a cluster the test starts for itself, a job whose node is set DOWN: NODE_FAIL, retried on that
+//     node.
 // Each comparison is 5 pairs of scenario D small measured on their first requests (--request-limit).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -257,6 +259,61 @@ TEST_F(CompareJob, ALocalControllerKilledBeforeJournalingItsJobSubmitsTheNextAtt
   ASSERT_EQ(sub.size(), 1u) << log();
   EXPECT_EQ(json::string_at(sub[0], "key").value_or(""), key(1));
   EXPECT_EQ(runs(), 10u);
+}
+
+// A node failure on a cluster of the test's own (setting the node DOWN kills the jobs of every test
+// sharing the test run's cluster). A comparison's job is submitted with --no-requeue, so Slurm ends it
+// NODE_FAIL instead of requeueing it: an infrastructure failure, retried on that node (ReturnToService
+// brings it back at once, its slurmd being alive), which runs the pairs still missing.
+class CompareJobOwnCluster : public CompareJob {
+ protected:
+  void TearDown() override {
+    testing::cancel_submitted(conf_, journal());
+    if (!cluster_.empty()) run_capture({"bash", script(), "stop", cluster_});
+    conf_.clear();
+    CompareJob::TearDown();
+  }
+  static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
+  // Starts the cluster (a short path: munge's socket must fit a socket address); its slurm.conf.
+  void start_cluster() {
+    cluster_ = "/tmp/plumb_nodefail_" + std::to_string(::getpid());
+    auto up = run_capture({"bash", script(), "start", cluster_});
+    ASSERT_TRUE(up.ok() && up->exit.exit_code == 0) << (up.ok() ? up->out : up.status().to_string());
+    std::string out = up->out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    conf_ = out.substr(out.rfind('\n') + 1);
+  }
+  std::string cluster_;
+};
+
+TEST_F(CompareJobOwnCluster, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetriedOnThatNode) {
+  if (testing::test_slurm_conf().empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  start_cluster();
+  auto args = argv("slurm", 2, 16);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  wait_first_run();
+  std::string node = squeue({"-j", id, "-o", "%N"});
+  node = node.substr(0, node.find('\n'));
+  ASSERT_FALSE(node.empty()) << "the job runs on a node";
+  auto down = run_capture({"env", "SLURM_CONF=" + conf_, "scontrol", "update", "nodename=" + node,
+                           "state=DOWN", "reason=plumb-test-node-failure"});
+  ASSERT_TRUE(down.ok() && down->exit.exit_code == 0) << (down.ok() ? down->out : "");
+  EXPECT_EQ(finish(*p, 400), 0) << log();
+  auto failed = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(failed.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(failed[0], "state").value_or(""), "node_failed");
+  EXPECT_EQ(json::string_at(failed[0], "scheduler_state").value_or(""), "NODE_FAIL");
+  EXPECT_EQ(json::string_at(failed[0], "job_id").value_or(""), id);
+  EXPECT_EQ(distinct_submissions(), 2u);
+  auto sbatch = read_file(dir_ + "/work/" + key(1) + ".sbatch");
+  ASSERT_TRUE(sbatch.ok());
+  EXPECT_NE(sbatch->find("#SBATCH --nodelist=" + node + "\n"), std::string::npos) << *sbatch;
+  EXPECT_NE(sbatch->find("#SBATCH --no-requeue\n"), std::string::npos) << *sbatch;
+  EXPECT_GE(runs(), 10u);
 }
 
 }  // namespace
