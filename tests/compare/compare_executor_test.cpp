@@ -23,7 +23,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,11 +97,15 @@ class CompareJob : public testing::ControllerTest {
     auto q = run_capture(v);
     return q.ok() ? q->out : "";
   }
-  size_t distinct_submissions() {
-    std::set<std::string> keys;
-    for (const auto& o : journal_events(journal(), "submitted"))
-      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second) << json::dump(o);
-    return keys.size();
+  // Starts the controller with `args` on Slurm and waits until its job has recorded a run; the job's id.
+  std::string start_slurm_job(const std::vector<std::string>& args, Result<Subprocess>& p) {
+    p = start(args);
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return "";
+    std::string id = wait_submitted(1);
+    EXPECT_FALSE(id.empty());
+    if (!id.empty()) wait_first_run();
+    return id;
   }
   std::string key(int attempt) const {
     return "compare-" + std::to_string(id_) + "-a" + std::to_string(attempt);
@@ -189,11 +192,9 @@ TEST_F(CompareJob, AKilledControllerReattachesToItsSlurmJobAndReportsTheComparis
   if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
   auto args = argv("slurm", 2, 16);
   args.insert(args.end(), {"--slurm-time", "10"});
-  auto p = start(args);
-  ASSERT_TRUE(p.ok());
-  std::string id = wait_submitted(1);
-  ASSERT_FALSE(id.empty());
-  wait_first_run();
+  Result<Subprocess> p = invalid_argument("not started");
+  std::string id = start_slurm_job(args, p);
+  ASSERT_FALSE(id.empty() || HasFailure());
   kill_controller(*p);
   EXPECT_EQ(squeue({"-j", id, "-o", "%T"}).rfind("RUNNING", 0), 0u) << "the job outlives its controller";
   auto again = start(args);
@@ -291,11 +292,9 @@ TEST_F(CompareJobOwnCluster, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRet
   start_cluster();
   auto args = argv("slurm", 2, 16);
   args.insert(args.end(), {"--slurm-time", "10"});
-  auto p = start(args);
-  ASSERT_TRUE(p.ok());
-  std::string id = wait_submitted(1);
-  ASSERT_FALSE(id.empty());
-  wait_first_run();
+  Result<Subprocess> p = invalid_argument("not started");
+  std::string id = start_slurm_job(args, p);
+  ASSERT_FALSE(id.empty() || HasFailure());
   std::string node = squeue({"-j", id, "-o", "%N"});
   node = node.substr(0, node.find('\n'));
   ASSERT_FALSE(node.empty()) << "the job runs on a node";

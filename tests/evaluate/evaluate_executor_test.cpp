@@ -31,7 +31,6 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -136,13 +135,6 @@ class EvaluateJob : public testing::ControllerTest {
     kill_controller(*p);
     if (between) between(id);
     return {id, start(args)};
-  }
-  // Every job key of the journal submitted once; their number.
-  size_t distinct_submissions() {
-    std::set<std::string> keys;
-    for (const auto& o : journal_events(journal(), "submitted"))
-      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second) << json::dump(o);
-    return keys.size();
   }
 };
 
