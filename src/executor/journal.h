@@ -1,6 +1,6 @@
-// The job journal: what a controller that submits jobs (plumb tune, plumb evaluate and plumb kernels
-// search, each with --executor) records of them, so that a controller killed at any point and started again
-// finds its jobs. One JSON object a line, append-only, each with "event" and "at" (UTC):
+// The job journal: what a controller that submits jobs (plumb tune, plumb evaluate, plumb compare run
+// and plumb kernels search, each with --executor) records of them, so that a controller killed at any point
+// and started again finds its jobs. One JSON object a line, append-only, each with "event" and "at" (UTC):
 //   {"event":"submitted","key":K,"job_id":ID,"identity":{...},...}   then, for the same key,
 //   {"event":"finished"|"infrastructure_failure"|...,"key":K,...}
 // A job whose last event is "submitted" is in flight: the restarted controller polls it by its id
