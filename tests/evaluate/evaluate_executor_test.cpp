@@ -16,7 +16,8 @@
 //     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
 //     PostgreSQL with the evaluation sealed by them; the controller killed while its Slurm job runs
 //     and started again, reattaching to that job; the same with the job finished before the restart,
-//     its evaluation read back. Skips, saying why, without a cluster.
+//     its evaluation read back; a job past its time limit (--slurm-time 1): a timeout, not retried.
+//     Skips, saying why, without a cluster.
 // The evaluation is the smallest the CLI allows that still runs both gates and a scenario: scenario A
 // (small) on one seed, 4 quality items, 1 fidelity prompt, the `default` preset as the baseline.
 #include <gtest/gtest.h>
