@@ -9,11 +9,14 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/executor_flags.h"
+#include "cli/job_outcome.h"
 #include "compare/calibrate.h"
 #include "compare/compare.h"
+#include "executor/single_job.h"
 #include "launch/placement.h"
 #include "ledger/ledger.h"
 
@@ -33,7 +36,8 @@ struct CompareArgs {
   int64_t pairs_this_run = 0;
   compare::CalibrateOptions cal;
   std::string cal_scenarios = "B,D";
-  ExecutorArgs exec;  // run --executor slurm: the whole comparison as one batch job
+  ExecutorArgs exec;            // run --executor slurm: the whole comparison as one batch job
+  bool executor_given = false;  // run --executor given (local or slurm): the comparison as one job
 };
 
 Result<std::unique_ptr<ledger::Ledger>> open_ledger(const CompareArgs& a) {
@@ -62,74 +66,140 @@ std::string self_exe() {
   return ec ? std::string() : p.string();
 }
 
-// One attempt of `compare run` as a job: submits `plumb compare run ID` for the node and waits for it.
-Result<executor::JobStatus> run_job(executor::Executor& e, const CompareArgs& a, const std::string& work_dir,
-                                    int attempt, const std::string& cards) {
-  executor::JobSpec js;
-  if (!cards.empty()) js.env["CUDA_VISIBLE_DEVICES"] = cards;
-  js.name = "compare-" + std::to_string(a.id) + "-a" + std::to_string(attempt);
-  js.work_dir = work_dir;
-  js.argv = {self_exe(),
-             "compare",
-             "run",
-             std::to_string(a.id),
-             "--ledger",
-             ledger_for_jobs(a.ledger_path),
-             "--work-dir",
-             work_dir,
-             "--request-timeout",
-             std::to_string(a.request_timeout_s),
-             "--placement",
-             a.placement};
-  if (!a.tokenizer.empty()) js.argv.insert(js.argv.end(), {"--tokenizer", a.tokenizer});
-  PLUMB_ASSIGN_OR_RETURN(std::string id, e.submit(js));
-  std::fprintf(stderr, "comparison %lld: %s job %s (output %s)%s\n", (long long)a.id, e.kind().c_str(),
-               id.c_str(), executor::output_path(js).c_str(),
-               cards.empty() ? "" : (" on cards " + cards).c_str());
-  auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
-  return executor::wait_until_final(e, id, every, [&](const executor::JobStatus& st) {
-    std::fprintf(stderr, "  job %s: %s%s\n", id.c_str(), executor::state_name(st.state).c_str(),
-                 st.node.empty() ? "" : (" on " + st.node).c_str());
-  });
+// `compare run --executor slurm`, `--executor local` given, or local with --gpus: every pair on one
+// node (the validator refuses a comparison whose runs span two machines), as one job; with --gpus the
+// job holds the first slot's cards for the whole comparison, so both arms of every pair run on the
+// same cards. The job runs `plumb compare run ID` where the executor puts it; its runs go to the
+// shared ledger. The controller is executor/single_job.h's: a journal WORK/compare-ID.jobs.jsonl and
+// its lock, so a restarted controller reattaches to the job in flight (or reports a finished
+// comparison) instead of submitting it again, and a second controller of the comparison in the same
+// work directory is refused. A job that exits with an error of its own (the comparison's, e.g. an
+// unknown id) is not retried, nor is one past its time limit; any other end (cancelled, node failed,
+// lost, killed by a signal) is an infrastructure failure: submitted again up to --max-job-retries
+// times, pinned to the node of the runs already recorded (`compare run` skips the pairs that are
+// complete).
+json::object comparison_identity(const CompareArgs& a, const std::string& kind, const std::string& cards) {
+  return {{"executor", kind},
+          {"comparison", a.id},
+          {"ledger", ledger_for_jobs(a.ledger_path)},
+          {"request_timeout_s", int64_t(a.request_timeout_s)},
+          {"placement", a.placement},
+          {"tokenizer", a.tokenizer},
+          {"request_limit", int64_t(a.request_limit)},
+          {"cards", cards}};
 }
 
-// `compare run --executor slurm`, or local with --gpus: every pair on one node (the validator refuses
-// a comparison whose runs span two machines), as one job; with --gpus the job holds the first slot's
-// cards for the whole comparison, so both arms of every pair run on the same cards. A job that ends
-// other than completed is an infrastructure failure: submitted again up to --max-job-retries times,
-// pinned to the node of the runs already recorded (`compare run` skips the pairs that are complete).
+std::vector<std::string> comparison_argv(const CompareArgs& a, const std::string& work_dir) {
+  std::vector<std::string> v = {self_exe(),
+                                "compare",
+                                "run",
+                                std::to_string(a.id),
+                                "--ledger",
+                                ledger_for_jobs(a.ledger_path),
+                                "--work-dir",
+                                work_dir,
+                                "--request-timeout",
+                                std::to_string(a.request_timeout_s),
+                                "--placement",
+                                a.placement};
+  if (!a.tokenizer.empty()) v.insert(v.end(), {"--tokenizer", a.tokenizer});
+  if (a.request_limit > 0) v.insert(v.end(), {"--request-limit", std::to_string(a.request_limit)});
+  return v;
+}
+
+executor::Verdict judge_comparison_job(const executor::JobStatus& st) {
+  using executor::JobState;
+  if (st.state == JobState::kCompleted) return executor::Verdict::kResult;
+  if (st.state == JobState::kTimedOut) return executor::Verdict::kTimedOut;
+  if (st.state == JobState::kFailed && job_signal(st) == 0 && !node_never_ran(st))
+    return executor::Verdict::kWorkFailed;
+  return executor::Verdict::kInfrastructure;
+}
+
+int report_comparison_job(const CompareArgs& a, const std::string& journal, const executor::JobAttempt& at,
+                          const executor::JobStatus& st, bool again) {
+  if (again)
+    std::fprintf(stderr,
+                 "plumb compare run: comparison %lld already ran in job %s (%s; journal %s): nothing is "
+                 "submitted. To run its missing pairs again, remove the journal\n",
+                 (long long)a.id, at.job_id.c_str(), at.key.c_str(), journal.c_str());
+  std::printf("comparison %lld: every pair ran on node %s (%s job %s); next: plumb compare readout %lld\n",
+              (long long)a.id, st.node.empty() ? "(unknown)" : st.node.c_str(), a.exec.kind.c_str(),
+              at.job_id.c_str(), (long long)a.id);
+  return kExitOk;
+}
+
+// Before a retry: the remaining pairs on the node of the runs already recorded.
+Status pin_to_node(CompareArgs& a, std::unique_ptr<executor::Executor>& e, const executor::JobStatus& st) {
+  PLUMB_ASSIGN_OR_RETURN(auto l, open_ledger(a));
+  auto runs = l->comparison_runs(a.id);
+  if (!runs.ok() || runs->empty() || st.node.empty() || !a.exec.slurm.nodelist.empty()) return Status::Ok();
+  a.exec.slurm.nodelist = st.node;
+  PLUMB_ASSIGN_OR_RETURN(e, make_executor(a.exec));
+  return Status::Ok();
+}
+
+executor::SingleJob comparison_job(CompareArgs& a, std::unique_ptr<executor::Executor>& e,
+                                   const std::string& work_dir, const std::string& cards) {
+  executor::SingleJob j;
+  const std::string name = "compare-" + std::to_string(a.id);
+  j.command = "plumb compare run";
+  j.what = "comparison";
+  j.work_dir = work_dir;
+  j.journal = work_dir + "/" + name + ".jobs.jsonl";
+  j.prefix = name + "-a";
+  j.identity = comparison_identity(a, e->kind(), cards);
+  j.identity_remedy = "run it with the arguments it was started with, or remove the journal to start over";
+  j.lock_remedy =
+      "wait for it to end, or stop it and start this comparison again (it reattaches to the job in flight)";
+  j.failed_event = "comparison_failed";
+  j.infrastructure_note = "its runs so far are kept, no readout uses an incomplete pair";
+  j.submit_note = cards.empty() ? "" : " on cards " + cards;
+  j.max_retries = a.exec.max_job_retries;
+  j.poll = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+  j.spec = [&a, work_dir, cards](const std::string&) -> Result<executor::JobSpec> {
+    executor::JobSpec s;
+    if (!cards.empty()) s.env["CUDA_VISIBLE_DEVICES"] = cards;
+    s.argv = comparison_argv(a, work_dir);
+    return s;
+  };
+  j.judge = [](const executor::JobAttempt&, const executor::JobStatus& st) {
+    return judge_comparison_job(st);
+  };
+  j.report = [&a, journal = j.journal](const executor::JobAttempt& at, const executor::JobStatus& st, int,
+                                       bool again) -> Result<int> {
+    return report_comparison_job(a, journal, at, st, again);
+  };
+  j.work_failed = [&a](const executor::JobAttempt& at, const executor::JobStatus& st) {
+    std::cerr << "plumb compare run: comparison " << a.id << " failed in job " << at.job_id << " ("
+              << executor::state_name(st.state) << (st.detail.empty() ? "" : ", " + st.detail)
+              << "); not retried, it is the comparison's own error. The end of "
+              << executor::output_path(at.spec) << ":\n"
+              << executor::file_tail(executor::output_path(at.spec), 8);
+    return kExitError;
+  };
+  j.before_retry = [&a, &e](const executor::JobAttempt&, const executor::JobStatus& st) {
+    return pin_to_node(a, e, st);
+  };
+  return j;
+}
+
 int run_run_as_job(CompareArgs& a, const std::string& cards) {
+  // Not requeued by Slurm after a node failure (it would run on whatever node it gets): the controller
+  // sees the failure and retries on the node of the runs already recorded.
+  a.exec.no_requeue = true;
   auto e = make_executor(a.exec);
   if (!e.ok()) return fail("run", e.status());
   std::string work_dir =
       std::filesystem::absolute(a.work_dir.empty() ? "." : a.work_dir).lexically_normal().string();
-  std::filesystem::create_directories(work_dir);
-  for (int attempt = 0;; ++attempt) {
-    auto st = run_job(**e, a, work_dir, attempt, cards);
-    if (!st.ok()) return fail("run", st.status());
-    if (st->state == executor::JobState::kCompleted) {
-      std::printf("comparison %lld: every pair ran on node %s; next: plumb compare readout %lld\n",
-                  (long long)a.id, st->node.empty() ? "(unknown)" : st->node.c_str(), (long long)a.id);
-      return kExitOk;
-    }
-    std::fprintf(stderr,
-                 "  INFRASTRUCTURE FAILURE: the job ended %s%s; its runs so far are kept, no readout uses "
-                 "an incomplete pair\n",
-                 executor::state_name(st->state).c_str(),
-                 st->detail.empty() ? "" : (" [" + st->detail + "]").c_str());
-    if (attempt >= a.exec.max_job_retries)
-      return fail("run", unavailable("the comparison's job failed " + std::to_string(attempt + 1) +
-                                     " time(s); run it again when the cluster is healthy"));
-    auto l = open_ledger(a);
-    if (!l.ok()) return fail("run", l.status());
-    auto runs = (*l)->comparison_runs(a.id);
-    if (runs.ok() && !runs->empty() && !st->node.empty() && a.exec.slurm.nodelist.empty()) {
-      a.exec.slurm.nodelist = st->node;  // the remaining pairs on the same node
-      auto again = make_executor(a.exec);
-      if (!again.ok()) return fail("run", again.status());
-      *e = std::move(*again);
-    }
-  }
+  std::error_code ec;
+  std::filesystem::create_directories(work_dir, ec);
+  if (ec)
+    return fail("run",
+                invalid_argument("cannot create the work directory " + work_dir + ": " + ec.message()));
+  const executor::SingleJob job = comparison_job(a, *e, work_dir, cards);
+  auto rc = executor::run_single_job(*e, job);
+  return rc.ok() ? *rc : fail("run", rc.status());
 }
 
 int run_run(CompareArgs& a) {
@@ -146,7 +216,7 @@ int run_run(CompareArgs& a) {
                    (long long)a.id, (*slots)[0].visible_devices().c_str(), slots->size() - 1);
     return run_run_as_job(a, (*slots)[0].visible_devices());
   }
-  if (a.exec.kind != "local") return run_run_as_job(a, "");
+  if (a.executor_given) return run_run_as_job(a, "");
   auto l = open_ledger(a);
   if (!l.ok()) return fail("run", l.status());
   compare::RunOptions o;
@@ -318,8 +388,13 @@ void setup_compare(CLI::App& root) {
          "compute thread per CPU it got (printed, and stored with each run); off: nothing is bound")
       ->capture_default_str();
   ledger_opt(run);
-  add_executor_flags(run, a->exec, "comparison (all its pairs, on one node)");
-  run->callback([a] { set_exit_code(run_run(*a)); });
+  add_executor_flags(run, a->exec, "comparison (all its pairs, on one node)",
+                     "given, the comparison runs as a child job on this machine, with the journal, lock and "
+                     "retries of slurm; without --executor (and without --gpus), in this process");
+  run->callback([a, run] {
+    a->executor_given = run->get_option("--executor")->count() > 0;
+    set_exit_code(run_run(*a));
+  });
 
   auto* ro = c->add_subcommand("readout", "Compute and store the readout from the stored runs");
   ro->add_option("id", a->id, "registration id")->required();

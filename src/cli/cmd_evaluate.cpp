@@ -25,8 +25,7 @@
 #include "core/shipped.h"
 #include "engine/model_config.h"
 #include "evaluate/evaluate.h"
-#include "executor/journal.h"
-#include "executor/lock.h"
+#include "executor/single_job.h"
 #include "ledger/ledger.h"
 #include "report/html.h"
 
@@ -309,44 +308,35 @@ Status write_reports(const EvaluateArgs& a, const evaluate::Evaluation& ev) {
 // the only thing the controller reads: a job that dies part-way leaves no file, so no partial
 // evaluation can become a score.
 
-// What became of one attempt.
-enum class Outcome {
-  kResult,            // the job wrote its evaluation (gates passed or not)
-  kEvaluationFailed,  // the evaluation itself failed (exit code, no evaluation): not retried
-  kInfrastructure,    // cancelled, timed out, node failed, lost, killed by a signal: retried
-};
-
-struct Attempt {
-  std::string key;  // evaluate-aN: the job's name, output file and JSON file
-  std::string job_id;
+// Where attempt `key` puts its evaluation and report, in the work directory.
+struct AttemptFiles {
   std::string json_path;
-  std::string html_path;
-  executor::JobSpec spec;
+  std::string html_path;  // "" without --html
 };
+AttemptFiles attempt_files(const EvaluateArgs& a, const std::string& work, const std::string& key) {
+  return {work + "/" + key + ".json", a.html_path.empty() ? "" : work + "/" + key + ".html"};
+}
 
-Outcome classify(const executor::JobStatus& st, bool wrote_evaluation) {
+// A job that wrote its evaluation has its result; one that exited with an error of its own (no
+// signal, a node that ran it) failed the evaluation, not retried; a timeout is not retried either;
+// anything else (cancelled, node failed, lost, killed by a signal) is retried.
+executor::Verdict judge(const executor::JobStatus& st, bool wrote_evaluation) {
   using executor::JobState;
   bool exited = st.state == JobState::kCompleted || st.state == JobState::kFailed;
   // A lost job (one that ended while no controller watched it, then forgotten) that wrote its
   // evaluation finished it: the file is written whole at the end.
-  if ((exited || st.state == JobState::kLost) && wrote_evaluation) return Outcome::kResult;
+  if ((exited || st.state == JobState::kLost) && wrote_evaluation) return executor::Verdict::kResult;
+  if (st.state == JobState::kTimedOut) return executor::Verdict::kTimedOut;
   if (st.state == JobState::kFailed && job_signal(st) == 0 && !node_never_ran(st))
-    return Outcome::kEvaluationFailed;
-  return Outcome::kInfrastructure;
-}
-
-// The job journal, WORK/evaluate.jobs.jsonl (executor/journal.h): the record a restarted controller
-// replays to reattach.
-std::string journal_path(const std::string& work) { return work + "/evaluate.jobs.jsonl"; }
-
-void journal(const std::string& work, json::object event) {
-  if (Status s = executor::journal_append(journal_path(work), std::move(event)); !s.ok())
-    std::fprintf(stderr, "plumb evaluate: %s\n", s.to_string().c_str());
+    return executor::Verdict::kWorkFailed;
+  return executor::Verdict::kInfrastructure;
 }
 
 // The node's `plumb evaluate`: the same evaluation, absolute paths, its own work directory and JSON.
-std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options& o, const Attempt& at) {
+std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options& o, const std::string& work,
+                                  const std::string& key) {
   namespace fs = std::filesystem;
+  const AttemptFiles f = attempt_files(a, work, key);
   std::vector<std::string> v = {o.plumb_binary,
                                 "evaluate",
                                 "--start-script",
@@ -356,7 +346,7 @@ std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options
                                 "--size",
                                 a.size,
                                 "--work-dir",
-                                at.spec.work_dir + "/" + at.key,
+                                work + "/" + key,
                                 "--baseline-preset",
                                 a.baseline_preset,
                                 "--dataset",
@@ -370,9 +360,9 @@ std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options
                                 "--timeout",
                                 std::to_string(a.request_timeout_s),
                                 "--json",
-                                at.json_path};
+                                f.json_path};
   if (!a.seeds.empty()) v.insert(v.end(), {"--seeds", a.seeds});
-  if (!at.html_path.empty()) v.insert(v.end(), {"--html", at.html_path});
+  if (!f.html_path.empty()) v.insert(v.end(), {"--html", f.html_path});
   if (!a.ledger_path.empty()) v.insert(v.end(), {"--ledger", ledger_for_jobs(a.ledger_path)});
   // InferenceBench's JSON is written by the job, into the directory asked for (shared with the nodes).
   if (!a.ib_json_dir.empty())
@@ -380,24 +370,12 @@ std::vector<std::string> job_argv(const EvaluateArgs& a, const evaluate::Options
   return v;
 }
 
-// Attempt `n`'s names: the job's name, its evaluation file and its report, in the work directory.
-Attempt attempt_named(const EvaluateArgs& a, const std::string& work, const std::string& key) {
-  Attempt at;
-  at.key = key;
-  at.json_path = work + "/" + at.key + ".json";
-  at.html_path = a.html_path.empty() ? "" : work + "/" + at.key + ".html";
-  at.spec.name = at.key;
-  at.spec.work_dir = work;
-  return at;
-}
-
 // What decides an evaluation's result, as the journal records it with each job: the job's flags
 // (without the attempt's own --work-dir, --json and --html paths), the executor and the start
 // script's content. A restart whose identity differs is refused (check_journal_identity).
 json::object evaluation_identity(const EvaluateArgs& a, const evaluate::Options& o, const std::string& work,
                                  const std::string& kind) {
-  Attempt at = attempt_named(a, work, "evaluate-a0");
-  std::vector<std::string> argv = job_argv(a, o, at);
+  std::vector<std::string> argv = job_argv(a, o, work, "evaluate-a0");
   json::object id{{"executor", kind}};
   for (size_t i = 2; i + 1 < argv.size(); i += 2) {
     if (argv[i] == "--work-dir" || argv[i] == "--json") continue;
@@ -408,53 +386,14 @@ json::object evaluation_identity(const EvaluateArgs& a, const evaluate::Options&
   return id;
 }
 
-// Submits attempt `at` (named by attempt_named) and journals it. A JSON file left under the same name
-// is removed first, so only this job's evaluation can be read back.
-Status submit_attempt(executor::Executor& e, const EvaluateArgs& a, const evaluate::Options& o,
-                      const json::object& identity, Attempt& at) {
-  std::error_code ec;
-  std::filesystem::remove(at.json_path, ec);
-  if (!at.html_path.empty()) std::filesystem::remove(at.html_path, ec);
-  at.spec.argv = job_argv(a, o, at);
-  PLUMB_ASSIGN_OR_RETURN(at.job_id, e.submit(at.spec));
-  PLUMB_RETURN_IF_ERROR(executor::journal_append(journal_path(at.spec.work_dir), {{"event", "submitted"},
-                                                                                  {"key", at.key},
-                                                                                  {"job_id", at.job_id},
-                                                                                  {"executor", e.kind()},
-                                                                                  {"identity", identity}}));
-  std::fprintf(stderr, "plumb evaluate: %s job %s (%s; output %s)\n", e.kind().c_str(), at.job_id.c_str(),
-               at.key.c_str(), executor::output_path(at.spec).c_str());
-  return Status::Ok();
-}
-
-// Waits until the attempt's job is final.
-Result<executor::JobStatus> wait_attempt(executor::Executor& e, const EvaluateArgs& a, const Attempt& at) {
-  auto every = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
-  return executor::wait_until_final(e, at.job_id, every, [&](const executor::JobStatus& st) {
-    std::fprintf(stderr, "plumb evaluate:   job %s: %s%s\n", at.job_id.c_str(),
-                 executor::state_name(st.state).c_str(), st.node.empty() ? "" : (" on " + st.node).c_str());
-  });
-}
-
-// The last lines of the job's output, for an error message.
-std::string output_tail(const std::string& path, size_t lines) {
-  auto text = read_file(path);
-  if (!text.ok()) return "(no output: " + text.status().message() + ")";
-  size_t pos = text->size();
-  for (size_t n = 0; n <= lines && pos > 0;) {
-    pos = text->rfind('\n', pos - 1);
-    if (pos == std::string::npos) return *text;
-    ++n;
-  }
-  return text->substr(pos + 1);
-}
-
 // The result of the job, as the user's --json and --html and a summary on stdout; the exit code is
 // the gates' verdict, as without an executor.
-int report_result(const EvaluateArgs& a, const Attempt& at, const executor::JobStatus& st, int failures) {
-  auto v = json::parse_file(at.json_path);
+int report_result(const EvaluateArgs& a, const executor::JobAttempt& at, const executor::JobStatus& st,
+                  int failures) {
+  const AttemptFiles f = attempt_files(a, at.spec.work_dir, at.key);
+  auto v = json::parse_file(f.json_path);
   if (!v.ok() || !v->is_object()) {
-    std::cerr << "plumb evaluate: the job's evaluation " << at.json_path
+    std::cerr << "plumb evaluate: the job's evaluation " << f.json_path
               << " is unreadable: " << v.status().to_string() << "\n";
     return kExitError;
   }
@@ -473,10 +412,10 @@ int report_result(const EvaluateArgs& a, const Attempt& at, const executor::JobS
   }
   if (!a.html_path.empty()) {
     std::error_code ec;
-    std::filesystem::copy_file(at.html_path, a.html_path, std::filesystem::copy_options::overwrite_existing,
+    std::filesystem::copy_file(f.html_path, a.html_path, std::filesystem::copy_options::overwrite_existing,
                                ec);
     if (ec) {
-      std::cerr << "plumb evaluate: --html: cannot copy " << at.html_path << ": " << ec.message() << "\n";
+      std::cerr << "plumb evaluate: --html: cannot copy " << f.html_path << ": " << ec.message() << "\n";
       return kExitError;
     }
   }
@@ -501,62 +440,13 @@ int report_result(const EvaluateArgs& a, const Attempt& at, const executor::JobS
   return passed ? kExitOk : kExitFailed;
 }
 
-// Journal and console for an attempt that failed for infrastructure reasons.
-void record_infrastructure_failure(const std::string& work, const Attempt& at,
-                                   const executor::JobStatus& st) {
-  journal(work, {{"event", "infrastructure_failure"},
-                 {"key", at.key},
-                 {"job_id", at.job_id},
-                 {"state", executor::state_name(st.state)},
-                 {"scheduler_state", st.scheduler_state},
-                 {"node", st.node},
-                 {"detail", st.detail}});
-  std::fprintf(stderr,
-               "plumb evaluate:   INFRASTRUCTURE FAILURE of job %s: it ended %s%s%s without its evaluation; "
-               "nothing of it is scored\n",
-               at.job_id.c_str(), executor::state_name(st.state).c_str(),
-               st.node.empty() ? "" : (" on " + st.node).c_str(),
-               st.detail.empty() ? "" : (" [" + st.detail + "]").c_str());
-}
-
-// What the journal of an earlier controller leaves to this one (docs/cluster.md, "Killing and
-// restarting the controller").
-struct Resume {
-  int failures = 0;  // infrastructure failures since the journal's last end (finished, failed, gave up)
-  int failures_before_finish = 0;
-  std::optional<executor::JournaledJob> in_flight;  // the last job, still in flight: reattached
-  std::optional<executor::JournaledJob> finished;   // the last job, finished: its result is reported
-};
-
-Resume read_resume(const std::vector<json::object>& events) {
-  Resume r;
-  auto jobs = executor::journal_jobs(events);
-  for (const auto& j : jobs) {
-    const std::string ev = j.last_event();
-    if (ev == "infrastructure_failure") {
-      ++r.failures;
-    } else if (ev == "finished") {
-      r.failures_before_finish = r.failures;
-      r.failures = 0;
-    } else if (ev != "submitted") {
-      r.failures = 0;  // evaluation_failed, gave_up: a new run of the command gets its own retries
-    }
-  }
-  if (!jobs.empty() && jobs.back().in_flight()) r.in_flight = jobs.back();
-  if (!jobs.empty() && jobs.back().last_event() == "finished") r.finished = jobs.back();
-  return r;
-}
-
 // An evaluation the journal says finished: its result again, no new job.
-int report_finished(const EvaluateArgs& a, const std::string& work, const Resume& r) {
-  Attempt at = attempt_named(a, work, r.finished->key);
-  at.job_id = r.finished->job_id;
-  executor::JobStatus st;
-  st.state = executor::JobState::kCompleted;
-  st.node = json::string_at(r.finished->last, "node").value_or("");
-  if (!std::filesystem::exists(at.json_path)) {
-    std::cerr << "plumb evaluate: the journal " << journal_path(work) << " says job " << at.job_id << " ("
-              << at.key << ") finished this evaluation, but its file " << at.json_path
+int report_finished(const EvaluateArgs& a, const std::string& journal, const executor::JobAttempt& at,
+                    const executor::JobStatus& st, int failures) {
+  const AttemptFiles f = attempt_files(a, at.spec.work_dir, at.key);
+  if (!std::filesystem::exists(f.json_path)) {
+    std::cerr << "plumb evaluate: the journal " << journal << " says job " << at.job_id << " (" << at.key
+              << ") finished this evaluation, but its file " << f.json_path
               << " is gone; remove the journal to evaluate again in this work directory\n";
     return kExitError;
   }
@@ -564,59 +454,60 @@ int report_finished(const EvaluateArgs& a, const std::string& work, const Resume
                "plumb evaluate: this evaluation already finished in job %s (%s; journal %s): its result is "
                "reported again, nothing is submitted. To evaluate again, give it another --work-dir or "
                "remove the journal\n",
-               at.job_id.c_str(), at.key.c_str(), journal_path(work).c_str());
-  return report_result(a, at, st, r.failures_before_finish);
+               at.job_id.c_str(), at.key.c_str(), journal.c_str());
+  return report_result(a, at, st, failures);
 }
 
-// The attempt to start with: the earlier controller's job still in flight (reattached), or none.
-std::optional<Attempt> reattached(const EvaluateArgs& a, const std::string& work, const Resume& r) {
-  if (!r.in_flight) return std::nullopt;
-  Attempt at = attempt_named(a, work, r.in_flight->key);
-  at.job_id = r.in_flight->job_id;
-  std::fprintf(stderr, "plumb evaluate: reattaching to job %s (%s) of an earlier controller (journal %s)\n",
-               at.job_id.c_str(), at.key.c_str(), journal_path(work).c_str());
-  return at;
-}
-
-// The outcome of one final attempt: an exit code when the command ends with it, nullopt to retry.
-std::optional<int> settle_attempt(const EvaluateArgs& a, const std::string& work, const Attempt& at,
-                                  const executor::JobStatus& st, int& failures) {
-  Outcome out = classify(st, std::filesystem::exists(at.json_path));
-  if (out == Outcome::kResult) {
-    journal(work, {{"event", "finished"}, {"key", at.key}, {"job_id", at.job_id}, {"node", st.node}});
-    return report_result(a, at, st, failures);
-  }
-  if (out == Outcome::kEvaluationFailed) {
-    journal(work,
-            {{"event", "evaluation_failed"}, {"key", at.key}, {"job_id", at.job_id}, {"detail", st.detail}});
+// The evaluation as a single job (executor/single_job.h) in the work directory `work`.
+executor::SingleJob evaluation_job(const EvaluateArgs& a, const evaluate::Options& o, const std::string& work,
+                                   const std::string& kind) {
+  executor::SingleJob j;
+  j.command = "plumb evaluate";
+  j.what = "evaluation";
+  j.work_dir = work;
+  // The job journal, WORK/evaluate.jobs.jsonl: the record a restarted controller replays to reattach.
+  j.journal = work + "/evaluate.jobs.jsonl";
+  j.prefix = "evaluate-a";
+  j.identity = evaluation_identity(a, o, work, kind);
+  j.identity_remedy =
+      "give this evaluation its own --work-dir, or remove the journal to start that directory over";
+  j.lock_remedy =
+      "wait for it to end, or stop it and start this evaluation again (it reattaches to the job in flight); "
+      "or "
+      "give this evaluation its own --work-dir";
+  j.failed_event = "evaluation_failed";
+  j.infrastructure_note = "no evaluation of it; nothing of it is scored";
+  j.max_retries = a.exec.max_job_retries;
+  j.poll = std::chrono::milliseconds(int64_t(std::max(0.05, a.exec.poll_s) * 1000));
+  j.spec = [&a, &o, work](const std::string& key) -> Result<executor::JobSpec> {
+    executor::JobSpec s;
+    s.argv = job_argv(a, o, work, key);
+    return s;
+  };
+  // A file left under the attempt's name is removed first, so only this job's evaluation is read back.
+  j.before_submit = [&a, work](const executor::JobAttempt& at) {
+    const AttemptFiles f = attempt_files(a, work, at.key);
+    std::error_code ec;
+    std::filesystem::remove(f.json_path, ec);
+    if (!f.html_path.empty()) std::filesystem::remove(f.html_path, ec);
+    return Status::Ok();
+  };
+  j.judge = [&a, work](const executor::JobAttempt& at, const executor::JobStatus& st) {
+    return judge(st, std::filesystem::exists(attempt_files(a, work, at.key).json_path));
+  };
+  j.report = [&a, journal = j.journal](const executor::JobAttempt& at, const executor::JobStatus& st,
+                                       int failures, bool again) -> Result<int> {
+    return again ? report_finished(a, journal, at, st, failures) : report_result(a, at, st, failures);
+  };
+  j.work_failed = [](const executor::JobAttempt& at, const executor::JobStatus& st) {
     std::cerr << "plumb evaluate: the evaluation failed in job " << at.job_id << " ("
               << executor::state_name(st.state) << (st.detail.empty() ? "" : ", " + st.detail)
               << "); not retried, it is the evaluation's own error. The end of "
               << executor::output_path(at.spec) << ":\n"
-              << output_tail(executor::output_path(at.spec), 8);
+              << executor::file_tail(executor::output_path(at.spec), 8);
     return kExitError;
-  }
-  record_infrastructure_failure(work, at, st);
-  if (++failures <= a.exec.max_job_retries) return std::nullopt;
-  journal(work, {{"event", "gave_up"}, {"key", at.key}, {"job_id", at.job_id}});
-  std::cerr << "plumb evaluate: the evaluation's job failed for infrastructure reasons " << failures
-            << " time(s) (--max-job-retries " << a.exec.max_job_retries
-            << "); its output: " << executor::output_path(at.spec)
-            << "; run it again when the cluster is healthy\n";
-  return kExitError;
-}
-
-// The controller lock of the work directory's journal (executor/lock.h), held while this controller runs.
-Result<std::unique_ptr<executor::ControllerLock>> take_lock(const std::string& work) {
-  PLUMB_ASSIGN_OR_RETURN(auto lock,
-                         executor::ControllerLock::acquire(
-                             journal_path(work), "plumb evaluate",
-                             "wait for it to end, or stop it and start this evaluation again (it "
-                             "reattaches to the job in flight); or give this evaluation its own --work-dir"));
-  if (!lock->took_over().empty())
-    std::fprintf(stderr, "plumb evaluate: took over the controller lock %s of %s, which is gone\n",
-                 lock->path().c_str(), lock->took_over().c_str());
-  return lock;
+  };
+  return j;
 }
 
 int run_evaluate_as_job(EvaluateArgs& a) {
@@ -634,29 +525,9 @@ int run_evaluate_as_job(EvaluateArgs& a) {
   std::error_code ec;
   std::filesystem::create_directories(work, ec);
   if (ec) return fail(invalid_argument("cannot create the work directory " + work + ": " + ec.message()));
-  auto lock = take_lock(work);
-  if (!lock.ok()) return fail(lock.status());
-  const auto events = executor::journal_read(journal_path(work));
-  const json::object identity = evaluation_identity(a, *o, work, (*e)->kind());
-  if (Status s = executor::check_journal_identity(
-          journal_path(work), events, identity,
-          "give this evaluation its own --work-dir, or remove the journal to start that directory over");
-      !s.ok())
-    return fail(s);
-  const Resume r = read_resume(events);
-  if (r.finished) return report_finished(a, work, r);
-  std::optional<Attempt> first = reattached(a, work, r);
-  int next = executor::next_attempt(events, work, "evaluate-a");
-  for (int failures = r.failures;;) {
-    Attempt at = first ? *first : attempt_named(a, work, "evaluate-a" + std::to_string(next++));
-    if (!first) {
-      if (Status s = submit_attempt(**e, a, *o, identity, at); !s.ok()) return fail(s);
-    }
-    first.reset();
-    auto st = wait_attempt(**e, a, at);
-    if (!st.ok()) return fail(st.status());
-    if (auto rc = settle_attempt(a, work, at, *st, failures)) return *rc;
-  }
+  const executor::SingleJob job = evaluation_job(a, *o, work, (*e)->kind());
+  auto rc = executor::run_single_job(*e, job);
+  return rc.ok() ? *rc : fail(rc.status());
 }
 
 int run_evaluate(EvaluateArgs& a) {
@@ -705,7 +576,8 @@ void setup_evaluate(CLI::App& root) {
       "Exit code 0 when the gates pass, 1 when one fails.\n"
       "With --executor slurm the whole evaluation is one batch job on one node (plumb evaluate there,\n"
       "its runs written to the shared --ledger, its evaluation read back from --work-dir); a job that\n"
-      "is cancelled, times out or loses its node is retried, never scored. Killed and started again with\n"
+      "is cancelled or loses its node is retried, never scored; one past its --slurm-time is a timeout,\n"
+      "not retried. Killed and started again with\n"
       "the same --work-dir, it reattaches to its job (or reports the finished evaluation) instead of\n"
       "submitting again; other arguments for that work directory are refused (docs/cluster.md).\n\n"
       "Example:  plumb evaluate --start-script ./start_server.sh --scenario D --json score.json");

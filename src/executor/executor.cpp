@@ -110,6 +110,10 @@ class LocalExecutor : public Executor {
     return Status::Ok();
   }
 
+  Result<std::optional<std::string>> find_by_name(const std::string& /*name*/) override {
+    return std::optional<std::string>();  // the jobs of a dead controller died with it
+  }
+
  private:
   std::map<std::string, Subprocess> jobs_;
   std::map<std::string, bool> cancelled_;

@@ -9,7 +9,8 @@
 //          knows the job and from `sacct` after; cancel is `scancel`. A job runs on whatever node
 //          Slurm gives it, so everything it needs must be on a filesystem the nodes share (the plumb
 //          binary, the work directory) or reachable over the network (a postgresql:// ledger).
-//          A restarted controller reattaches by job id: the id is all poll() needs.
+//          A restarted controller reattaches by job id: the id is all poll() needs; a job whose id
+//          it never learnt, by its name (find_by_name).
 //
 // What a job does is the caller's business (tune/ submits `plumb tune --run-trial`, which measures on
 // its node and writes to the shared ledger): the executor never reads results, only job states.
@@ -36,7 +37,10 @@ namespace plumb::executor {
 
 // One unit of work: a command line and where its output goes.
 struct JobSpec {
-  std::string name;               // short label, [A-Za-z0-9_.-]; shown by squeue; the script's file name
+  std::string name;  // short label, [A-Za-z0-9_.-]; the script's and output's file name
+  // The name the scheduler shows (sbatch --job-name, squeue --name); "" = `name`. A controller gives
+  // each attempt one of its own, so that find_by_name finds that attempt's job and no other.
+  std::string scheduler_name;
   std::vector<std::string> argv;  // the command the job runs (argv[0] an absolute path)
   std::string work_dir;           // absolute; the job's cwd, its script and its output file live here
   // Set for the command (on top of the submitter's environment); both executors add
@@ -77,6 +81,11 @@ class Executor {
   virtual Result<JobStatus> poll(const std::string& job_id) = 0;
   // Asks the job to stop; a job already finished is not an error.
   virtual Status cancel(const std::string& job_id) = 0;
+  // The id of the job submitted under scheduler name `name` that the scheduler still knows (the
+  // latest, if several), nullopt when none: how a restarted controller finds a job it submitted but
+  // did not journal. Slurm: `squeue -t all --name`, then `sacct --name` (the last 7 days). Local:
+  // always nullopt (a local job dies with the controller that started it).
+  virtual Result<std::optional<std::string>> find_by_name(const std::string& name) = 0;
 };
 
 // Polls the job every `interval` until it is final and returns its last status; `on_change` (may be

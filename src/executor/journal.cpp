@@ -50,7 +50,8 @@ std::vector<JournaledJob> journal_jobs(const std::vector<json::object>& events) 
 Status check_journal_identity(const std::string& path, const std::vector<json::object>& events,
                               const json::object& identity, const std::string& remedy) {
   for (const auto& e : events) {
-    if (json::string_at(e, "event").value_or("") != "submitted") continue;
+    const std::string event = json::string_at(e, "event").value_or("");
+    if (event != "submitted" && event != "submitting") continue;
     const auto* id = e.if_contains("identity");
     std::string key = json::string_at(e, "key").value_or("?");
     if (!id || !id->is_object())

@@ -1,6 +1,6 @@
-// The job journal: what a controller that submits jobs (plumb tune, plumb evaluate and plumb kernels
-// search, each with --executor) records of them, so that a controller killed at any point and started again
-// finds its jobs. One JSON object a line, append-only, each with "event" and "at" (UTC):
+// The job journal: what a controller that submits jobs (plumb tune, plumb evaluate, plumb compare run
+// and plumb kernels search, each with --executor) records of them, so that a controller killed at any point
+// and started again finds its jobs. One JSON object a line, append-only, each with "event" and "at" (UTC):
 //   {"event":"submitted","key":K,"job_id":ID,"identity":{...},...}   then, for the same key,
 //   {"event":"finished"|"infrastructure_failure"|...,"key":K,...}
 // A job whose last event is "submitted" is in flight: the restarted controller polls it by its id
@@ -10,9 +10,12 @@
 // (its file name holds the study id) but the job's spec and its "seq" and "attempt". One controller
 // at a time writes a journal: executor/lock.h.
 //
-// One window is not covered: a controller killed between submit() returning and the "submitted" line
-// being written leaves a job the journal does not name. next_attempt() skips the names such a job's
-// files took, so a restart never reuses them, but the job itself is not reattached.
+// The window between submit() returning and the "submitted" line: a single-job controller
+// (executor/single_job.h) writes {"event":"submitting","key":K,"job_name":N} first, N a scheduler name
+// unique to the attempt, and a restart finds the job by that name. tune and kernels search do not:
+// a controller of theirs killed in that window leaves a job the journal does not name;
+// next_attempt() skips the names its files took, so a restart never reuses them, but the job itself
+// is not reattached.
 //
 // Thread-safety: none; one controller writes a journal. Errors: IoError naming the file.
 #pragma once
@@ -45,9 +48,9 @@ struct JournaledJob {
 // submitted are ignored).
 std::vector<JournaledJob> journal_jobs(const std::vector<json::object>& events);
 
-// Checks that every "submitted" event carries "identity" equal to `identity`. InvalidArgument naming
-// the journal, the first field that differs (or that the journal has no identity: an older plumb)
-// and `remedy` (what the user can do: another work directory, or removing the journal).
+// Checks that every "submitted" and "submitting" event carries "identity" equal to `identity`.
+// InvalidArgument naming the journal, the first field that differs (or that the journal has no identity: an
+// older plumb) and `remedy` (what the user can do: another work directory, or removing the journal).
 Status check_journal_identity(const std::string& path, const std::vector<json::object>& events,
                               const json::object& identity, const std::string& remedy);
 

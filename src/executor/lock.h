@@ -1,6 +1,6 @@
 // The controller lock: one controller at a time on a job journal (executor/journal.h). A second
-// `plumb tune|evaluate|kernels search --executor` started on the journal of a live one would submit
-// every job twice; it is refused at once, with the other controller's pid and host.
+// `plumb tune|evaluate|compare run|kernels search --executor` started on the journal of a live one would
+// submit every job twice; it is refused at once, with the other controller's pid and host.
 //
 // The lock is the file `<journal>.lock`, held with flock(2) for the controller's lifetime and naming
 // its holder: {"schema_version":1,"pid":P,"host":H,"started":UTC,"command":C}. The kernel releases a

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -124,7 +125,33 @@ class SlurmExecutor : public Executor {
     return Status::Ok();
   }
 
+  Result<std::optional<std::string>> find_by_name(const std::string& name) override {
+    PLUMB_ASSIGN_OR_RETURN(ToolOutput q,
+                           run_tool({s_.squeue, "-h", "-t", "all", "--name=" + name, "-o", "%i"}));
+    if (!q.ok)
+      return unavailable("squeue could not look up job name " + name + " (" + q.how + "): " + trim(q.out));
+    if (auto id = last_id(q.out)) return id;
+    // Past the controller's memory (MinJobAge): accounting, where the cluster keeps it.
+    PLUMB_ASSIGN_OR_RETURN(ToolOutput a, run_tool({s_.sacct, "-n", "-X", "-P", "-S", "now-7days",
+                                                   "--name=" + name, "-o", "JobID"}));
+    if (a.ok) return last_id(a.out);
+    return std::optional<std::string>();  // no accounting on this cluster: the job is not known
+  }
+
  private:
+  // The last line of a scheduler's answer that is a job id, nullopt when none.
+  static std::optional<std::string> last_id(const std::string& text) {
+    std::optional<std::string> id;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      std::string line = trim(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+      if (!line.empty() && line.find_first_not_of("0123456789") == std::string::npos) id = line;
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+    return id;
+  }
   // squeue: state|nodes|reason; sacct: State|NodeList|ExitCode.
   static JobStatus from_fields(const std::vector<std::string>& f, const std::string& source) {
     JobStatus st;
@@ -235,7 +262,7 @@ std::string render_sbatch_script(const JobSpec& spec, const SlurmSettings& s) {
   auto opt = [&o](const std::string& name, const std::string& value) {
     if (!value.empty()) o += "#SBATCH --" + name + "=" + value + "\n";
   };
-  opt("job-name", spec.name);
+  opt("job-name", spec.scheduler_name.empty() ? spec.name : spec.scheduler_name);
   opt("output", output_path(spec));
   opt("chdir", spec.work_dir);
   opt("partition", s.partition);

@@ -16,7 +16,8 @@
 //     (PLUMB_TEST_POSTGRES) killed with scancel: recorded, retried, and the retry's rows are in
 //     PostgreSQL with the evaluation sealed by them; the controller killed while its Slurm job runs
 //     and started again, reattaching to that job; the same with the job finished before the restart,
-//     its evaluation read back. Skips, saying why, without a cluster.
+//     its evaluation read back; a job past its time limit (--slurm-time 1): a timeout, not retried.
+//     Skips, saying why, without a cluster.
 // The evaluation is the smallest the CLI allows that still runs both gates and a scenario: scenario A
 // (small) on one seed, 4 quality items, 1 fidelity prompt, the `default` preset as the baseline.
 #include <gtest/gtest.h>
@@ -31,7 +32,6 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -136,13 +136,6 @@ class EvaluateJob : public testing::ControllerTest {
     kill_controller(*p);
     if (between) between(id);
     return {id, start(args)};
-  }
-  // Every job key of the journal submitted once; their number.
-  size_t distinct_submissions() {
-    std::set<std::string> keys;
-    for (const auto& o : journal_events(journal(), "submitted"))
-      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second) << json::dump(o);
-    return keys.size();
   }
 };
 
@@ -408,6 +401,30 @@ TEST_F(EvaluateJob, AKilledControllerReattachesToItsSlurmJobAndSubmitsNothingTwi
   EXPECT_NE(log().find("reattaching to job " + id + " (evaluate-a0)"), std::string::npos) << log();
   EXPECT_NE(log().find("took over the controller lock " + journal() + ".lock of pid "), std::string::npos)
       << log();
+}
+
+// A job past its Slurm time limit (--slurm-time 1: Slurm's limits are whole minutes and it checks
+// them about every 30 s, so this takes one to two minutes): a timeout of the evaluation, with Slurm's
+// state in the reason; not an infrastructure failure, not retried, no evaluation.
+TEST_F(EvaluateJob, ASlurmJobPastItsTimeLimitIsATimeoutAndIsNotRetried) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv(script("start_server.sh", "sleep 600\n"), "slurm", 2);
+  args.insert(args.end(), {"--slurm-time", "1", "--readiness-timeout", "900"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 400), 3) << log();
+  auto timed_out = journal_events(journal(), "timed_out");
+  ASSERT_EQ(timed_out.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(timed_out[0], "state").value_or(""), "timed_out");
+  EXPECT_EQ(json::string_at(timed_out[0], "scheduler_state").value_or("").rfind("TIMEOUT", 0), 0u)
+      << json::dump(timed_out[0]);
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_EQ(distinct_submissions(), 1u) << "not retried";
+  EXPECT_NE(log().find("ran past its time limit: timed_out"), std::string::npos) << log();
+  EXPECT_NE(log().find("(TIMEOUT)"), std::string::npos) << log();
+  EXPECT_NE(log().find("not retried (it would time out again)"), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/ev.json"));
 }
 
 // A Slurm job that finishes while no controller watches it: started again, the controller reads the

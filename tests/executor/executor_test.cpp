@@ -75,6 +75,21 @@ TEST(SbatchScript, AsksForNoGpuAndNothingUnsetWhenNoneIsGiven) {
   EXPECT_NE(sc.find("#SBATCH --job-name=s3-j0-a0\n"), std::string::npos) << sc;
 }
 
+TEST(SbatchScript, ASchedulerNameIsTheJobNameAndTheFilesKeepTheSpecsName) {
+  JobSpec j = spec();
+  j.scheduler_name = "s3-j0-a0-0badcafe";
+  std::string sc = render_sbatch_script(j, SlurmSettings{});
+  EXPECT_NE(sc.find("#SBATCH --job-name=s3-j0-a0-0badcafe\n"), std::string::npos) << sc;
+  EXPECT_NE(sc.find("#SBATCH --output=/shared/work/s3-j0-a0.out\n"), std::string::npos) << sc;
+}
+
+TEST(LocalExecutor, FindsNoJobByName) {
+  auto e = make_local_executor();
+  auto id = e->find_by_name("anything");
+  ASSERT_TRUE(id.ok());
+  EXPECT_FALSE(id->has_value()) << "a local job dies with its controller: there is none to find";
+}
+
 TEST(SbatchScript, ANodelistPinsTheJob) {
   SlurmSettings s;
   s.nodelist = "gpu017";

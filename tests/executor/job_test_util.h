@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,6 +121,13 @@ class ControllerTest : public ::testing::Test {
     }
     ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
     return "";
+  }
+  // The number of jobs the journal says were submitted, each key once (a key submitted twice fails).
+  size_t distinct_submissions() {
+    std::set<std::string> keys;
+    for (const auto& o : journal_events(journal(), "submitted"))
+      EXPECT_TRUE(keys.insert(json::string_at(o, "key").value_or("")).second) << json::dump(o);
+    return keys.size();
   }
   // Starts a second controller with `args` (its log: DIR/second.log) while `first` runs: it is
   // refused at once (executor/lock.h), naming the journal, `first` (pid, host) and `remedy`, and

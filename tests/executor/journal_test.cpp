@@ -98,6 +98,28 @@ TEST_F(JobJournal, AJournalWrittenForOtherArgumentsIsRefused) {
       << s.message();
 }
 
+// A submission never confirmed (a "submitting" line, the controller killed before "submitted") was
+// made for the same work: a restart with other arguments must not find its job by name and adopt it.
+TEST_F(JobJournal, AnUnconfirmedSubmissionForOtherArgumentsIsRefusedToo) {
+  json::object id{{"comparison", 7}, {"executor", "slurm"}};
+  ASSERT_TRUE(journal_append(path_, {{"event", "submitting"},
+                                     {"key", "compare-7-a0"},
+                                     {"job_name", "compare-7-a0-0badcafe"},
+                                     {"identity", id}})
+                  .ok());
+  EXPECT_TRUE(check_journal_identity(path_, journal_read(path_), id, "do X").ok());
+  json::object other{{"comparison", 7}, {"executor", "local"}};
+  Status s = check_journal_identity(path_, journal_read(path_), other, "do X");
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("job compare-7-a0 has executor \"slurm\", this run \"local\""),
+            std::string::npos)
+      << s.message();
+  // The key of an unconfirmed submission is used: the next attempt is numbered past it.
+  EXPECT_EQ(next_attempt(journal_read(path_), dir_, "compare-7-a"), 1);
+  // It is no job of the journal's until its "submitted" line.
+  EXPECT_TRUE(journal_jobs(journal_read(path_)).empty());
+}
+
 TEST_F(JobJournal, NewAttemptsAreNumberedPastEveryNameUsed) {
   EXPECT_EQ(next_attempt({}, dir_, "evaluate-a"), 0);
   ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "evaluate-a1"}}).ok());

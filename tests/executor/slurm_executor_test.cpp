@@ -84,6 +84,21 @@ TEST_F(SlurmExecutorTest, ScancelMakesAJobCancelled) {
   EXPECT_TRUE(e_->cancel(*id).ok()) << "cancelling a finished job is not an error";
 }
 
+// How a restarted controller finds a job it submitted but did not journal: by the name unique to it.
+TEST_F(SlurmExecutorTest, AJobIsFoundByItsSchedulerNameAndAnUnknownNameFindsNone) {
+  JobSpec j = job("named", "sleep 30");
+  j.scheduler_name = "named-" + std::to_string(::getpid()) + "-find";
+  auto id = e_->submit(j);
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  auto found = e_->find_by_name(j.scheduler_name);
+  ASSERT_TRUE(found.ok()) << found.status().to_string();
+  EXPECT_EQ(found->value_or(""), *id);
+  ASSERT_TRUE(e_->cancel(*id).ok());
+  auto none = e_->find_by_name("no-such-job-name-" + std::to_string(::getpid()));
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_FALSE(none->has_value());
+}
+
 TEST_F(SlurmExecutorTest, AJobIdTheClusterNeverHadIsLost) {
   auto st = e_->poll("99999999");
   ASSERT_TRUE(st.ok()) << st.status().to_string();

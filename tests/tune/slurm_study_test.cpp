@@ -611,7 +611,8 @@ TEST_F(SlurmStudyTest, AComparisonRunsAsOneJobAndACancelledOneFinishesOnTheSameN
   int rc = finish(*p, 400);
   EXPECT_EQ(rc, 0) << log("tune.log");
   text = log("tune.log");
-  EXPECT_NE(text.find("INFRASTRUCTURE FAILURE: the job ended cancelled"), std::string::npos) << text;
+  EXPECT_NE(text.find("INFRASTRUCTURE FAILURE of job " + job + ": it ended cancelled"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("every pair ran on node "), std::string::npos) << text;
   // The retry asked for the node of the runs already recorded.
   std::ifstream script(dir_ + "/compare-1-a1.sbatch");
