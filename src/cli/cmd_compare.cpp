@@ -203,7 +203,7 @@ int run_run_as_job(CompareArgs& a, const std::string& cards) {
 }
 
 int run_run(CompareArgs& a) {
-  if (a.pairs_this_run > 0 && (a.exec.kind != "local" || !a.exec.gpus.empty()))
+  if (a.pairs_this_run > 0 && (a.executor_given || a.exec.kind != "local" || !a.exec.gpus.empty()))
     return fail("run", invalid_argument("--pairs-this-run is for a comparison run in this process; a job "
                                         "(--executor) measures every pair"));
   auto slots = gpu_slots(a.exec);
