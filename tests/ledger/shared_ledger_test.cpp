@@ -404,7 +404,8 @@ TEST(SharedLedgerRole, TwoLedgersCreatedAtOnceInOneClusterShareTheRole) {
   // Both databases granted the role what it may do.
   for (pqxx::connection* c : {&ca, &cb}) {
     pqxx::nontransaction q(*c);
-    EXPECT_TRUE(q.exec1("SELECT has_schema_privilege('" + role + "', current_schema(), 'USAGE')")[0].as<bool>());
+    EXPECT_TRUE(
+        q.exec1("SELECT has_schema_privilege('" + role + "', current_schema(), 'USAGE')")[0].as<bool>());
     q.exec("DROP OWNED BY " + role);
   }
   pqxx::connection admin(std::getenv("PLUMB_TEST_POSTGRES"));

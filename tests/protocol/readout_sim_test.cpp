@@ -130,17 +130,19 @@ TEST(ReadoutSimulation, SizingRuleReadsNoisyLessAtASmallCostInIntervalError) {
     int used = 0;
     Readout sized = sized_readout(s, rule, 12, &used);
     pairs_used += used;
-    auto effect = [](const Readout& r) { return r.verdict == Verdict::kBetter || r.verdict == Verdict::kWorse; };
+    auto effect = [](const Readout& r) {
+      return r.verdict == Verdict::kBetter || r.verdict == Verdict::kWorse;
+    };
     fp_fixed += effect(*fixed);
     fp_sized += effect(sized);
     fp_default_rule += effect(sized_readout(s, protocol_rule, 12, &used));
     noisy_fixed += fixed->verdict == Verdict::kNoisy;
     noisy_sized += sized.verdict == Verdict::kNoisy;
   }
-  std::printf("fixed 5 pairs: %d false positives, %d noisy; sized 5..12: %d false positives, %d noisy, "
-              "%.1f pairs on average; default rule sized: %d false positives (of %d comparisons)\n",
-              fp_fixed, noisy_fixed, fp_sized, noisy_sized, double(pairs_used) / trials, fp_default_rule,
-              trials);
+  std::printf(
+      "fixed 5 pairs: %d false positives, %d noisy; sized 5..12: %d false positives, %d noisy, "
+      "%.1f pairs on average; default rule sized: %d false positives (of %d comparisons)\n",
+      fp_fixed, noisy_fixed, fp_sized, noisy_sized, double(pairs_used) / trials, fp_default_rule, trials);
   EXPECT_LE(fp_sized, 34);
   EXPECT_LE(fp_default_rule, 2);
   EXPECT_LT(noisy_sized, noisy_fixed);
