@@ -472,6 +472,13 @@ std::string format_readout(const ReadoutResult& r) {
   std::snprintf(buf, sizeof buf, "  CV           A %.2f%%  B %.2f%%  (cap %.0f%%)\n", 100 * ro.cv_a,
                 100 * ro.cv_b, 100 * protocol::kCvCap);
   s += buf;
+  // Beside the arms' CVs, the spread the paired interval sees: an arm's CV counts the machine's
+  // drift across the pairs, which the pairing cancels (docs/tuning.md, "Not done").
+  if (std::isfinite(ro.log_sd)) {
+    std::snprintf(buf, sizeof buf, "  pair spread  %.2f%% (SD of the per-pair log ratios)\n",
+                  100 * std::expm1(ro.log_sd));
+    s += buf;
+  }
   std::snprintf(buf, sizeof buf, "  rule         min_effect %g, delta %g\n", reg.min_effect, reg.delta);
   s += buf;
   s += "  verdict      " + std::string(protocol::verdict_name(ro.verdict)) + " — " + ro.reason + "\n";

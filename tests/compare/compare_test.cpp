@@ -231,6 +231,8 @@ TEST_F(CompareTest, TenPercentBetterArmReadsBetter) {
   std::string text = format_readout(*r);
   EXPECT_NE(text.find("verdict      better"), std::string::npos) << text;
   EXPECT_NE(text.find("5 with two valid runs, of 5 registered"), std::string::npos) << text;
+  // The spread the paired interval sees, beside the arms' CVs.
+  EXPECT_NE(text.find("pair spread "), std::string::npos) << text;
 }
 
 TEST_F(CompareTest, SlowerArmReadsWorseAndSelfReadsEquivalent) {
