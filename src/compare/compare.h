@@ -133,7 +133,8 @@ std::string placement_of_run(const std::string& effective_settings, const std::s
 // UUIDs, or CUDA_VISIBLE_DEVICES when the identity was unavailable); "" when not recorded.
 std::string devices_of_run(const std::string& effective_settings);
 
-// Human-readable readout: ratio B/A with CI, per-arm CV, verdict, pairs still needed, placement.
+// Human-readable readout: ratio B/A with CI, per-arm CV, the pair spread (SD of the per-pair log
+// ratios), verdict, pairs still needed, the sizing rule's state, placement.
 std::string format_readout(const ReadoutResult& r);
 
 }  // namespace plumb::compare
