@@ -412,7 +412,6 @@ Result<int64_t> create_study(ledger::Ledger& ledger, TuneArgs& a) {
   return id;
 }
 
-// The search: trials until the budget is spent; a stop keeps the finished trials.
 // The confirmation of the search's top configurations (tune::confirm_best), when a re-validation
 // follows and the trials ran in this process.
 int confirm(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
@@ -433,6 +432,7 @@ int confirm(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::R
   return kExitOk;
 }
 
+// The search: trials until the budget is spent; a stop keeps the finished trials.
 int run_search(ledger::Ledger& ledger, int64_t id, const TuneArgs& a, const tune::RunContext& ctx) {
   auto r = tune::run_study(ledger, id, ctx);
   if (!r.ok() && executor::held_by_another(r.status())) {
