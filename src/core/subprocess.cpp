@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -277,7 +278,7 @@ ExitInfo Subprocess::stop(std::chrono::milliseconds grace) {
   return *r;
 }
 
-Result<RunOutput> run_capture(const std::vector<std::string>& argv) {
+Result<RunOutput> run_capture(const std::vector<std::string>& argv, bool drop_stderr) {
   if (argv.empty()) return invalid_argument("run_capture: empty command");
   std::string cmd;
   for (const auto& a : argv) {
@@ -290,6 +291,7 @@ Result<RunOutput> run_capture(const std::vector<std::string>& argv) {
     }
     cmd += "' ";
   }
+  if (drop_stderr) cmd += "2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return io_error("cannot run '" + argv[0] + "'");
   RunOutput out;
@@ -298,6 +300,22 @@ Result<RunOutput> run_capture(const std::vector<std::string>& argv) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.out.append(buf, n);
   out.exit = decode(::pclose(p));
   return out;
+}
+
+std::string find_executable(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "";
+  while (!rest.empty()) {
+    const size_t colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    if (dir.empty()) continue;
+    std::string full = dir + "/" + name;
+    if (::access(full.c_str(), X_OK) == 0) return full;
+  }
+  return "";
 }
 
 }  // namespace plumb

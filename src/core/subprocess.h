@@ -78,11 +78,17 @@ inline constexpr std::pair<const char*, const char*> kMulticastOffEnv[] = {
 // them. plumb's main() calls it first, for every command.
 void keep_multicast_off();
 
-// Runs a command to completion, capturing stdout (stderr inherited). For small helper calls.
+// Runs a command to completion, capturing stdout; stderr is inherited, or dropped with
+// `drop_stderr` (a tool polled often whose failures would otherwise print every time). For small
+// helper calls.
 struct RunOutput {
   ExitInfo exit;
   std::string out;
 };
-Result<RunOutput> run_capture(const std::vector<std::string>& argv);
+Result<RunOutput> run_capture(const std::vector<std::string>& argv, bool drop_stderr = false);
+
+// The executable `name` names: itself when it has a '/' and is executable, else the first
+// executable of that name in a folder of PATH; "" when there is none.
+std::string find_executable(const std::string& name);
 
 }  // namespace plumb

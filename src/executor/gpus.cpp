@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <filesystem>
 #include <set>
 #include <sstream>
 #include <string>
@@ -184,18 +183,8 @@ DeviceProvenance device_provenance_from(const std::string& host, const std::stri
 
 namespace {
 
-// Whether `name` (no '/') is an executable in PATH.
-bool in_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  if (!path) return false;
-  for (const std::string& dir : split(path, ':'))
-    if (!dir.empty() && ::access((std::filesystem::path(dir) / name).c_str(), X_OK) == 0) return true;
-  return false;
-}
-
 Result<std::string> run_nvidia_smi(const std::string& exe) {
-  bool found = exe.find('/') != std::string::npos ? ::access(exe.c_str(), X_OK) == 0 : in_path(exe);
-  if (!found) return not_found(exe + " not found");
+  if (find_executable(exe).empty()) return not_found(exe + " not found");
   std::vector<std::string> argv{exe};
   for (auto& a : nvidia_smi_query_argv()) argv.push_back(a);
   PLUMB_ASSIGN_OR_RETURN(RunOutput r, run_capture(argv));

@@ -1,13 +1,10 @@
 #include "metrics/vram.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
-#include <string_view>
 #include <utility>
+
+#include "core/subprocess.h"
 
 namespace plumb::metrics {
 
@@ -39,45 +36,20 @@ VramSampler::~VramSampler() { stop(); }
 
 namespace {
 
-// The program's path: as given when it names a folder, else the first executable of that name on
-// PATH; "" when there is none.
-std::string find_program(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0 ? program : "";
-  const char* path = std::getenv("PATH");
-  std::string_view rest = path ? path : "";
-  while (!rest.empty()) {
-    const size_t colon = rest.find(':');
-    const std::string dir(rest.substr(0, colon));
-    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-    std::string full = (dir.empty() ? "." : dir) + "/" + program;
-    if (::access(full.c_str(), X_OK) == 0) return full;
-  }
-  return "";
-}
-
 // Runs `path` with nvidia-smi's memory query, its stderr dropped (a failing driver would otherwise
 // print every interval); stdout, or why not.
 Result<std::string> query(const std::string& path) {
-  std::string cmd = "'";
-  for (char c : path) cmd += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  cmd += "' --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return io_error("cannot run " + path);
-  std::string out;
-  char buf[1024];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return io_error(path + " failed (status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                    ")");
-  return out;
+  PLUMB_ASSIGN_OR_RETURN(
+      RunOutput r,
+      run_capture({path, "--query-gpu=memory.used", "--format=csv,noheader,nounits"}, /*drop_stderr=*/true));
+  if (!r.exit.exited || r.exit.exit_code != 0) return io_error(path + " failed (" + r.exit.to_string() + ")");
+  return r.out;
 }
 
 }  // namespace
 
 bool VramSampler::sample() {
-  if (path_.empty()) path_ = find_program(program_);
+  if (path_.empty()) path_ = find_executable(program_);
   Result<std::string> out =
       path_.empty()
           ? Result<std::string>(not_found(

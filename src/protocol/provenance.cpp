@@ -48,15 +48,7 @@ std::string proc_field(const std::string& path, const std::string& key) {
   return "";
 }
 
-bool on_path(const std::string& prog) {
-  const char* path = std::getenv("PATH");
-  if (!path) return false;
-  std::istringstream in(path);
-  std::string dir;
-  while (std::getline(in, dir, ':'))
-    if (!dir.empty() && ::access((dir + "/" + prog).c_str(), X_OK) == 0) return true;
-  return false;
-}
+bool on_path(const std::string& prog) { return !find_executable(prog).empty(); }
 
 }  // namespace
 

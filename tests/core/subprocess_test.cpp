@@ -113,5 +113,21 @@ TEST(Subprocess, EnvAndCwd) {
   EXPECT_EQ(read_file(log).value(), "42\n/tmp\n");
 }
 
+// find_executable: PATH's first match, a path with '/' only when it is executable, "" otherwise;
+// run_capture's drop_stderr keeps a failing tool quiet and still reports its exit.
+TEST(Subprocess, FindExecutableAndQuietCapture) {
+  const std::string sh = find_executable("sh");
+  ASSERT_FALSE(sh.empty());
+  EXPECT_EQ(sh.substr(sh.size() - 3), "/sh");
+  EXPECT_EQ(find_executable(sh), sh);
+  EXPECT_EQ(find_executable("plumb-no-such-program"), "");
+  EXPECT_EQ(find_executable("/nonexistent/sh"), "");
+  EXPECT_EQ(find_executable(""), "");
+  auto r = run_capture({sh, "-c", "echo out; echo err >&2; exit 3"}, /*drop_stderr=*/true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->out, "out\n");
+  EXPECT_EQ(r->exit.exit_code, 3);
+}
+
 }  // namespace
 }  // namespace plumb
