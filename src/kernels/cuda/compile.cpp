@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "core/sha256.h"
 #include "core/subprocess.h"
+#include "kernels/cuda/child_step.h"
 #include "kernels/cuda/cubin.h"
 
 namespace plumb::kernels::cuda {
@@ -119,8 +120,6 @@ void set_memory_limit(int64_t mb) {
   rlimit no_core{};
   setrlimit(RLIMIT_CORE, &no_core);
 }
-
-std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
 
 }  // namespace
 
@@ -283,55 +282,40 @@ int compile_child_main(const std::string& source_path, const std::string& out_di
 Result<CompileResult> compile_in_child(const std::string& plumb_exe, const std::string& source_path,
                                        const std::string& out_dir, const CompileOptions& o) {
   if (Status st = check_arch(o.arch); !st.ok()) return st;
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  const auto result_path = std::filesystem::path(out_dir) / kResultFile;
-  std::filesystem::remove(result_path, ec);
-  SpawnOptions so;
-  so.argv = {plumb_exe,
-             "kernels",
-             "compile-child",
-             "--source",
-             source_path,
-             "--out",
-             out_dir,
-             "--arch",
-             o.arch,
-             "--memory-limit-mb",
-             std::to_string(o.memory_limit_mb)};
-  for (const auto& e : o.extra) so.argv.push_back("--nvrtc-option=" + e);
-  so.stdout_path = (std::filesystem::path(out_dir) / kChildLog).string();
-  so.stderr_path = "=stdout";
-  so.die_with_parent = true;
-  auto child = Subprocess::spawn(so);
-  if (!child.ok()) return child.status().with_context("starting the compile child");
-  const auto limit = std::chrono::milliseconds(int64_t(o.timeout_s * 1000));
-  std::optional<ExitInfo> exit = child->wait_for(limit);
+  std::vector<std::string> argv = {plumb_exe,
+                                   "kernels",
+                                   "compile-child",
+                                   "--source",
+                                   source_path,
+                                   "--out",
+                                   out_dir,
+                                   "--arch",
+                                   o.arch,
+                                   "--memory-limit-mb",
+                                   std::to_string(o.memory_limit_mb)};
+  for (const auto& e : o.extra) argv.push_back("--nvrtc-option=" + e);
+  PLUMB_ASSIGN_OR_RETURN(ChildStep step, run_child_step(std::move(argv), out_dir, kResultFile, kChildLog,
+                                                        o.timeout_s, "compile child"));
+  if (step.result) return compile_result_from_json(*step.result);
   CompileResult r;
-  if (!exit) {
-    child->stop(std::chrono::milliseconds(500));
+  if (step.timed_out) {
     r.verdict = CompileVerdict::kTimedOut;
     r.message = fmt::format(
         "the compiler ran past the {:.0f} s limit and was killed (a candidate that makes "
         "NVRTC hang; raise --timeout only if it is merely large)",
         o.timeout_s);
-  } else if (exit->exited && (exit->exit_code == 0 || exit->exit_code == 1) &&
-             std::filesystem::exists(result_path)) {
-    auto j = json::parse_file(result_path.string());
-    if (!j.ok() || !j->is_object()) return corrupt("the compile child's compile.json is unreadable");
-    return compile_result_from_json(j->as_object());
   } else {
     r.verdict = CompileVerdict::kCrashed;
-    r.message = fmt::format("the compile child died ({}) without a result", exit->to_string());
+    r.message = fmt::format("the compile child died ({}) without a result", step.died);
   }
+  r.log = step.log_tail;
   auto src = read_file(source_path);
   if (src.ok()) r.source_sha256 = sha256_hex(*src);
-  auto log = read_file(so.stdout_path);
-  if (log.ok()) r.log = tail(*log, 8000);
   r.nvrtc_version = nvrtc_version();
   r.options = {"--gpu-architecture=" + o.arch, "-std=c++17"};
   r.options.insert(r.options.end(), o.extra.begin(), o.extra.end());
-  Status st = write_file_atomic(result_path.string(), json::dump_pretty(to_json(r)) + "\n");
+  Status st = write_file_atomic((std::filesystem::path(out_dir) / kResultFile).string(),
+                                json::dump_pretty(to_json(r)) + "\n");
   if (!st.ok()) return st.with_context("writing the compile record");
   return r;
 }

@@ -13,6 +13,7 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "core/subprocess.h"
+#include "kernels/cuda/child_step.h"
 #include "kernels/cuda/cubin.h"
 #include "kernels/cuda/device.h"
 
@@ -288,54 +289,42 @@ int screen_child_main(const std::string& cubin_path, const std::string& out_dir,
 
 Result<ScreenResult> screen_in_child(const std::string& plumb_exe, const std::string& cubin_path,
                                      const std::string& out_dir, const ScreenOptions& o) {
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  const auto result_path = std::filesystem::path(out_dir) / kResultFile;
-  std::filesystem::remove(result_path, ec);
-  SpawnOptions so;
-  so.argv = {plumb_exe,
-             "kernels",
-             "screen-cuda-child",
-             "--cubin",
-             cubin_path,
-             "--out",
-             out_dir,
-             "--op",
-             std::string(op_name(o.op)),
-             "--rows",
-             std::to_string(o.rows_max),
-             "--dim",
-             std::to_string(o.cols),
-             "--draws",
-             std::to_string(o.draws),
-             "--reps",
-             std::to_string(o.reps),
-             "--seed",
-             std::to_string(o.seed)};
-  if (!o.timing) so.argv.emplace_back("--no-timing");
-  so.stdout_path = (std::filesystem::path(out_dir) / "screen-child.log").string();
-  so.stderr_path = "=stdout";
-  so.die_with_parent = true;
-  auto child = Subprocess::spawn(so);
-  if (!child.ok()) return child.status().with_context("starting the screening child");
-  std::optional<ExitInfo> exit = child->wait_for(std::chrono::milliseconds(int64_t(o.timeout_s * 1000)));
+  std::vector<std::string> argv = {plumb_exe,
+                                   "kernels",
+                                   "screen-cuda-child",
+                                   "--cubin",
+                                   cubin_path,
+                                   "--out",
+                                   out_dir,
+                                   "--op",
+                                   std::string(op_name(o.op)),
+                                   "--rows",
+                                   std::to_string(o.rows_max),
+                                   "--dim",
+                                   std::to_string(o.cols),
+                                   "--draws",
+                                   std::to_string(o.draws),
+                                   "--reps",
+                                   std::to_string(o.reps),
+                                   "--seed",
+                                   std::to_string(o.seed)};
+  if (!o.timing) argv.emplace_back("--no-timing");
+  PLUMB_ASSIGN_OR_RETURN(ChildStep step, run_child_step(std::move(argv), out_dir, kResultFile,
+                                                        "screen-child.log", o.timeout_s, "screening child"));
+  if (step.result) return screen_result_from_json(*step.result);
   ScreenResult r;
-  if (!exit) {
-    child->stop(std::chrono::milliseconds(500));
+  if (step.timed_out) {
     r.verdict = ScreenVerdict::kTimedOut;
     r.reason = fmt::format(
         "the screening child ran past the {:.0f} s limit and was killed (a hanging kernel)", o.timeout_s);
-  } else if (exit->exited && exit->exit_code <= 1 && std::filesystem::exists(result_path)) {
-    auto j = json::parse_file(result_path.string());
-    if (!j.ok() || !j->is_object()) return corrupt("the screening child's screen.json is unreadable");
-    return screen_result_from_json(j->as_object());
   } else {
     r.verdict = ScreenVerdict::kCrashed;
-    r.reason = fmt::format("the screening child died ({}) without a result", exit->to_string());
+    r.reason = fmt::format("the screening child died ({}) without a result", step.died);
   }
-  auto log = read_file(so.stdout_path);
-  if (log.ok()) r.log = log->size() > 8000 ? log->substr(log->size() - 8000) : *log;
-  if (Status st = write_file_atomic(result_path.string(), json::dump_pretty(to_json(r)) + "\n"); !st.ok())
+  r.log = step.log_tail;
+  if (Status st = write_file_atomic((std::filesystem::path(out_dir) / kResultFile).string(),
+                                    json::dump_pretty(to_json(r)) + "\n");
+      !st.ok())
     return st.with_context("writing the screening record");
   return r;
 }
