@@ -246,9 +246,11 @@ Mismatch compare_f32(const std::vector<float>& got, const std::vector<float>& re
   return m;
 }
 
-int64_t guard_damage(const std::vector<uint32_t>& guard) {
+int64_t guard_damage(const std::vector<uint8_t>& guard, size_t phase) {
+  uint8_t word[4];
+  std::memcpy(word, &kGuardWord, 4);
   for (size_t i = 0; i < guard.size(); ++i)
-    if (guard[i] != kGuardWord) return int64_t(i * sizeof(uint32_t));
+    if (guard[i] != word[(phase + i) % 4]) return int64_t(i);
   return -1;
 }
 

@@ -127,8 +127,10 @@ Verdict run_correctness(CudaOp op, const std::vector<Shape>& shapes, int draws, 
 // Guard regions: bytes before and after every device buffer, filled with this pattern (a float NaN,
 // 0x7fc0dead, so that an out-of-bounds read poisons the output; an out-of-bounds write changes it).
 inline constexpr uint32_t kGuardWord = 0x7fc0deadu;
-// The first offset in `guard` (bytes) whose word is not kGuardWord, or -1.
-int64_t guard_damage(const std::vector<uint32_t>& guard);
+// The first offset in `guard` (bytes) that does not hold the pattern, or -1. The pattern is written
+// as whole words from an aligned base, so a region that starts `phase` bytes into a word (the guard
+// after a buffer whose size is not a multiple of 4) expects byte (phase + i) % 4 of kGuardWord at i.
+int64_t guard_damage(const std::vector<uint8_t>& guard, size_t phase = 0);
 
 // Bytes the op must read from device memory for one call: its inputs, which the L2 flush before each
 // timed rep leaves in DRAM. Outputs are not counted: up to the L2's size they can be written into

@@ -91,14 +91,14 @@ Status GuardedBuffer::download(void* dst, size_t bytes) const {
 Status GuardedBuffer::poison() { return cuda_ok(cudaMemset(data(), 0xff, bytes_), "poisoning the output"); }
 
 Result<std::string> GuardedBuffer::guard_damage() const {
-  std::vector<uint32_t> g(kGuardBytes / 4);
+  std::vector<uint8_t> g(kGuardBytes);
   const char* base = static_cast<const char*>(base_);
   for (int side = 0; side < 2; ++side) {
-    const char* at = side == 0 ? base : base + kGuardBytes + bytes_;
-    if (Status st = cuda_ok(cudaMemcpy(g.data(), at, kGuardBytes, cudaMemcpyDeviceToHost), "reading guards");
+    const size_t from = side == 0 ? 0 : kGuardBytes + bytes_;  // the second starts mid-word for odd sizes
+    if (Status st = cuda_ok(cudaMemcpy(g.data(), base + from, kGuardBytes, cudaMemcpyDeviceToHost), "reading guards");
         !st.ok())
       return st;
-    const int64_t off = kernels::cuda::guard_damage(g);
+    const int64_t off = kernels::cuda::guard_damage(g, from % 4);
     if (off >= 0)
       return side == 0 ? fmt::format("{} bytes before the buffer", int64_t(kGuardBytes) - off)
                        : fmt::format("{} bytes past its end", off);

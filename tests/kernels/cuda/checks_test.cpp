@@ -115,14 +115,34 @@ TEST(CudaChecks, ElementsBetweenRowsAreNotCompared) {
   EXPECT_TRUE(compare_bf16(got, ref, 2, 2, 3).ok);
 }
 
-TEST(CudaChecks, GuardDamageFindsTheFirstChangedWord) {
-  std::vector<uint32_t> g(16, kGuardWord);
+// Guards are filled as words from an aligned base; GuardedBuffer reads them back as bytes.
+std::vector<uint8_t> guard_bytes(size_t words) {
+  std::vector<uint8_t> g(words * 4);
+  for (size_t i = 0; i < words; ++i) std::memcpy(g.data() + 4 * i, &kGuardWord, 4);
+  return g;
+}
+
+TEST(CudaChecks, GuardDamageFindsTheFirstChangedByte) {
+  std::vector<uint8_t> g = guard_bytes(16);
   EXPECT_EQ(guard_damage(g), -1);
-  g[5] = 0;
-  EXPECT_EQ(guard_damage(g), 20);
+  g[21] = 0;
+  EXPECT_EQ(guard_damage(g), 21);
   float f = 0;
   std::memcpy(&f, &kGuardWord, 4);
   EXPECT_TRUE(std::isnan(f)) << "guards must read as NaN so an out-of-bounds read poisons the output";
+}
+
+// The guard after a buffer of an odd number of bf16 values starts two bytes into a word: intact, it
+// must not read as damaged (the screening of every dim 4095 shape depends on it).
+TEST(CudaChecks, GuardAfterAnOddSizedBufferStartsMidWord) {
+  const std::vector<uint8_t> whole = guard_bytes(17);
+  for (size_t phase : {1u, 2u, 3u}) {
+    std::vector<uint8_t> g(whole.begin() + long(phase), whole.begin() + long(phase) + 64);
+    EXPECT_EQ(guard_damage(g, phase), -1) << "phase " << phase;
+    EXPECT_EQ(guard_damage(g, 0), 0) << "read as if aligned, an intact guard looks damaged";
+    g[7] ^= 1;
+    EXPECT_EQ(guard_damage(g, phase), 7);
+  }
 }
 
 TEST(CudaChecks, RooflineFloorRefusesTheImpossible) {
