@@ -15,7 +15,7 @@ import io
 import re
 import sys
 
-SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
 def rows(path):
@@ -29,8 +29,8 @@ def rows(path):
 
 
 def short(name):
+    name = name.replace("plumb::cuda::(anonymous namespace)::", "").replace("plumb::<unnamed>::", "")
     name = re.sub(r"\(.*", "", name)
-    name = re.sub(r"<.*", "", name)
     return name.replace("void ", "").strip()
 
 

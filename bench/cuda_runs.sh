@@ -15,7 +15,12 @@
 #  4. the ratios: decode step time over its HBM roofline (the bytes a step reads: every weight but
 #     the embedding table, plus the KV of every sequence, over the measured copy bandwidth), and
 #     prefill FLOP/s over the measured GEMM peak;
-#  5. compute-sanitizer memcheck over the GPU tests (cuda_memcheck.sh), unless SKIP_MEMCHECK=1.
+#  5. compute-sanitizer memcheck over the GPU tests (cuda_memcheck.sh), unless SKIP_MEMCHECK=1;
+#  6. the other gpu-labelled tests where the bundle holds them (kernels_cuda_screen_gpu_test: cheats
+#     refused, crash and hang contained, built-in variants screened; metrics_vram_gpu_test), against
+#     the bundle's plumb (linked where the tests look for it, BUILD_SOURCE_DIR/build/ci/plumb);
+#  7. with PROFILE=1, ncu per-kernel times of one decode step at batch 1 and 64 and of a prefill
+#     (bench/cuda_profile.py), in profile.txt.
 # Usage: bash .dev/cuda/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was
 # built in (it finds models/ there): linked to this checkout when it does not exist here. Outputs
 # under $OUT.
@@ -99,4 +104,25 @@ PY
 if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
   echo "== 5. compute-sanitizer memcheck"
   bash "$H/cuda_memcheck.sh"
+fi
+
+echo "== 6. other gpu tests"
+if [ -n "${1:-}" ]; then
+  mkdir -p "$1/build/ci" && ln -sf "$B/plumb" "$1/build/ci/plumb"
+fi
+for t in kernels_cuda_screen_gpu_test metrics_vram_gpu_test; do
+  [ -x "$B/$t" ] || continue
+  timeout 420 "$B/$t" --gtest_color=no > "$O/$t.txt" 2>&1
+  echo "$t: rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$O/$t.txt" | tr '\n' ' ')"
+  grep -E "Failure|FAILED  \]" "$O/$t.txt" | head -20
+done
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  echo "== 7. ncu: kernels of one decode step (batch 1, 64) and a prefill"
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout 400 "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 4 --batches 1,64 \
+    --prefill 2048 --short 0 --profile 1 > "$O/profile.csv" 2> "$O/profile.err"
+  python3 "$R/bench/cuda_profile.py" "$O/profile.csv" decode-b1 decode-b64 prefill-2048 > "$O/profile.txt" 2>&1
+  head -80 "$O/profile.txt"
 fi
