@@ -40,9 +40,10 @@
 // same proposal submitted again, up to max_job_retries times; past that run_study stops with
 // Unavailable and the study stays resumable.
 //   Restart: the controller keeps a job journal, work_dir/study-<id>.jobs.jsonl (one JSON object a
-// line, append-only: submitted, finished, infrastructure_failure). A controller killed at any point
-// and started again (plumb tune --resume ID with the same --work-dir and --executor) replays it,
-// reattaches to the jobs still in flight by their executor job ids, and continues the study. A local
+// line, append-only: submitting, submitted, finished, infrastructure_failure). A controller killed at
+// any point and started again (plumb tune --resume ID with the same --work-dir and --executor) replays
+// it, reattaches to the jobs still in flight by their executor job ids (a job submitted but not yet
+// journaled by its scheduler name, executor::resolve_submission), and continues the study. A local
 // executor's jobs die with their controller (executor.h), so a restart finds them lost and runs
 // them again. The journal is executor/journal.h's; while run_study runs through an executor it holds
 // the journal's controller lock (executor/lock.h): a second controller on the same study fails with

@@ -4,8 +4,9 @@
 // `plumb tune --executor slurm`; every trial is a batch job that the scheduler runs, which starts
 // `plumb serve --engine synthetic` on the node, measures scenario D (small) and writes its rows to
 // the ledger. Covered: a 2-trial study with both jobs in flight at once, a job killed with scancel
-// (an infrastructure failure, retried), and the controller killed with SIGKILL and restarted
-// (reattaches to the job in flight). Without PLUMB_TEST_SLURM every test skips, saying why.
+// (an infrastructure failure, retried), the controller killed with SIGKILL and restarted (reattaches
+// to the job in flight), and the controller exiting between sbatch and its journal line (the restart
+// finds the job by its name). Without PLUMB_TEST_SLURM every test skips, saying why.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -270,6 +271,53 @@ TEST_F(SlurmStudyTest, AKilledControllerRestartedReattachesToItsJobAndFinishes) 
   EXPECT_EQ(st->trials.size(), 2u);
 }
 
+// The window between sbatch returning and the journal's "submitted" line: the controller exits there
+// (PLUMB_TEST_DIE_AFTER_SUBMIT). The job runs on; `plumb tune --resume` finds it by the name its
+// "submitting" line gave it, journals it and reattaches: one job of that name, one trial row (the
+// job's), nothing submitted twice.
+TEST_F(SlurmStudyTest, AControllerKilledBeforeJournalingItsJobFindsItByNameWhenResumed) {
+  std::string url = ledger_url();
+  auto die = testing::run_dying_after_submit(tune_argv(url, 1, 1), conf_);
+  ASSERT_TRUE(die.ok()) << die.status().to_string();
+  ASSERT_EQ(die->exit.exit_code, 86) << die->out;
+  auto j = journal(journal_path());
+  EXPECT_TRUE(events(j, "submitted").empty()) << "it died before journaling the job";
+  auto intent = events(j, "submitting");
+  ASSERT_EQ(intent.size(), 1u) << die->out;
+  EXPECT_EQ(json::string_at(intent[0], "key").value_or(""), "s1-j0-a0");
+  const std::string name = json::string_at(intent[0], "job_name").value_or("");
+  EXPECT_EQ(name.rfind("s1-j0-a0-", 0), 0u) << name;
+  const std::string ids = testing::squeue_by_name(conf_, name);
+  ASSERT_FALSE(ids.empty()) << "the job it submitted runs on";
+  const std::string id = ids.substr(0, ids.find('\n'));
+
+  auto r = start({PLUMB_BINARY, "tune", "--resume", "1", "--ledger", url, "--work-dir", dir_, "--executor",
+                  "slurm", "--poll-interval", "0.5", "--no-revalidate"},
+                 "resume.log");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  EXPECT_NE(log("resume.log").find("reattaching to job " + id + " (s1-j0-a0), found by its name " + name),
+            std::string::npos)
+      << log("resume.log");
+  j = journal(journal_path());
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 1u) << "the job is reattached, not submitted again\n" << log("resume.log");
+  EXPECT_EQ(json::string_at(sub[0], "job_id").value_or(""), id);
+  EXPECT_EQ(json::string_at(sub[0], "found_by").value_or(""), "name");
+  EXPECT_EQ(events(j, "finished").size(), 1u) << log("resume.log");
+  EXPECT_TRUE(events(j, "infrastructure_failure").empty()) << log("resume.log");
+  EXPECT_EQ(testing::squeue_by_name(conf_, name), ids) << "no second job of that name";
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u) << "one trial, the reattached job's";
+  EXPECT_NE((*rows)[0].notes.find("job " + id + " "), std::string::npos) << (*rows)[0].notes;
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a0)"), std::string::npos) << (*rows)[0].notes;
+}
+
 // The same controller with the local executor: trials are child processes (`plumb tune --run-trial`)
 // of `plumb tune`, two at a time, on a SQLite ledger. Needs no cluster, so it runs everywhere.
 class LocalJobsStudyTest : public SlurmStudyTest {
@@ -445,6 +493,37 @@ TEST_F(LocalJobsStudyTest, ARestartedStudyNumbersNewProposalsPastAnUnjournaledJo
   EXPECT_EQ((*l)->trials_for(1)->size(), 3u) << log("resume.log");
 }
 
+// The same window with the local executor: the job died with its controller, so the restart finds no
+// job of that name, closes the "submitting" line and submits the proposal again as the next attempt
+// (the dead attempt's key is not reused).
+TEST_F(LocalJobsStudyTest, AControllerKilledBeforeJournalingItsJobSubmitsTheProposalAgainWhenResumed) {
+  auto die = testing::run_dying_after_submit(local_argv(1, 2, 1), "");
+  ASSERT_TRUE(die.ok()) << die.status().to_string();
+  ASSERT_EQ(die->exit.exit_code, 86) << die->out;
+  auto r = start(
+      {PLUMB_BINARY, "tune", "--resume", "1", "--ledger", dir_ + "/plumb.db", "--work-dir", dir_,
+       "--max-parallel-trials", "2", "--max-job-retries", "1", "--poll-interval", "0.5", "--no-revalidate"},
+      "resume.log");
+  ASSERT_TRUE(r.ok());
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  EXPECT_NE(log("resume.log").find("knows no job of that name, so its proposal is submitted again"),
+            std::string::npos)
+      << log("resume.log");
+  auto j = journal(journal_path());
+  EXPECT_EQ(events(j, "not_submitted").size(), 1u);
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 1u) << log("resume.log");
+  EXPECT_EQ(json::string_at(sub[0], "key").value_or(""), "s1-j0-a1");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u) << log("resume.log");
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a1)"), std::string::npos) << (*rows)[0].notes;
+}
+
 // --gpus 0,1 --gpus-per-trial 1: two slots, so both trials are in flight at once, each job with its
 // own CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0, and each run records where it ran (the cards need
 // not exist: the synthetic engine ignores them; nvidia-smi is absent here, which is recorded as such).
@@ -461,9 +540,13 @@ TEST_F(LocalJobsStudyTest, GpuSlotsRunOneTrialPerCardAtOnceAndRecordTheCards) {
       << log("tune.log");
   // Both jobs were submitted before either finished: they ran at once, on different cards.
   auto j = journal(journal_path());
-  ASSERT_GE(j.size(), 4u) << log("tune.log");
-  EXPECT_EQ(json::string_at(j[0], "event").value_or(""), "submitted");
-  EXPECT_EQ(json::string_at(j[1], "event").value_or(""), "submitted");
+  std::vector<std::string> order;  // the journal's events, each job's "submitting" line left out
+  for (const auto& e : j)
+    if (json::string_at(e, "event").value_or("") != "submitting")
+      order.push_back(json::string_at(e, "event").value_or(""));
+  ASSERT_GE(order.size(), 4u) << log("tune.log");
+  EXPECT_EQ(order[0], "submitted");
+  EXPECT_EQ(order[1], "submitted");
   std::set<std::string> cards;
   for (const auto& e : events(j, "submitted"))
     cards.insert(json::string_at(e.at("spec").as_object(), "gpus").value_or(""));
