@@ -169,9 +169,11 @@ int run_profile(KernelsArgs& a, bool tasks) {
 // means:
 //   result file written           the screening's verdict (pass, incorrect, unsafe, crash, ...)
 //   failed without a result       a verdict for the candidate: crash (the job's output tail in detail)
-//   cancelled, timed out, node    an infrastructure failure: OUT/jobs/screen.jobs.jsonl and the console
-//   failed, lost, SIGKILL/SIGTERM  say so, the job is submitted again up to --max-job-retries, then the
+//   cancelled, node failed, lost, an infrastructure failure: OUT/jobs/screen.jobs.jsonl and the console
+//   SIGKILL/SIGTERM                say so, the job is submitted again up to --max-job-retries, then the
 //                                 search stops; never a verdict for the candidate.
+//   past its time limit           "timed_out": not retried (it would time out again), the search stops
+//                                 with an error naming --slurm-time; never a verdict.
 //
 // Killed and started again with the same --out, the search resumes from the journal
 // (docs/cluster.md): a screening the journal finished is not submitted again (its result comes from
@@ -398,6 +400,28 @@ struct ScreenJobs {
                {"result", json::parse(kernels::screen_result_json_text(*r)).value()}});
       out[j.index] = std::move(*r);
       return Status::Ok();
+    }
+    if (st.state == executor::JobState::kTimedOut) {
+      // Not retried: the same screening under the same limit would time out again.
+      journal({{"event", "timed_out"},
+               {"key", j.spec.name},
+               {"job_id", j.id},
+               {"state", executor::state_name(st.state)},
+               {"scheduler_state", st.scheduler_state},
+               {"node", st.node},
+               {"detail", st.detail}});
+      const std::string ended = executor::state_name(st.state) + (st.node.empty() ? "" : " on " + st.node) +
+                                (st.scheduler_state.empty() ? "" : " (" + st.scheduler_state + ")") +
+                                (st.detail.empty() ? "" : " [" + st.detail + "]");
+      std::fprintf(stderr, "  TIMED OUT: screening job %s (%s) ran past its time limit: %s\n", j.id.c_str(),
+                   cands[j.index].name.c_str(), ended.c_str());
+      return timeout_error(
+          "the screening job " + j.id + " (" + j.spec.name + ") of candidate " + cands[j.index].name +
+          " ran past its time limit: " + ended +
+          "; not retried (it would time out again): give it more time (--slurm-time, or "
+          "time in the [slurm] table) or less work (fewer --draws). Its output: " +
+          executor::output_path(j.spec) +
+          "; started again with the same --out, the search reuses the screenings that finished");
     }
     journal({{"event", "infrastructure_failure"},
              {"key", j.spec.name},

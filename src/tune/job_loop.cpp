@@ -267,6 +267,32 @@ void drain(Controller& c) {
   c.draining = std::move(keep);
 }
 
+// A job past its time limit (Slurm's TIMEOUT) without a trial row: journals "timed_out" and stops the
+// study with a Timeout error naming the flag that raises the limit. Not retried: the same trial under
+// the same limit would time out again. Not a trial either (the job wrote no row); the study stays
+// resumable, and a resumed study proposes again under the limit it is given then.
+Status timed_out(Controller& c, const Job& j) {
+  const executor::JobStatus& s = j.status;
+  if (c.slots) c.slots->release(j.key);
+  PLUMB_RETURN_IF_ERROR(journal_append(c, json::object{{"event", "timed_out"},
+                                                       {"key", j.key},
+                                                       {"job_id", j.job_id},
+                                                       {"state", executor::state_name(s.state)},
+                                                       {"scheduler_state", s.scheduler_state},
+                                                       {"node", s.node},
+                                                       {"detail", s.detail}}));
+  const std::string ended = executor::state_name(s.state) + (s.node.empty() ? "" : " on " + s.node) +
+                            (s.scheduler_state.empty() ? "" : " (" + s.scheduler_state + ")") +
+                            (s.detail.empty() ? "" : " [" + s.detail + "]");
+  c.l.say("  TIMED OUT: job " + j.key + " (" + j.job_id + ") ran past its time limit: " + ended);
+  return timeout_error("trial job " + j.key + " (" + j.job_id + ") ran past its time limit: " + ended +
+                       "; not retried (it would time out again): give it more time (--slurm-time, or time "
+                       "in the [slurm] table), or a --trial-timeout below that limit, past which a trial is "
+                       "recorded as an infeasible timeout. Its output: " +
+                       c.ctx.work_dir + "/" + j.key +
+                       ".out. The study is kept: resume it with a longer limit");
+}
+
 // A job that ended without a trial row: journals the infrastructure failure and submits the same
 // proposal again, or gives up past the retry bound (Unavailable; the study stays resumable).
 Status infrastructure_failure(Controller& c, const Job& j) {
@@ -319,7 +345,9 @@ Status settle(Controller& c) {
     }
   }
   c.in_flight = std::move(keep);
-  for (const Job& j : failed) PLUMB_RETURN_IF_ERROR(infrastructure_failure(c, j));
+  for (const Job& j : failed)
+    PLUMB_RETURN_IF_ERROR(j.status.state == executor::JobState::kTimedOut ? timed_out(c, j)
+                                                                          : infrastructure_failure(c, j));
   return Status::Ok();
 }
 

@@ -14,7 +14,8 @@
 //     again, a local job (dead with it) screened afresh under a new stem;
 //   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried; the search killed
 //     and started again, reattaching to its job, none submitted twice; the search exiting between
-//     sbatch and its journal line, started again, finding its job by name. Skips without it.
+//     sbatch and its journal line, started again, finding its job by name; a job past its time limit,
+//     a timeout, not retried. Skips without it.
 // The jobs that are killed compile through a slow compiler wrapper (sleeps, then g++, and gives up if
 // its job died meanwhile), so the kill lands while the job runs.
 #include <gtest/gtest.h>
@@ -399,6 +400,35 @@ TEST_F(SearchJobs, AKilledSearchReattachesToItsSlurmJobs) {
   for (const auto& [cand, n] : per) EXPECT_EQ(n, 1) << cand << " submitted " << n << " times\n" << log();
   EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
   EXPECT_NE(log().find("reattaching to screening job " + id), std::string::npos) << log();
+}
+
+// A screening job past its Slurm time limit (--slurm-time 1; a compiler that takes 115 s, under the
+// screening's own 120 s compile limit; one to two minutes): a timeout, not an infrastructure failure,
+// not retried, not a verdict; the search stops naming the flag and writes no search.json.
+TEST_F(SearchJobs, ASlurmJobPastItsTimeLimitIsATimeoutAndIsNotRetried) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  const std::string stuck = dir_ + "/stuck-cxx.sh";
+  ASSERT_TRUE(write_file_atomic(stuck, "#!/bin/sh\nsleep 115\nexec g++ \"$@\"\n").ok());
+  ::chmod(stuck.c_str(), 0755);
+  auto args = argv("slurm", 1, 2, true);
+  *(std::find(args.begin(), args.end(), "--cxx") + 1) = stuck;
+  args.insert(args.end(), {"--slurm-time", "1"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 400), 3) << log();
+  auto t = journal_events(journal(), "timed_out");
+  ASSERT_EQ(t.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(t[0], "state").value_or(""), "timed_out");
+  EXPECT_EQ(json::string_at(t[0], "scheduler_state").value_or("").rfind("TIMEOUT", 0), 0u)
+      << json::dump(t[0]);
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u) << "not retried\n" << log();
+  EXPECT_NE(log().find("ran past its time limit: timed_out"), std::string::npos) << log();
+  EXPECT_NE(log().find("not retried (it would time out again): give it more time (--slurm-time"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/" + out_ + "/search.json"));
 }
 
 // The window between sbatch returning and the journal's "submitted" line: the search exits there

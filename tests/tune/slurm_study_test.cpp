@@ -5,8 +5,9 @@
 // `plumb serve --engine synthetic` on the node, measures scenario D (small) and writes its rows to
 // the ledger. Covered: a 2-trial study with both jobs in flight at once, a job killed with scancel
 // (an infrastructure failure, retried), the controller killed with SIGKILL and restarted (reattaches
-// to the job in flight), and the controller exiting between sbatch and its journal line (the restart
-// finds the job by its name). Without PLUMB_TEST_SLURM every test skips, saying why.
+// to the job in flight), the controller exiting between sbatch and its journal line (the restart
+// finds the job by its name), and a job past its time limit (a timeout, not retried). Without
+// PLUMB_TEST_SLURM every test skips, saying why.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -316,6 +317,45 @@ TEST_F(SlurmStudyTest, AControllerKilledBeforeJournalingItsJobFindsItByNameWhenR
   ASSERT_EQ(rows->size(), 1u) << "one trial, the reattached job's";
   EXPECT_NE((*rows)[0].notes.find("job " + id + " "), std::string::npos) << (*rows)[0].notes;
   EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a0)"), std::string::npos) << (*rows)[0].notes;
+}
+
+// A job past its Slurm time limit (--slurm-time 1: limits are whole minutes and Slurm checks them about
+// every 30 s, so this takes one to two minutes; the trial, at 120 ms a token, would take minutes): a
+// timeout, not an infrastructure failure, not retried, no trial row; the study stops naming the flag.
+TEST_F(SlurmStudyTest, AJobPastItsSlurmTimeLimitIsATimeoutAndIsNotRetried) {
+  std::string url = ledger_url();
+  {
+    auto space = read_file(dir_ + "/space.toml");
+    ASSERT_TRUE(space.ok());
+    std::string t = *space;
+    t.replace(t.find("itl_ms = 3.0"), 12, "itl_ms = 120.0");
+    ASSERT_TRUE(write_file_atomic(dir_ + "/space.toml", t).ok());
+  }
+  auto args = tune_argv(url, 1, 1);
+  args.back() = "1";  // --slurm-time 1
+  auto p = start(args, "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(finish(*p, 400), 3) << log("tune.log");
+  auto j = journal(journal_path());
+  auto t = events(j, "timed_out");
+  ASSERT_EQ(t.size(), 1u) << log("tune.log");
+  EXPECT_EQ(json::string_at(t[0], "key").value_or(""), "s1-j0-a0");
+  EXPECT_EQ(json::string_at(t[0], "state").value_or(""), "timed_out");
+  EXPECT_EQ(json::string_at(t[0], "scheduler_state").value_or("").rfind("TIMEOUT", 0), 0u)
+      << json::dump(t[0]);
+  EXPECT_TRUE(events(j, "infrastructure_failure").empty()) << log("tune.log");
+  EXPECT_EQ(events(j, "submitted").size(), 1u) << "not retried\n" << log("tune.log");
+  const std::string text = log("tune.log");
+  EXPECT_NE(text.find("ran past its time limit: timed_out"), std::string::npos) << text;
+  EXPECT_NE(text.find("(TIMEOUT)"), std::string::npos) << text;
+  EXPECT_NE(text.find("not retried (it would time out again): give it more time (--slurm-time"),
+            std::string::npos)
+      << text;
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty()) << "a timed-out job is not a trial";
 }
 
 // The same controller with the local executor: trials are child processes (`plumb tune --run-trial`)
