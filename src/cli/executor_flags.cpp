@@ -66,9 +66,9 @@ Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a) {
     if (flags.gpus > 0) a.slurm.gpus = flags.gpus;
     if (!flags.nodelist.empty()) a.slurm.nodelist = flags.nodelist;
   }
-  if (a.no_requeue && std::find_if(a.slurm.extra.begin(), a.slurm.extra.end(), [](const std::string& x) {
-                        return x == "--requeue" || x == "--no-requeue";
-                      }) == a.slurm.extra.end())
+  if (std::find_if(a.slurm.extra.begin(), a.slurm.extra.end(), [](const std::string& x) {
+        return x == "--requeue" || x == "--no-requeue";
+      }) == a.slurm.extra.end())
     a.slurm.extra.emplace_back("--no-requeue");
   return executor::make_executor(a.kind, a.slurm);
 }

@@ -92,6 +92,26 @@ inline Result<RunOutput> run_dying_after_submit(const std::vector<std::string>& 
   return run_capture(v);
 }
 
+// A folder `dir`/bin holding an `sbatch` that refuses every job (exit 1): for what a controller would
+// submit, without a cluster (the Slurm executor writes a job's .sbatch script before it runs sbatch).
+inline std::string refusing_sbatch(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/bin");
+  EXPECT_TRUE(write_file_atomic(dir + "/bin/sbatch",
+                                "#!/bin/sh\necho 'sbatch: error: refused by the test' >&2\nexit 1\n")
+                  .ok());
+  std::filesystem::permissions(dir + "/bin/sbatch", std::filesystem::perms::owner_all);
+  return dir + "/bin";
+}
+
+// `args` run with `bin` first in PATH.
+inline std::vector<std::string> with_path_first(const std::string& bin,
+                                                const std::vector<std::string>& args) {
+  const char* path = std::getenv("PATH");
+  std::vector<std::string> v = {"env", "PATH=" + bin + ":" + (path ? path : "/usr/bin:/bin")};
+  v.insert(v.end(), args.begin(), args.end());
+  return v;
+}
+
 // A fixture for a plumb command run as a job controller: its output goes to dir_/controller.log,
 // SLURM_CONF is set for it when conf_ is, and at the end every Slurm job its journal() names is
 // cancelled and dir_ removed (kept when the test failed). Subclasses set dir_ (and conf_ for a

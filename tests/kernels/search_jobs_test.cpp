@@ -431,6 +431,21 @@ TEST_F(SearchJobs, ASlurmJobPastItsTimeLimitIsATimeoutAndIsNotRetried) {
   EXPECT_FALSE(fs::exists(dir_ + "/" + out_ + "/search.json"));
 }
 
+// Screening jobs are submitted with --no-requeue: a node failure is the search's own retry, not a
+// silent Slurm requeue. No cluster: an sbatch that refuses every job, after the script is written.
+TEST_F(SearchJobs, SlurmScreeningJobsAreSubmittedWithNoRequeue) {
+  auto refused =
+      run_capture(testing::with_path_first(testing::refusing_sbatch(dir_), argv("slurm", 1, 1, true)));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit.exit_code, 3) << refused->out;
+  auto intent = journal_events(journal(), "submitting");
+  ASSERT_EQ(intent.size(), 1u) << refused->out;
+  auto script =
+      read_file(dir_ + "/" + out_ + "/jobs/" + json::string_at(intent[0], "key").value_or("") + ".sbatch");
+  ASSERT_TRUE(script.ok()) << refused->out;
+  EXPECT_NE(script->find("#SBATCH --no-requeue\n"), std::string::npos) << *script;
+}
+
 // The window between sbatch returning and the journal's "submitted" line: the search exits there
 // (PLUMB_TEST_DIE_AFTER_SUBMIT). Its screening job runs on; the search started again finds it by the
 // name its "submitting" line gave it, journals it and reattaches: one job of that name, the candidate

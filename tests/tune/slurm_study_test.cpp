@@ -564,6 +564,32 @@ TEST_F(LocalJobsStudyTest, AControllerKilledBeforeJournalingItsJobSubmitsTheProp
   EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a1)"), std::string::npos) << (*rows)[0].notes;
 }
 
+// A study's trial jobs are submitted with --no-requeue, so a node failure is plumb's own retry, not a
+// silent Slurm requeue; [slurm].extra with --requeue is the user's choice and is kept. No cluster: an
+// sbatch that refuses every job, after the executor wrote the job's script (and the refused
+// submission is closed in the journal).
+TEST_F(LocalJobsStudyTest, SlurmTrialJobsAreSubmittedWithNoRequeueUnlessTheSettingsSayRequeue) {
+  const std::string bin = testing::refusing_sbatch(dir_);
+  auto refused = run_capture(testing::with_path_first(bin, tune_argv(dir_ + "/plumb.db", 1, 1)));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit.exit_code, 3) << refused->out;
+  auto script = read_file(dir_ + "/s1-j0-a0.sbatch");
+  ASSERT_TRUE(script.ok()) << refused->out;
+  EXPECT_NE(script->find("#SBATCH --no-requeue\n"), std::string::npos) << *script;
+  EXPECT_EQ(events(journal(journal_path()), "not_submitted").size(), 1u);
+
+  std::ofstream(dir_ + "/requeue.toml") << "[slurm]\nextra = [\"--requeue\"]\n";
+  auto args = tune_argv(dir_ + "/plumb.db", 1, 1);
+  args.insert(args.end(), {"--slurm-config", dir_ + "/requeue.toml"});
+  auto kept = run_capture(testing::with_path_first(bin, args));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->exit.exit_code, 3) << kept->out;
+  script = read_file(dir_ + "/s2-j0-a0.sbatch");
+  ASSERT_TRUE(script.ok()) << kept->out;
+  EXPECT_NE(script->find("#SBATCH --requeue\n"), std::string::npos) << *script;
+  EXPECT_EQ(script->find("--no-requeue"), std::string::npos) << *script;
+}
+
 // --gpus 0,1 --gpus-per-trial 1: two slots, so both trials are in flight at once, each job with its
 // own CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0, and each run records where it ran (the cards need
 // not exist: the synthetic engine ignores them; nvidia-smi is absent here, which is recorded as such).
