@@ -358,6 +358,63 @@ TEST_F(SlurmStudyTest, AJobPastItsSlurmTimeLimitIsATimeoutAndIsNotRetried) {
   EXPECT_TRUE(rows->empty()) << "a timed-out job is not a trial";
 }
 
+// A node failure, on a cluster of the test's own (setting the node DOWN kills the jobs of every test
+// sharing the test run's cluster). A trial job is submitted with --no-requeue, so Slurm ends it
+// NODE_FAIL instead of requeueing it: an infrastructure failure, counted and retried (ReturnToService
+// brings the node back at once, its slurmd being alive), and the retry's row is the trial.
+class SlurmStudyOwnClusterTest : public SlurmStudyTest {
+ protected:
+  void SetUp() override {
+    SlurmStudyTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    cluster_ = "/tmp/plumb_nodefail_tune_" + std::to_string(::getpid());  // short: munge's socket path
+    auto up = run_capture({"bash", script(), "start", cluster_});
+    ASSERT_TRUE(up.ok() && up->exit.exit_code == 0) << (up.ok() ? up->out : up.status().to_string());
+    std::string out = up->out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    conf_ = out.substr(out.rfind('\n') + 1);
+  }
+  void TearDown() override {
+    SlurmStudyTest::TearDown();
+    if (!cluster_.empty()) run_capture({"bash", script(), "stop", cluster_});
+  }
+  static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
+  std::string cluster_;
+};
+
+TEST_F(SlurmStudyOwnClusterTest, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetried) {
+  std::string url = ledger_url();
+  auto p = start(tune_argv(url, 1, 1), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  wait_running(ids[0]);
+  auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", ids[0], "-o", "%N"});
+  ASSERT_TRUE(q.ok());
+  const std::string node = q->out.substr(0, q->out.find('\n'));
+  ASSERT_FALSE(node.empty()) << "the job runs on a node";
+  auto down = run_capture({"env", "SLURM_CONF=" + conf_, "scontrol", "update", "nodename=" + node,
+                           "state=DOWN", "reason=plumb-test-node-failure"});
+  ASSERT_TRUE(down.ok() && down->exit.exit_code == 0) << (down.ok() ? down->out : "");
+  int rc = finish(*p, 400);
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  auto j = journal(journal_path());
+  auto failed = events(j, "infrastructure_failure");
+  ASSERT_EQ(failed.size(), 1u) << log("tune.log");
+  EXPECT_EQ(json::string_at(failed[0], "job_id").value_or(""), ids[0]);
+  EXPECT_EQ(json::string_at(failed[0], "state").value_or(""), "node_failed");
+  EXPECT_EQ(json::string_at(failed[0], "scheduler_state").value_or(""), "NODE_FAIL");
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 2u) << log("tune.log");
+  EXPECT_EQ(json::string_at(sub[1], "key").value_or(""), "s1-j0-a1");
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a1)"), std::string::npos) << (*rows)[0].notes;
+}
+
 // The same controller with the local executor: trials are child processes (`plumb tune --run-trial`)
 // of `plumb tune`, two at a time, on a SQLite ledger. Needs no cluster, so it runs everywhere.
 class LocalJobsStudyTest : public SlurmStudyTest {
