@@ -185,9 +185,8 @@ executor::SingleJob comparison_job(CompareArgs& a, std::unique_ptr<executor::Exe
 }
 
 int run_run_as_job(CompareArgs& a, const std::string& cards) {
-  // Not requeued by Slurm after a node failure (it would run on whatever node it gets): the controller
-  // sees the failure and retries on the node of the runs already recorded.
-  a.exec.no_requeue = true;
+  // Submitted with --no-requeue (make_executor): after a node failure the controller retries on the
+  // node of the runs already recorded, where a Slurm requeue would run on whatever node it gets.
   auto e = make_executor(a.exec);
   if (!e.ok()) return fail("run", e.status());
   std::string work_dir =

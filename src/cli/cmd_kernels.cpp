@@ -169,9 +169,11 @@ int run_profile(KernelsArgs& a, bool tasks) {
 // means:
 //   result file written           the screening's verdict (pass, incorrect, unsafe, crash, ...)
 //   failed without a result       a verdict for the candidate: crash (the job's output tail in detail)
-//   cancelled, timed out, node    an infrastructure failure: OUT/jobs/screen.jobs.jsonl and the console
-//   failed, lost, SIGKILL/SIGTERM  say so, the job is submitted again up to --max-job-retries, then the
+//   cancelled, node failed, lost, an infrastructure failure: OUT/jobs/screen.jobs.jsonl and the console
+//   SIGKILL/SIGTERM                say so, the job is submitted again up to --max-job-retries, then the
 //                                 search stops; never a verdict for the candidate.
+//   past its time limit           "timed_out": not retried (it would time out again), the search stops
+//                                 with an error naming --slurm-time; never a verdict.
 //
 // Killed and started again with the same --out, the search resumes from the journal
 // (docs/cluster.md): a screening the journal finished is not submitted again (its result comes from
@@ -229,6 +231,7 @@ struct ScreenJobs {
     PLUMB_RETURN_IF_ERROR(executor::check_journal_identity(
         journal_path(), events, identity,
         "give this search another --out, or remove the journal to screen every candidate again"));
+    PLUMB_RETURN_IF_ERROR(resolve_unconfirmed(events));
     known = executor::journal_jobs(events);
     auto stem_number = [](const std::string& name) {
       if (name.size() < 3 || name[0] != 'c' || !std::isdigit(static_cast<unsigned char>(name[1]))) return -1;
@@ -241,6 +244,40 @@ struct ScreenJobs {
     if (!known.empty())
       std::fprintf(stderr, "resuming from the journal %s: %zu screening job(s) of an earlier search\n",
                    journal_path().c_str(), known.size());
+    return Status::Ok();
+  }
+
+  // The submissions an earlier controller began and never journaled (killed between sbatch and its
+  // "submitted" line): a job found by its name is journaled as submitted (into `events`), so that
+  // place() reattaches to it; one not found is closed ("not_submitted"), and its candidate is screened
+  // under a new stem (its candidate file numbers the next stem past it).
+  Status resolve_unconfirmed(std::vector<json::object>& events) {
+    for (const json::object& intent : executor::unconfirmed_submissions(events)) {
+      const std::string key = json::string_at(intent, "key").value_or("");
+      const std::string name = json::string_at(intent, "job_name").value_or("");
+      PLUMB_ASSIGN_OR_RETURN(std::optional<std::string> id,
+                             executor::resolve_submission(e, journal_path(), intent));
+      if (!id) {
+        std::fprintf(
+            stderr,
+            "an earlier search was submitting %s (job name %s) when it stopped; the %s executor knows "
+            "no job of that name, so its candidate is screened afresh\n",
+            key.c_str(), name.c_str(), e.kind().c_str());
+        continue;
+      }
+      json::object line = intent;
+      line["event"] = "submitted";
+      line["job_id"] = *id;
+      line["found_by"] = "name";
+      line.erase("at");
+      PLUMB_RETURN_IF_ERROR(executor::journal_append(journal_path(), line));
+      events.push_back(std::move(line));
+      std::fprintf(
+          stderr,
+          "reattaching to screening job %s (%s), found by its name %s: an earlier search submitted it "
+          "and stopped before journaling it\n",
+          id->c_str(), key.c_str(), name.c_str());
+    }
     return Status::Ok();
   }
 
@@ -306,17 +343,18 @@ struct ScreenJobs {
                    so.cxx};
     if (a.no_timing) j.spec.argv.push_back("--no-timing");
     if (so.asan) j.spec.argv.push_back("--asan");
-    PLUMB_ASSIGN_OR_RETURN(j.id, e.submit(j.spec));
+    // The "submitting" line carries what the "submitted" one does: a restart that finds the job by its
+    // name journals it from that line alone (load_journal).
+    json::object line{{"candidate", c.name}, {"source_sha256", source_sha(c)}, {"seed", std::to_string(seed)},
+                      {"stem", j.stem},      {"attempt", int64_t(j.attempt)},  {"identity", identity}};
+    PLUMB_ASSIGN_OR_RETURN(j.id, executor::submit_journaled(e, journal_path(), j.spec, line));
     j.poll_errors = 0;
-    return executor::journal_append(journal_path(), {{"event", "submitted"},
-                                                     {"key", j.spec.name},
-                                                     {"job_id", j.id},
-                                                     {"candidate", c.name},
-                                                     {"source_sha256", source_sha(c)},
-                                                     {"seed", std::to_string(seed)},
-                                                     {"stem", j.stem},
-                                                     {"attempt", int64_t(j.attempt)},
-                                                     {"identity", identity}});
+    line["event"] = "submitted";
+    line["key"] = j.spec.name;
+    line["job_id"] = j.id;
+    line["job_name"] = j.spec.scheduler_name;
+    line["executor"] = e.kind();
+    return executor::journal_append(journal_path(), std::move(line));
   }
 
   // The verdict of a job that failed on its own, without writing its result.
@@ -362,6 +400,28 @@ struct ScreenJobs {
                {"result", json::parse(kernels::screen_result_json_text(*r)).value()}});
       out[j.index] = std::move(*r);
       return Status::Ok();
+    }
+    if (st.state == executor::JobState::kTimedOut) {
+      // Not retried: the same screening under the same limit would time out again.
+      journal({{"event", "timed_out"},
+               {"key", j.spec.name},
+               {"job_id", j.id},
+               {"state", executor::state_name(st.state)},
+               {"scheduler_state", st.scheduler_state},
+               {"node", st.node},
+               {"detail", st.detail}});
+      const std::string ended = executor::state_name(st.state) + (st.node.empty() ? "" : " on " + st.node) +
+                                (st.scheduler_state.empty() ? "" : " (" + st.scheduler_state + ")") +
+                                (st.detail.empty() ? "" : " [" + st.detail + "]");
+      std::fprintf(stderr, "  TIMED OUT: screening job %s (%s) ran past its time limit: %s\n", j.id.c_str(),
+                   cands[j.index].name.c_str(), ended.c_str());
+      return timeout_error(
+          "the screening job " + j.id + " (" + j.spec.name + ") of candidate " + cands[j.index].name +
+          " ran past its time limit: " + ended +
+          "; not retried (it would time out again): give it more time (--slurm-time, or "
+          "time in the [slurm] table) or less work (fewer --draws). Its output: " +
+          executor::output_path(j.spec) +
+          "; started again with the same --out, the search reuses the screenings that finished");
     }
     journal({{"event", "infrastructure_failure"},
              {"key", j.spec.name},

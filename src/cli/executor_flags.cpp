@@ -18,8 +18,8 @@ void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what, c
   c->add_option(
        "--max-job-retries", a.max_job_retries,
        "re-submissions of a " + what +
-           " whose job was cancelled, lost its node or vanished (tune and kernels search also retry a job "
-           "past its time limit; evaluate and compare run do not: docs/cluster.md)")
+           " whose job was cancelled, lost its node or vanished (a job past its time limit is not retried: "
+           "docs/cluster.md)")
       ->capture_default_str()
       ->group(g);
   c->add_option("--poll-interval", a.poll_s, "seconds between looks at the jobs")
@@ -66,9 +66,9 @@ Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a) {
     if (flags.gpus > 0) a.slurm.gpus = flags.gpus;
     if (!flags.nodelist.empty()) a.slurm.nodelist = flags.nodelist;
   }
-  if (a.no_requeue && std::find_if(a.slurm.extra.begin(), a.slurm.extra.end(), [](const std::string& x) {
-                        return x == "--requeue" || x == "--no-requeue";
-                      }) == a.slurm.extra.end())
+  if (std::find_if(a.slurm.extra.begin(), a.slurm.extra.end(), [](const std::string& x) {
+        return x == "--requeue" || x == "--no-requeue";
+      }) == a.slurm.extra.end())
     a.slurm.extra.emplace_back("--no-requeue");
   return executor::make_executor(a.kind, a.slurm);
 }

@@ -21,10 +21,6 @@ struct ExecutorArgs {
   executor::SlurmSettings slurm;
   std::string gpus;         // --gpus 0,1,...: the cards of this host the local executor spreads jobs over
   int gpus_per_trial = -1;  // --gpus-per-trial N (-1 = not given: 1 with --gpus)
-  // Set by a command (not a flag): its Slurm jobs are submitted with --no-requeue, unless [slurm].extra
-  // says --requeue or --no-requeue. Slurm otherwise requeues a batch job whose node failed, and the
-  // controller sees it pending again instead of a node failure.
-  bool no_requeue = false;
 };
 
 // Adds the flags to `c` in their own help group; `what` names a job in the help ("trial").
@@ -33,7 +29,10 @@ void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what,
                         const std::string& local = "on this machine");
 
 // The executor of the flags: the settings file first, the flags given beside it on top (and a
-// --nodelist set by the command, kept when called again).
+// --nodelist set by the command, kept when called again). Slurm jobs are submitted with --no-requeue
+// unless [slurm].extra says --requeue or --no-requeue: Slurm otherwise requeues a batch job whose node
+// failed, and the controller would watch it pending again (on whatever node it gets next) instead of
+// seeing a node failure it counts against --max-job-retries.
 // InvalidArgument naming the file and key, or the flag, for a bad setting.
 Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a);
 

@@ -1,10 +1,15 @@
 // The job journal (journal.h): append, replay, and the checks a restarted controller makes.
 #include "executor/journal.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -100,6 +105,70 @@ int next_attempt(const std::vector<json::object>& events, const std::string& dir
       last = std::max(last, attempt_of(name, prefix));
   }
   return last + 1;
+}
+
+std::string unique_scheduler_name(const std::string& key) {
+  std::random_device rd;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", unsigned(rd()));
+  return key + "-" + hex;
+}
+
+Result<std::string> submit_journaled(Executor& e, const std::string& journal, JobSpec& spec,
+                                     json::object intent) {
+  spec.scheduler_name = unique_scheduler_name(spec.name);
+  intent["event"] = "submitting";
+  intent["key"] = spec.name;
+  intent["job_name"] = spec.scheduler_name;
+  intent["executor"] = e.kind();
+  PLUMB_RETURN_IF_ERROR(journal_append(journal, std::move(intent)));
+  auto id = e.submit(spec);
+  if (!id.ok()) {
+    // Closed now, so a restart does not look for a job the executor said it did not take.
+    (void)journal_append(journal, {{"event", "not_submitted"},
+                                   {"key", spec.name},
+                                   {"job_name", spec.scheduler_name},
+                                   {"detail", id.status().to_string()}});
+    return id.status();
+  }
+  if (const char* die = std::getenv(kTestDieAfterSubmit); die && std::string(die) == "1") {
+    std::fprintf(stderr,
+                 "PLUMB_TEST_DIE_AFTER_SUBMIT: exiting after submitting job %s, before journaling it\n",
+                 id->c_str());
+    std::fflush(nullptr);
+    ::_exit(kDieAfterSubmitExit);
+  }
+  return id;
+}
+
+std::vector<json::object> unconfirmed_submissions(const std::vector<json::object>& events) {
+  std::vector<json::object> out;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (json::string_at(events[i], "event").value_or("") != "submitting") continue;
+    const std::string key = json::string_at(events[i], "key").value_or("");
+    bool closed = false;
+    for (size_t k = i + 1; k < events.size() && !closed; ++k) {
+      const std::string ev = json::string_at(events[k], "event").value_or("");
+      closed = (ev == "submitted" || ev == "not_submitted") &&
+               json::string_at(events[k], "key").value_or("") == key;
+    }
+    if (!closed) out.push_back(events[i]);
+  }
+  return out;
+}
+
+Result<std::optional<std::string>> resolve_submission(Executor& e, const std::string& journal,
+                                                      const json::object& submitting) {
+  const std::string key = json::string_at(submitting, "key").value_or("");
+  const std::string name = json::string_at(submitting, "job_name").value_or("");
+  std::optional<std::string> id;
+  if (!name.empty()) {
+    PLUMB_ASSIGN_OR_RETURN(id, e.find_by_name(name));
+  }
+  if (!id)
+    PLUMB_RETURN_IF_ERROR(
+        journal_append(journal, {{"event", "not_submitted"}, {"key", key}, {"job_name", name}}));
+  return id;
 }
 
 }  // namespace plumb::executor

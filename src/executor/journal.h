@@ -10,21 +10,22 @@
 // (its file name holds the study id) but the job's spec and its "seq" and "attempt". One controller
 // at a time writes a journal: executor/lock.h.
 //
-// The window between submit() returning and the "submitted" line: a single-job controller
-// (executor/single_job.h) writes {"event":"submitting","key":K,"job_name":N} first, N a scheduler name
-// unique to the attempt, and a restart finds the job by that name. tune and kernels search do not:
-// a controller of theirs killed in that window leaves a job the journal does not name;
-// next_attempt() skips the names its files took, so a restart never reuses them, but the job itself
-// is not reattached.
+// The window between submit() returning and the "submitted" line: every controller submits through
+// submit_journaled, which writes {"event":"submitting","key":K,"job_name":N,...} first, N a scheduler
+// name unique to the attempt; a restart looks each unconfirmed "submitting" line up by that name
+// (resolve_submission): found, the caller journals the job "submitted" (with "found_by":"name") and
+// reattaches to it; not found, the line is closed with "not_submitted" and the work submitted anew.
 //
 // Thread-safety: none; one controller writes a journal. Errors: IoError naming the file.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
 #include "core/status.h"
+#include "executor/executor.h"
 
 namespace plumb::executor {
 
@@ -59,5 +60,34 @@ Status check_journal_identity(const std::string& path, const std::vector<json::o
 // controller killed before it journaled it); 0 when there are none. A name may carry more after the
 // number, "-<more>" without a dot (tune's `s<study>-j<n>-a<attempt>`, and its `.out`/`.sbatch` files).
 int next_attempt(const std::vector<json::object>& events, const std::string& dir, const std::string& prefix);
+
+// ---- the window between submit() and the "submitted" line -------------------------------------------
+
+// The environment variable of a test-only fault: "1" makes submit_journaled exit the process (code
+// kDieAfterSubmitExit) right after the executor accepted the job, before its caller can journal it.
+inline constexpr const char* kTestDieAfterSubmit = "PLUMB_TEST_DIE_AFTER_SUBMIT";
+inline constexpr int kDieAfterSubmitExit = 86;
+
+// A scheduler name unique to one attempt: `key`-<8 random hex digits>.
+std::string unique_scheduler_name(const std::string& key);
+
+// Submits `spec` under a fresh scheduler name (set in spec.scheduler_name), after appending `intent` to
+// `journal` with "event":"submitting", "key" (spec.name), "job_name" and "executor" set over it. The
+// caller puts in `intent` what a restart needs to rebuild the job from that line alone (its spec, its
+// "identity"), and journals the "submitted" line with the returned id and "job_name". A submission the
+// executor refuses is closed at once ("not_submitted" with "detail": the error) and its error returned.
+Result<std::string> submit_journaled(Executor& e, const std::string& journal, JobSpec& spec,
+                                     json::object intent);
+
+// The "submitting" events with no "submitted" or "not_submitted" of the same key after them, in order:
+// submissions whose controller stopped between the two lines.
+std::vector<json::object> unconfirmed_submissions(const std::vector<json::object>& events);
+
+// Resolves one of them: the id of the job the executor knows by its "job_name"
+// (Executor::find_by_name), or nullopt after journaling {"event":"not_submitted","key","job_name"} (the
+// executor never accepted it, or it was a local job, dead with its controller). The caller journals a
+// found job's "submitted" line (with "found_by":"name") and reattaches to it.
+Result<std::optional<std::string>> resolve_submission(Executor& e, const std::string& journal,
+                                                      const json::object& submitting);
 
 }  // namespace plumb::executor

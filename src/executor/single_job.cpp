@@ -1,12 +1,8 @@
 // The single-job controller (single_job.h): lock, journal, resume, submit, wait, judge, retry.
 #include "executor/single_job.h"
 
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -45,14 +41,6 @@ Resume read_resume(const std::vector<json::object>& events) {
   if (!events.empty() && json::string_at(events.back(), "event").value_or("") == "submitting")
     r.submitting = events.back();
   return r;
-}
-
-// A name no other attempt has: the key and 8 random hex digits.
-std::string unique_scheduler_name(const std::string& key) {
-  std::random_device rd;
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08x", unsigned(rd()));
-  return key + "-" + hex;
 }
 
 class Controller {
@@ -108,22 +96,11 @@ class Controller {
     return at;
   }
 
-  // The "submitting" line, the job, the "submitted" line (see single_job.h for the window between).
+  // The "submitting" line, the job, the "submitted" line (journal.h: submit_journaled).
   Status submit(JobAttempt& at) {
     if (j_.before_submit) PLUMB_RETURN_IF_ERROR(j_.before_submit(at));
-    at.spec.scheduler_name = unique_scheduler_name(at.key);
-    PLUMB_RETURN_IF_ERROR(journal_append(j_.journal, {{"event", "submitting"},
-                                                      {"key", at.key},
-                                                      {"job_name", at.spec.scheduler_name},
-                                                      {"executor", e_->kind()},
-                                                      {"identity", j_.identity}}));
-    PLUMB_ASSIGN_OR_RETURN(at.job_id, e_->submit(at.spec));
-    if (const char* die = std::getenv(kTestDieAfterSubmit); die && std::string(die) == "1") {
-      say("PLUMB_TEST_DIE_AFTER_SUBMIT: exiting after submitting job " + at.job_id +
-          ", before journaling it");
-      std::fflush(nullptr);
-      ::_exit(kDieAfterSubmitExit);
-    }
+    PLUMB_ASSIGN_OR_RETURN(at.job_id,
+                           submit_journaled(*e_, j_.journal, at.spec, {{"identity", j_.identity}}));
     PLUMB_RETURN_IF_ERROR(journal_submitted(at, ""));
     say(e_->kind() + " job " + at.job_id + " (" + at.key + "; output " + output_path(at.spec) + ")" +
         j_.submit_note);
@@ -143,9 +120,8 @@ class Controller {
   Result<std::optional<JobAttempt>> resolve_submitting(const json::object& intent) {
     const std::string key = json::string_at(intent, "key").value_or("");
     const std::string name = json::string_at(intent, "job_name").value_or("");
-    PLUMB_ASSIGN_OR_RETURN(std::optional<std::string> id, e_->find_by_name(name));
+    PLUMB_ASSIGN_OR_RETURN(std::optional<std::string> id, resolve_submission(*e_, j_.journal, intent));
     if (!id) {
-      journal({{"event", "not_submitted"}, {"key", key}, {"job_name", name}});
       say("an earlier controller was submitting " + key + " (job name " + name + ") when it stopped; the " +
           e_->kind() + " executor knows no job of that name, so it is submitted afresh");
       return std::optional<JobAttempt>();

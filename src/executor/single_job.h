@@ -20,8 +20,8 @@
 //   kInfrastructure  "infrastructure_failure": submitted again up to max_retries times (the
 //                    before_retry hook first), then "gave_up" and an Unavailable error.
 //
-// PLUMB_TEST_DIE_AFTER_SUBMIT=1 (for tests only) makes the controller exit (code 86) right after the
-// scheduler accepted a job, before the "submitted" line: the window the "submitting" line covers.
+// PLUMB_TEST_DIE_AFTER_SUBMIT=1 (for tests only; journal.h) makes the controller exit (code 86) right
+// after the scheduler accepted a job, before the "submitted" line: the window the "submitting" line covers.
 //
 // Thread-safety: one thread. Errors: FailedPrecondition (another controller holds the lock),
 // InvalidArgument (the journal was written for other work), IoError (the journal), Timeout and
@@ -36,12 +36,9 @@
 #include "core/json.h"
 #include "core/status.h"
 #include "executor/executor.h"
+#include "executor/journal.h"
 
 namespace plumb::executor {
-
-// The environment variable of the test-only fault above.
-inline constexpr const char* kTestDieAfterSubmit = "PLUMB_TEST_DIE_AFTER_SUBMIT";
-inline constexpr int kDieAfterSubmitExit = 86;
 
 // What the caller makes of a final job.
 enum class Verdict { kResult, kWorkFailed, kTimedOut, kInfrastructure };

@@ -88,6 +88,9 @@ struct Controller {
   // GPU slots, each holds its slot until it is final.
   std::vector<Job> draining;
   std::optional<executor::GpuSlotPool> slots;
+  // Proposals an earlier controller was submitting when it stopped and whose job no one has: submitted
+  // again (the next attempt) before any new proposal.
+  std::vector<Job> unsubmitted;
   int64_t next_seq = 0;
   int max_parallel = 1;
   StudyRunSummary sum;
@@ -102,22 +105,56 @@ Status journal_append(const Controller& c, json::object o) {
   return executor::journal_append(c.journal, std::move(o));
 }
 
+// The job of a "submitted" (or "submitting") line: key, seq, attempt and the proposal of its spec.
+Result<Job> job_of(const Controller& c, const json::object& line) {
+  Job j;
+  j.key = json::string_at(line, "key").value_or("");
+  j.seq = int64_t(json::number_at(line, "seq").value_or(0));
+  j.attempt = int(json::number_at(line, "attempt").value_or(0));
+  j.job_id = json::string_at(line, "job_id").value_or("");
+  const auto* spec = line.if_contains("spec");
+  if (!spec || !spec->is_object()) return corrupt(c.journal + ": job " + j.key + " without its spec");
+  PLUMB_ASSIGN_OR_RETURN(TrialJob tj, TrialJob::from_json(c.l.st.space, spec->as_object()));
+  j.proposal = Proposal{tj.config, tj.stage, tj.rationale, tj.notes};
+  return j;
+}
+
 // Replays the journal (executor/journal.h): the jobs whose last event is "submitted" are in flight.
-// Each "submitted" event carries the job's spec, from which its proposal is rebuilt.
+// Each "submitted" event carries the job's spec, from which its proposal is rebuilt. A submission an
+// earlier controller began and never confirmed (killed between sbatch and its journal line) is looked
+// up by its job name: found, it is journaled and reattached like any job in flight; not found (sbatch
+// never took it, or a local job died with its controller), its proposal is submitted again as the
+// next attempt.
 Status replay_journal(Controller& c) {
   const std::vector<json::object> events = executor::journal_read(c.journal);
   for (const executor::JournaledJob& jj : executor::journal_jobs(events)) {
-    Job j;
-    j.key = jj.key;
-    j.seq = int64_t(json::number_at(jj.submitted, "seq").value_or(0));
-    j.attempt = int(json::number_at(jj.submitted, "attempt").value_or(0));
-    j.job_id = jj.job_id;
-    c.next_seq = std::max(c.next_seq, j.seq + 1);
+    c.next_seq = std::max(c.next_seq, int64_t(json::number_at(jj.submitted, "seq").value_or(0)) + 1);
     if (!jj.in_flight()) continue;
-    const auto* spec = jj.submitted.if_contains("spec");
-    if (!spec || !spec->is_object()) return corrupt(c.journal + ": a submitted job without its spec");
-    PLUMB_ASSIGN_OR_RETURN(TrialJob tj, TrialJob::from_json(c.l.st.space, spec->as_object()));
-    j.proposal = Proposal{tj.config, tj.stage, tj.rationale, tj.notes};
+    PLUMB_ASSIGN_OR_RETURN(Job j, job_of(c, jj.submitted));
+    c.in_flight.push_back(std::move(j));
+  }
+  for (const json::object& intent : executor::unconfirmed_submissions(events)) {
+    PLUMB_ASSIGN_OR_RETURN(Job j, job_of(c, intent));
+    c.next_seq = std::max(c.next_seq, j.seq + 1);
+    const std::string name = json::string_at(intent, "job_name").value_or("");
+    PLUMB_ASSIGN_OR_RETURN(std::optional<std::string> id,
+                           executor::resolve_submission(*c.ctx.executor, c.journal, intent));
+    if (!id) {
+      c.l.say("an earlier controller was submitting " + j.key + " (job name " + name +
+              ") when it stopped; the " + c.ctx.executor->kind() +
+              " executor knows no job of that name, so its proposal is submitted again");
+      c.unsubmitted.push_back(std::move(j));
+      continue;
+    }
+    j.job_id = *id;
+    json::object line = intent;
+    line["event"] = "submitted";
+    line["job_id"] = *id;
+    line["found_by"] = "name";
+    line.erase("at");
+    PLUMB_RETURN_IF_ERROR(journal_append(c, std::move(line)));
+    c.l.say("reattaching to job " + *id + " (" + j.key + "), found by its name " + name +
+            ": an earlier controller submitted it and stopped before journaling it");
     c.in_flight.push_back(std::move(j));
   }
   std::sort(c.in_flight.begin(), c.in_flight.end(), [](const Job& a, const Job& b) { return a.seq < b.seq; });
@@ -156,7 +193,10 @@ Status submit(Controller& c, const Proposal& p, int64_t seq, int attempt) {
   js.name = tj.key;
   js.argv = {c.ctx.plumb_binary, "tune", "--run-trial", spec_path, "--work-dir", c.ctx.work_dir};
   js.work_dir = c.ctx.work_dir;
-  auto id = c.ctx.executor->submit(js);
+  // The "submitting" line carries what the "submitted" one does, so that a restart that finds the
+  // job by its name rebuilds it from that line alone.
+  auto id = executor::submit_journaled(*c.ctx.executor, c.journal, js,
+                                       {{"seq", seq}, {"attempt", int64_t(attempt)}, {"spec", tj.to_json()}});
   if (!id.ok()) {
     if (c.slots) c.slots->release(tj.key);
     return id.status();
@@ -166,6 +206,7 @@ Status submit(Controller& c, const Proposal& p, int64_t seq, int attempt) {
                                                        {"seq", seq},
                                                        {"attempt", int64_t(attempt)},
                                                        {"job_id", *id},
+                                                       {"job_name", js.scheduler_name},
                                                        {"executor", tj.executor},
                                                        {"spec", tj.to_json()}}));
   if (attempt == 0) announce(l, p, p.stage == "screen");
@@ -226,6 +267,32 @@ void drain(Controller& c) {
   c.draining = std::move(keep);
 }
 
+// A job past its time limit (Slurm's TIMEOUT) without a trial row: journals "timed_out" and stops the
+// study with a Timeout error naming the flag that raises the limit. Not retried: the same trial under
+// the same limit would time out again. Not a trial either (the job wrote no row); the study stays
+// resumable, and a resumed study proposes again under the limit it is given then.
+Status timed_out(Controller& c, const Job& j) {
+  const executor::JobStatus& s = j.status;
+  if (c.slots) c.slots->release(j.key);
+  PLUMB_RETURN_IF_ERROR(journal_append(c, json::object{{"event", "timed_out"},
+                                                       {"key", j.key},
+                                                       {"job_id", j.job_id},
+                                                       {"state", executor::state_name(s.state)},
+                                                       {"scheduler_state", s.scheduler_state},
+                                                       {"node", s.node},
+                                                       {"detail", s.detail}}));
+  const std::string ended = executor::state_name(s.state) + (s.node.empty() ? "" : " on " + s.node) +
+                            (s.scheduler_state.empty() ? "" : " (" + s.scheduler_state + ")") +
+                            (s.detail.empty() ? "" : " [" + s.detail + "]");
+  c.l.say("  TIMED OUT: job " + j.key + " (" + j.job_id + ") ran past its time limit: " + ended);
+  return timeout_error("trial job " + j.key + " (" + j.job_id + ") ran past its time limit: " + ended +
+                       "; not retried (it would time out again): give it more time (--slurm-time, or time "
+                       "in the [slurm] table), or a --trial-timeout below that limit, past which a trial is "
+                       "recorded as an infeasible timeout. Its output: " +
+                       c.ctx.work_dir + "/" + j.key +
+                       ".out. The study is kept: resume it with a longer limit");
+}
+
 // A job that ended without a trial row: journals the infrastructure failure and submits the same
 // proposal again, or gives up past the retry bound (Unavailable; the study stays resumable).
 Status infrastructure_failure(Controller& c, const Job& j) {
@@ -278,14 +345,21 @@ Status settle(Controller& c) {
     }
   }
   c.in_flight = std::move(keep);
-  for (const Job& j : failed) PLUMB_RETURN_IF_ERROR(infrastructure_failure(c, j));
+  for (const Job& j : failed)
+    PLUMB_RETURN_IF_ERROR(j.status.state == executor::JobState::kTimedOut ? timed_out(c, j)
+                                                                          : infrastructure_failure(c, j));
   return Status::Ok();
 }
 
 // Fills free slots with new proposals; sets the stop reason when the budget or the strategy ends.
 Status fill(Controller& c) {
   Loop& l = c.l;
-  while (int(c.in_flight.size() + c.draining.size()) < c.max_parallel) {
+  while (!c.unsubmitted.empty() && int(c.in_flight.size() + c.draining.size()) < c.max_parallel) {
+    Job j = std::move(c.unsubmitted.front());
+    c.unsubmitted.erase(c.unsubmitted.begin());
+    PLUMB_RETURN_IF_ERROR(submit(c, j.proposal, j.seq, j.attempt + 1));
+  }
+  while (c.unsubmitted.empty() && int(c.in_flight.size() + c.draining.size()) < c.max_parallel) {
     std::string stop = budget_stop(l.st, int64_t(c.in_flight.size()));
     if (!stop.empty()) {
       c.sum.stop_reason = stop;
@@ -356,7 +430,7 @@ Result<StudyRunSummary> run_study_jobs(Loop& l, const RunContext& ctx) {
     drain(c);
     c.sum.stop_reason.clear();
     PLUMB_RETURN_IF_ERROR(fill(c));
-    if (c.in_flight.empty() && c.draining.empty()) break;
+    if (c.in_flight.empty() && c.draining.empty() && c.unsubmitted.empty()) break;
     std::this_thread::sleep_for(ctx.poll_interval);
   }
   c.sum.trials_total = int64_t(l.st.trials.size());

@@ -33,16 +33,19 @@
 //   In-flight trials are shown to the strategy as pending infeasible observations (status
 // "pending") so that it does not propose them again: a pessimistic "constant liar". halving and
 // external need every earlier result before the next proposal, so they run one job at a time.
-//   Faults: a job that the scheduler cancels, times out, whose node fails, that exits without a
-// trial row, or that the executor loses is an infrastructure failure: no trial row (not an
+//   Faults: a job that the scheduler cancels, whose node fails, that exits without a trial row, or
+// that the executor loses is an infrastructure failure: no trial row (not an
 // infeasible configuration, not a result; a job that dies mid-measurement wrote nothing, because the
 // row and its run are one transaction), a line in the study's job journal and the live view, and the
 // same proposal submitted again, up to max_job_retries times; past that run_study stops with
-// Unavailable and the study stays resumable.
+// Unavailable and the study stays resumable. A job past its time limit (Slurm's TIMEOUT) is not
+// retried (it would time out again): "timed_out" in the journal, run_study stops with Timeout naming
+// the flag that raises the limit, and the study stays resumable.
 //   Restart: the controller keeps a job journal, work_dir/study-<id>.jobs.jsonl (one JSON object a
-// line, append-only: submitted, finished, infrastructure_failure). A controller killed at any point
-// and started again (plumb tune --resume ID with the same --work-dir and --executor) replays it,
-// reattaches to the jobs still in flight by their executor job ids, and continues the study. A local
+// line, append-only: submitting, submitted, finished, infrastructure_failure). A controller killed at
+// any point and started again (plumb tune --resume ID with the same --work-dir and --executor) replays
+// it, reattaches to the jobs still in flight by their executor job ids (a job submitted but not yet
+// journaled by its scheduler name, executor::resolve_submission), and continues the study. A local
 // executor's jobs die with their controller (executor.h), so a restart finds them lost and runs
 // them again. The journal is executor/journal.h's; while run_study runs through an executor it holds
 // the journal's controller lock (executor/lock.h): a second controller on the same study fails with

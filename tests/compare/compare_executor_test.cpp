@@ -174,6 +174,17 @@ TEST_F(CompareJob, AKilledControllersLocalJobDiesWithItAndTheRestartRunsTheRestA
   EXPECT_GE(runs(), 10u);
 }
 
+// The comparison's job is submitted with --no-requeue (as every command's Slurm jobs are). No cluster:
+// an sbatch that refuses every job, after the script is written.
+TEST_F(CompareJob, ASlurmJobIsSubmittedWithNoRequeue) {
+  auto refused = run_capture(testing::with_path_first(testing::refusing_sbatch(dir_), argv("slurm", 1)));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit.exit_code, 3) << refused->out;
+  auto script = read_file(dir_ + "/work/" + key(0) + ".sbatch");
+  ASSERT_TRUE(script.ok()) << refused->out;
+  EXPECT_NE(script->find("#SBATCH --no-requeue\n"), std::string::npos) << *script;
+}
+
 TEST_F(CompareJob, AComparisonThatFailsOnItsOwnIsNotRetried) {
   id_ += 1000;  // no such registration
   auto p = start(argv("local", 2));

@@ -233,6 +233,19 @@ TEST_F(EvaluateJob, AnEvaluationThatFailsOnItsOwnIsNotRetried) {
   EXPECT_FALSE(fs::exists(dir_ + "/ev.json"));
 }
 
+// The evaluation's job is submitted with --no-requeue: a node failure is the command's own retry, not
+// a silent Slurm requeue on another node. No cluster: an sbatch that refuses every job, after the
+// script is written.
+TEST_F(EvaluateJob, ASlurmJobIsSubmittedWithNoRequeue) {
+  auto refused =
+      run_capture(testing::with_path_first(testing::refusing_sbatch(dir_), argv(honest(), "slurm", 1)));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit.exit_code, 3) << refused->out;
+  auto script = read_file(dir_ + "/work/evaluate-a0.sbatch");
+  ASSERT_TRUE(script.ok()) << refused->out;
+  EXPECT_NE(script->find("#SBATCH --no-requeue\n"), std::string::npos) << *script;
+}
+
 TEST_F(EvaluateJob, BadInputIsRefusedBeforeAnyJobIsSubmitted) {
   // The controller's exit code and what it printed.
   auto refuse = [this](const std::vector<std::string>& args) {

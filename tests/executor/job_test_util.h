@@ -73,6 +73,45 @@ inline void cancel_submitted(const std::string& slurm_conf, const std::string& j
     run_capture({"env", "SLURM_CONF=" + slurm_conf, "scancel", id});
 }
 
+// The ids of the jobs the cluster knows under scheduler name `name` (`squeue -t all --name`), one a
+// line; "" when none.
+inline std::string squeue_by_name(const std::string& slurm_conf, const std::string& name) {
+  auto q = run_capture(
+      {"env", "SLURM_CONF=" + slurm_conf, "squeue", "-h", "-t", "all", "--name=" + name, "-o", "%i"});
+  return q.ok() ? q->out : "";
+}
+
+// Runs the controller `args` to its end with PLUMB_TEST_DIE_AFTER_SUBMIT=1 (executor/journal.h), and
+// SLURM_CONF when `slurm_conf` is given: it exits (86) right after its first job was accepted, before
+// journaling it.
+inline Result<RunOutput> run_dying_after_submit(const std::vector<std::string>& args,
+                                                const std::string& slurm_conf) {
+  std::vector<std::string> v = {"env", "PLUMB_TEST_DIE_AFTER_SUBMIT=1"};
+  if (!slurm_conf.empty()) v.push_back("SLURM_CONF=" + slurm_conf);
+  v.insert(v.end(), args.begin(), args.end());
+  return run_capture(v);
+}
+
+// A folder `dir`/bin holding an `sbatch` that refuses every job (exit 1): for what a controller would
+// submit, without a cluster (the Slurm executor writes a job's .sbatch script before it runs sbatch).
+inline std::string refusing_sbatch(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/bin");
+  EXPECT_TRUE(write_file_atomic(dir + "/bin/sbatch",
+                                "#!/bin/sh\necho 'sbatch: error: refused by the test' >&2\nexit 1\n")
+                  .ok());
+  std::filesystem::permissions(dir + "/bin/sbatch", std::filesystem::perms::owner_all);
+  return dir + "/bin";
+}
+
+// `args` run with `bin` first in PATH.
+inline std::vector<std::string> with_path_first(const std::string& bin,
+                                                const std::vector<std::string>& args) {
+  const char* path = std::getenv("PATH");
+  std::vector<std::string> v = {"env", "PATH=" + bin + ":" + (path ? path : "/usr/bin:/bin")};
+  v.insert(v.end(), args.begin(), args.end());
+  return v;
+}
+
 // A fixture for a plumb command run as a job controller: its output goes to dir_/controller.log,
 // SLURM_CONF is set for it when conf_ is, and at the end every Slurm job its journal() names is
 // cancelled and dir_ removed (kept when the test failed). Subclasses set dir_ (and conf_ for a

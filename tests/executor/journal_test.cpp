@@ -1,7 +1,8 @@
 // The job journal (executor/journal.h) that a restarted controller replays: the jobs and their last
 // events, a line cut by a kill mid-write skipped, a journal written for other arguments refused
 // (naming the file, the field and what to do), new attempts numbered past every name used, and a
-// study's journal in the form tune has always written replayed.
+// study's journal in the form tune has always written replayed; a submission journaled before the
+// executor sees it, and a restart's unconfirmed submissions found by name or closed.
 #include "executor/journal.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/file.h"
 
@@ -151,6 +155,99 @@ TEST_F(JobJournal, AStudysNextProposalIsNumberedPastEverySeqUsed) {
   ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j9-a0.json", "{}").ok());
   ASSERT_TRUE(write_file_atomic(dir_ + "/s3-j9-a0.log", "").ok());
   EXPECT_EQ(next_attempt(journal_read(path_), dir_, "s3-j"), 7);
+}
+
+// An executor that records what it was asked and knows the jobs a test names.
+class FakeExecutor : public Executor {
+ public:
+  std::string kind() const override { return "fake"; }
+  Result<std::string> submit(const JobSpec& spec) override {
+    if (refuse) return unavailable("sbatch: error: invalid partition");
+    journal_at_submit = journal_read(journal);
+    names.push_back(spec.scheduler_name);
+    return std::to_string(4711 + names.size() - 1);
+  }
+  Result<JobStatus> poll(const std::string&) override { return JobStatus{}; }
+  Status cancel(const std::string&) override { return Status::Ok(); }
+  Result<std::optional<std::string>> find_by_name(const std::string& name) override {
+    auto it = known.find(name);
+    if (it == known.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  }
+  std::string journal;
+  bool refuse = false;
+  std::vector<json::object> journal_at_submit;
+  std::vector<std::string> names;
+  std::map<std::string, std::string> known;  // scheduler name -> job id
+};
+
+// The "submitting" line is in the journal before the executor sees the job, under a name unique to
+// the attempt, with what the caller put in it; a submission the executor refuses is closed at once.
+TEST_F(JobJournal, ASubmissionIsJournaledBeforeTheExecutorSeesItUnderANameOfItsOwn) {
+  FakeExecutor e;
+  e.journal = path_;
+  JobSpec a{"s1-j0-a0", "", {"/bin/true"}, dir_, {}}, b = a;
+  auto id = submit_journaled(e, path_, a, {{"seq", int64_t(0)}});
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  EXPECT_EQ(*id, "4711");
+  ASSERT_EQ(e.journal_at_submit.size(), 1u) << "the line is written before submit()";
+  const json::object& line = e.journal_at_submit[0];
+  EXPECT_EQ(json::string_at(line, "event").value_or(""), "submitting");
+  EXPECT_EQ(json::string_at(line, "key").value_or(""), "s1-j0-a0");
+  EXPECT_EQ(json::string_at(line, "executor").value_or(""), "fake");
+  EXPECT_EQ(json::number_at(line, "seq").value_or(-1), 0);
+  EXPECT_EQ(json::string_at(line, "job_name").value_or(""), a.scheduler_name);
+  EXPECT_EQ(a.scheduler_name.rfind("s1-j0-a0-", 0), 0u) << a.scheduler_name;
+  EXPECT_EQ(a.scheduler_name.size(), std::string("s1-j0-a0-").size() + 8);
+  ASSERT_TRUE(submit_journaled(e, path_, b, {}).ok());
+  EXPECT_NE(a.scheduler_name, b.scheduler_name) << "each attempt its own name";
+
+  e.refuse = true;
+  JobSpec c{"s1-j1-a0", "", {"/bin/true"}, dir_, {}};
+  auto refused = submit_journaled(e, path_, c, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("invalid partition"), std::string::npos);
+  auto events = journal_read(path_);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(json::string_at(events[3], "event").value_or(""), "not_submitted");
+  EXPECT_EQ(json::string_at(events[3], "key").value_or(""), "s1-j1-a0");
+  EXPECT_NE(json::string_at(events[3], "detail").value_or("").find("invalid partition"), std::string::npos);
+  // a and b were never confirmed by their callers; c was closed.
+  auto open = unconfirmed_submissions(events);
+  ASSERT_EQ(open.size(), 2u);
+  EXPECT_EQ(json::string_at(open[0], "job_name").value_or(""), a.scheduler_name);
+  EXPECT_EQ(json::string_at(open[1], "job_name").value_or(""), b.scheduler_name);
+}
+
+// A restart resolves each unconfirmed submission by its name: a job the executor knows gives its id
+// (the caller journals it); one it does not know is closed with "not_submitted", and is no longer
+// unconfirmed. A "submitted" line after a "submitting" one confirms it.
+TEST_F(JobJournal, AnUnconfirmedSubmissionIsFoundByItsNameOrClosed) {
+  ASSERT_TRUE(
+      journal_append(path_, {{"event", "submitting"}, {"key", "c0-a0"}, {"job_name", "c0-a0-1"}}).ok());
+  ASSERT_TRUE(journal_append(path_, {{"event", "submitted"}, {"key", "c0-a0"}, {"job_id", "7"}}).ok());
+  ASSERT_TRUE(
+      journal_append(path_, {{"event", "submitting"}, {"key", "c1-a0"}, {"job_name", "c1-a0-2"}}).ok());
+  ASSERT_TRUE(
+      journal_append(path_, {{"event", "submitting"}, {"key", "c2-a0"}, {"job_name", "c2-a0-3"}}).ok());
+  auto open = unconfirmed_submissions(journal_read(path_));
+  ASSERT_EQ(open.size(), 2u);
+  FakeExecutor e;
+  e.known["c1-a0-2"] = "4712";
+  auto found = resolve_submission(e, path_, open[0]);
+  ASSERT_TRUE(found.ok());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(**found, "4712");
+  auto gone = resolve_submission(e, path_, open[1]);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+  auto events = journal_read(path_);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(json::string_at(events[4], "event").value_or(""), "not_submitted");
+  EXPECT_EQ(json::string_at(events[4], "key").value_or(""), "c2-a0");
+  open = unconfirmed_submissions(events);
+  ASSERT_EQ(open.size(), 1u) << "c1-a0 until its caller journals it";
+  EXPECT_EQ(json::string_at(open[0], "key").value_or(""), "c1-a0");
 }
 
 }  // namespace

@@ -10,8 +10,12 @@
 //     screened twice, the lost local job a new attempt, the decisions of an uninterrupted search;
 //     a journal of another search refused; a finished screening without a readable result screened
 //     again;
+//   - the search exiting between sbatch and its journal line (PLUMB_TEST_DIE_AFTER_SUBMIT): started
+//     again, a local job (dead with it) screened afresh under a new stem;
 //   - on a real Slurm (PLUMB_TEST_SLURM): a job cancelled with scancel, retried; the search killed
-//     and started again, reattaching to its job, none submitted twice. Skips without it.
+//     and started again, reattaching to its job, none submitted twice; the search exiting between
+//     sbatch and its journal line, started again, finding its job by name; a job past its time limit,
+//     a timeout, not retried. Skips without it.
 // The jobs that are killed compile through a slow compiler wrapper (sleeps, then g++, and gives up if
 // its job died meanwhile), so the kill lands while the job runs.
 #include <gtest/gtest.h>
@@ -396,6 +400,113 @@ TEST_F(SearchJobs, AKilledSearchReattachesToItsSlurmJobs) {
   for (const auto& [cand, n] : per) EXPECT_EQ(n, 1) << cand << " submitted " << n << " times\n" << log();
   EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
   EXPECT_NE(log().find("reattaching to screening job " + id), std::string::npos) << log();
+}
+
+// A screening job past its Slurm time limit (--slurm-time 1; a compiler that takes 115 s, under the
+// screening's own 120 s compile limit; one to two minutes): a timeout, not an infrastructure failure,
+// not retried, not a verdict; the search stops naming the flag and writes no search.json.
+TEST_F(SearchJobs, ASlurmJobPastItsTimeLimitIsATimeoutAndIsNotRetried) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  const std::string stuck = dir_ + "/stuck-cxx.sh";
+  ASSERT_TRUE(write_file_atomic(stuck, "#!/bin/sh\nsleep 115\nexec g++ \"$@\"\n").ok());
+  ::chmod(stuck.c_str(), 0755);
+  auto args = argv("slurm", 1, 2, true);
+  *(std::find(args.begin(), args.end(), "--cxx") + 1) = stuck;
+  args.insert(args.end(), {"--slurm-time", "1"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(finish(*p, 400), 3) << log();
+  auto t = journal_events(journal(), "timed_out");
+  ASSERT_EQ(t.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(t[0], "state").value_or(""), "timed_out");
+  EXPECT_EQ(json::string_at(t[0], "scheduler_state").value_or("").rfind("TIMEOUT", 0), 0u)
+      << json::dump(t[0]);
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  EXPECT_EQ(journal_events(journal(), "submitted").size(), 1u) << "not retried\n" << log();
+  EXPECT_NE(log().find("ran past its time limit: timed_out"), std::string::npos) << log();
+  EXPECT_NE(log().find("not retried (it would time out again): give it more time (--slurm-time"),
+            std::string::npos)
+      << log();
+  EXPECT_FALSE(fs::exists(dir_ + "/" + out_ + "/search.json"));
+}
+
+// Screening jobs are submitted with --no-requeue: a node failure is the search's own retry, not a
+// silent Slurm requeue. No cluster: an sbatch that refuses every job, after the script is written.
+TEST_F(SearchJobs, SlurmScreeningJobsAreSubmittedWithNoRequeue) {
+  auto refused =
+      run_capture(testing::with_path_first(testing::refusing_sbatch(dir_), argv("slurm", 1, 1, true)));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit.exit_code, 3) << refused->out;
+  auto intent = journal_events(journal(), "submitting");
+  ASSERT_EQ(intent.size(), 1u) << refused->out;
+  auto script =
+      read_file(dir_ + "/" + out_ + "/jobs/" + json::string_at(intent[0], "key").value_or("") + ".sbatch");
+  ASSERT_TRUE(script.ok()) << refused->out;
+  EXPECT_NE(script->find("#SBATCH --no-requeue\n"), std::string::npos) << *script;
+}
+
+// The window between sbatch returning and the journal's "submitted" line: the search exits there
+// (PLUMB_TEST_DIE_AFTER_SUBMIT). Its screening job runs on; the search started again finds it by the
+// name its "submitting" line gave it, journals it and reattaches: one job of that name, the candidate
+// screened once.
+TEST_F(SearchJobs, ASearchKilledBeforeJournalingItsSlurmJobFindsItByNameWhenStartedAgain) {
+  conf_ = testing::test_slurm_conf();
+  if (conf_.empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  auto args = argv("slurm", 1, 1, true);  // --no-timing: one screening, no confirmation
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto die = testing::run_dying_after_submit(args, conf_);
+  ASSERT_TRUE(die.ok()) << die.status().to_string();
+  ASSERT_EQ(die->exit.exit_code, 86) << die->out;
+  EXPECT_TRUE(journal_events(journal(), "submitted").empty()) << "it died before journaling the job";
+  auto intent = journal_events(journal(), "submitting");
+  ASSERT_EQ(intent.size(), 1u) << die->out;
+  const std::string key = json::string_at(intent[0], "key").value_or("");
+  const std::string name = json::string_at(intent[0], "job_name").value_or("");
+  const std::string ids = testing::squeue_by_name(conf_, name);
+  ASSERT_FALSE(ids.empty()) << "the job it submitted runs on";
+  const std::string id = ids.substr(0, ids.find('\n'));
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(finish(*again, 400), 0) << log();
+  EXPECT_NE(log().find("reattaching to screening job " + id + " (" + key + "), found by its name " + name),
+            std::string::npos)
+      << log();
+  auto sub = journal_events(journal(), "submitted");
+  ASSERT_EQ(sub.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(sub[0], "job_id").value_or(""), id);
+  EXPECT_EQ(json::string_at(sub[0], "found_by").value_or(""), "name");
+  EXPECT_EQ(testing::squeue_by_name(conf_, name), ids) << "no second job of that name";
+  EXPECT_TRUE(journal_events(journal(), "infrastructure_failure").empty()) << log();
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+}
+
+// The same window with the local executor: the job died with its search, so the restart finds no job
+// of that name, closes the "submitting" line and screens the candidate under a new stem (the dead
+// job's files are not reused).
+TEST_F(SearchJobs, ALocalSearchKilledBeforeJournalingItsJobScreensTheCandidateAfreshWhenStartedAgain) {
+  auto args = argv("local", 1, 1, true);
+  auto die = testing::run_dying_after_submit(args, "");
+  ASSERT_TRUE(die.ok()) << die.status().to_string();
+  ASSERT_EQ(die->exit.exit_code, 86) << die->out;
+  auto intent = journal_events(journal(), "submitting");
+  ASSERT_EQ(intent.size(), 1u) << die->out;
+  const std::string dead = json::string_at(intent[0], "key").value_or("");
+  auto again = start(args);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(finish(*again, 300), 0) << log();
+  EXPECT_NE(log().find("knows no job of that name, so its candidate is screened afresh"), std::string::npos)
+      << log();
+  EXPECT_EQ(journal_events(journal(), "not_submitted").size(), 1u);
+  auto sub = journal_events(journal(), "submitted");
+  ASSERT_EQ(sub.size(), 1u) << log();
+  EXPECT_NE(json::string_at(sub[0], "key").value_or(""), dead);
+  EXPECT_EQ(json::string_at(sub[0], "candidate"), json::string_at(intent[0], "candidate"));
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
 }
 
 }  // namespace

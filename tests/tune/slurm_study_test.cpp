@@ -4,8 +4,10 @@
 // `plumb tune --executor slurm`; every trial is a batch job that the scheduler runs, which starts
 // `plumb serve --engine synthetic` on the node, measures scenario D (small) and writes its rows to
 // the ledger. Covered: a 2-trial study with both jobs in flight at once, a job killed with scancel
-// (an infrastructure failure, retried), and the controller killed with SIGKILL and restarted
-// (reattaches to the job in flight). Without PLUMB_TEST_SLURM every test skips, saying why.
+// (an infrastructure failure, retried), the controller killed with SIGKILL and restarted (reattaches
+// to the job in flight), the controller exiting between sbatch and its journal line (the restart
+// finds the job by its name), and a job past its time limit (a timeout, not retried). Without
+// PLUMB_TEST_SLURM every test skips, saying why.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -270,6 +272,149 @@ TEST_F(SlurmStudyTest, AKilledControllerRestartedReattachesToItsJobAndFinishes) 
   EXPECT_EQ(st->trials.size(), 2u);
 }
 
+// The window between sbatch returning and the journal's "submitted" line: the controller exits there
+// (PLUMB_TEST_DIE_AFTER_SUBMIT). The job runs on; `plumb tune --resume` finds it by the name its
+// "submitting" line gave it, journals it and reattaches: one job of that name, one trial row (the
+// job's), nothing submitted twice.
+TEST_F(SlurmStudyTest, AControllerKilledBeforeJournalingItsJobFindsItByNameWhenResumed) {
+  std::string url = ledger_url();
+  auto die = testing::run_dying_after_submit(tune_argv(url, 1, 1), conf_);
+  ASSERT_TRUE(die.ok()) << die.status().to_string();
+  ASSERT_EQ(die->exit.exit_code, 86) << die->out;
+  auto j = journal(journal_path());
+  EXPECT_TRUE(events(j, "submitted").empty()) << "it died before journaling the job";
+  auto intent = events(j, "submitting");
+  ASSERT_EQ(intent.size(), 1u) << die->out;
+  EXPECT_EQ(json::string_at(intent[0], "key").value_or(""), "s1-j0-a0");
+  const std::string name = json::string_at(intent[0], "job_name").value_or("");
+  EXPECT_EQ(name.rfind("s1-j0-a0-", 0), 0u) << name;
+  const std::string ids = testing::squeue_by_name(conf_, name);
+  ASSERT_FALSE(ids.empty()) << "the job it submitted runs on";
+  const std::string id = ids.substr(0, ids.find('\n'));
+
+  auto r = start({PLUMB_BINARY, "tune", "--resume", "1", "--ledger", url, "--work-dir", dir_, "--executor",
+                  "slurm", "--poll-interval", "0.5", "--no-revalidate"},
+                 "resume.log");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  EXPECT_NE(log("resume.log").find("reattaching to job " + id + " (s1-j0-a0), found by its name " + name),
+            std::string::npos)
+      << log("resume.log");
+  j = journal(journal_path());
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 1u) << "the job is reattached, not submitted again\n" << log("resume.log");
+  EXPECT_EQ(json::string_at(sub[0], "job_id").value_or(""), id);
+  EXPECT_EQ(json::string_at(sub[0], "found_by").value_or(""), "name");
+  EXPECT_EQ(events(j, "finished").size(), 1u) << log("resume.log");
+  EXPECT_TRUE(events(j, "infrastructure_failure").empty()) << log("resume.log");
+  EXPECT_EQ(testing::squeue_by_name(conf_, name), ids) << "no second job of that name";
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u) << "one trial, the reattached job's";
+  EXPECT_NE((*rows)[0].notes.find("job " + id + " "), std::string::npos) << (*rows)[0].notes;
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a0)"), std::string::npos) << (*rows)[0].notes;
+}
+
+// A job past its Slurm time limit (--slurm-time 1: limits are whole minutes and Slurm checks them about
+// every 30 s, so this takes one to two minutes; the trial, at 120 ms a token, would take minutes): a
+// timeout, not an infrastructure failure, not retried, no trial row; the study stops naming the flag.
+TEST_F(SlurmStudyTest, AJobPastItsSlurmTimeLimitIsATimeoutAndIsNotRetried) {
+  std::string url = ledger_url();
+  {
+    auto space = read_file(dir_ + "/space.toml");
+    ASSERT_TRUE(space.ok());
+    std::string t = *space;
+    t.replace(t.find("itl_ms = 3.0"), 12, "itl_ms = 120.0");
+    ASSERT_TRUE(write_file_atomic(dir_ + "/space.toml", t).ok());
+  }
+  auto args = tune_argv(url, 1, 1);
+  args.back() = "1";  // --slurm-time 1
+  auto p = start(args, "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(finish(*p, 400), 3) << log("tune.log");
+  auto j = journal(journal_path());
+  auto t = events(j, "timed_out");
+  ASSERT_EQ(t.size(), 1u) << log("tune.log");
+  EXPECT_EQ(json::string_at(t[0], "key").value_or(""), "s1-j0-a0");
+  EXPECT_EQ(json::string_at(t[0], "state").value_or(""), "timed_out");
+  EXPECT_EQ(json::string_at(t[0], "scheduler_state").value_or("").rfind("TIMEOUT", 0), 0u)
+      << json::dump(t[0]);
+  EXPECT_TRUE(events(j, "infrastructure_failure").empty()) << log("tune.log");
+  EXPECT_EQ(events(j, "submitted").size(), 1u) << "not retried\n" << log("tune.log");
+  const std::string text = log("tune.log");
+  EXPECT_NE(text.find("ran past its time limit: timed_out"), std::string::npos) << text;
+  EXPECT_NE(text.find("(TIMEOUT)"), std::string::npos) << text;
+  EXPECT_NE(text.find("not retried (it would time out again): give it more time (--slurm-time"),
+            std::string::npos)
+      << text;
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty()) << "a timed-out job is not a trial";
+}
+
+// A node failure, on a cluster of the test's own (setting the node DOWN kills the jobs of every test
+// sharing the test run's cluster). A trial job is submitted with --no-requeue, so Slurm ends it
+// NODE_FAIL instead of requeueing it: an infrastructure failure, counted and retried (ReturnToService
+// brings the node back at once, its slurmd being alive), and the retry's row is the trial.
+class SlurmStudyOwnClusterTest : public SlurmStudyTest {
+ protected:
+  void SetUp() override {
+    SlurmStudyTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    cluster_ = "/tmp/plumb_nodefail_tune_" + std::to_string(::getpid());  // short: munge's socket path
+    auto up = run_capture({"bash", script(), "start", cluster_});
+    ASSERT_TRUE(up.ok() && up->exit.exit_code == 0) << (up.ok() ? up->out : up.status().to_string());
+    std::string out = up->out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    conf_ = out.substr(out.rfind('\n') + 1);
+  }
+  void TearDown() override {
+    SlurmStudyTest::TearDown();
+    if (!cluster_.empty()) run_capture({"bash", script(), "stop", cluster_});
+  }
+  static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
+  std::string cluster_;
+};
+
+TEST_F(SlurmStudyOwnClusterTest, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetried) {
+  std::string url = ledger_url();
+  auto p = start(tune_argv(url, 1, 1), "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  wait_running(ids[0]);
+  auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", ids[0], "-o", "%N"});
+  ASSERT_TRUE(q.ok());
+  const std::string node = q->out.substr(0, q->out.find('\n'));
+  ASSERT_FALSE(node.empty()) << "the job runs on a node";
+  auto down = run_capture({"env", "SLURM_CONF=" + conf_, "scontrol", "update", "nodename=" + node,
+                           "state=DOWN", "reason=plumb-test-node-failure"});
+  ASSERT_TRUE(down.ok() && down->exit.exit_code == 0) << (down.ok() ? down->out : "");
+  int rc = finish(*p, 400);
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  auto j = journal(journal_path());
+  auto failed = events(j, "infrastructure_failure");
+  ASSERT_EQ(failed.size(), 1u) << log("tune.log");
+  EXPECT_EQ(json::string_at(failed[0], "job_id").value_or(""), ids[0]);
+  EXPECT_EQ(json::string_at(failed[0], "state").value_or(""), "node_failed");
+  EXPECT_EQ(json::string_at(failed[0], "scheduler_state").value_or(""), "NODE_FAIL");
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 2u) << log("tune.log");
+  EXPECT_EQ(json::string_at(sub[1], "key").value_or(""), "s1-j0-a1");
+  auto l = ledger::Ledger::open(url);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a1)"), std::string::npos) << (*rows)[0].notes;
+}
+
 // The same controller with the local executor: trials are child processes (`plumb tune --run-trial`)
 // of `plumb tune`, two at a time, on a SQLite ledger. Needs no cluster, so it runs everywhere.
 class LocalJobsStudyTest : public SlurmStudyTest {
@@ -445,6 +590,63 @@ TEST_F(LocalJobsStudyTest, ARestartedStudyNumbersNewProposalsPastAnUnjournaledJo
   EXPECT_EQ((*l)->trials_for(1)->size(), 3u) << log("resume.log");
 }
 
+// The same window with the local executor: the job died with its controller, so the restart finds no
+// job of that name, closes the "submitting" line and submits the proposal again as the next attempt
+// (the dead attempt's key is not reused).
+TEST_F(LocalJobsStudyTest, AControllerKilledBeforeJournalingItsJobSubmitsTheProposalAgainWhenResumed) {
+  auto die = testing::run_dying_after_submit(local_argv(1, 2, 1), "");
+  ASSERT_TRUE(die.ok()) << die.status().to_string();
+  ASSERT_EQ(die->exit.exit_code, 86) << die->out;
+  auto r = start(
+      {PLUMB_BINARY, "tune", "--resume", "1", "--ledger", dir_ + "/plumb.db", "--work-dir", dir_,
+       "--max-parallel-trials", "2", "--max-job-retries", "1", "--poll-interval", "0.5", "--no-revalidate"},
+      "resume.log");
+  ASSERT_TRUE(r.ok());
+  auto re = r->wait_for(std::chrono::seconds(300));
+  ASSERT_TRUE(re.has_value()) << log("resume.log");
+  EXPECT_TRUE(re->exited && (re->exit_code == 0 || re->exit_code == 1)) << log("resume.log");
+  EXPECT_NE(log("resume.log").find("knows no job of that name, so its proposal is submitted again"),
+            std::string::npos)
+      << log("resume.log");
+  auto j = journal(journal_path());
+  EXPECT_EQ(events(j, "not_submitted").size(), 1u);
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 1u) << log("resume.log");
+  EXPECT_EQ(json::string_at(sub[0], "key").value_or(""), "s1-j0-a1");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  auto rows = (*l)->trials_for(1);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u) << log("resume.log");
+  EXPECT_NE((*rows)[0].notes.find("(key s1-j0-a1)"), std::string::npos) << (*rows)[0].notes;
+}
+
+// A study's trial jobs are submitted with --no-requeue, so a node failure is plumb's own retry, not a
+// silent Slurm requeue; [slurm].extra with --requeue is the user's choice and is kept. No cluster: an
+// sbatch that refuses every job, after the executor wrote the job's script (and the refused
+// submission is closed in the journal).
+TEST_F(LocalJobsStudyTest, SlurmTrialJobsAreSubmittedWithNoRequeueUnlessTheSettingsSayRequeue) {
+  const std::string bin = testing::refusing_sbatch(dir_);
+  auto refused = run_capture(testing::with_path_first(bin, tune_argv(dir_ + "/plumb.db", 1, 1)));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->exit.exit_code, 3) << refused->out;
+  auto script = read_file(dir_ + "/s1-j0-a0.sbatch");
+  ASSERT_TRUE(script.ok()) << refused->out;
+  EXPECT_NE(script->find("#SBATCH --no-requeue\n"), std::string::npos) << *script;
+  EXPECT_EQ(events(journal(journal_path()), "not_submitted").size(), 1u);
+
+  std::ofstream(dir_ + "/requeue.toml") << "[slurm]\nextra = [\"--requeue\"]\n";
+  auto args = tune_argv(dir_ + "/plumb.db", 1, 1);
+  args.insert(args.end(), {"--slurm-config", dir_ + "/requeue.toml"});
+  auto kept = run_capture(testing::with_path_first(bin, args));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->exit.exit_code, 3) << kept->out;
+  script = read_file(dir_ + "/s2-j0-a0.sbatch");
+  ASSERT_TRUE(script.ok()) << kept->out;
+  EXPECT_NE(script->find("#SBATCH --requeue\n"), std::string::npos) << *script;
+  EXPECT_EQ(script->find("--no-requeue"), std::string::npos) << *script;
+}
+
 // --gpus 0,1 --gpus-per-trial 1: two slots, so both trials are in flight at once, each job with its
 // own CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0, and each run records where it ran (the cards need
 // not exist: the synthetic engine ignores them; nvidia-smi is absent here, which is recorded as such).
@@ -461,9 +663,13 @@ TEST_F(LocalJobsStudyTest, GpuSlotsRunOneTrialPerCardAtOnceAndRecordTheCards) {
       << log("tune.log");
   // Both jobs were submitted before either finished: they ran at once, on different cards.
   auto j = journal(journal_path());
-  ASSERT_GE(j.size(), 4u) << log("tune.log");
-  EXPECT_EQ(json::string_at(j[0], "event").value_or(""), "submitted");
-  EXPECT_EQ(json::string_at(j[1], "event").value_or(""), "submitted");
+  std::vector<std::string> order;  // the journal's events, each job's "submitting" line left out
+  for (const auto& e : j)
+    if (json::string_at(e, "event").value_or("") != "submitting")
+      order.push_back(json::string_at(e, "event").value_or(""));
+  ASSERT_GE(order.size(), 4u) << log("tune.log");
+  EXPECT_EQ(order[0], "submitted");
+  EXPECT_EQ(order[1], "submitted");
   std::set<std::string> cards;
   for (const auto& e : events(j, "submitted"))
     cards.insert(json::string_at(e.at("spec").as_object(), "gpus").value_or(""));
