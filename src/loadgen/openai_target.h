@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
 #include "core/status.h"
 #include "loadgen/target.h"
 #include "workload/sources.h"
@@ -87,8 +88,19 @@ struct StreamEvent {
   std::string text;            // that text
   bool finished = false;       // a choice reported finish_reason
   std::optional<Usage> usage;  // a usage object (prompt_tokens, completion_tokens)
+  // The server's timings object, read only from an event that ends the response (a finish_reason or
+  // a usage object): plumb serve's "plumb_timings" or llama.cpp's "timings" (parse_server_timings).
+  std::optional<metrics::ServerTimings> server_timings;
 };
 // kCorrupt (naming what is wrong) for data that is not a JSON object or that carries an "error".
+// A timings object that cannot be read leaves server_timings empty: it is a cross-check, never a
+// reason to fail the request.
 Result<StreamEvent> parse_stream_event(std::string_view data, Api api);
+
+// The server timings in a response's final object: "plumb_timings" {queue_ms, prefill_ms,
+// decode_ms, completion_tokens} (plumb serve), else "timings" {prompt_ms, predicted_ms,
+// predicted_n} (llama.cpp's llama-server; it reports no queue time). nullopt when there is none,
+// or when a field is missing, not a number, or negative.
+std::optional<metrics::ServerTimings> parse_server_timings(const json::object& response);
 
 }  // namespace plumb::loadgen
