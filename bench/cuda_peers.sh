@@ -8,8 +8,9 @@
 #  2. its GGUF (bf16) through llama.cpp's convert_hf_to_gguf.py;
 #  3. llama-bench -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o json;
 #  4. llama-server (-ngl 99 -fa, 8 slots) and plumb bench against it: 1,024 tokens in, 128 out
-#     (--fixed-lengths), closed loop at concurrency 1 and 8; the server's own timings give plumb's
-#     timing error (bench --json "server_timings");
+#     (--fixed-lengths), closed loop at concurrency 1 and 8, a connection per request
+#     (--no-keep-alive: llama-server closes each after its stream); the server's own timings give
+#     plumb's timing error (bench --json "server_timings");
 #  5. plumb serve --device cuda --model on the same folder, and plumb bench the same way;
 #  6. InferenceBench's naive transformers server on the same folder, IB's own runner (scenario D's,
 #     which runs at concurrency 1) and plumb bench on the same request file, where torch,
@@ -118,14 +119,16 @@ stop() {
 cleanup() { for p in "${SERVERS[@]}"; do stop "$p"; done; }
 trap cleanup EXIT
 
-# bench NAME URL CONCURRENCY N [ARGS...]: plumb bench, closed loop, 1,024 in / 128 out (or ARGS).
+# bench NAME URL CONCURRENCY N [ARGS...]: plumb bench, closed loop, 1,024 in / 128 out (or ARGS),
+# with the flags in CONN.
+CONN=()
 bench() {
   local name=$1 url=$2 c=$3 n=$4
   shift 4
   local args=("$@")
   [ ${#args[@]} -eq 0 ] && args=(--input-len 1024 --output-len 128 --fixed-lengths --num-prompts "$n")
   run "$name" 150 "$PLUMB" bench --target "$url" --tokenizer "$HF" "${args[@]}" --max-concurrency "$c" \
-    --arrival closed_loop --warmup 2 --seed 21 --json "$O/$name.json" --csv "$O/$name.csv" --quiet
+    --arrival closed_loop --warmup 2 --seed 21 --json "$O/$name.json" --csv "$O/$name.csv" --quiet "${CONN[@]}"
 }
 
 echo "cuda_peers.sh: budget $BUDGET s, outputs in $O, scratch in $W"
@@ -195,8 +198,12 @@ if want 4 && [ -f "$W/gguf.done" ] && [ -x $LL/bin/llama-server ]; then
   echo "== 4. llama-server and plumb bench"
   serve llama_server $LL/bin/llama-server -m "$GGUF" -ngl 99 -fa -c 16384 -np 8 --host 127.0.0.1 --port 8124 --metrics
   if up http://127.0.0.1:8124/health "$SPID" 180 > "$O/llama_server_up.log" 2>&1; then
+    # llama-server closes the connection after each streamed response although it answers
+    # keep-alive: a connection per request, or a reused one fails as reset.
+    CONN=(--no-keep-alive)
     bench bench_llamacpp_c1 http://127.0.0.1:8124 1 "$N1"
     bench bench_llamacpp_c8 http://127.0.0.1:8124 8 "$N8"
+    CONN=()
   else
     note "llama_server: not up: $(tail -n 1 "$O/llama_server_up.log")"
     tail -n 5 "$O/llama_server.log"

@@ -333,6 +333,7 @@ struct OpenAiTarget::Impl {
     if (!opts.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + opts.api_key);
     if (std::string id = sink->request_id(); !id.empty())
       req.headers.emplace_back("X-Request-Id", std::move(id));
+    if (!opts.keep_alive) req.headers.emplace_back("Connection", "close");
     net::ClientCallbacks cbs;
     cbs.on_head = [s](const net::ResponseHead&, SteadyTime at) {
       if (!s->reported) s->sink->on_first_byte(at);
@@ -427,6 +428,7 @@ void OpenAiTarget::cancel(StreamSink* sink) {
 }
 
 void OpenAiTarget::prepare(size_t connections) {
+  if (!impl_->opts.keep_alive) return;  // every request opens its own
   std::promise<void> done;
   asio::post(impl_->io, [p = impl_.get(), connections, &done] {
     p->client->preconnect(connections, p->opts.connect_timeout, [p, &done](size_t) {

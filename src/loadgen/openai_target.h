@@ -41,6 +41,12 @@ struct OpenAiTargetOptions {
   // visible text — an EOS generated under ignore_eos — still stream as text and the local re-count
   // sees them. Off: the field is not sent (for servers that reject unknown fields).
   bool show_special_tokens = false;
+  // false: every request asks for "Connection: close", so each one opens its own connection (its
+  // connect time is recorded, and is part of its TTFT) and prepare() opens none ahead. For servers
+  // that close a connection after each streamed response although they answered keep-alive (llama.cpp's
+  // llama-server c392e50 does): a pooled connection can then be reused in the microseconds before
+  // its close arrives, and the request fails as reset.
+  bool keep_alive = true;
 };
 
 // Non-streamed requests (Request::stream false) are supported: the whole text arrives as one chunk
@@ -63,7 +69,7 @@ class OpenAiTarget final : public Target {
   void cancel(StreamSink* sink) override;
   std::string describe() const override;
   // Pools up to `connections` keep-alive connections (net::HttpClient::preconnect), waiting at most
-  // the connect timeout.
+  // the connect timeout; nothing with keep_alive off.
   void prepare(size_t connections) override;
   // The IO thread (responses read, timestamps taken) to SCHED_FIFO 1 and back.
   bool set_realtime(bool on) override;

@@ -164,6 +164,29 @@ TEST(BenchCli, WithoutTargetStartsAndStopsItsOwnPlumbServe) {
   std::filesystem::remove_all(std::filesystem::path(std::string(l.at("log").as_string())).parent_path());
 }
 
+// --no-keep-alive against the real plumb serve: every measured request opened its own connection
+// (a connect time in the CSV), and the effective settings say so.
+TEST(BenchCli, NoKeepAliveGivesEveryRequestItsOwnConnection) {
+  std::string j = ::testing::TempDir() + "/cli_nka.json", c = ::testing::TempDir() + "/cli_nka.csv";
+  Out o = run_plumb({"--input-len", "32", "--output-len", "4", "--num-prompts", "5", "--max-concurrency", "2",
+                     "--no-keep-alive", "--json", j, "--csv", c, "--quiet"});
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  auto v = json::parse_file(j);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->at("counts").at("completed").as_int64(), 5) << o.err;
+  EXPECT_FALSE(v->at("settings").at("measure").at("keep_alive").as_bool());
+  std::string csv = read_file(c).value();
+  size_t rows = 0;
+  for (size_t pos = csv.find('\n') + 1; pos < csv.size(); pos = csv.find('\n', pos) + 1) {
+    std::string line = csv.substr(pos, csv.find('\n', pos) - pos);
+    // connect_ms is the second-to-last column: non-empty for a request that opened its connection.
+    size_t last = line.rfind(','), before = line.rfind(',', last - 1);
+    EXPECT_GT(last - before, 1u) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 5u);
+}
+
 TEST(BenchCli, OwnServerThatFailsToStartIsAClearError) {
   Out o = run_plumb({"--serve-args", "--no-such-flag", "--input-len", "8", "--output-len", "4",
                      "--num-prompts", "2", "--quiet"});

@@ -325,6 +325,26 @@ TEST(OpenAiTarget, KeepAliveReusesConnections) {
   EXPECT_LE((*target)->connections_opened(), 4u);  // 2 clients, not 20 connections
 }
 
+// keep_alive off: "Connection: close" on every request, so none reuses a connection (and prepare
+// opens none ahead); each request records the connect it waited for.
+TEST(OpenAiTarget, WithoutKeepAliveEachRequestOpensItsOwnConnection) {
+  FakeServer server;
+  auto target = OpenAiTarget::create({.base_url = server.url(), .keep_alive = false});
+  ASSERT_TRUE(target.ok());
+  (*target)->prepare(4);
+  EXPECT_EQ((*target)->connections_opened(), 0u);
+  auto set = modes(std::vector<std::string>(6, "ok"), 3);
+  auto run = run_load(
+      set, *workload::make_schedule({.kind = workload::ArrivalKind::kClosedLoop, .max_concurrency = 2}, 6),
+      **target);
+  ASSERT_TRUE(run.ok());
+  for (const auto& r : run->requests) {
+    EXPECT_TRUE(r.completed()) << r.error;
+    EXPECT_TRUE(r.connect.has_value()) << r.index;
+  }
+  EXPECT_EQ((*target)->connections_opened(), 6u);
+}
+
 // Over a real socket, llama-server's final chunk reaches the request's record; a server that sends no
 // timings leaves it empty.
 TEST(OpenAiTarget, RecordsTheServerTimingsOfTheFinalChunk) {
