@@ -62,6 +62,7 @@ struct BenchArgs {
   std::string serve_args;  // extra `plumb serve` flags for the server plumb starts itself
   json::object launched;   // the server plumb started (empty when --target was given)
   bool hide_special_tokens = false;
+  bool no_keep_alive = false;  // --no-keep-alive: a connection per request
   std::string save_requests;
   std::string arrival;
   double rate = 0.0;
@@ -438,6 +439,7 @@ Status set_measure_options(BenchArgs& a, compare::MeasureOptions& mo) {
   mo.model = a.model;
   mo.api_key = a.api_key;
   mo.show_special_tokens = !a.hide_special_tokens;
+  mo.keep_alive = !a.no_keep_alive;
   mo.request_timeout = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(a.timeout_s));
   mo.realtime_pacing = !a.no_realtime_pacing;
   mo.null_tokens_per_chunk = a.null_tokens_per_chunk;
@@ -832,6 +834,12 @@ void setup_bench(CLI::App& root) {
   c->add_flag("--hide-special-tokens", args->hide_special_tokens,
               "do not send skip_special_tokens=false (for servers that reject unknown fields); tokens "
               "with no visible text (EOS under ignore_eos) then escape the local re-count");
+  c->add_flag(
+      "--no-keep-alive", args->no_keep_alive,
+      "send every request with \"Connection: close\" over a connection of its own (its connect time "
+      "counts in its TTFT and is reported): for servers that close the connection after each streamed "
+      "response although they answer keep-alive, as llama.cpp's llama-server does, where a reused "
+      "connection can fail as reset");
   c->add_option("--tokenizer", args->tokenizer,
                 "model folder whose tokenizer.json sizes synthetic documents, or 'words' (one token per "
                 "word: approximate). Default: words, or the shipped model's tokenizer when plumb starts its "

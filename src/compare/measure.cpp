@@ -199,17 +199,20 @@ std::string_view outcome_name(Outcome o) {
 }
 
 json::object settings_json(const MeasureOptions& o) {
-  return json::object{{"api", o.api == loadgen::Api::kChat ? "chat" : "completions"},
-                      {"model", o.model},
-                      {"request_timeout_s", std::chrono::duration<double>(o.request_timeout).count()},
-                      {"max_duration_s", int64_t(o.max_duration.count())},
-                      {"show_special_tokens", o.show_special_tokens},
-                      {"realtime_pacing", o.realtime_pacing},
-                      {"warmup_concurrency", int64_t(1)},
-                      {"slo_ttft_ms", json::number_or_null(o.slo.ttft_ms)},
-                      {"slo_tpot_ms", json::number_or_null(o.slo.tpot_ms)},
-                      {"slo_e2e_ms", json::number_or_null(o.slo.e2e_ms)},
-                      {"placement", launch::plan_placement(launch::available_cpus(), o.placement).to_json()}};
+  json::object s{{"api", o.api == loadgen::Api::kChat ? "chat" : "completions"},
+                 {"model", o.model},
+                 {"request_timeout_s", std::chrono::duration<double>(o.request_timeout).count()},
+                 {"max_duration_s", int64_t(o.max_duration.count())},
+                 {"show_special_tokens", o.show_special_tokens},
+                 {"realtime_pacing", o.realtime_pacing},
+                 {"warmup_concurrency", int64_t(1)},
+                 {"slo_ttft_ms", json::number_or_null(o.slo.ttft_ms)},
+                 {"slo_tpot_ms", json::number_or_null(o.slo.tpot_ms)},
+                 {"slo_e2e_ms", json::number_or_null(o.slo.e2e_ms)},
+                 {"placement", launch::plan_placement(launch::available_cpus(), o.placement).to_json()}};
+  if (!o.keep_alive)
+    s["keep_alive"] = false;  // only when off: earlier settings (and their hashes) stay as they were
+  return s;
 }
 
 std::string effective_settings(const MeasureOptions& o, json::object caller) {
@@ -228,6 +231,7 @@ Result<std::unique_ptr<loadgen::Target>> make_target(const std::string& url, con
   to.model = opt.model;
   to.api_key = opt.api_key;
   to.show_special_tokens = opt.show_special_tokens;
+  to.keep_alive = opt.keep_alive;
   PLUMB_ASSIGN_OR_RETURN(auto t, loadgen::OpenAiTarget::create(std::move(to)));
   return std::unique_ptr<loadgen::Target>(std::move(t));
 }

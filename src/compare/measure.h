@@ -137,6 +137,9 @@ struct MeasureOptions {
   // Sends skip_special_tokens=false so an EOS generated under ignore_eos reaches the local re-count
   // (off only for servers that reject unknown fields: `plumb bench --hide-special-tokens`).
   bool show_special_tokens = true;
+  // loadgen::OpenAiTargetOptions::keep_alive (off: a connection per request, `plumb bench
+  // --no-keep-alive`); in the effective settings only when off.
+  bool keep_alive = true;
   bool realtime_pacing = true;  // loadgen::DriverOptions::realtime_pacing
   metrics::Slo slo;             // goodput SLOs (none by default)
   // Where a launched engine and the client run (launch/placement.h). auto: on >= 2 CPUs the engine's

@@ -31,6 +31,7 @@ struct Slot final : StreamSink {
   void on_first_byte(SteadyTime t) override;
   void on_chunk(SteadyTime t, int32_t tokens, std::string_view text) override;
   void on_usage(const Usage& usage) override;
+  void on_server_timings(const metrics::ServerTimings& timings) override;
   void on_connect(Nanos connect) override;
   void on_end(SteadyTime t) override;
   void on_failure(SteadyTime t, Failure f, int http_status, std::string message) override;
@@ -82,6 +83,11 @@ void Slot::on_usage(const Usage& usage) {
   if (finished) return;
   rec.usage_prompt_tokens = usage.prompt_tokens;
   rec.usage_output_tokens = usage.completion_tokens;
+}
+
+void Slot::on_server_timings(const metrics::ServerTimings& timings) {
+  std::lock_guard<std::mutex> l(phase->mu);
+  if (!finished) rec.server_timings = timings;
 }
 
 void Slot::on_connect(Nanos connect) {

@@ -93,7 +93,41 @@ Result<StreamEvent> parse_stream_event(std::string_view data, Api api) {
     if (!p.ok() || !c.ok()) return corrupt("bad usage object");
     ev.usage = Usage{p->value_or(-1), c->value_or(-1)};
   }
+  if (ev.finished || ev.usage) ev.server_timings = parse_server_timings(o);
   return ev;
+}
+
+std::optional<metrics::ServerTimings> parse_server_timings(const json::object& response) {
+  // A field that is present, a number and >= 0.
+  auto field = [](const json::object& o, std::string_view key) -> std::optional<double> {
+    auto v = json::opt_double(o, key);
+    if (!v.ok() || !v->has_value() || !(**v >= 0.0)) return std::nullopt;
+    return **v;
+  };
+  metrics::ServerTimings t;
+  std::optional<double> queue = 0.0, prefill, decode, n;
+  if (auto it = response.find("plumb_timings"); it != response.end() && it->value().is_object()) {
+    const auto& o = it->value().as_object();
+    t.source = metrics::ServerClock::kPlumb;
+    queue = field(o, "queue_ms");
+    prefill = field(o, "prefill_ms");
+    decode = field(o, "decode_ms");
+    n = field(o, "completion_tokens");
+  } else if (auto jt = response.find("timings"); jt != response.end() && jt->value().is_object()) {
+    const auto& o = jt->value().as_object();
+    t.source = metrics::ServerClock::kLlamaCpp;
+    prefill = field(o, "prompt_ms");
+    decode = field(o, "predicted_ms");
+    n = field(o, "predicted_n");
+  } else {
+    return std::nullopt;
+  }
+  if (!queue || !prefill || !decode || !n) return std::nullopt;
+  t.queue_ms = *queue;
+  t.prefill_ms = *prefill;
+  t.decode_ms = *decode;
+  t.completion_tokens = int64_t(*n);
+  return t;
 }
 
 namespace {
@@ -186,6 +220,7 @@ struct OpenAiTarget::Impl {
         s->sink->on_chunk(at, tokens, ev->text);
       }
       if (ev->usage) s->sink->on_usage(*ev->usage);
+      if (ev->server_timings) s->sink->on_server_timings(*ev->server_timings);
     }
     if (!st.ok()) fail(*s, at, Failure::kMalformed, 200, st.message());
     if (s->reported) {
@@ -246,6 +281,7 @@ struct OpenAiTarget::Impl {
     }
     auto ev = parse_stream_event(r.body, opts.api);  // reads usage the same way as a stream event
     std::optional<Usage> usage = ev.ok() ? ev->usage : std::nullopt;
+    if (ev.ok() && ev->server_timings) s.sink->on_server_timings(*ev->server_timings);
     int64_t tokens = 0;
     if (opts.count_tokens) {
       auto n = opts.count_tokens(text);
@@ -297,6 +333,7 @@ struct OpenAiTarget::Impl {
     if (!opts.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + opts.api_key);
     if (std::string id = sink->request_id(); !id.empty())
       req.headers.emplace_back("X-Request-Id", std::move(id));
+    if (!opts.keep_alive) req.headers.emplace_back("Connection", "close");
     net::ClientCallbacks cbs;
     cbs.on_head = [s](const net::ResponseHead&, SteadyTime at) {
       if (!s->reported) s->sink->on_first_byte(at);
@@ -391,6 +428,7 @@ void OpenAiTarget::cancel(StreamSink* sink) {
 }
 
 void OpenAiTarget::prepare(size_t connections) {
+  if (!impl_->opts.keep_alive) return;  // every request opens its own
   std::promise<void> done;
   asio::post(impl_->io, [p = impl_.get(), connections, &done] {
     p->client->preconnect(connections, p->opts.connect_timeout, [p, &done](size_t) {

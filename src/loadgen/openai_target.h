@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
 #include "core/status.h"
 #include "loadgen/target.h"
 #include "workload/sources.h"
@@ -40,6 +41,12 @@ struct OpenAiTargetOptions {
   // visible text — an EOS generated under ignore_eos — still stream as text and the local re-count
   // sees them. Off: the field is not sent (for servers that reject unknown fields).
   bool show_special_tokens = false;
+  // false: every request asks for "Connection: close", so each one opens its own connection (its
+  // connect time is recorded, and is part of its TTFT) and prepare() opens none ahead. For servers
+  // that close a connection after each streamed response although they answered keep-alive (llama.cpp's
+  // llama-server c392e50 does): a pooled connection can then be reused in the microseconds before
+  // its close arrives, and the request fails as reset.
+  bool keep_alive = true;
 };
 
 // Non-streamed requests (Request::stream false) are supported: the whole text arrives as one chunk
@@ -62,7 +69,7 @@ class OpenAiTarget final : public Target {
   void cancel(StreamSink* sink) override;
   std::string describe() const override;
   // Pools up to `connections` keep-alive connections (net::HttpClient::preconnect), waiting at most
-  // the connect timeout.
+  // the connect timeout; nothing with keep_alive off.
   void prepare(size_t connections) override;
   // The IO thread (responses read, timestamps taken) to SCHED_FIFO 1 and back.
   bool set_realtime(bool on) override;
@@ -87,8 +94,19 @@ struct StreamEvent {
   std::string text;            // that text
   bool finished = false;       // a choice reported finish_reason
   std::optional<Usage> usage;  // a usage object (prompt_tokens, completion_tokens)
+  // The server's timings object, read only from an event that ends the response (a finish_reason or
+  // a usage object): plumb serve's "plumb_timings" or llama.cpp's "timings" (parse_server_timings).
+  std::optional<metrics::ServerTimings> server_timings;
 };
 // kCorrupt (naming what is wrong) for data that is not a JSON object or that carries an "error".
+// A timings object that cannot be read leaves server_timings empty: it is a cross-check, never a
+// reason to fail the request.
 Result<StreamEvent> parse_stream_event(std::string_view data, Api api);
+
+// The server timings in a response's final object: "plumb_timings" {queue_ms, prefill_ms,
+// decode_ms, completion_tokens} (plumb serve), else "timings" {prompt_ms, predicted_ms,
+// predicted_n} (llama.cpp's llama-server; it reports no queue time). nullopt when there is none,
+// or when a field is missing, not a number, or negative.
+std::optional<metrics::ServerTimings> parse_server_timings(const json::object& response);
 
 }  // namespace plumb::loadgen

@@ -22,10 +22,10 @@ struct Usage {
 };
 
 // Receives what happens to one request. The target calls these in this order: on_first_byte at most
-// once, then any number of on_chunk / on_usage, then exactly one of on_end (success) or on_failure
-// (the last call). Calls for one request never overlap (they may come from any one thread at a time);
-// calls for different requests may run concurrently. Times are from the target's clock (the same
-// clock the driver uses) and must be taken as close to the event as possible.
+// once, then any number of on_chunk / on_usage / on_server_timings, then exactly one of on_end (success) or
+// on_failure (the last call). Calls for one request never overlap (they may come from any one thread at a
+// time); calls for different requests may run concurrently. Times are from the target's clock (the same clock
+// the driver uses) and must be taken as close to the event as possible.
 class StreamSink {
  public:
   virtual ~StreamSink() = default;
@@ -34,6 +34,10 @@ class StreamSink {
   // tokens in it (0 for an event without content, e.g. a role-only delta); text: its content.
   virtual void on_chunk(SteadyTime t, int32_t tokens, std::string_view text) = 0;
   virtual void on_usage(const Usage& usage) = 0;
+  // The server's own timings of the request (metrics::ServerTimings), when its response ended with
+  // a timings object; at most once or twice (plumb serve repeats it in the usage chunk: the last
+  // wins), before the final call. Default: ignored.
+  virtual void on_server_timings(const metrics::ServerTimings& timings) { (void)timings; }
   // The request had to open a connection first, which took `connect` (from taking the request up to
   // TCP established). At most once, before the final call; never for a request sent over an already
   // open connection.

@@ -162,6 +162,43 @@ void fill_windows(const RunRecord& run, const Slo& slo, const Samples& s, Metric
   }
 }
 
+// plumb's TTFT and TPOT against the server's own, over the completed requests that carried timings.
+ServerTimingError server_timing_error(const RunRecord& run, int64_t completed) {
+  ServerTimingError e;
+  std::vector<double> server_ttft, ttft_diff, ttft_rel, server_tpot, tpot_diff, tpot_rel;
+  for (const auto& r : run.requests) {
+    if (!r.completed() || !r.server_timings || !r.first_token || !r.sent) continue;
+    const ServerTimings& st = *r.server_timings;
+    std::string source(server_clock_name(st.source));
+    e.source = e.source.empty() || e.source == source ? source : "mixed";
+    ++e.requests;
+    const double server = st.ttft_ms();
+    const double diff = ms(*r.first_token - *r.sent) - server;
+    server_ttft.push_back(server);
+    ttft_diff.push_back(diff);
+    if (server > 0) ttft_rel.push_back(diff / server);
+    auto client_tpot = tpot_of(r);
+    auto server_tpot_ms = st.tpot_ms();
+    if (client_tpot && server_tpot_ms) {
+      server_tpot.push_back(*server_tpot_ms);
+      tpot_diff.push_back(*client_tpot - *server_tpot_ms);
+      if (*server_tpot_ms > 0) tpot_rel.push_back((*client_tpot - *server_tpot_ms) / *server_tpot_ms);
+    }
+  }
+  if (e.requests == 0)
+    e.unavailable = completed == 0
+                        ? "no completed requests"
+                        : "the server sent no timings object (plumb serve sends \"plumb_timings\", "
+                          "llama.cpp's llama-server \"timings\", in the final chunk)";
+  e.server_ttft_ms = stats::summarize(server_ttft);
+  e.ttft_diff_ms = stats::summarize(ttft_diff);
+  e.ttft_relative = stats::summarize(ttft_rel);
+  e.server_tpot_ms = stats::summarize(server_tpot);
+  e.tpot_diff_ms = stats::summarize(tpot_diff);
+  e.tpot_relative = stats::summarize(tpot_rel);
+  return e;
+}
+
 }  // namespace
 
 Metrics compute(const RunRecord& run, const Slo& slo) {
@@ -190,6 +227,7 @@ Metrics compute(const RunRecord& run, const Slo& slo) {
   m.send_lag_ms = stats::summarize(s.lag);
   m.cap_wait_ms = stats::summarize(s.wait);
   fill_windows(run, slo, s, m);
+  m.server_timing = server_timing_error(run, m.completed);
   if (m.ttft_ms.p50 > 0) m.inv_median_ttft = 1000.0 / m.ttft_ms.p50;
   if (m.tpot_ms.p50 > 0) m.inv_median_tpot = 1000.0 / m.tpot_ms.p50;
   double rps = m.steady.empty ? stats::kNaN : m.steady.request_throughput;
@@ -328,6 +366,40 @@ json::object window_json(const Window& w) {
   return o;
 }
 
+// {count, min, p50, p90, max} of a signed difference.
+json::object difference_json(const stats::Summary& s) {
+  json::object o;
+  o["count"] = s.count;
+  o["min"] = json::number_or_null(s.min);
+  o["p50"] = json::number_or_null(s.p50);
+  o["p90"] = json::number_or_null(s.p90);
+  o["max"] = json::number_or_null(s.max);
+  return o;
+}
+
+json::value server_metric_json(const stats::Summary& server, const stats::Summary& diff,
+                               const stats::Summary& rel) {
+  if (server.count == 0) return nullptr;
+  json::object o;
+  o["server_p50_ms"] = json::number_or_null(server.p50);
+  o["diff_ms"] = difference_json(diff);
+  o["relative"] = difference_json(rel);
+  return o;
+}
+
+// The versioned "server_timings" block: {version, source, requests, ttft, tpot}, or with no timings
+// {version, source: null, requests: 0, ttft: null, tpot: null, unavailable: why}.
+json::object server_timings_json(const ServerTimingError& e) {
+  json::object o;
+  o["version"] = kServerTimingsVersion;
+  o["source"] = e.requests > 0 ? json::value(e.source) : json::value(nullptr);
+  o["requests"] = e.requests;
+  o["ttft"] = server_metric_json(e.server_ttft_ms, e.ttft_diff_ms, e.ttft_relative);
+  o["tpot"] = server_metric_json(e.server_tpot_ms, e.tpot_diff_ms, e.tpot_relative);
+  if (e.requests == 0) o["unavailable"] = e.unavailable;
+  return o;
+}
+
 }  // namespace
 
 json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity) {
@@ -390,6 +462,7 @@ json::object to_json(const RunRecord& run, const Metrics& m, std::span<const Con
       json::number_or_null(m.steady.empty ? stats::kNaN : m.steady.request_throughput);
   obj["general"] = json::number_or_null(m.general);
   o["objectives"] = std::move(obj);
+  o["server_timings"] = server_timings_json(m.server_timing);
   json::object val;
   val["valid"] = all_pass(validity);
   json::array cs;
@@ -472,6 +545,20 @@ std::string window_line(std::string_view name, const Window& w) {
       name, w.start_s, w.end_s, w.completed, cell(w.request_throughput), cell(w.output_throughput),
       cell(w.total_token_throughput), cell(w.goodput));
 }
+std::string signed_ms(double x) { return std::isfinite(x) ? fmt::format("{:+.3f}", x) : "-"; }
+std::string percent(double x) { return std::isfinite(x) ? fmt::format("{:+.1f}%", 100.0 * x) : "-"; }
+// "TTFT +0.412 ms (+3.1%) p90 +0.530 max +0.912": a difference's median with its relative median, p90, max.
+std::string difference_text(std::string_view name, const stats::Summary& d, const stats::Summary& rel) {
+  if (d.count == 0) return fmt::format("{} -", name);
+  return fmt::format("{} {} ms ({}) p90 {} max {}", name, signed_ms(d.p50), percent(rel.p50),
+                     signed_ms(d.p90), signed_ms(d.max));
+}
+std::string server_timing_line(const ServerTimingError& e) {
+  if (e.requests == 0) return "server timings: none (" + e.unavailable + ")\n";
+  return fmt::format("server timings ({}, {} requests), plumb - server median: {}; {}\n", e.source,
+                     e.requests, difference_text("TTFT", e.ttft_diff_ms, e.ttft_relative),
+                     difference_text("TPOT", e.tpot_diff_ms, e.tpot_relative));
+}
 }  // namespace
 
 std::string console_summary(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity) {
@@ -509,6 +596,7 @@ std::string console_summary(const RunRecord& run, const Metrics& m, std::span<co
   o += fmt::format("tokens: output usage {} / local {} (disagreement {}), requested {}, usage missing {}\n",
                    m.usage_output_tokens, m.local_output_tokens, cell(m.token_disagreement),
                    m.requested_output_tokens, m.usage_missing);
+  o += server_timing_line(m.server_timing);
   if (m.slo.any())
     o += fmt::format("SLO met by {} of {} requests ({})\n", m.slo_met, m.requests, cell(m.slo_fraction));
   o += fmt::format("validity: {}\n", all_pass(validity) ? "VALID" : "INVALID");

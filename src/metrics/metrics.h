@@ -19,7 +19,7 @@
 namespace plumb::metrics {
 
 // Version of the JSON written by to_json; bumped on any change of field names or types.
-inline constexpr int kSchemaVersion = 2;  // 2: counts.realtime_pacing
+inline constexpr int kSchemaVersion = 3;  // 2: counts.realtime_pacing; 3: server_timings
 
 // Service-level objectives for goodput; an unset bound is not checked. Milliseconds.
 struct Slo {
@@ -43,6 +43,25 @@ struct Window {
   double total_token_throughput = stats::kNaN;  // their prompt + output tokens / duration_s, tok/s
   double goodput = stats::kNaN;                 // those that met the SLOs / duration_s, req/s
 };
+
+// plumb's times against the server's own clock (docs/metrics.md, "Server timings"), over completed
+// requests whose response carried a timings object (RequestRecord::server_timings). Per request,
+// difference = plumb's figure - the server's: TTFT (first_token - sent) against queue + prefill;
+// TPOT ((end - first_token) / (n - 1)) against decode / (n_server - 1). Relative = difference / the
+// server's figure (requests where it is > 0). Milliseconds.
+struct ServerTimingError {
+  int64_t requests = 0;           // completed requests with server timings
+  std::string source;             // "plumb" | "llama.cpp" | "mixed"; empty when requests == 0
+  std::string unavailable;        // why there are none (requests == 0); empty otherwise
+  stats::Summary server_ttft_ms;  // the server's TTFT (queue + prefill)
+  stats::Summary ttft_diff_ms;    // plumb's TTFT - the server's
+  stats::Summary ttft_relative;   // ttft_diff / server TTFT
+  stats::Summary server_tpot_ms;  // the server's TPOT (requests with >= 2 tokens on both sides)
+  stats::Summary tpot_diff_ms;    // plumb's TPOT - the server's
+  stats::Summary tpot_relative;   // tpot_diff / server TPOT
+};
+// Version of the "server_timings" block of to_json, on its own so readers can check it.
+inline constexpr int kServerTimingsVersion = 1;
 
 struct Metrics {
   int64_t requests = 0;                     // measured requests
@@ -77,6 +96,8 @@ struct Metrics {
   Slo slo;                            // the SLOs goodput used
   int64_t slo_met = 0;                // completed requests meeting every SLO
   double slo_fraction = stats::kNaN;  // slo_met / requests (failed requests never meet it)
+
+  ServerTimingError server_timing;  // plumb's times against the server's own (when it sends them)
 
   int max_in_flight = 0;         // the driver's observed peak concurrency
   bool realtime_pacing = false;  // the driver's thread ran at real-time priority (RunRecord)

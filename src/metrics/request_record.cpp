@@ -36,4 +36,8 @@ Result<Failure> parse_failure(std::string_view name) {
   return invalid_argument("unknown failure category '" + std::string(name) + "'");
 }
 
+std::string_view server_clock_name(ServerClock c) {
+  return c == ServerClock::kLlamaCpp ? "llama.cpp" : "plumb";
+}
+
 }  // namespace plumb::metrics

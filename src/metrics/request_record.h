@@ -41,6 +41,31 @@ struct Chunk {
   int32_t tokens = 0;  // output tokens in the chunk (the target's local count)
 };
 
+// The server's own account of one request's times, read from the timings object it ends the
+// response with (docs/metrics.md, "Server timings"): plumb serve's "plumb_timings" {queue_ms,
+// prefill_ms, decode_ms, completion_tokens, ...} or llama.cpp's llama-server "timings" {prompt_ms,
+// predicted_ms, predicted_n, ...}. Milliseconds of the server's monotonic clock.
+enum class ServerClock {
+  kPlumb,     // plumb serve: "plumb_timings"
+  kLlamaCpp,  // llama.cpp's llama-server: "timings"
+};
+std::string_view server_clock_name(ServerClock c);  // "plumb" | "llama.cpp"
+
+struct ServerTimings {
+  ServerClock source = ServerClock::kPlumb;
+  double queue_ms = 0.0;    // arrival to the first model step; 0 where the server reports none (llama.cpp)
+  double prefill_ms = 0.0;  // first model step to the first token (llama.cpp: prompt_ms)
+  double decode_ms = 0.0;   // first token to the last (llama.cpp: predicted_ms)
+  int64_t completion_tokens = -1;  // tokens the decode time covers (llama.cpp: predicted_n); -1 unknown
+  // The server's TTFT: queue_ms + prefill_ms.
+  double ttft_ms() const { return queue_ms + prefill_ms; }
+  // The server's TPOT: decode_ms / (completion_tokens - 1); nullopt below 2 tokens.
+  std::optional<double> tpot_ms() const {
+    if (completion_tokens < 2) return std::nullopt;
+    return decode_ms / double(completion_tokens - 1);
+  }
+};
+
 // Everything observed for one request. Times are relative to the start of the measured phase
 // (the zero of the arrival schedule); warmup requests have negative times. A time that did not
 // happen is nullopt.
@@ -65,6 +90,8 @@ struct RequestRecord {
   int64_t usage_prompt_tokens = -1;  // server-reported usage; -1 not reported
   int64_t usage_output_tokens = -1;  // server-reported usage; -1 not reported
   int64_t local_output_tokens = 0;   // sum of chunk tokens
+  // The server's timings object (its final chunk or body); nullopt when it sent none.
+  std::optional<ServerTimings> server_timings;
 
   Failure failure = Failure::kNone;  // kNone: completed
   int http_status = 0;               // HTTP status when there was one; 0 otherwise

@@ -119,6 +119,21 @@ void profile_tables(Page& p, const BenchProfile& bp) {
                         std::to_string(m.slo_met) + " (" + format_number(m.slo_fraction * 100.0) + "%)"});
   p.table(acc);
 
+  const metrics::ServerTimingError& st = m.server_timing;
+  Table srv{.caption = "plumb's times against the server's own (docs/metrics.md, \"Server timings\")",
+            .header = {"metric", "requests", "server p50 (ms)", "plumb − server p50 (ms)", "p90", "max",
+                       "relative p50"},
+            .empty_note = "none: " + st.unavailable};
+  auto server_row = [&srv](const std::string& name, const stats::Summary& server, const stats::Summary& d,
+                           const stats::Summary& rel) {
+    if (d.count == 0) return;
+    srv.rows.push_back({name, std::to_string(d.count), format_number(server.p50), format_number(d.p50),
+                        format_number(d.p90), format_number(d.max), format_number(rel.p50 * 100.0) + "%"});
+  };
+  server_row("TTFT (" + st.source + ")", st.server_ttft_ms, st.ttft_diff_ms, st.ttft_relative);
+  server_row("TPOT (" + st.source + ")", st.server_tpot_ms, st.tpot_diff_ms, st.tpot_relative);
+  p.table(srv);
+
   Table fail{
       .caption = "Failures by category", .header = {"category", "requests"}, .empty_note = "no failures"};
   for (const auto& [name, n] : m.failures)

@@ -53,7 +53,13 @@ TEST(BenchCli, NullTargetWritesJsonCsvAndAReplayableRequestSet) {
   auto v = json::parse_file(j);
   ASSERT_TRUE(v.ok());
   const auto& obj = v->as_object();
-  EXPECT_EQ(obj.at("schema_version").as_int64(), 2);
+  EXPECT_EQ(obj.at("schema_version").as_int64(), 3);
+  // The null target sends no server timings: the block says so instead of inventing figures.
+  const auto& st = obj.at("server_timings").as_object();
+  EXPECT_TRUE(st.at("source").is_null());
+  EXPECT_EQ(st.at("requests").as_int64(), 0);
+  EXPECT_NE(std::string(st.at("unavailable").as_string()).find("sent no timings object"), std::string::npos);
+  EXPECT_NE(o.out.find("server timings: none"), std::string::npos) << o.out;
   EXPECT_EQ(obj.at("validity").at("valid").as_bool(), o.code == 0);
   EXPECT_EQ(obj.at("counts").at("requests").as_int64(), 20);
   EXPECT_EQ(obj.at("counts").at("completed").as_int64(), 20);
@@ -135,6 +141,19 @@ TEST(BenchCli, WithoutTargetStartsAndStopsItsOwnPlumbServe) {
   for (const auto& c : obj.at("validity").at("constraints").as_array())
     if (c.at("name").as_string() == "target_verified") verified = c.at("verdict").as_string() == "pass";
   EXPECT_TRUE(verified) << json::dump(obj.at("validity"));
+  // plumb serve ends each stream with plumb_timings: every request's TTFT and TPOT against the
+  // server's own. The server's TTFT (arrival to first token) lies inside plumb's (send to first
+  // token read), so no difference may be negative; a unit mix-up (seconds for ms) would make them so.
+  const auto& st = obj.at("server_timings").as_object();
+  EXPECT_EQ(st.at("version").as_int64(), 1);
+  EXPECT_EQ(st.at("source").as_string(), "plumb");
+  EXPECT_EQ(st.at("requests").as_int64(), 4);
+  EXPECT_GE(st.at("ttft").at("diff_ms").at("min").as_double(), 0.0) << json::dump(st);
+  EXPECT_GT(st.at("ttft").at("server_p50_ms").as_double(), 0.0);
+  EXPECT_LE(st.at("ttft").at("server_p50_ms").as_double(),
+            obj.at("latency_ms").at("ttft").at("p50").as_double());
+  EXPECT_EQ(st.at("tpot").at("diff_ms").at("count").as_int64(), 4);
+  EXPECT_NE(o.out.find("server timings (plumb, 4 requests)"), std::string::npos) << o.out;
   // Stopped at the end (the whole group), its log kept.
   pid_t pid = pid_t(l.at("pid").as_int64());
   EXPECT_NE(::kill(pid, 0), 0);
@@ -143,6 +162,29 @@ TEST(BenchCli, WithoutTargetStartsAndStopsItsOwnPlumbServe) {
   EXPECT_NE(log->find("listening on"), std::string::npos);
   // The kept log's directory is plumb bench's own ($TMPDIR/plumb-bench-serve-<pid>): tidy up.
   std::filesystem::remove_all(std::filesystem::path(std::string(l.at("log").as_string())).parent_path());
+}
+
+// --no-keep-alive against the real plumb serve: every measured request opened its own connection
+// (a connect time in the CSV), and the effective settings say so.
+TEST(BenchCli, NoKeepAliveGivesEveryRequestItsOwnConnection) {
+  std::string j = ::testing::TempDir() + "/cli_nka.json", c = ::testing::TempDir() + "/cli_nka.csv";
+  Out o = run_plumb({"--input-len", "32", "--output-len", "4", "--num-prompts", "5", "--max-concurrency", "2",
+                     "--no-keep-alive", "--json", j, "--csv", c, "--quiet"});
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.err;
+  auto v = json::parse_file(j);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->at("counts").at("completed").as_int64(), 5) << o.err;
+  EXPECT_FALSE(v->at("settings").at("measure").at("keep_alive").as_bool());
+  std::string csv = read_file(c).value();
+  size_t rows = 0;
+  for (size_t pos = csv.find('\n') + 1; pos < csv.size(); pos = csv.find('\n', pos) + 1) {
+    std::string line = csv.substr(pos, csv.find('\n', pos) - pos);
+    // connect_ms is the second-to-last column: non-empty for a request that opened its connection.
+    size_t last = line.rfind(','), before = line.rfind(',', last - 1);
+    EXPECT_GT(last - before, 1u) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 5u);
 }
 
 TEST(BenchCli, OwnServerThatFailsToStartIsAClearError) {

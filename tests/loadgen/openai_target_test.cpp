@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "loadgen/driver.h"
+#include "metrics/metrics.h"
 #include "net/http_server.h"
 #include "net/sse.h"
 
@@ -72,6 +73,68 @@ TEST(OpenAiEvents, ParsesContentUsageDoneAndErrors) {
   EXPECT_FALSE(parse_stream_event(R"({"choices":[{"delta":{"content":5}}]})", Api::kChat).ok());
 }
 
+// The final chunk of llama.cpp's llama-server (c392e50, to_json_oaicompat_chat_stream): finish_reason,
+// usage and "timings" in one object. Its predicted_ms runs from the first token to the last, so the
+// server's TPOT is predicted_ms / (predicted_n - 1), not its predicted_per_token_ms.
+constexpr const char* kLlamaCppFinalChunk =
+    R"({"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1733000000,)"
+    R"("id":"chatcmpl-x","model":"gpt-3.5-turbo","system_fingerprint":"b4753-c392e50",)"
+    R"("object":"chat.completion.chunk","usage":{"completion_tokens":128,"prompt_tokens":1024,)"
+    R"("total_tokens":1152},"timings":{"prompt_n":1024,"prompt_ms":110.5,"prompt_per_token_ms":0.1079,)"
+    R"("prompt_per_second":9266.9,"predicted_n":128,"predicted_ms":1244.6,)"
+    R"("predicted_per_token_ms":9.7234,"predicted_per_second":102.84}})";
+
+TEST(OpenAiEvents, ReadsLlamaCppTimingsFromItsFinalChunk) {
+  auto e = parse_stream_event(kLlamaCppFinalChunk, Api::kChat);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_TRUE(e->finished);
+  ASSERT_TRUE(e->usage.has_value());
+  ASSERT_TRUE(e->server_timings.has_value());
+  const metrics::ServerTimings& t = *e->server_timings;
+  EXPECT_EQ(t.source, metrics::ServerClock::kLlamaCpp);
+  EXPECT_EQ(metrics::server_clock_name(t.source), "llama.cpp");
+  EXPECT_DOUBLE_EQ(t.queue_ms, 0.0);  // llama.cpp reports no queue time
+  EXPECT_DOUBLE_EQ(t.prefill_ms, 110.5);
+  EXPECT_DOUBLE_EQ(t.decode_ms, 1244.6);
+  EXPECT_EQ(t.completion_tokens, 128);
+  EXPECT_DOUBLE_EQ(t.ttft_ms(), 110.5);
+  EXPECT_DOUBLE_EQ(*t.tpot_ms(), 1244.6 / 127.0);
+}
+
+TEST(OpenAiEvents, ReadsPlumbTimingsAndSkipsWhatItCannotRead) {
+  auto p = parse_stream_event(
+      R"({"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"plumb_timings":{"queue_ms":1.5,)"
+      R"("prefill_ms":20,"decode_ms":70,"prompt_tokens":9,"completion_tokens":8,"cached_prompt_tokens":0,)"
+      R"("preemptions":0}})",
+      Api::kChat);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p->server_timings.has_value());
+  EXPECT_EQ(p->server_timings->source, metrics::ServerClock::kPlumb);
+  EXPECT_DOUBLE_EQ(p->server_timings->ttft_ms(), 21.5);
+  EXPECT_DOUBLE_EQ(*p->server_timings->tpot_ms(), 10.0);
+  // Only an event that ends the response is read: a content chunk's timings object is not looked at.
+  auto mid = parse_stream_event(
+      R"({"choices":[{"delta":{"content":"a"},"finish_reason":null}],"timings":{"prompt_ms":1,)"
+      R"("predicted_ms":1,"predicted_n":1}})",
+      Api::kChat);
+  ASSERT_TRUE(mid.ok());
+  EXPECT_FALSE(mid->server_timings.has_value());
+  // A timings object that cannot be read is skipped; the event (and the request) stays good.
+  for (const char* bad :
+       {R"({"prompt_ms":"fast","predicted_ms":1,"predicted_n":2})", R"({"prompt_ms":1,"predicted_n":2})",
+        R"({"prompt_ms":-1,"predicted_ms":1,"predicted_n":2})"}) {
+    auto b = parse_stream_event(
+        std::string(R"({"choices":[{"delta":{},"finish_reason":"stop"}],"timings":)") + bad + "}",
+        Api::kChat);
+    ASSERT_TRUE(b.ok()) << bad;
+    EXPECT_TRUE(b->finished);
+    EXPECT_FALSE(b->server_timings.has_value()) << bad;
+  }
+  auto none = parse_stream_event(R"({"choices":[{"delta":{},"finish_reason":"stop"}]})", Api::kChat);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->server_timings.has_value());
+}
+
 // A fake OpenAI server. The user message picks the behaviour: "ok", "500", "400", "malformed",
 // "nodone", "truncate", "stall".
 class FakeServer {
@@ -112,6 +175,12 @@ class FakeServer {
             }
             w->write(net::sse_format_data(R"({"choices":[{"index":0,"delta":{"content":"t)" +
                                           std::to_string(i) + R"( "},"finish_reason":null}]})"));
+          }
+          if (mode == "llama") {  // llama-server's one final chunk: finish_reason, usage, timings
+            w->write(net::sse_format_data(kLlamaCppFinalChunk));
+            w->write(net::sse_format_data("[DONE]"));
+            w->end();
+            return;
           }
           w->write(net::sse_format_data(R"({"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})"));
           w->write(net::sse_format_data(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":)" +
@@ -254,6 +323,49 @@ TEST(OpenAiTarget, KeepAliveReusesConnections) {
   ASSERT_TRUE(run.ok());
   for (const auto& r : run->requests) EXPECT_TRUE(r.completed()) << r.error;
   EXPECT_LE((*target)->connections_opened(), 4u);  // 2 clients, not 20 connections
+}
+
+// keep_alive off: "Connection: close" on every request, so none reuses a connection (and prepare
+// opens none ahead); each request records the connect it waited for.
+TEST(OpenAiTarget, WithoutKeepAliveEachRequestOpensItsOwnConnection) {
+  FakeServer server;
+  auto target = OpenAiTarget::create({.base_url = server.url(), .keep_alive = false});
+  ASSERT_TRUE(target.ok());
+  (*target)->prepare(4);
+  EXPECT_EQ((*target)->connections_opened(), 0u);
+  auto set = modes(std::vector<std::string>(6, "ok"), 3);
+  auto run = run_load(
+      set, *workload::make_schedule({.kind = workload::ArrivalKind::kClosedLoop, .max_concurrency = 2}, 6),
+      **target);
+  ASSERT_TRUE(run.ok());
+  for (const auto& r : run->requests) {
+    EXPECT_TRUE(r.completed()) << r.error;
+    EXPECT_TRUE(r.connect.has_value()) << r.index;
+  }
+  EXPECT_EQ((*target)->connections_opened(), 6u);
+}
+
+// Over a real socket, llama-server's final chunk reaches the request's record; a server that sends no
+// timings leaves it empty.
+TEST(OpenAiTarget, RecordsTheServerTimingsOfTheFinalChunk) {
+  FakeServer server;
+  auto target = OpenAiTarget::create({.base_url = server.url()});
+  ASSERT_TRUE(target.ok());
+  auto set = modes({"llama", "ok"}, 4);
+  auto run = run_load(set, *workload::make_schedule({}, set.requests.size()), **target);
+  ASSERT_TRUE(run.ok());
+  const auto& llama = run->requests[0];
+  ASSERT_TRUE(llama.completed()) << llama.error;
+  EXPECT_EQ(llama.usage_output_tokens, 128);
+  ASSERT_TRUE(llama.server_timings.has_value());
+  EXPECT_EQ(llama.server_timings->source, metrics::ServerClock::kLlamaCpp);
+  EXPECT_DOUBLE_EQ(llama.server_timings->prefill_ms, 110.5);
+  EXPECT_EQ(llama.server_timings->completion_tokens, 128);
+  ASSERT_TRUE(run->requests[1].completed());
+  EXPECT_FALSE(run->requests[1].server_timings.has_value());
+  metrics::Metrics m = metrics::compute(*run);
+  EXPECT_EQ(m.server_timing.requests, 1);
+  EXPECT_EQ(m.server_timing.source, "llama.cpp");
 }
 
 TEST(OpenAiTarget, NonStreamedResponsesAreOneChunkAtTheEnd) {

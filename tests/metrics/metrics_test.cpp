@@ -339,18 +339,108 @@ TEST(Outputs, JsonSchemaIsPinned) {
     for (const char* f : {"request_throughput", "output_throughput", "total_token_throughput", "goodput"})
       want.push_back(p + "/" + f + ": number");
   }
-  want.insert(
-      want.end(),
-      {"/slo/ttft_ms: number", "/slo/tpot_ms: null", "/slo/e2e_ms: null", "/slo/met: integer",
-       "/slo/fraction: number", "/objectives/inv_median_ttft: number", "/objectives/inv_median_tpot: number",
-       "/objectives/request_throughput: number", "/objectives/general: number", "/validity/valid: bool",
-       "/validity/constraints: array", "/validity/constraints[]/name: string",
-       "/validity/constraints[]/value: number", "/validity/constraints[]/relation: string",
-       "/validity/constraints[]/bound: number", "/validity/constraints[]/unit: string",
-       "/validity/constraints[]/verdict: string", "/validity/constraints[]/fix: string"});
+  want.insert(want.end(), {"/slo/ttft_ms: number",
+                           "/slo/tpot_ms: null",
+                           "/slo/e2e_ms: null",
+                           "/slo/met: integer",
+                           "/slo/fraction: number",
+                           "/objectives/inv_median_ttft: number",
+                           "/objectives/inv_median_tpot: number",
+                           "/objectives/request_throughput: number",
+                           "/objectives/general: number",
+                           "/server_timings/version: integer",
+                           "/server_timings/source: null",
+                           "/server_timings/requests: integer",
+                           "/server_timings/ttft: null",
+                           "/server_timings/tpot: null",
+                           "/server_timings/unavailable: string",
+                           "/validity/valid: bool",
+                           "/validity/constraints: array",
+                           "/validity/constraints[]/name: string",
+                           "/validity/constraints[]/value: number",
+                           "/validity/constraints[]/relation: string",
+                           "/validity/constraints[]/bound: number",
+                           "/validity/constraints[]/unit: string",
+                           "/validity/constraints[]/verdict: string",
+                           "/validity/constraints[]/fix: string"});
   EXPECT_EQ(got, want);
   EXPECT_EQ(o.at("schema_version").as_int64(), kSchemaVersion);
-  EXPECT_EQ(kSchemaVersion, 2);  // a deliberate bump: 2 added counts.realtime_pacing
+  EXPECT_EQ(kSchemaVersion, 3);  // a deliberate bump: 2 added counts.realtime_pacing, 3 server_timings
+}
+
+// The example's requests 0 and 1 with the server's own timings (worked out by hand): plumb's TTFT is
+// 100 ms for both and its TPOT 10 ms (4 tokens over 30 ms). Request 0 (plumb serve): queue 5 + prefill
+// 90 = 95 ms, decode 27 ms over 4 tokens = 9 ms. Request 1 (llama.cpp): prompt 98 ms, predicted 30 ms
+// over 4 = 10 ms. The failed request's timings and request 3 (none) do not count.
+RunRecord example_with_server_timings() {
+  RunRecord run = example();
+  run.requests[0].server_timings = ServerTimings{.source = ServerClock::kPlumb,
+                                                 .queue_ms = 5,
+                                                 .prefill_ms = 90,
+                                                 .decode_ms = 27,
+                                                 .completion_tokens = 4};
+  run.requests[1].server_timings = ServerTimings{.source = ServerClock::kLlamaCpp,
+                                                 .queue_ms = 0,
+                                                 .prefill_ms = 98,
+                                                 .decode_ms = 30,
+                                                 .completion_tokens = 4};
+  run.requests[2].server_timings = ServerTimings{.prefill_ms = 1, .decode_ms = 1, .completion_tokens = 4};
+  return run;
+}
+
+TEST(ServerTimings, DifferencesArePlumbMinusTheServerPerRequest) {
+  RunRecord run = example_with_server_timings();
+  Metrics m = compute(run);
+  const ServerTimingError& e = m.server_timing;
+  EXPECT_EQ(e.requests, 2);
+  EXPECT_EQ(e.source, "mixed");
+  EXPECT_TRUE(e.unavailable.empty());
+  EXPECT_DOUBLE_EQ(e.ttft_diff_ms.min, 2.0);
+  EXPECT_DOUBLE_EQ(e.ttft_diff_ms.max, 5.0);
+  EXPECT_DOUBLE_EQ(e.ttft_diff_ms.p50, 3.5);
+  EXPECT_DOUBLE_EQ(e.ttft_relative.max, 5.0 / 95.0);
+  EXPECT_DOUBLE_EQ(e.server_ttft_ms.p50, 96.5);
+  EXPECT_DOUBLE_EQ(e.tpot_diff_ms.min, 0.0);
+  EXPECT_DOUBLE_EQ(e.tpot_diff_ms.max, 1.0);
+  EXPECT_DOUBLE_EQ(e.tpot_relative.max, 1.0 / 9.0);
+
+  run.requests[1].server_timings->source = ServerClock::kPlumb;
+  json::object o = to_json(run, compute(run), {});
+  const auto& st = o.at("server_timings").as_object();
+  EXPECT_EQ(st.at("version").as_int64(), kServerTimingsVersion);
+  EXPECT_EQ(st.at("source").as_string(), "plumb");
+  EXPECT_EQ(st.at("requests").as_int64(), 2);
+  EXPECT_FALSE(st.contains("unavailable"));
+  EXPECT_DOUBLE_EQ(st.at("ttft").at("server_p50_ms").as_double(), 96.5);
+  EXPECT_DOUBLE_EQ(st.at("ttft").at("diff_ms").at("p90").as_double(), 2.0 + 0.9 * 3.0);
+  EXPECT_EQ(st.at("tpot").at("diff_ms").at("count").as_int64(), 2);
+  EXPECT_DOUBLE_EQ(st.at("tpot").at("relative").at("max").as_double(), 1.0 / 9.0);
+  std::string s = console_summary(run, compute(run), {});
+  EXPECT_NE(s.find("server timings (plumb, 2 requests), plumb - server median: TTFT +3.500 ms (+3.7%)"),
+            std::string::npos)
+      << s;
+}
+
+TEST(ServerTimings, NoneSaysWhy) {
+  RunRecord run = example();
+  Metrics m = compute(run);
+  EXPECT_EQ(m.server_timing.requests, 0);
+  EXPECT_NE(m.server_timing.unavailable.find("sent no timings object"), std::string::npos);
+  EXPECT_NE(console_summary(run, m, {}).find("server timings: none (the server sent no timings object"),
+            std::string::npos);
+  RunRecord failed;
+  failed.requests.push_back(rec(0, 0, 0, {}, 5, 1, -1));
+  failed.requests[0].failure = Failure::kConnect;
+  failed.requests[0].server_timings = ServerTimings{.prefill_ms = 1, .decode_ms = 1, .completion_tokens = 2};
+  EXPECT_EQ(compute(failed).server_timing.unavailable, "no completed requests");
+  // A server TPOT needs two tokens: one token gives a TTFT difference and no TPOT.
+  RunRecord one = example();
+  one.requests[4].server_timings = ServerTimings{.prefill_ms = 9, .decode_ms = 0, .completion_tokens = 1};
+  Metrics m1 = compute(one);
+  EXPECT_EQ(m1.server_timing.requests, 1);
+  EXPECT_DOUBLE_EQ(m1.server_timing.ttft_diff_ms.p50, 1.0);  // 10 ms - 9 ms
+  EXPECT_EQ(m1.server_timing.tpot_diff_ms.count, 0);
+  EXPECT_TRUE(to_json(one, m1, {}).at("server_timings").at("tpot").is_null());
 }
 
 TEST(Outputs, JsonWritesNaNAsNull) {

@@ -70,7 +70,12 @@ TEST(BenchReport, SectionsFiguresAndFailures) {
     run.requests.push_back(completed(i, int(i) * 10, int(i) * 10 + 5, int(i) * 10 + 50, 6));
   run.requests.push_back(failed(10, 100, 120));
   run.duration = milliseconds(150);
+  // Request 0 carried plumb serve's timings: TTFT 5 ms against the server's 4, TPOT 9 ms against 8.
+  run.requests[0].server_timings =
+      metrics::ServerTimings{.queue_ms = 1, .prefill_ms = 3, .decode_ms = 40, .completion_tokens = 6};
   std::string h = render_bench_report(make({run}));
+  EXPECT_NE(h.find("<td>TTFT (plumb)</td><td>1</td><td>4</td><td>1</td>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<td>TPOT (plumb)</td><td>1</td><td>8</td><td>1</td>"), std::string::npos);
   for (const char* s :
        {"Validity (docs/protocol.md §3)", "Latency (ms;", "Throughput (completed requests only)",
         "Token accounting", "Failures by category", "Settings (as used by the run)", "This run is INVALID"})
@@ -90,6 +95,7 @@ TEST(BenchReport, NothingCompletedGivesNoDataNotes) {
   for (size_t i = 0; i < 3; ++i) run.requests.push_back(failed(i, int(i), int(i) + 5));
   run.duration = milliseconds(10);
   std::string h = render_bench_report(make({run}));
+  EXPECT_NE(h.find("none: no completed requests"), std::string::npos);
   EXPECT_GE(count(h, "class=\"nodata\""), 7);  // CDFs, histogram, both scatters (throughput: zero bins drawn)
   EXPECT_EQ(count(h, "<figure"), count(h, "<svg") + count(h, "class=\"nodata\""));
   EXPECT_NE(h.find("data-kind=\"timeline\" data-points=\"3\""), std::string::npos);
