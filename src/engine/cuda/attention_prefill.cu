@@ -171,12 +171,16 @@ cudaError_t prefill(const float* q, int64_t q_stride, const int32_t* tiles, int6
 
 // ---- head_dim 64/128: registers-resident mma.sync kernel ----
 
+// Q is staged through shared memory only until its fragments are in registers, in the space of the
+// second K/V stage (which the first tile's loop iteration fills next), so that a block needs 4 tiles
+// of shared memory rather than 5 and three blocks fit on a multiprocessor.
 template <int HD>
 struct MmaSmem {
   static constexpr int ld = HD + 8;  // bf16 elements per row: 16-byte aligned, conflict-free fragments
   static constexpr int tile = kCols * ld * 2;
-  static constexpr int q = 0;
-  static constexpr int kv = q + kRows * ld * 2;  // stage s: K at kv + 2 s tile, V at kv + (2 s + 1) tile
+  static constexpr int kv = 0;             // stage s: K at kv + 2 s tile, V at kv + (2 s + 1) tile
+  static constexpr int q = kv + 2 * tile;  // stage 1's K and V
+  static_assert(kRows * ld * 2 <= 2 * tile);
   static constexpr int bytes = kv + 4 * tile;
 };
 
@@ -199,7 +203,7 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 }
 
 template <int HD>
-__global__ void __launch_bounds__(32 * kWarps)
+__global__ void __launch_bounds__(32 * kWarps, 3)  // three blocks a multiprocessor (MmaSmem)
     attention_prefill_mma_kernel(const float* q, int64_t q_stride, const int32_t* tiles, AttnBatch b,
                                  const __nv_bfloat16* kc, const __nv_bfloat16* vc, AttnGeometry g,
                                  float scale_log2, __nv_bfloat16* out) {
@@ -254,6 +258,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       qa[kk][3] = *reinterpret_cast<const uint32_t*>(qw + (gr + 8) * L::ld + c + 8);
     }
   }
+  __syncthreads();  // every warp holds its Q: stage 1 may be loaded over it
 
   float o[HD / 8][4];
 #pragma unroll
@@ -272,17 +277,23 @@ __global__ void __launch_bounds__(32 * kWarps)
     const auto* Ks = reinterpret_cast<const __nv_bfloat16*>(smem + L::kv + 2 * (t & 1) * L::tile);
     const auto* Vs = reinterpret_cast<const __nv_bfloat16*>(smem + L::kv + (2 * (t & 1) + 1) * L::tile);
     const int k0 = t * kCols;
-    // S = Q Kᵀ: 8 key groups of 8 columns.
+    // S = Q Kᵀ: 8 key groups of 8 columns. K's B fragments for two k-steps come from one ldmatrix.x4:
+    // lanes 8j..8j+7 address the 8 key rows at dims kk*16 + 8j, so r0, r1 are b0, b1 of k-step kk and
+    // r2, r3 those of kk + 1.
     float s[kCols / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kCols / 8; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      const __nv_bfloat16* kr = Ks + (nt * 8 + gr) * L::ld + 2 * gc;
+      const __nv_bfloat16* kr = Ks + (nt * 8 + (lane & 7)) * L::ld + (lane >> 3) * 8;
 #pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + kk * 16);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + kk * 16 + 8);
-        mma16816(s[nt], qa[kk], b0, b1);
+      for (int kk = 0; kk < HD / 16; kk += 2) {
+        const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(kr + kk * 16));
+        uint32_t r0, r1, r2, r3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                     : "r"(addr));
+        mma16816(s[nt], qa[kk], r0, r1);
+        mma16816(s[nt], qa[kk + 1], r2, r3);
       }
     }
     // Causal mask and online softmax (rows gr and gr + 8 of the warp; a row's 64 scores are spread
