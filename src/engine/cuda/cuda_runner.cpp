@@ -157,16 +157,18 @@ class CudaModelRunner final : public scheduler::ModelRunner {
 
   // Step workspace, grown to the largest step seen.
   int64_t cap_rows_ = 0, cap_logit_rows_ = 0, cap_meta_ = 0, cap_partial_ = 0;
-  DeviceBuffer x_;        // f32 [T, d]       residual stream
-  DeviceBuffer h_;        // bf16 [T, d]      normed input of a block (and of lm_head)
-  DeviceBuffer qkv_;      // f32 [T, (nh + 2 nkv) hd]
-  DeviceBuffer attn_;     // bf16 [T, nh hd]  attention output
-  DeviceBuffer gu_;       // f32 [T, 2 ff]
-  DeviceBuffer act_;      // bf16 [T, ff]     SwiGLU output
-  DeviceBuffer logits_;   // f32 [R, V]
-  DeviceBuffer ids_;      // int32 [R]        each logits row's argmax (launch_argmax)
-  DeviceBuffer meta_;     // int32 step metadata (layout in plan_step())
-  DeviceBuffer partial_;  // f32 split-KV partial results
+  DeviceBuffer x_;              // f32 [T, d]       residual stream
+  DeviceBuffer h_;              // bf16 [T, d]      normed input of a block (and of lm_head)
+  DeviceBuffer qkv_;            // f32 [T, (nh + 2 nkv) hd]
+  DeviceBuffer attn_;           // bf16 [T, nh hd]  attention output
+  DeviceBuffer gu_;             // f32 [T, 2 ff]
+  DeviceBuffer act_;            // bf16 [T, ff]     SwiGLU output
+  DeviceBuffer logits_;         // f32 [R, V]
+  DeviceBuffer ids_;            // int32 [R]        each logits row's argmax (launch_argmax)
+  DeviceBuffer argmax_ws_;      // launch_argmax's workspace (zeroed when allocated)
+  DeviceBuffer meta_;           // int32 step metadata (layout in plan_step())
+  DeviceBuffer partial_;        // f32 split-KV partial results
+  DeviceBuffer attn_counters_;  // uint32 per (decode row, KV head): the split-KV merge's counts (zeroed)
   PinnedBuffer meta_host_, logits_host_, ids_host_;
   std::vector<int32_t> meta_build_;
 };
@@ -321,6 +323,11 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
         attn_, DeviceBuffer::allocate(n * size_t(c_.num_attention_heads * hd) * 2, "attention output"));
     PLUMB_ASSIGN_OR_RETURN(gu_, DeviceBuffer::allocate(n * size_t(2 * ff) * 4, "gate/up"));
     PLUMB_ASSIGN_OR_RETURN(act_, DeviceBuffer::allocate(n * size_t(ff) * 2, "SwiGLU output"));
+    const AttnGeometry g{int32_t(c_.num_attention_heads), int32_t(c_.num_key_value_heads), int32_t(hd),
+                         block_size_};
+    const size_t counter_bytes = size_t(decode_counters(int64_t(n), g)) * 4;
+    PLUMB_ASSIGN_OR_RETURN(attn_counters_, DeviceBuffer::allocate(counter_bytes, "split-KV merge counters"));
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemset(attn_counters_.get(), 0, counter_bytes));
     cap_rows_ = rows;
     ++generation_;
   }
@@ -347,6 +354,9 @@ Status CudaModelRunner::reserve_logits(int64_t logit_rows) {
   PLUMB_ASSIGN_OR_RETURN(logits_, DeviceBuffer::allocate(bytes, "logits"));
   PLUMB_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::allocate(bytes, "logits"));
   PLUMB_ASSIGN_OR_RETURN(ids_, DeviceBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
+  PLUMB_ASSIGN_OR_RETURN(
+      argmax_ws_, DeviceBuffer::allocate(size_t(argmax_workspace_bytes(logit_rows)), "argmax workspace"));
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaMemset(argmax_ws_.get(), 0, size_t(argmax_workspace_bytes(logit_rows))));
   PLUMB_ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::allocate(size_t(logit_rows) * 4, "greedy ids"));
   cap_logit_rows_ = logit_rows;
   ++generation_;
@@ -628,9 +638,8 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   const auto eps = float(c_.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(float(hd));
   const int64_t layer_kv = int64_t(num_blocks_ + 1) * block_size_ * nkv * hd;
-  // Decode-sized steps fold each RMSNorm into the GEMV after it, and SwiGLU into the gate/up GEMV.
-  const bool fused =
-      opts_.fused_gemv && !opts_.reference_kernels && gemv_norm_supports(T, d) && gemv_supports(T, ff);
+  // Decode-sized steps fold SwiGLU into the gate/up GEMV.
+  const bool fused = opts_.fused_gemv && !opts_.reference_kernels && gemv_supports(T, d);
 
   PLUMB_CUDA_LAUNCH(launch_embedding(dm + p.o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
   for (size_t li = 0; li < layers_.size(); ++li) {
@@ -638,13 +647,8 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
     uint16_t* kc = k_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     uint16_t* vc = v_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     // x += o_proj(attention(rope(q), rope(k), v)) over h = rmsnorm(x)
-    if (fused) {
-      PLUMB_CUDA_LAUNCH(launch_gemv_norm(L.qkv_w.as<uint16_t>(), x, L.input_norm.as<float>(), eps, qkv, T,
-                                         qkv_w, d, stream_));
-    } else {
-      PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
-      PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
-    }
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
     PLUMB_CUDA_LAUNCH(launch_qkv_rope(qkv, T, dm + p.o_pos, dm + p.o_slot, L.qkv_bias.as<float>(),
                                       L.q_norm.as<float>(), L.k_norm.as<float>(), eps, inv_freq_.as<float>(),
                                       g, kc, vc, stream_));
@@ -656,14 +660,14 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
                                                  attn, stream_));
     }
     PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + p.o_dec, p.n_dec, ab, kc, vc, g, scale,
-                                              p.n_split, partial_.as<float>(), attn, stream_));
+                                              p.n_split, partial_.as<float>(), attn_counters_.as<uint32_t>(),
+                                              attn, stream_));
     PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, 1.0f));
     // x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
     if (fused) {
-      PLUMB_CUDA_LAUNCH(launch_gemv_norm_swiglu(L.gu_w.as<uint16_t>(), x, L.post_norm.as<float>(), eps, act,
-                                                T, ff, d, stream_));
+      PLUMB_CUDA_LAUNCH(launch_gemv_swiglu(L.gu_w.as<uint16_t>(), h, act, T, ff, d, stream_));
     } else {
-      PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
       PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
       PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
     }
@@ -672,7 +676,8 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   if (p.R > 0) {
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
     PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
-    PLUMB_CUDA_LAUNCH(launch_argmax(logits_.as<float>(), p.R, V, ids_.as<int32_t>(), stream_));
+    PLUMB_CUDA_LAUNCH(launch_argmax(logits_.as<float>(), p.R, V, ids_.as<int32_t>(), argmax_ws_.get(),
+                                    cap_logit_rows_, stream_));
   }
   return Status::Ok();
 }
@@ -751,6 +756,7 @@ Status check_fits(const engine::ModelConfig& c, int device) {
 Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr<engine::Model> model,
                                                                  int device, std::string description,
                                                                  const CudaRunnerOptions& opts) {
+  set_pdl_enabled(opts.pdl && !opts.reference_kernels);
   PLUMB_ASSIGN_OR_RETURN(auto r,
                          CudaModelRunner::create(std::move(model), device, std::move(description), opts));
   return std::unique_ptr<scheduler::ModelRunner>(std::move(r));

@@ -42,15 +42,19 @@ struct CudaRunnerOptions {
   // captured at the bucket's first step. Off: every kernel is launched one by one. If a capture
   // fails, the runner turns graphs off and says why in describe().
   bool cuda_graphs = true;
-  // Decode steps of one or two rows fold each RMSNorm into the GEMV after it (every block normalizes
-  // the rows into shared memory) and SwiGLU into the gate/up GEMV. Off: a separate RMSNorm kernel
-  // and the plain GEMVs (bench/cuda_runner_bench --fused-gemv 0 measures both).
+  // Decode steps of one or two rows fold SwiGLU into the gate/up GEMV (gemv.cu). Off: the plain
+  // GEMV and a separate SwiGLU pass (bench/cuda_runner_bench --fused-gemv 0 measures both).
   bool fused_gemv = true;
   // GEMMs through cuBLASLt, and before a decode graph is captured its GEMM shapes are tuned: the
   // heuristic's candidate algorithms timed on this device, the fastest kept (engine/cuda/lt_gemm.h).
   // Other steps use the heuristic's first choice. Off: cublasGemmEx (cuBLAS's own choice). The
   // reference kernels always use cublasGemmEx.
   bool gemm_tuning = true;
+  // The decode path's own kernels (embedding, RMSNorm, the GEMVs, RoPE, decode attention, argmax)
+  // are launched with programmatic dependent launch (engine/cuda/pdl.cuh): each may start while the
+  // kernel before it finishes. Process-wide: the last runner made sets it for every runner of the
+  // process.
+  bool pdl = true;
 };
 
 // Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.

@@ -14,6 +14,12 @@
 
 namespace plumb::cuda {
 
+// Whether the decode path's kernels are launched with programmatic dependent launch (engine/cuda/pdl.cuh):
+// each may start while the one before it finishes. Process-wide (the runner sets it from
+// CudaRunnerOptions::pdl); on by default.
+void set_pdl_enabled(bool on);
+bool pdl_enabled();
+
 // embedding.cu: x[t, :] = float(table[ids[t], :]). table: bf16 [vocab, d]; x: f32 [T, d].
 cudaError_t launch_embedding(const int32_t* ids, int64_t T, const uint16_t* table, int64_t d, float* x,
                              cudaStream_t stream);
@@ -58,13 +64,17 @@ cudaError_t launch_attention_rows(const float* q, int64_t q_stride, const int32_
 
 // attention.cu, decode: one block per (decode row, KV head, split); the block serves every query
 // head of the KV head's GQA group and reads each K/V row once. The context is cut into n_split
-// parts whose partial results (m, l, acc) go to `partial` and are merged by a second kernel.
-// partial: f32 scratch of decode_partial_floats(n_rows, g, n_split) floats.
+// parts whose partial results (m, l, acc) go to `partial`; the last block of a (row, KV head) to
+// finish merges them. partial: f32 scratch of decode_partial_floats(n_rows, g, n_split) floats;
+// counters: decode_counters(n_rows, g) zeroed uint32 (zeroed once when allocated: each call leaves
+// them zeroed; a row's counters sit at the same place for every n_split). Neither is used when
+// n_split is 1: the blocks then write `out` themselves.
 int64_t decode_partial_floats(int64_t n_rows, const AttnGeometry& g, int32_t n_split);
+int64_t decode_counters(int64_t n_rows, const AttnGeometry& g);
 cudaError_t launch_attention_decode(const float* q, int64_t q_stride, const int32_t* rows, int64_t n_rows,
                                     const AttnBatch& b, const uint16_t* k_cache, const uint16_t* v_cache,
                                     const AttnGeometry& g, float scale, int32_t n_split, float* partial,
-                                    uint16_t* out, cudaStream_t stream);
+                                    uint32_t* counters, uint16_t* out, cudaStream_t stream);
 
 // attention_prefill.cu: the tensor-core prefill kernel. tiles: [n_tiles, 2] (first row, rows) of
 // up to prefill_tile_rows() consecutive rows of one sequence each; q, out as above.
@@ -80,24 +90,23 @@ bool gemv_supports(int64_t T, int64_t k);
 cudaError_t launch_gemv(const uint16_t* w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
                         float beta, cudaStream_t stream);
 
-// gemv.cu, fused with the RMSNorm before it: y[t, :] = rmsnorm(x[t, :]) · W[n, k]ᵀ where x is the
-// float32 residual [T, k] and rmsnorm rounds to bf16 as launch_rmsnorm does (norm_w: f32 [k]).
-// gemv_norm_supports: gemv_supports and k <= 8192 (the normed rows are kept in shared memory).
-bool gemv_norm_supports(int64_t T, int64_t k);
-cudaError_t launch_gemv_norm(const uint16_t* w, const float* x, const float* norm_w, float eps, float* y,
-                             int64_t T, int64_t n, int64_t k, cudaStream_t stream);
-// gemv.cu, the MLP's first half in one pass: out[t, i] = bf16(silu(g) * u) with g, u the rows i
-// and ff + i of W [2 ff, k] (gate then up) applied to rmsnorm(x[t, :]); as launch_gemv_norm then
-// launch_swiglu. out: bf16 [T, ff].
-cudaError_t launch_gemv_norm_swiglu(const uint16_t* w, const float* x, const float* norm_w, float eps,
-                                    uint16_t* out, int64_t T, int64_t ff, int64_t k, cudaStream_t stream);
+// gemv.cu, the MLP's first half in one pass: out[t, i] = bf16(silu(g) * u) with g, u the rows i and
+// ff + i of W [2 ff, k] (gate then up) applied to x[t, :] (bf16 [T, k]); as launch_gemv then
+// launch_swiglu. out: bf16 [T, ff]. T and k as gemv_supports.
+cudaError_t launch_gemv_swiglu(const uint16_t* w, const uint16_t* x, uint16_t* out, int64_t T, int64_t ff,
+                               int64_t k, cudaStream_t stream);
 
 // swiglu.cu: out[t, i] = bf16(silu(gu[t, i]) * gu[t, ff + i]). gu: f32 [T, 2 ff] (gate then up);
 // out: bf16 [T, ff].
 cudaError_t launch_swiglu(const float* gu, int64_t T, int64_t ff, uint16_t* out, cudaStream_t stream);
 
 // sample.cu: ids[r] = the argmax of logits[r, :] (f32 [rows, V]), the lowest id on ties; a row with a
-// NaN or an infinity gets -1 - (its first non-finite id) instead.
-cudaError_t launch_argmax(const float* logits, int64_t rows, int64_t V, int32_t* ids, cudaStream_t stream);
+// NaN or an infinity gets -1 - (its first non-finite id) instead. workspace: argmax_workspace_bytes(
+// workspace_rows) of device memory for up to workspace_rows >= rows rows, zeroed once when allocated
+// (each call leaves its counters zeroed again; their place depends on workspace_rows only, so calls
+// of any row count may share it); calls that share a workspace must not run at the same time.
+int64_t argmax_workspace_bytes(int64_t workspace_rows);
+cudaError_t launch_argmax(const float* logits, int64_t rows, int64_t V, int32_t* ids, void* workspace,
+                          int64_t workspace_rows, cudaStream_t stream);
 
 }  // namespace plumb::cuda

@@ -1,5 +1,7 @@
-// Warp and block reductions shared by the kernels (device code only).
+// Warp and block reductions, and bf16 unpacking, shared by the kernels (device code only).
 #pragma once
+
+#include <cstdint>
 
 namespace plumb::cuda {
 
@@ -23,6 +25,16 @@ __device__ __forceinline__ float block_sum(float v) {
   __syncthreads();
   float t = lane < n_warps ? partial[lane] : 0.0f;
   return warp_sum(t);
+}
+
+// The 8 bf16 values of a 16-byte load as floats (bf16 is the top half of a float32).
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    f[2 * j] = __uint_as_float(w[j] << 16);
+    f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
 }
 
 }  // namespace plumb::cuda

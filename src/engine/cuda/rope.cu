@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "engine/cuda/ops.h"
+#include "engine/cuda/pdl.cuh"
 #include "engine/cuda/reduce.cuh"
 
 namespace plumb::cuda {
@@ -16,6 +17,8 @@ __global__ void qkv_rope_kernel(float* qkv, const int32_t* pos, const int32_t* s
                                 const float* q_norm, const float* k_norm, float eps, const float* inv_freq,
                                 AttnGeometry g, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache) {
   constexpr int hd = PAIRS * 64, half = hd / 2;
+  pdl_launch_dependents();
+  pdl_wait();
   const int n_heads = g.n_heads + 2 * g.n_kv_heads;
   const int head = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
   if (head >= n_heads) return;
@@ -88,21 +91,17 @@ cudaError_t launch_qkv_rope(float* qkv, int64_t T, const int32_t* pos, const int
   auto* vc = reinterpret_cast<__nv_bfloat16*>(v_cache);
   switch (g.head_dim) {
     case 64:
-      qkv_rope_kernel<1>
-          <<<grid, 32 * kWarps, 0, stream>>>(qkv, pos, slots, bias, q_norm, k_norm, eps, inv_freq, g, kc, vc);
-      break;
+      return launch_pdl(qkv_rope_kernel<1>, grid, dim3(32 * kWarps), 0, stream, qkv, pos, slots, bias, q_norm,
+                        k_norm, eps, inv_freq, g, kc, vc);
     case 128:
-      qkv_rope_kernel<2>
-          <<<grid, 32 * kWarps, 0, stream>>>(qkv, pos, slots, bias, q_norm, k_norm, eps, inv_freq, g, kc, vc);
-      break;
+      return launch_pdl(qkv_rope_kernel<2>, grid, dim3(32 * kWarps), 0, stream, qkv, pos, slots, bias, q_norm,
+                        k_norm, eps, inv_freq, g, kc, vc);
     case 256:
-      qkv_rope_kernel<4>
-          <<<grid, 32 * kWarps, 0, stream>>>(qkv, pos, slots, bias, q_norm, k_norm, eps, inv_freq, g, kc, vc);
-      break;
+      return launch_pdl(qkv_rope_kernel<4>, grid, dim3(32 * kWarps), 0, stream, qkv, pos, slots, bias, q_norm,
+                        k_norm, eps, inv_freq, g, kc, vc);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace plumb::cuda

@@ -305,9 +305,9 @@ TEST(CudaRunner, BatchInvariance) {
   EXPECT_LE(d.rel(), kBatchTol);
 }
 
-// The fast kernels (tensor-core prefill attention, decode GEMV with the RMSNorm and SwiGLU fused
-// in, CUDA graphs) against the plain ones (the one-warp-per-row attention, separate norm and
-// SwiGLU passes, cuBLAS for every GEMM, launched one by one) on the same weights and steps: prompts of
+// The fast kernels (tensor-core prefill attention, decode GEMV with SwiGLU fused in, CUDA graphs,
+// programmatic dependent launch) against the plain ones (the one-warp-per-row attention, a separate
+// SwiGLU pass, cuBLAS for every GEMM, launched one by one) on the same weights and steps: prompts of
 // several 64-row tiles in two chunks, then decode steps of one to three sequences.
 TEST(CudaRunner, FastKernelsMatchReferenceKernels) {
   SKIP_WITHOUT_GPU();
