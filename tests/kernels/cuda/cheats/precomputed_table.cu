@@ -1,5 +1,6 @@
 // Cheat: writes its output from a table captured while it was being checked. It records its outputs
-// and, once called more than four times in a row with the same shape (a timing loop, it guesses),
+// and, once called more than twelve times in a row with the same shape (a timing loop, it guesses:
+// correctness calls a shape at most draws + 1 times),
 // replays the table instead of computing. Screening checks the last timed rep against that rep's
 // own inputs: expected wrong_output_after_timing.
 #include "plumb_cuda_abi.h"
@@ -12,7 +13,7 @@ __device__ long long last_T, last_ff;
 __device__ unsigned same_shape;
 
 extern "C" __global__ void plumb_candidate(plumb_swiglu_args a) {
-  const bool replay = same_shape >= 4 && a.T == last_T && a.ff == last_ff;
+  const bool replay = same_shape >= 12 && a.T == last_T && a.ff == last_ff;
   const long long n = a.T * a.ff;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const long long t = i / a.ff, j = i - t * a.ff;
