@@ -3,6 +3,7 @@
 //
 //   cuda_runner_bench CONFIG_JSON [--prompt 1024] [--steps 32] [--batches 1,8,64] [--prefill 8192]
 //                     [--graphs 1] [--short 1] [--profile 0] [--fused-gemv 1] [--gemm-tuning 1]
+//                     [--pdl 1]
 //
 // Prints one JSON object per measure on stdout: batch-B decode (B sequences of `prompt` tokens
 // each, then `steps` timed steps of one token per sequence: median, min, max step time) and the
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1, profile = 0, fused_gemv = 1,
-      gemm_tuning = 1;
+      pdl = 1, gemm_tuning = 1;
   std::vector<int> batches{1, 8, 64};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
     if (k == "--short") short_ctx = std::stoi(v);
     if (k == "--profile") profile = std::stoi(v);
     if (k == "--fused-gemv") fused_gemv = std::stoi(v);
+    if (k == "--pdl") pdl = std::stoi(v);
     if (k == "--gemm-tuning") gemm_tuning = std::stoi(v);
     if (k == "--batches") {
       batches.clear();
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   cuda::CudaRunnerOptions ro;
   ro.cuda_graphs = graphs != 0;
   ro.fused_gemv = fused_gemv != 0;
+  ro.pdl = pdl != 0;
   ro.gemm_tuning = gemm_tuning != 0;
   auto runner = cuda::make_cuda_runner(std::move(model).value(), 0, "bench", ro);
   if (!runner.ok()) return std::fprintf(stderr, "%s\n", runner.status().to_string().c_str()), 1;
@@ -157,11 +160,12 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "{\"measure\":\"decode\",\"graphs\":%d,\"fused_gemv\":%d,\"gemm_tuning\":%d,\"batch\":%d,\"context\":"
+        "{\"measure\":\"decode\",\"graphs\":%d,\"fused_gemv\":%d,\"gemm_tuning\":%d,\"pdl\":%d,\"batch\":%d,"
+        "\"context\":"
         "%d,\"steps\":%d,\"median_ms\":%.4f,"
         "\"min_ms\":%.4f,"
         "\"max_ms\":%.4f,\"no_logits_median_ms\":%.4f,\"greedy_median_ms\":%.4f}\n",
-        graphs, fused_gemv, gemm_tuning, B, len + 3 + steps / 2, steps, median(t[0]),
+        graphs, fused_gemv, gemm_tuning, pdl, B, len + 3 + steps / 2, steps, median(t[0]),
         *std::min_element(t[0].begin(), t[0].end()), *std::max_element(t[0].begin(), t[0].end()),
         median(t[1]), median(t[2]));
     std::fflush(stdout);

@@ -8,8 +8,8 @@
 #  3. cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16 weights):
 #     decode step time at batch 1/8/64 after 1,024-token prompts (CUDA graphs on, the default, then
 #     off for batches 1 and 64; then with the RMSNorm not fused into the GEMVs, which only batch 1
-#     uses, and the GEMM algorithms not tuned, which only batches 8 and 64 use), prefill of 8,192
-#     tokens;
+#     uses, and the GEMM algorithms not tuned, which only batches 8 and 64 use; then without
+#     programmatic dependent launch), prefill of 8,192 tokens;
 #  3b. the peer on the same shape (bench/cuda_peer_transformers.py: transformers with SDPA), unless
 #     SKIP_PEER=1;
 #  4. the ratios: decode step time over its HBM roofline (the bytes a step reads: every weight but
@@ -19,6 +19,8 @@
 #  6. the other gpu-labelled tests where the bundle holds them (kernels_cuda_screen_gpu_test: cheats
 #     refused, crash and hang contained, built-in variants screened; metrics_vram_gpu_test), against
 #     the bundle's plumb (linked where the tests look for it, BUILD_SOURCE_DIR/build/ci/plumb);
+#  6b. every 4th built-in CUDA kernel candidate of each op screened on the device (kernels_screen.jsonl:
+#     verdict, median time);
 #  7. with PROFILE=1, ncu per-kernel times of one decode step at batch 1 and 64 and of a prefill
 #     (bench/cuda_profile.py), in profile.txt.
 # Usage: bash .dev/cuda/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was
@@ -53,6 +55,8 @@ echo "== 3. Llama-3-8B shape, dummy bf16 weights"
   --prefill 0 --short 0 --graphs 0 | tee -a "$O/bench.jsonl"
 "$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,8,64 \
   --prefill 0 --short 0 --fused-gemv 0 --gemm-tuning 0 | tee -a "$O/bench.jsonl"
+"$B/cuda_runner_bench" models/configs/llama-3-8b/config.json --prompt 1024 --steps 32 --batches 1,64 \
+  --prefill 0 --short 0 --pdl 0 | tee -a "$O/bench.jsonl"
 
 echo "== 3b. the peer: transformers (SDPA) on the same shape"
 if [ "${SKIP_PEER:-0}" != 1 ]; then
@@ -80,7 +84,7 @@ for r in get("decode"):
     b, ctx = r["batch"], r["context"]
     roof = (w_bytes + b * ctx * kv_tok) / bw * 1e3
     roof_nl = (w_bytes - 2 * V * d + b * ctx * kv_tok) / bw * 1e3   # a step with no logits skips lm_head
-    print(f"decode graphs {r.get('graphs', 0)} fused {r.get('fused_gemv', 1)} tuned {r.get('gemm_tuning', 0)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
+    print(f"decode graphs {r.get('graphs', 0)} fused {r.get('fused_gemv', 1)} tuned {r.get('gemm_tuning', 0)} pdl {r.get('pdl', 0)} batch {b:3d} ctx {ctx}: step {r['median_ms']:.3f} ms (min {r['min_ms']:.3f}), "
           f"roofline {roof:.3f} ms, ratio {r['median_ms']/roof:.3f}; {b/r['median_ms']*1e3:.0f} tok/s; no logits "
           f"{r['no_logits_median_ms']:.3f} ms over {roof_nl:.3f} (ratio {r['no_logits_median_ms']/roof_nl:.3f}); "
           f"greedy on the device {r['greedy_median_ms']:.3f} ms (ratio {r['greedy_median_ms']/roof:.3f})")
@@ -116,6 +120,26 @@ for t in kernels_cuda_screen_gpu_test metrics_vram_gpu_test; do
   echo "$t: rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$O/$t.txt" | tr '\n' ' ')"
   grep -E "Failure|FAILED  \]" "$O/$t.txt" | head -20
 done
+
+echo "== 6b. built-in CUDA candidates screened and timed (every 4th of each op, 256 x 4096)"
+if [ -x "$B/plumb" ]; then
+  for op in rmsnorm_residual swiglu; do
+    rm -rf "/tmp/v_$op" && "$B/plumb" kernels generate --device cuda --op $op --out "/tmp/v_$op" > /dev/null
+    i=0
+    for f in /tmp/v_$op/*.cu; do
+      i=$((i + 1)); [ $((i % 4)) = 1 ] || continue
+      timeout 120 "$B/plumb" kernels screen --device cuda --op $op --source "$f" --rows 256 --dim 4096 --json \
+        --out "/tmp/s_$op.$i" 2> /dev/null | python3 -c "
+import json, sys
+j = json.load(sys.stdin)['screen']
+print(json.dumps({'op': '$op', 'variant': '$(basename "$f" .cu)', 'verdict': j['verdict'],
+                  'median_us': j['time_us']['median'], 'implied_gb_s': j['implied_gb_s'],
+                  'copy_gb_s': j['copy_gb_s']}))" \
+        >> "$O/kernels_screen.jsonl" || echo "{\"op\": \"$op\", \"variant\": \"$(basename "$f" .cu)\", \"verdict\": \"error\"}" >> "$O/kernels_screen.jsonl"
+    done
+  done
+  cat "$O/kernels_screen.jsonl"
+fi
 
 if [ "${PROFILE:-0}" = 1 ]; then
   echo "== 7. ncu: kernels of one decode step (batch 1, 64) and a prefill"
