@@ -95,7 +95,8 @@ Result<std::string> GuardedBuffer::guard_damage() const {
   const char* base = static_cast<const char*>(base_);
   for (int side = 0; side < 2; ++side) {
     const size_t from = side == 0 ? 0 : kGuardBytes + bytes_;  // the second starts mid-word for odd sizes
-    if (Status st = cuda_ok(cudaMemcpy(g.data(), base + from, kGuardBytes, cudaMemcpyDeviceToHost), "reading guards");
+    if (Status st =
+            cuda_ok(cudaMemcpy(g.data(), base + from, kGuardBytes, cudaMemcpyDeviceToHost), "reading guards");
         !st.ok())
       return st;
     const int64_t off = kernels::cuda::guard_damage(g, from % 4);
