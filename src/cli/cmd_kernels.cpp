@@ -401,15 +401,19 @@ struct ScreenJobs {
       out[j.index] = std::move(*r);
       return Status::Ok();
     }
-    if (st.state == executor::JobState::kTimedOut) {
-      // Not retried: the same screening under the same limit would time out again.
-      journal({{"event", "timed_out"},
+    // The journal line of a job that ended without a result.
+    auto journal_end = [&](const char* event) {
+      journal({{"event", event},
                {"key", j.spec.name},
                {"job_id", j.id},
                {"state", executor::state_name(st.state)},
                {"scheduler_state", st.scheduler_state},
                {"node", st.node},
                {"detail", st.detail}});
+    };
+    if (st.state == executor::JobState::kTimedOut) {
+      // Not retried: the same screening under the same limit would time out again.
+      journal_end("timed_out");
       const std::string ended = executor::state_name(st.state) + (st.node.empty() ? "" : " on " + st.node) +
                                 (st.scheduler_state.empty() ? "" : " (" + st.scheduler_state + ")") +
                                 (st.detail.empty() ? "" : " [" + st.detail + "]");
@@ -423,13 +427,7 @@ struct ScreenJobs {
           executor::output_path(j.spec) +
           "; started again with the same --out, the search reuses the screenings that finished");
     }
-    journal({{"event", "infrastructure_failure"},
-             {"key", j.spec.name},
-             {"job_id", j.id},
-             {"state", executor::state_name(st.state)},
-             {"scheduler_state", st.scheduler_state},
-             {"node", st.node},
-             {"detail", st.detail}});
+    journal_end("infrastructure_failure");
     std::fprintf(stderr, "  INFRASTRUCTURE FAILURE of screening job %s (%s): it ended %s%s; not a verdict\n",
                  j.id.c_str(), cands[j.index].name.c_str(), executor::state_name(st.state).c_str(),
                  st.detail.empty() ? "" : (" [" + st.detail + "]").c_str());

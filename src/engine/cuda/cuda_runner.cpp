@@ -113,6 +113,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   // Runs the planned step: as a graph where it can, else eagerly.
   Status launch_step(const StepPlan& p, bool graph);
   Status reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats);
+  Status reserve_rows(int64_t rows);  // the activations of `rows` token rows
   Status reserve_logits(int64_t logit_rows);
   Status validate(std::span<const scheduler::StepSeq> batch) const;
   // Enqueues the step's kernels on stream_ (no host synchronization: capturable into a graph).
@@ -311,26 +312,7 @@ Status CudaModelRunner::init_kv(int32_t num_blocks, int32_t block_size) {
 }
 
 Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_ints, int64_t partial_floats) {
-  const int64_t d = c_.hidden_size, ff = c_.intermediate_size, hd = c_.head_dim;
-  const int64_t qkv_w = (c_.num_attention_heads + 2 * c_.num_key_value_heads) * hd;
-  if (rows > cap_rows_) {
-    const auto n = size_t(rows);
-    x_ = {}, h_ = {}, qkv_ = {}, attn_ = {}, gu_ = {}, act_ = {};  // free before allocating the larger set
-    PLUMB_ASSIGN_OR_RETURN(x_, DeviceBuffer::allocate(n * size_t(d) * 4, "the residual stream"));
-    PLUMB_ASSIGN_OR_RETURN(h_, DeviceBuffer::allocate(n * size_t(d) * 2, "normed activations"));
-    PLUMB_ASSIGN_OR_RETURN(qkv_, DeviceBuffer::allocate(n * size_t(qkv_w) * 4, "q/k/v"));
-    PLUMB_ASSIGN_OR_RETURN(
-        attn_, DeviceBuffer::allocate(n * size_t(c_.num_attention_heads * hd) * 2, "attention output"));
-    PLUMB_ASSIGN_OR_RETURN(gu_, DeviceBuffer::allocate(n * size_t(2 * ff) * 4, "gate/up"));
-    PLUMB_ASSIGN_OR_RETURN(act_, DeviceBuffer::allocate(n * size_t(ff) * 2, "SwiGLU output"));
-    const AttnGeometry g{int32_t(c_.num_attention_heads), int32_t(c_.num_key_value_heads), int32_t(hd),
-                         block_size_};
-    const size_t counter_bytes = size_t(decode_counters(int64_t(n), g)) * 4;
-    PLUMB_ASSIGN_OR_RETURN(attn_counters_, DeviceBuffer::allocate(counter_bytes, "split-KV merge counters"));
-    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemset(attn_counters_.get(), 0, counter_bytes));
-    cap_rows_ = rows;
-    ++generation_;
-  }
+  PLUMB_RETURN_IF_ERROR(reserve_rows(rows));
   PLUMB_RETURN_IF_ERROR(reserve_logits(logit_rows));
   if (meta_ints > cap_meta_) {
     const int64_t n = std::max<int64_t>(meta_ints, 2 * cap_meta_);
@@ -344,6 +326,29 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
     cap_partial_ = partial_floats;
     ++generation_;
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::reserve_rows(int64_t rows) {
+  if (rows <= cap_rows_) return Status::Ok();
+  const int64_t d = c_.hidden_size, ff = c_.intermediate_size, hd = c_.head_dim;
+  const int64_t qkv_w = (c_.num_attention_heads + 2 * c_.num_key_value_heads) * hd;
+  const auto n = size_t(rows);
+  x_ = {}, h_ = {}, qkv_ = {}, attn_ = {}, gu_ = {}, act_ = {};  // free before allocating the larger set
+  PLUMB_ASSIGN_OR_RETURN(x_, DeviceBuffer::allocate(n * size_t(d) * 4, "the residual stream"));
+  PLUMB_ASSIGN_OR_RETURN(h_, DeviceBuffer::allocate(n * size_t(d) * 2, "normed activations"));
+  PLUMB_ASSIGN_OR_RETURN(qkv_, DeviceBuffer::allocate(n * size_t(qkv_w) * 4, "q/k/v"));
+  PLUMB_ASSIGN_OR_RETURN(
+      attn_, DeviceBuffer::allocate(n * size_t(c_.num_attention_heads * hd) * 2, "attention output"));
+  PLUMB_ASSIGN_OR_RETURN(gu_, DeviceBuffer::allocate(n * size_t(2 * ff) * 4, "gate/up"));
+  PLUMB_ASSIGN_OR_RETURN(act_, DeviceBuffer::allocate(n * size_t(ff) * 2, "SwiGLU output"));
+  const AttnGeometry g{int32_t(c_.num_attention_heads), int32_t(c_.num_key_value_heads), int32_t(hd),
+                       block_size_};
+  const size_t counter_bytes = size_t(decode_counters(int64_t(n), g)) * 4;
+  PLUMB_ASSIGN_OR_RETURN(attn_counters_, DeviceBuffer::allocate(counter_bytes, "split-KV merge counters"));
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaMemset(attn_counters_.get(), 0, counter_bytes));
+  cap_rows_ = rows;
+  ++generation_;
   return Status::Ok();
 }
 
