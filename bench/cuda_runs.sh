@@ -7,7 +7,7 @@
 #  2. the device's ceilings (cuda_ceilings.py: device-to-device copy bandwidth, bf16 GEMM peak);
 #  3. cuda_runner_bench on the Llama-3-8B shape (models/configs/llama-3-8b, dummy bf16 weights):
 #     decode step time at batch 1/8/64 after 1,024-token prompts (CUDA graphs on, the default, then
-#     off for batches 1 and 64; then with the RMSNorm not fused into the GEMVs, which only batch 1
+#     off for batches 1 and 64; then with SwiGLU not fused into the gate/up GEMV, which only batch 1
 #     uses, and the GEMM algorithms not tuned, which only batches 8 and 64 use; then without
 #     programmatic dependent launch), prefill of 8,192 tokens;
 #  3b. the peer on the same shape (bench/cuda_peer_transformers.py: transformers with SDPA), unless
