@@ -636,15 +636,6 @@ json::value result_json(const BenchArgs& a, const Plan& plan, const compare::Mea
   return o;
 }
 
-// The GPU memory sampled during the run (metrics/vram.h): {"peak_mib", "samples", "source"} or
-// {"peak_mib": null, "unavailable": why}.
-json::object vram_json(const metrics::VramPeak& v) {
-  if (!v.peak_mib) return json::object{{"peak_mib", nullptr}, {"unavailable", v.unavailable}};
-  return json::object{{"peak_mib", *v.peak_mib},
-                      {"samples", v.samples},
-                      {"source", "nvidia-smi memory.used, the largest card, every 0.5 s"}};
-}
-
 // --ib-json: InferenceBench's metrics JSON with plumb's own object.
 Status write_ib_output(const BenchArgs& a, const Plan& plan, const compare::Workload& w, bool valid,
                        metrics::Scoring scoring, const std::string& summary_line, const ProfileOutputs& outs,

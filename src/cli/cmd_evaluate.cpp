@@ -27,6 +27,7 @@
 #include "evaluate/evaluate.h"
 #include "executor/single_job.h"
 #include "ledger/ledger.h"
+#include "metrics/vram.h"
 #include "report/html.h"
 
 namespace plumb::cli {
@@ -62,6 +63,14 @@ struct IbJsonWriter {
   std::vector<metrics::Metrics> metrics;
   Status error;
   std::vector<std::string> written;
+  // The GPU memory in use while the run is measured (IB's vram_peak_mb): nvidia-smi sampled from the
+  // run's start to its last profile; where there is none, null with the reason.
+  std::unique_ptr<metrics::VramSampler> vram;
+
+  void start() {
+    vram = std::make_unique<metrics::VramSampler>();
+    vram->start();
+  }
 
   void add(const protocol::Scenario& sc, uint64_t seed, size_t profile, metrics::RunRecord& run,
            const metrics::Metrics& m) {
@@ -72,13 +81,20 @@ struct IbJsonWriter {
     runs.push_back(std::move(run));
     metrics.push_back(m);
     if (profile + 1 < sc.profiles.size() || !error.ok()) return;
-    IbRunOutput out{.scenario = sc.id, .name = sc.name, .target = base_url(runs.back().target)};
+    const metrics::VramPeak peak =
+        vram ? vram->stop() : metrics::VramPeak{.unavailable = "not sampled: the run's start was not seen"};
+    vram.reset();
+    IbRunOutput out{.scenario = sc.id,
+                    .name = sc.name,
+                    .target = base_url(runs.back().target),
+                    .vram_peak_mb = peak.peak_mib};
     for (const auto& r : runs) out.runs.push_back(&r);
     out.metrics = metrics;
     out.plumb = json::object{{"seed", seed},
                              {"size_class", std::string(protocol::size_class_name(sc.size))},
                              {"request_set_hash", runs.back().request_set_hash},
-                             {"source", "plumb evaluate: the submission's run"}};
+                             {"source", "plumb evaluate: the submission's run"},
+                             {"vram", vram_json(peak)}};
     std::string path = dir + "/" + sc.id + "_seed" + std::to_string(seed) + ".json";
     error = write_ib_json(path, out);
     if (error.ok()) written.push_back(path);
@@ -547,6 +563,7 @@ int run_evaluate(EvaluateArgs& a) {
     o->on_submission_profile = [&ib](const protocol::Scenario& sc, uint64_t seed, size_t p,
                                      metrics::RunRecord& run,
                                      const metrics::Metrics& m) { ib.add(sc, seed, p, run, m); };
+    o->on_submission_run_start = [&ib](const protocol::Scenario&, uint64_t) { ib.start(); };
   }
   auto ev = evaluate::run(*o);
   if (!ev.ok()) return fail(ev.status(), ev.status().to_string());

@@ -292,4 +292,11 @@ Result<json::object> ib_quality_check(const IbQualityOptions& o) {
        "the baseline must be measured on the same set"}};
 }
 
+json::object vram_json(const metrics::VramPeak& v) {
+  if (!v.peak_mib) return json::object{{"peak_mib", nullptr}, {"unavailable", v.unavailable}};
+  return json::object{{"peak_mib", *v.peak_mib},
+                      {"samples", v.samples},
+                      {"source", "nvidia-smi memory.used, the largest card, every 0.5 s"}};
+}
+
 }  // namespace plumb::cli

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "metrics/metrics.h"
 #include "metrics/request_record.h"
+#include "metrics/vram.h"
 #include "protocol/protocol.h"
 #include "workload/inferencebench.h"
 #include "workload/request.h"
@@ -97,6 +98,10 @@ struct IbQualityOptions {
   std::string dataset;
 };
 Result<json::object> ib_quality_check(const IbQualityOptions& o);
+
+// The GPU memory sampled during a run (metrics/vram.h), as plumb's object beside IB's vram_peak_mb:
+// {"peak_mib", "samples", "source"} or {"peak_mib": null, "unavailable": why}.
+json::object vram_json(const metrics::VramPeak& v);
 Status write_ib_json(const std::string& path, const IbRunOutput& out);
 
 }  // namespace plumb::cli

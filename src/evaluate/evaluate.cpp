@@ -355,6 +355,7 @@ Status measure_submission(Context& c, Measuring& m, const SeedRun& r, const Eval
                           const std::vector<metrics::Constraint>&) {
       opt.on_submission_profile(r.sc, r.seed, p, run, mm);
     };
+  if (opt.on_submission_run_start) opt.on_submission_run_start(r.sc, r.seed);
   auto sm = compare::measure(m.submission, r.sc, r.w, m.mo);
   m.mo.on_profile = nullptr;
   if (!sm.ok() || !sm->started) {

@@ -77,6 +77,9 @@ struct Options {
   std::function<void(const protocol::Scenario& scenario, uint64_t seed, size_t profile,
                      metrics::RunRecord& run, const metrics::Metrics& m)>
       on_submission_profile;
+  // Just before each measured run of the submission starts (its first profile), with its scenario
+  // and seed: what a writer of other formats samples during the run starts here. null = none.
+  std::function<void(const protocol::Scenario& scenario, uint64_t seed)> on_submission_run_start;
 };
 
 struct SeedResult {

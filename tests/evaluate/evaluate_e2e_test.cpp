@@ -109,6 +109,14 @@ TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
   EXPECT_NE(iv->at("model_id").as_string(), "unknown");
   EXPECT_NE(iv->at("model_id").as_string(), "null");
   EXPECT_EQ(iv->at("plumb").at("seed").as_int64(), 1337);
+  // GPU memory, sampled while the submission's run was measured: null where there is no nvidia-smi
+  // (with the reason), never 0; the same figure in IB's field and in plumb's object.
+  EXPECT_EQ(iv->at("vram_peak_mb").is_null(), iv->at("plumb").at("vram").at("peak_mib").is_null());
+  if (iv->at("vram_peak_mb").is_null()) {
+    EXPECT_FALSE(iv->at("plumb").at("vram").at("unavailable").as_string().empty());
+  } else {
+    EXPECT_GT(iv->at("vram_peak_mb").to_number<double>(), 0.0);
+  }
   auto v = json::parse_file(j);
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const auto& e = v->as_object();
