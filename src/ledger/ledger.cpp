@@ -203,19 +203,29 @@ class Transaction {
 };
 
 // Returns the id of the row matching a natural key, or inserts it. `find` binds the key.
+// Two writers (two trial jobs of one study on one file) can both find nothing and both insert:
+// the loser's insert is refused by the key's trigger, and the row the winner wrote is the answer,
+// so the key is looked up once more before the refusal is reported.
 template <typename BindFind, typename BindInsert>
 Result<int64_t> find_or_insert(sqlite3* db, const char* find_sql, const char* insert_sql,
                                const std::string& what, BindFind bind_find, BindInsert bind_insert) {
-  Stmt f(db, find_sql);
-  PLUMB_RETURN_IF_ERROR(f.prepared(what));
-  bind_find(f);
-  PLUMB_ASSIGN_OR_RETURN(bool found, f.step(what));
-  if (found) return f.i64(0);
+  auto find = [&]() -> Result<std::optional<int64_t>> {
+    Stmt f(db, find_sql);
+    PLUMB_RETURN_IF_ERROR(f.prepared(what));
+    bind_find(f);
+    PLUMB_ASSIGN_OR_RETURN(bool found, f.step(what));
+    return found ? std::optional<int64_t>(f.i64(0)) : std::nullopt;
+  };
+  PLUMB_ASSIGN_OR_RETURN(std::optional<int64_t> id, find());
+  if (id) return *id;
   Stmt ins(db, insert_sql);
   PLUMB_RETURN_IF_ERROR(ins.prepared(what));
   bind_insert(ins);
-  PLUMB_RETURN_IF_ERROR(ins.run(what));
-  return int64_t(sqlite3_last_insert_rowid(db));
+  Status inserted = ins.run(what);
+  if (inserted.ok()) return int64_t(sqlite3_last_insert_rowid(db));
+  PLUMB_ASSIGN_OR_RETURN(id, find());
+  if (id) return *id;
+  return inserted;
 }
 
 std::string now_or(const std::string& ts) { return ts.empty() ? utc_timestamp_now() : ts; }

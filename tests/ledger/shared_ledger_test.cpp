@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -133,6 +134,45 @@ TEST_P(SharedLedgerTest, AStudyResumedWhileAnotherWriterStillWrites) {
   node.join();
   ASSERT_FALSE(failed);
   expect_intact(sid, 25);
+}
+
+// Two trial jobs of one study start at once and both record the study's request set and machine:
+// each writer looks the key up, finds nothing, and inserts. The loser's insert is refused by the
+// key's uniqueness, and that refusal must come back as the winner's row, not as the trial's failure.
+TEST_P(SharedLedgerTest, TwoWritersRecordingTheSameProvenanceGetTheSameRow) {
+  const int keys = 150;
+  auto key = [](int i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%08x", unsigned(i) * 2654435761u);
+    return std::string(buf) + std::string(56, 'c');
+  };
+  std::atomic<bool> failed{false};
+  std::vector<int64_t> ids_a(keys), ids_b(keys);
+  auto writer = [&](std::vector<int64_t>* ids, const char* who) {
+    auto l = Ledger::open(where_);
+    if (!l.ok()) {
+      ADD_FAILURE() << who << ": " << l.status().to_string();
+      failed = true;
+      return;
+    }
+    for (int i = 0; i < keys && !failed; ++i) {
+      auto id = (i % 2 == 0)
+                    ? (*l)->insert_request_set({key(i), "B", "small", i, 8})
+                    : (*l)->insert_machine({key(i), "Race CPU", 2, 1 << 30, "none", "none", "Linux"});
+      if (!id.ok()) {
+        ADD_FAILURE() << who << " at key " << i << ": " << id.status().to_string();
+        failed = true;
+        return;
+      }
+      (*ids)[size_t(i)] = *id;
+    }
+  };
+  std::thread a([&] { writer(&ids_a, "a"); });
+  std::thread b([&] { writer(&ids_b, "b"); });
+  a.join();
+  b.join();
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(ids_a, ids_b);
 }
 
 // copy_ledger from a local file into the fixture's ledger: everything sealed arrives with its
