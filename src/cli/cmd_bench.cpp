@@ -829,8 +829,9 @@ void setup_bench(CLI::App& root) {
       "--no-keep-alive", args->no_keep_alive,
       "send every request with \"Connection: close\" over a connection of its own (its connect time "
       "counts in its TTFT and is reported): for servers that close the connection after each streamed "
-      "response although they answer keep-alive, as llama.cpp's llama-server does, where a reused "
-      "connection can fail as reset");
+      "response although they answer keep-alive, as llama.cpp's llama-server does. Without it a "
+      "request that meets such a close before any answer is sent again on a new connection, the "
+      "lost attempt inside its TTFT");
   c->add_option("--tokenizer", args->tokenizer,
                 "model folder whose tokenizer.json sizes synthetic documents, or 'words' (one token per "
                 "word: approximate). Default: words, or the shipped model's tokenizer when plumb starts its "

@@ -45,7 +45,9 @@ struct OpenAiTargetOptions {
   // connect time is recorded, and is part of its TTFT) and prepare() opens none ahead. For servers
   // that close a connection after each streamed response although they answered keep-alive (llama.cpp's
   // llama-server c392e50 does): a pooled connection can then be reused in the microseconds before
-  // its close arrives, and the request fails as reset.
+  // its close arrives. With keep_alive on, net::HttpClient sends such a request again on a new
+  // connection (its connect time, the lost attempt included, is then recorded); off, no request
+  // ever meets the race.
   bool keep_alive = true;
 };
 

@@ -145,6 +145,8 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   asio::steady_timer timer;
   ResponseParser parser;
   std::unique_ptr<Conn> conn;
+  std::unique_ptr<Conn> stale;  // the pooled connection a retried request left (its handlers may still run)
+  unsigned attempt = 0;         // handlers of an earlier attempt's socket are ignored
   ClientResult result;
   Phase phase = Phase::kConnect;
   SteadyTime phase_start;  // start of the current phase (connect, or sending)
@@ -167,14 +169,37 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
       send();
       return;
     }
+    connect();
+  }
+
+  void connect() {
     conn = std::make_unique<Conn>(client->io, client->opt.read_buffer_bytes);
     client->opened++;
     phase = Phase::kConnect;
     phase_start = result.times.start;
     arm_timer();
-    asio::async_connect(
-        conn->sock, client->endpoints,
-        [self = shared_from_this()](const error_code& ec, const tcp::endpoint&) { self->on_connect(ec); });
+    asio::async_connect(conn->sock, client->endpoints,
+                        [self = shared_from_this(), a = attempt](const error_code& ec, const tcp::endpoint&) {
+                          if (a == self->attempt) self->on_connect(ec);
+                        });
+  }
+
+  // A pooled connection that the server closed after its last response without saying so: the
+  // close (FIN or RST) was still on its way when the pool's check passed, and the request met it
+  // before any response byte. The server answered nothing, so the request is sent once more on a
+  // new connection; its times still start at submit(), so the lost attempt is in them.
+  bool retry_on_new_connection() {
+    if (!result.reused_connection || result.reads != 0 || attempt != 0) return false;
+    ++attempt;
+    error_code ignored;
+    conn->sock.close(ignored);  // the old socket's pending handlers complete, and are ignored
+    stale = std::move(conn);
+    result.reused_connection = false;
+    result.retried_on_new_connection = true;
+    head.clear();
+    write_done = false;
+    connect();
+    return true;
   }
 
   void on_connect(const error_code& ec) {
@@ -221,7 +246,9 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
     head += "\r\n";
     std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(req.body)};
     asio::async_write(conn->sock, bufs,
-                      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_sent(ec); });
+                      [self = shared_from_this(), a = attempt](const error_code& ec, std::size_t) {
+                        if (a == self->attempt) self->on_sent(ec);
+                      });
     // Read concurrently: a server may answer (413, 400) before it has read the whole body.
     read();
   }
@@ -234,9 +261,10 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   }
 
   void read() {
-    conn->sock.async_read_some(
-        asio::buffer(conn->rbuf),
-        [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
+    conn->sock.async_read_some(asio::buffer(conn->rbuf),
+                               [self = shared_from_this(), a = attempt](const error_code& ec, std::size_t n) {
+                                 if (a == self->attempt) self->on_read(ec, n);
+                               });
   }
 
   void on_read(const error_code& ec, std::size_t n) {
@@ -244,6 +272,7 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
     SteadyTime t = now();
     if (ec) {
       if (ec == asio::error::eof) {
+        if (retry_on_new_connection()) return;
         Status s = parser.finish_eof();
         if (s.ok()) return complete();
         return finish(FailureKind::kClosedBeforeEnd, s.message());
@@ -306,6 +335,9 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 
   void fail_io(const error_code& ec, const char* what) {
     if (ec == asio::error::operation_aborted) return;  // cancel/timeout already finished us
+    bool closed = ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+                  ec == asio::error::connection_aborted || ec == asio::error::eof;
+    if (closed && retry_on_new_connection()) return;
     if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
         ec == asio::error::connection_aborted)
       return finish(FailureKind::kReset, std::string("connection reset ") + what + ": " + ec.message());

@@ -95,6 +95,7 @@ struct ClientResult {
   uint64_t body_bytes = 0;                   // decoded body bytes received (streamed or not)
   uint64_t reads = 0;                        // socket reads that delivered response bytes
   bool reused_connection = false;            // the request went over a pooled keep-alive connection
+  bool retried_on_new_connection = false;    // a pooled connection was found closed; sent again (see below)
   bool ok() const { return failure == FailureKind::kNone; }
 };
 
@@ -122,7 +123,11 @@ struct HttpClientOptions {
 // Connections to one host:port. Not thread-safe: call every method, and let the io_context run,
 // on one thread. Many requests may be in flight at once, each on its own connection (there is no
 // pipelining); finished connections return to the idle pool if the response allows keep-alive.
-// There is no limit on connections: the caller bounds concurrency. Nothing is retried.
+// There is no limit on connections: the caller bounds concurrency. One thing is retried: a request
+// whose pooled connection turns out closed by the server (EOF, reset or a broken pipe) before any
+// response byte arrived is sent once more on a new connection; its times still start at submit().
+// (A server that closes after each response without "Connection: close" makes this race.) Nothing
+// else is retried.
 // Destroy the client before its io_context. Callbacks must not throw (an exception would leave
 // io_context::run()).
 class HttpClient {
