@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -9,13 +11,100 @@
 
 namespace plumb::json {
 
+namespace {
+
+// Boost.JSON's own handler, but a number with a fraction or an exponent is converted from its text
+// with std::from_chars, which rounds correctly. Boost 1.81's parser has no precise mode (added in
+// 1.83): it can miss a 17-digit double, or a large exponent, by one ulp, so a number plumb printed
+// (shortest round-trip form) could read back as another number and a content hash taken over the
+// canonical JSON would not survive writing and reading a file.
+struct PreciseHandler {
+  static constexpr std::size_t max_object_size = boost::json::object::max_size();
+  static constexpr std::size_t max_array_size = boost::json::array::max_size();
+  static constexpr std::size_t max_key_size = boost::json::string::max_size();
+  static constexpr std::size_t max_string_size = boost::json::string::max_size();
+  using ec_t = boost::json::error_code;
+  using sv = boost::json::string_view;
+
+  boost::json::value_stack st;
+  std::string number;  // the parts of a number split across writes
+
+  bool on_document_begin(ec_t&) { return true; }
+  bool on_document_end(ec_t&) { return true; }
+  bool on_object_begin(ec_t&) { return true; }
+  bool on_object_end(std::size_t n, ec_t&) {
+    st.push_object(n);
+    return true;
+  }
+  bool on_array_begin(ec_t&) { return true; }
+  bool on_array_end(std::size_t n, ec_t&) {
+    st.push_array(n);
+    return true;
+  }
+  bool on_key_part(sv s, std::size_t, ec_t&) {
+    st.push_chars(s);
+    return true;
+  }
+  bool on_key(sv s, std::size_t, ec_t&) {
+    st.push_key(s);
+    return true;
+  }
+  bool on_string_part(sv s, std::size_t, ec_t&) {
+    st.push_chars(s);
+    return true;
+  }
+  bool on_string(sv s, std::size_t, ec_t&) {
+    st.push_string(s);
+    return true;
+  }
+  bool on_number_part(sv s, ec_t&) {
+    number.append(s.data(), s.size());
+    return true;
+  }
+  bool on_int64(std::int64_t i, sv, ec_t&) {
+    number.clear();
+    st.push_int64(i);
+    return true;
+  }
+  bool on_uint64(std::uint64_t u, sv, ec_t&) {
+    number.clear();
+    st.push_uint64(u);
+    return true;
+  }
+  bool on_double(double d, sv s, ec_t&) {
+    number.append(s.data(), s.size());
+    double exact = 0;
+    auto [end, err] = std::from_chars(number.data(), number.data() + number.size(), exact);
+    // Out of range (an overflow Boost also reads as infinity, or an underflow to zero): keep Boost's.
+    if (err == std::errc() && end == number.data() + number.size()) d = exact;
+    number.clear();
+    st.push_double(d);
+    return true;
+  }
+  bool on_bool(bool b, ec_t&) {
+    st.push_bool(b);
+    return true;
+  }
+  bool on_null(ec_t&) {
+    st.push_null();
+    return true;
+  }
+  bool on_comment_part(sv, ec_t&) { return true; }
+  bool on_comment(sv, ec_t&) { return true; }
+};
+
+}  // namespace
+
 Result<value> parse(std::string_view text) {
-  boost::system::error_code ec;
   boost::json::parse_options opt;
   opt.max_depth = 64;
-  value v = boost::json::parse(text, ec, {}, opt);
+  boost::json::basic_parser<PreciseHandler> p(opt);
+  p.handler().st.reset();
+  boost::json::error_code ec;
+  std::size_t n = p.write_some(false, text.data(), text.size(), ec);
+  if (!ec && n < text.size()) ec = boost::json::error::extra_data;
   if (ec) return invalid_argument("invalid JSON: " + ec.message());
-  return v;
+  return p.handler().st.release();
 }
 
 Result<object> parse_object(std::string_view text) {
