@@ -13,6 +13,7 @@ PACKAGES=(
   libtomlplusplus-dev libsqlite3-dev sqlite3 libicu-dev
   postgresql libpqxx-dev  # the shared ledger (postgresql:// ledgers) and the server its tests run against
   slurmctld slurmd slurm-client munge  # the Slurm executor's tests: a throwaway cluster (scripts/slurm_test_cluster.sh)
+  slurmrestd slurm-wlm-jwt-plugin  # ... with slurmrestd and JSON Web Tokens (the executor's --slurm-rest)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes: scripts/fuzz.sh (fuzz/)

@@ -27,12 +27,18 @@ void add_executor_flags(CLI::App* c, ExecutorArgs& a, const std::string& what, c
       ->group(g);
   c->add_option("--slurm-config", a.slurm_config,
                 "TOML file with a [slurm] table: partition, account, time, gpus, cpus_per_task, mem, qos, "
-                "constraint, extra")
+                "constraint, extra, rest_url, rest_api, rest_user, rest_token_file")
       ->group(g);
   c->add_option("--slurm-partition", a.slurm.partition, "sbatch --partition")->group(g);
   c->add_option("--slurm-account", a.slurm.account, "sbatch --account")->group(g);
   c->add_option("--slurm-time", a.slurm.time_limit, "sbatch --time (e.g. 30, 1:00:00)")->group(g);
   c->add_option("--slurm-gpus", a.slurm.gpus, "GPUs per job: sbatch --gres=gpu:N (none when 0)")->group(g);
+  c->add_option(
+       "--slurm-rest", a.slurm.rest_url,
+       "http://host:port of slurmrestd: job states, lookups and cancels through its REST API "
+       "instead of squeue and scancel (jobs are still submitted with sbatch); the token is SLURM_JWT "
+       "or [slurm].rest_token_file (docs/cluster.md)")
+      ->group(g);
   c->add_option("--gpus", a.gpus,
                 "local: the cards of this host by index (e.g. 0,1,2,3), split into slots of --gpus-per-trial "
                 "cards; one job per slot at a time, with CUDA_VISIBLE_DEVICES = its slot (docs/cluster.md)")
@@ -65,6 +71,7 @@ Result<std::unique_ptr<executor::Executor>> make_executor(ExecutorArgs& a) {
     if (!flags.time_limit.empty()) a.slurm.time_limit = flags.time_limit;
     if (flags.gpus > 0) a.slurm.gpus = flags.gpus;
     if (!flags.nodelist.empty()) a.slurm.nodelist = flags.nodelist;
+    if (!flags.rest_url.empty()) a.slurm.rest_url = flags.rest_url;
   }
   if (std::find_if(a.slurm.extra.begin(), a.slurm.extra.end(), [](const std::string& x) {
         return x == "--requeue" || x == "--no-requeue";

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/subprocess.h"
+#include "executor/slurm_rest.h"
 
 namespace plumb::executor {
 
@@ -127,6 +128,10 @@ Result<std::unique_ptr<Executor>> make_executor(const std::string& kind, const S
   if (kind == "local") return make_local_executor();
   if (kind == "slurm") {
     PLUMB_RETURN_IF_ERROR(validate(slurm));
+    if (!slurm.rest_url.empty()) {
+      auto t = rest::token(slurm);
+      if (!t.ok()) return t.status();
+    }
     return make_slurm_executor(slurm);
   }
   return invalid_argument("unknown executor '" + kind + "': use local or slurm");

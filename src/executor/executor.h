@@ -6,11 +6,12 @@
 //          restarted controller finds its local jobs gone (kLost) and runs them again.
 //   slurm  a Slurm batch job: the command becomes an sbatch script (render_sbatch_script) submitted
 //          with `sbatch --parsable`; its state comes from `squeue -t all` while the controller still
-//          knows the job and from `sacct` after; cancel is `scancel`. A job runs on whatever node
-//          Slurm gives it, so everything it needs must be on a filesystem the nodes share (the plumb
-//          binary, the work directory) or reachable over the network (a postgresql:// ledger).
-//          A restarted controller reattaches by job id: the id is all poll() needs; a job whose id
-//          it never learnt, by its name (find_by_name).
+//          knows the job and from `sacct` after; cancel is `scancel` (with SlurmSettings::rest_url
+//          set, states, lookups and cancels go through slurmrestd instead: slurm_rest.h). A job runs on
+//          whatever node Slurm gives it, so everything it needs must be on a filesystem the nodes share (the
+//          plumb binary, the work directory) or reachable over the network (a postgresql:// ledger). A
+//          restarted controller reattaches by job id: the id is all poll() needs; a job whose id it never
+//          learnt, by its name (find_by_name).
 //
 // What a job does is the caller's business (tune/ submits `plumb tune --run-trial`, which measures on
 // its node and writes to the shared ledger): the executor never reads results, only job states.
@@ -110,16 +111,25 @@ struct SlurmSettings {
   std::string constraint;          // --constraint
   std::string nodelist;            // --nodelist (e.g. a retried comparison stays on its first runs' node)
   std::vector<std::string> extra;  // more sbatch options, verbatim (e.g. "--exclusive")
+  // slurmrestd (executor/slurm_rest.h): with rest_url set ("http://host:port"), job states, lookups by
+  // name and cancels go through its REST API instead of squeue and scancel; jobs are still submitted
+  // with sbatch. The token is the first line of rest_token_file (read on every call) or SLURM_JWT.
+  std::string rest_url;              // "" = squeue, sacct and scancel
+  std::string rest_api = "v0.0.38";  // the OpenAPI version slurmrestd serves (22.05: v0.0.36..v0.0.38)
+  std::string rest_user;             // the user the token was made for; "" = the user running plumb
+  std::string rest_token_file;       // "" = the SLURM_JWT environment variable
   // The Slurm client programs (a name is looked up in PATH).
   std::string sbatch = "sbatch", squeue = "squeue", sacct = "sacct", scancel = "scancel";
 };
 
 // Reads the [slurm] table of a TOML file (keys: partition, account, time, gpus, cpus_per_task, mem,
-// qos, constraint, extra = [..]) over `base`. InvalidArgument naming the file and the key for an
-// unknown key, a wrong type or a negative count; NotFound if the file is missing.
+// qos, constraint, extra = [..], rest_url, rest_api, rest_user, rest_token_file) over `base`. InvalidArgument
+// naming the file and the key for an unknown key, a wrong type or a negative count; NotFound if the file is
+// missing.
 Result<SlurmSettings> load_slurm_settings(const std::string& toml_path, SlurmSettings base = {});
 // Checks what sbatch would otherwise refuse late: a time limit in Slurm's syntax, no newline in a
-// value, extra options that start with "--". InvalidArgument saying which.
+// value, extra options that start with "--"; and a rest_url of the form http://host:port with an
+// API version of the form vN.N.N. InvalidArgument saying which.
 Status validate(const SlurmSettings& s);
 
 // The batch script for a job: #SBATCH lines (job name, output, chdir, then the settings' options
@@ -127,7 +137,8 @@ Status validate(const SlurmSettings& s);
 // every word shell-quoted.
 std::string render_sbatch_script(const JobSpec& spec, const SlurmSettings& s);
 
-// "local" or "slurm" (settings used by slurm only). InvalidArgument for another name.
+// "local" or "slurm" (settings used by slurm only). InvalidArgument for another name, for settings
+// validate() refuses, and for a rest_url without a token (rest::token says how to make one).
 Result<std::unique_ptr<Executor>> make_executor(const std::string& kind, const SlurmSettings& slurm = {});
 std::unique_ptr<Executor> make_local_executor();
 std::unique_ptr<Executor> make_slurm_executor(const SlurmSettings& s);

@@ -11,6 +11,8 @@
 #include "core/file.h"
 #include "core/subprocess.h"
 #include "executor/executor.h"
+#include "executor/slurm_rest.h"
+#include "net/http_client.h"
 
 namespace plumb::executor {
 namespace {
@@ -101,23 +103,21 @@ class SlurmExecutor : public Executor {
   }
 
   Result<JobStatus> poll(const std::string& job_id) override {
+    if (!s_.rest_url.empty()) return poll_rest(job_id);
     PLUMB_ASSIGN_OR_RETURN(ToolOutput q,
                            run_tool({s_.squeue, "-h", "-t", "all", "-j", job_id, "-o", "%T|%N|%r"}));
     if (q.ok && !trim(q.out).empty()) return from_fields(fields(q.out), "squeue");
     bool unknown = trim(q.out).empty() || q.out.find("Invalid job id") != std::string::npos;
     if (!q.ok && !unknown)
       return unavailable("squeue could not report job " + job_id + " (" + q.how + "): " + trim(q.out));
-    // Past the controller's memory (MinJobAge): accounting, where the cluster keeps it.
-    PLUMB_ASSIGN_OR_RETURN(
-        ToolOutput a, run_tool({s_.sacct, "-n", "-X", "-P", "-j", job_id, "-o", "State,NodeList,ExitCode"}));
-    if (a.ok && !trim(a.out).empty()) return from_fields(fields(a.out), "sacct");
-    JobStatus st;
-    st.state = JobState::kLost;
-    st.detail = "neither squeue nor sacct knows job " + job_id + (a.ok ? "" : ": " + trim(a.out));
-    return st;
+    return from_accounting(job_id, "squeue");
   }
 
   Status cancel(const std::string& job_id) override {
+    if (!s_.rest_url.empty()) {
+      PLUMB_ASSIGN_OR_RETURN(rest::Reply r, rest::call(s_, "DELETE", "/job/" + job_id));
+      return rest::cancelled(r.body, job_id);
+    }
     PLUMB_ASSIGN_OR_RETURN(ToolOutput o, run_tool({s_.scancel, job_id}));
     if (!o.ok && o.out.find("Invalid job id") == std::string::npos &&
         o.out.find("already completing or completed") == std::string::npos)
@@ -126,19 +126,50 @@ class SlurmExecutor : public Executor {
   }
 
   Result<std::optional<std::string>> find_by_name(const std::string& name) override {
-    PLUMB_ASSIGN_OR_RETURN(ToolOutput q,
-                           run_tool({s_.squeue, "-h", "-t", "all", "--name=" + name, "-o", "%i"}));
-    if (!q.ok)
-      return unavailable("squeue could not look up job name " + name + " (" + q.how + "): " + trim(q.out));
-    if (auto id = last_id(q.out)) return id;
+    if (!s_.rest_url.empty()) {
+      PLUMB_ASSIGN_OR_RETURN(rest::Reply r, rest::call(s_, "GET", "/jobs"));
+      PLUMB_ASSIGN_OR_RETURN(std::optional<std::string> id, rest::job_named(r.body, name));
+      if (id) return id;
+    } else {
+      PLUMB_ASSIGN_OR_RETURN(ToolOutput q,
+                             run_tool({s_.squeue, "-h", "-t", "all", "--name=" + name, "-o", "%i"}));
+      if (!q.ok)
+        return unavailable("squeue could not look up job name " + name + " (" + q.how + "): " + trim(q.out));
+      if (auto id = last_id(q.out)) return id;
+    }
     // Past the controller's memory (MinJobAge): accounting, where the cluster keeps it.
-    PLUMB_ASSIGN_OR_RETURN(ToolOutput a, run_tool({s_.sacct, "-n", "-X", "-P", "-S", "now-7days",
-                                                   "--name=" + name, "-o", "JobID"}));
-    if (a.ok) return last_id(a.out);
+    auto a = run_tool({s_.sacct, "-n", "-X", "-P", "-S", "now-7days", "--name=" + name, "-o", "JobID"});
+    // Beside slurmrestd the Slurm clients may be missing: then there is no accounting to ask.
+    if (!a.ok() && s_.rest_url.empty()) return a.status();
+    if (a.ok() && a->ok) return last_id(a->out);
     return std::optional<std::string>();  // no accounting on this cluster: the job is not known
   }
 
  private:
+  Result<JobStatus> poll_rest(const std::string& job_id) {
+    PLUMB_ASSIGN_OR_RETURN(rest::Reply r, rest::call(s_, "GET", "/job/" + job_id));
+    PLUMB_ASSIGN_OR_RETURN(std::optional<JobStatus> st, rest::job_status(r.body, job_id));
+    if (st) return *st;
+    return from_accounting(job_id, "slurmrestd");
+  }
+
+  // A job the controller no longer knows (past MinJobAge): accounting, where the cluster keeps it;
+  // else the job is lost. `first` names what was asked first.
+  Result<JobStatus> from_accounting(const std::string& job_id, const std::string& first) {
+    auto a = run_tool({s_.sacct, "-n", "-X", "-P", "-j", job_id, "-o", "State,NodeList,ExitCode"});
+    // Beside slurmrestd the Slurm clients may be missing: then there is no accounting to ask.
+    if (!a.ok() && first == "squeue") return a.status();
+    if (a.ok() && a->ok && !trim(a->out).empty()) return from_fields(fields(a->out), "sacct");
+    JobStatus st;
+    st.state = JobState::kLost;
+    st.detail = "neither " + first + " nor sacct knows job " + job_id;
+    if (!a.ok())
+      st.detail += " (" + a.status().message() + ")";
+    else if (!a->ok)
+      st.detail += ": " + trim(a->out);
+    return st;
+  }
+
   // The last line of a scheduler's answer that is a job id, nullopt when none.
   static std::optional<std::string> last_id(const std::string& text) {
     std::optional<std::string> id;
@@ -167,7 +198,8 @@ class SlurmExecutor : public Executor {
 Status unknown_key(const std::string& file, const std::string& key) {
   return invalid_argument(
       file + ": unknown key [slurm]." + key +
-      " (known: partition, account, time, gpus, cpus_per_task, mem, qos, constraint, extra)");
+      " (known: partition, account, time, gpus, cpus_per_task, mem, qos, constraint, extra, rest_url, "
+      "rest_api, rest_user, rest_token_file)");
 }
 
 Status read_string(const toml::node& n, const std::string& where, std::string& out) {
@@ -192,6 +224,10 @@ Status read_key(const std::string& file, const std::string& key, const toml::nod
   if (key == "mem") return read_string(n, where, s.mem);
   if (key == "qos") return read_string(n, where, s.qos);
   if (key == "constraint") return read_string(n, where, s.constraint);
+  if (key == "rest_url") return read_string(n, where, s.rest_url);
+  if (key == "rest_api") return read_string(n, where, s.rest_api);
+  if (key == "rest_user") return read_string(n, where, s.rest_user);
+  if (key == "rest_token_file") return read_string(n, where, s.rest_token_file);
   if (key == "gpus") return read_count(n, where, s.gpus);
   if (key == "cpus_per_task") return read_count(n, where, s.cpus_per_task);
   if (key != "extra") return unknown_key(file, key);
@@ -254,6 +290,19 @@ Status validate(const SlurmSettings& s) {
       return invalid_argument("extra sbatch option '" + e +
                               "' must be one long option (\"--exclusive\", \"--qos=x\")");
   if (s.gpus < 0 || s.cpus_per_task < 0) return invalid_argument("Slurm gpus and cpus_per_task must be >= 0");
+  if (!s.rest_url.empty()) {
+    auto u = net::parse_url(s.rest_url);
+    if (!u.ok() || s.rest_url.find('/', 7) != std::string::npos)
+      return invalid_argument(
+          "slurmrestd URL '" + s.rest_url + "' must be http://host:port" +
+          (u.ok() ? " (no path: plumb adds /slurm/<api>/...)" : ": " + u.status().message()));
+  }
+  static const std::regex api_re(R"(^v[0-9]+\.[0-9]+\.[0-9]+$)");
+  if (!std::regex_match(s.rest_api, api_re))
+    return invalid_argument("slurmrestd API version '" + s.rest_api + "' must be of the form v0.0.38");
+  for (const std::string* v : {&s.rest_user, &s.rest_token_file})
+    if (v->find('\n') != std::string::npos)
+      return invalid_argument("a Slurm setting holds a newline: '" + *v + "'");
   return Status::Ok();
 }
 

@@ -238,6 +238,51 @@ TEST_F(SlurmStudyTest, AJobKilledWithScancelIsAnInfrastructureFailureAndIsRetrie
   EXPECT_EQ(runs->size(), 1u) << "the cancelled job's partial measurement must not be stored";
 }
 
+// --slurm-rest: the controller watches its jobs through slurmrestd (the token in SLURM_JWT, as
+// `scontrol token` prints it); a job cancelled from outside is seen there as cancelled and retried.
+// slurmrestd's log shows the controller's requests for the job.
+TEST_F(SlurmStudyTest, AStudyWatchedThroughSlurmrestdSeesACancelAndRetries) {
+  std::string rest_dir = fs::path(conf_).parent_path().string();
+  std::ifstream url_file(rest_dir + "/slurmrestd.url");
+  std::string url;
+  if (!std::getline(url_file, url))
+    GTEST_SKIP() << "the test cluster runs no slurmrestd (scripts/setup.sh installs slurmrestd and "
+                    "slurm-wlm-jwt-plugin; scripts/slurm_test_cluster.sh then starts it)";
+  auto tok = run_capture({"env", "SLURM_CONF=" + conf_, "scontrol", "token", "lifespan=3600"});
+  ASSERT_TRUE(tok.ok() && tok->exit.exit_code == 0);
+  std::string token = tok->out.substr(tok->out.find('=') + 1);
+  token = token.substr(0, token.find('\n'));
+  auto argv = tune_argv(ledger_url(), 1, 1);
+  argv.insert(argv.end(), {"--slurm-rest", url});
+  SpawnOptions so;
+  so.argv = argv;
+  so.env["SLURM_CONF"] = conf_;
+  so.env["SLURM_JWT"] = token;
+  so.stdout_path = dir_ + "/tune.log";
+  so.stderr_path = "=stdout";
+  auto p = Subprocess::spawn(so);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ids = wait_submitted(1);
+  ASSERT_EQ(ids.size(), 1u);
+  wait_running(ids[0]);
+  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", ids[0]});
+  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+  int rc = finish(*p, 300);
+  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  auto j = journal(journal_path());
+  auto failures = events(j, "infrastructure_failure");
+  ASSERT_EQ(failures.size(), 1u) << log("tune.log");
+  EXPECT_EQ(json::string_at(failures[0], "state").value_or(""), "cancelled");
+  auto sub = events(j, "submitted");
+  ASSERT_EQ(sub.size(), 2u) << log("tune.log");
+  EXPECT_EQ(events(j, "finished").size(), 1u) << log("tune.log");
+  std::ifstream rest_log(rest_dir + "/slurmrestd.log");
+  std::string rl(std::istreambuf_iterator<char>(rest_log), {});
+  for (const auto& id : submitted_ids())
+    EXPECT_NE(rl.find("GET /slurm/v0.0.38/job/" + id), std::string::npos)
+        << "job " << id << " was not watched over REST";
+}
+
 TEST_F(SlurmStudyTest, AKilledControllerRestartedReattachesToItsJobAndFinishes) {
   std::string url = ledger_url();
   auto p = start(tune_argv(url, 2, 1), "tune.log");
