@@ -280,22 +280,15 @@ TEST_F(CompareJob, ALocalControllerKilledBeforeJournalingItsJobSubmitsTheNextAtt
 class CompareJobOwnCluster : public CompareJob {
  protected:
   void TearDown() override {
-    testing::cancel_submitted(conf_, journal());
-    if (!cluster_.empty()) run_capture({"bash", script(), "stop", cluster_});
-    conf_.clear();
-    CompareJob::TearDown();
+    CompareJob::TearDown();  // cancels the journal's jobs while the cluster still runs
+    cluster_.reset();
   }
-  static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
-  // Starts the cluster (a short path: munge's socket must fit a socket address); its slurm.conf.
   void start_cluster() {
-    cluster_ = "/tmp/plumb_nodefail_" + std::to_string(::getpid());
-    auto up = run_capture({"bash", script(), "start", cluster_});
-    ASSERT_TRUE(up.ok() && up->exit.exit_code == 0) << (up.ok() ? up->out : up.status().to_string());
-    std::string out = up->out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    conf_ = out.substr(out.rfind('\n') + 1);
+    cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail");
+    ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
+    conf_ = cluster_->conf();
   }
-  std::string cluster_;
+  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
 };
 
 TEST_F(CompareJobOwnCluster, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetriedOnThatNode) {
@@ -306,12 +299,9 @@ TEST_F(CompareJobOwnCluster, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRet
   Result<Subprocess> p = invalid_argument("not started");
   std::string id = start_slurm_job(args, p);
   ASSERT_FALSE(id.empty() || HasFailure());
-  std::string node = squeue({"-j", id, "-o", "%N"});
-  node = node.substr(0, node.find('\n'));
-  ASSERT_FALSE(node.empty()) << "the job runs on a node";
-  auto down = run_capture({"env", "SLURM_CONF=" + conf_, "scontrol", "update", "nodename=" + node,
-                           "state=DOWN", "reason=plumb-test-node-failure"});
-  ASSERT_TRUE(down.ok() && down->exit.exit_code == 0) << (down.ok() ? down->out : "");
+  std::string node = testing::wait_job_running(conf_, id);
+  ASSERT_FALSE(node.empty()) << "job " << id << " did not start";
+  testing::set_node_down(conf_, node);
   EXPECT_EQ(finish(*p, 400), 0) << log();
   auto failed = journal_events(journal(), "infrastructure_failure");
   ASSERT_EQ(failed.size(), 1u) << log();

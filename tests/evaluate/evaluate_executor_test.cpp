@@ -315,6 +315,47 @@ TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgr
   EXPECT_EQ(e.at("ledger").at("chain_head").as_string(), *(*l)->chain_head());
 }
 
+// A node failure, on a cluster of the test's own (setting the node DOWN would kill the jobs of every
+// test sharing the run's cluster): the evaluation's job, submitted with --no-requeue, ends NODE_FAIL,
+// an infrastructure failure, and the whole evaluation runs again as the next attempt.
+class EvaluateJobOwnCluster : public EvaluateJob {
+ protected:
+  void TearDown() override {
+    EvaluateJob::TearDown();  // cancels the journal's jobs while the cluster still runs
+    cluster_.reset();
+  }
+  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
+};
+
+TEST_F(EvaluateJobOwnCluster, ASlurmJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetried) {
+  if (testing::test_slurm_conf().empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail_eval");
+  ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
+  conf_ = cluster_->conf();
+  auto args = argv(honest(), "slurm", 2);
+  args.insert(args.end(), {"--ledger", dir_ + "/plumb.db", "--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  std::string node = testing::wait_job_running(conf_, id);
+  ASSERT_FALSE(node.empty()) << "job " << id << " did not start";
+  testing::set_node_down(conf_, node);
+  int rc = finish(*p, 400);
+  auto failures = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(failures.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(failures[0], "state").value_or(""), "node_failed");
+  EXPECT_EQ(json::string_at(failures[0], "scheduler_state").value_or(""), "NODE_FAIL");
+  EXPECT_EQ(json::string_at(failures[0], "job_id").value_or(""), id);
+  EXPECT_EQ(distinct_submissions(), 2u);
+  auto e = result();
+  expect_consistent(rc, e);
+  const auto& x = e.at("executor").as_object();
+  EXPECT_EQ(x.at("key").as_string(), "evaluate-a1");
+  EXPECT_NE(x.at("job_id").as_string(), id);
+  expect_the_jobs_evaluation("evaluate-a1");
+}
+
 // Started again with the same --work-dir after it finished, the evaluation is reported again from its
 // job's file, nothing submitted; started with other arguments, the journal is refused, naming the
 // file, what differs and what to do.

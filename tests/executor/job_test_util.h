@@ -112,6 +112,54 @@ inline std::vector<std::string> with_path_first(const std::string& bin,
   return v;
 }
 
+// A throwaway Slurm cluster of one test's own (scripts/slurm_test_cluster.sh in /tmp/<prefix>_<pid>, a
+// short path: munge's socket must fit a socket address), for what would disturb the other tests
+// sharing the run's cluster: a node set DOWN kills every job on it. Stopped when destroyed.
+class OwnSlurmCluster {
+ public:
+  explicit OwnSlurmCluster(const std::string& prefix)
+      : dir_("/tmp/" + prefix + "_" + std::to_string(::getpid())) {
+    auto up = run_capture({"bash", script(), "start", dir_});
+    if (!up.ok() || up->exit.exit_code != 0) {
+      error_ = up.ok() ? up->out : up.status().to_string();
+      return;
+    }
+    std::string out = up->out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    conf_ = out.substr(out.rfind('\n') + 1);
+  }
+  ~OwnSlurmCluster() { run_capture({"bash", script(), "stop", dir_}); }
+  OwnSlurmCluster(const OwnSlurmCluster&) = delete;
+  OwnSlurmCluster& operator=(const OwnSlurmCluster&) = delete;
+  const std::string& conf() const { return conf_; }    // its slurm.conf; "" when it did not start
+  const std::string& error() const { return error_; }  // why it did not start
+ private:
+  static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
+  std::string dir_, conf_, error_;
+};
+
+// Waits until Slurm runs job `id` (at most 60 s); the node it runs on, "" when it did not start.
+inline std::string wait_job_running(const std::string& slurm_conf, const std::string& id) {
+  for (int i = 0; i < 600; ++i) {
+    auto q = run_capture(
+        {"env", "SLURM_CONF=" + slurm_conf, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T|%N"});
+    if (q.ok() && q->out.rfind("RUNNING|", 0) == 0) {
+      std::string node = q->out.substr(8);
+      return node.substr(0, node.find('\n'));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return "";
+}
+
+// A node failure as Slurm sees one: the node set DOWN (its jobs end NODE_FAIL when submitted with
+// --no-requeue). The test cluster's ReturnToService=2 brings it back once its slurmd registers.
+inline void set_node_down(const std::string& slurm_conf, const std::string& node) {
+  auto down = run_capture({"env", "SLURM_CONF=" + slurm_conf, "scontrol", "update", "nodename=" + node,
+                           "state=DOWN", "reason=plumb-test-node-failure"});
+  ASSERT_TRUE(down.ok() && down->exit.exit_code == 0) << (down.ok() ? down->out : down.status().to_string());
+}
+
 // A fixture for a plumb command run as a job controller: its output goes to dir_/controller.log,
 // SLURM_CONF is set for it when conf_ is, and at the end every Slurm job its journal() names is
 // cancelled and dir_ removed (kept when the test failed). Subclasses set dir_ (and conf_ for a

@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -262,6 +263,44 @@ TEST_F(SearchJobs, ASlurmJobCancelledWithScancelIsRetried) {
   auto c = candidates();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+}
+
+// A node failure, on a cluster of the test's own (setting the node DOWN would kill the jobs of every
+// test sharing the run's cluster): the screening job, submitted with --no-requeue, ends NODE_FAIL, an
+// infrastructure failure retried, not a verdict on the candidate.
+class SearchJobsOwnCluster : public SearchJobs {
+ protected:
+  void TearDown() override {
+    SearchJobs::TearDown();  // cancels the journal's jobs while the cluster still runs
+    cluster_.reset();
+  }
+  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
+};
+
+TEST_F(SearchJobsOwnCluster, ASlurmJobWhoseNodeFailsIsRetriedNotAVerdict) {
+  if (testing::test_slurm_conf().empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
+  cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail_kern");
+  ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
+  conf_ = cluster_->conf();
+  auto args = argv("slurm", 1, 1, true);
+  args.insert(args.end(), {"--slurm-time", "10"});
+  auto p = start(args);
+  ASSERT_TRUE(p.ok());
+  std::string id = wait_submitted(1);
+  ASSERT_FALSE(id.empty());
+  std::string node = testing::wait_job_running(conf_, id);
+  ASSERT_FALSE(node.empty()) << "job " << id << " did not start";
+  testing::set_node_down(conf_, node);
+  ASSERT_EQ(finish(*p, 300), 0) << log();
+  auto f = journal_events(journal(), "infrastructure_failure");
+  ASSERT_EQ(f.size(), 1u) << log();
+  EXPECT_EQ(json::string_at(f[0], "state").value_or(""), "node_failed");
+  EXPECT_EQ(json::string_at(f[0], "scheduler_state").value_or(""), "NODE_FAIL");
+  EXPECT_EQ(json::string_at(f[0], "job_id").value_or(""), id);
+  auto c = candidates();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].at("result").at("verdict").as_string(), "pass") << log();
+  EXPECT_GE(journal_events(journal(), "submitted").size(), 2u) << "the failed job and its retry";
 }
 
 // Killed while its second candidate's job runs (the first one screened) and started again with the

@@ -412,19 +412,15 @@ class SlurmStudyOwnClusterTest : public SlurmStudyTest {
   void SetUp() override {
     SlurmStudyTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    cluster_ = "/tmp/plumb_nodefail_tune_" + std::to_string(::getpid());  // short: munge's socket path
-    auto up = run_capture({"bash", script(), "start", cluster_});
-    ASSERT_TRUE(up.ok() && up->exit.exit_code == 0) << (up.ok() ? up->out : up.status().to_string());
-    std::string out = up->out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    conf_ = out.substr(out.rfind('\n') + 1);
+    cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail_tune");
+    ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
+    conf_ = cluster_->conf();
   }
   void TearDown() override {
-    SlurmStudyTest::TearDown();
-    if (!cluster_.empty()) run_capture({"bash", script(), "stop", cluster_});
+    SlurmStudyTest::TearDown();  // cancels the journal's jobs while the cluster still runs
+    cluster_.reset();
   }
-  static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
-  std::string cluster_;
+  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
 };
 
 TEST_F(SlurmStudyOwnClusterTest, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetried) {
@@ -433,14 +429,9 @@ TEST_F(SlurmStudyOwnClusterTest, AJobWhoseNodeFailsIsAnInfrastructureFailureAndI
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   auto ids = wait_submitted(1);
   ASSERT_EQ(ids.size(), 1u);
-  wait_running(ids[0]);
-  auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-j", ids[0], "-o", "%N"});
-  ASSERT_TRUE(q.ok());
-  const std::string node = q->out.substr(0, q->out.find('\n'));
-  ASSERT_FALSE(node.empty()) << "the job runs on a node";
-  auto down = run_capture({"env", "SLURM_CONF=" + conf_, "scontrol", "update", "nodename=" + node,
-                           "state=DOWN", "reason=plumb-test-node-failure"});
-  ASSERT_TRUE(down.ok() && down->exit.exit_code == 0) << (down.ok() ? down->out : "");
+  const std::string node = testing::wait_job_running(conf_, ids[0]);
+  ASSERT_FALSE(node.empty()) << "job " << ids[0] << " did not start";
+  testing::set_node_down(conf_, node);
   int rc = finish(*p, 400);
   ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
   auto j = journal(journal_path());
