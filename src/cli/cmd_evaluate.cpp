@@ -99,6 +99,17 @@ struct IbJsonWriter {
     error = write_ib_json(path, out);
     if (error.ok()) written.push_back(path);
   }
+  // The gates run after every scenario: their quality check goes into each file written, in place.
+  Status add_quality_check(const std::optional<json::object>& quality) {
+    if (!quality) return Status::Ok();
+    for (const auto& path : written) {
+      PLUMB_ASSIGN_OR_RETURN(json::value v, json::parse_file(path));
+      if (!v.is_object()) return io_error(path + ": not the JSON object plumb wrote");
+      v.as_object()["quality_check"] = *quality;
+      PLUMB_RETURN_IF_ERROR(write_file_atomic(path, json::dump_pretty(v) + "\n"));
+    }
+    return Status::Ok();
+  }
   // The URL in an OpenAI target's description ("openai chat http://127.0.0.1:PORT ...").
   static std::string base_url(const std::string& described) {
     std::istringstream in(described);
@@ -567,6 +578,8 @@ int run_evaluate(EvaluateArgs& a) {
   }
   auto ev = evaluate::run(*o);
   if (!ev.ok()) return fail(ev.status(), ev.status().to_string());
+  if (ib.error.ok())
+    ib.error = ib.add_quality_check(ib_quality_from_gate(ev->gates, o->tau, o->quality_dataset));
   if (!ib.error.ok()) return fail(job_error(""), "--ib-json: " + ib.error.to_string());
   if (!a.quiet)
     for (const auto& path : ib.written)

@@ -292,6 +292,29 @@ Result<json::object> ib_quality_check(const IbQualityOptions& o) {
        "the baseline must be measured on the same set"}};
 }
 
+std::optional<json::object> ib_quality_from_gate(const gates::GateReport& report, double tau,
+                                                 const std::string& dataset) {
+  for (const auto& g : report.gates) {
+    if (g.gate != "quality") continue;
+    for (const auto& c : g.constraints) {
+      if (c.name != "accuracy" || c.verdict == gates::Verdict::kNotEvaluated) continue;
+      auto sha = sha256_file(dataset);
+      return json::object{{"pass", c.verdict == gates::Verdict::kPass},
+                          {"tau", tau},
+                          {"accuracy", json::number_or_null(c.value)},
+                          {"baseline_accuracy", json::number_or_null(tau > 0 ? c.bound / tau : std::nan(""))},
+                          {"detail", c.detail},
+                          {"dataset", dataset},
+                          {"dataset_sha256", sha.ok() ? *sha : std::string("unreadable")},
+                          {"note",
+                           "plumb evaluate's quality gate: greedy multiple-choice accuracy on plumb's set "
+                           "against the reference "
+                           "server's on the same questions, not IB's MMLU-Pro subset"}};
+    }
+  }
+  return std::nullopt;
+}
+
 json::object vram_json(const metrics::VramPeak& v) {
   if (!v.peak_mib) return json::object{{"peak_mib", nullptr}, {"unavailable", v.unavailable}};
   return json::object{{"peak_mib", *v.peak_mib},

@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "core/json.h"
 #include "core/status.h"
+#include "gates/gate.h"
 #include "metrics/metrics.h"
 #include "metrics/request_record.h"
 #include "metrics/vram.h"
@@ -98,6 +99,13 @@ struct IbQualityOptions {
   std::string dataset;
 };
 Result<json::object> ib_quality_check(const IbQualityOptions& o);
+
+// IB's quality check from a gate plumb already ran (`plumb evaluate`'s quality gate: the target's
+// multiple-choice accuracy against tau x the reference server's, measured on the same questions):
+// {"pass" (the accuracy constraint's verdict), "tau", "accuracy", "baseline_accuracy" (its bound / tau),
+// "detail", "dataset", "dataset_sha256", "note"}; nullopt when the gate has no evaluated accuracy.
+std::optional<json::object> ib_quality_from_gate(const gates::GateReport& report, double tau,
+                                                 const std::string& dataset);
 
 // The GPU memory sampled during a run (metrics/vram.h), as plumb's object beside IB's vram_peak_mb:
 // {"peak_mib", "samples", "source"} or {"peak_mib": null, "unavailable": why}.

@@ -117,6 +117,13 @@ TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
   } else {
     EXPECT_GT(iv->at("vram_peak_mb").to_number<double>(), 0.0);
   }
+  // IB's quality_check, from the evaluation's own quality gate (the gates run after the scenarios:
+  // the file is rewritten in place): the same accuracy and verdict as --json's gate.
+  ASSERT_TRUE(iv->at("quality_check").is_object()) << json::dump(iv->at("quality_check"));
+  const auto& qc = iv->at("quality_check").as_object();
+  EXPECT_TRUE(qc.at("pass").as_bool());
+  EXPECT_DOUBLE_EQ(qc.at("tau").to_number<double>(), 0.95);
+  EXPECT_EQ(qc.at("dataset_sha256").as_string().size(), 64u);
   auto v = json::parse_file(j);
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   const auto& e = v->as_object();
@@ -126,6 +133,13 @@ TEST_F(Evaluate, HonestSubmissionPassesTheGatesAndScoresItsSpeedup) {
   EXPECT_NE(e.at("ledger").at("chain_head").as_string(), std::string(64, '0'));
   EXPECT_TRUE(e.at("gates_passed").as_bool()) << o.out;
   EXPECT_TRUE(e.at("harness_intact").as_bool());
+  for (const auto& g : e.at("gates").at("gates").as_array())
+    for (const auto& c : g.at("constraints").as_array())
+      if (c.at("name").as_string() == "accuracy") {
+        EXPECT_DOUBLE_EQ(qc.at("accuracy").to_number<double>(), c.at("value").to_number<double>());
+        EXPECT_DOUBLE_EQ(qc.at("baseline_accuracy").to_number<double>() * 0.95,
+                         c.at("bound").to_number<double>());
+      }
   const auto& sc = e.at("scenarios").as_array();
   ASSERT_EQ(sc.size(), 1u);
   const auto& seeds = sc[0].at("seeds").as_array();
