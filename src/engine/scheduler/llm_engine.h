@@ -34,6 +34,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -61,7 +62,10 @@ struct LlmEngineConfig {
   // Debug slowdown (>= 0; 0 = off): after each step the engine thread waits this fraction of the
   // step's own duration, doing nothing else, so every step takes (1 + x) times as long. It changes no
   // output: it exists to make a configuration known to be slower, for measuring a comparison's power
-  // (`plumb compare calibrate`). Only the kThread loop waits; step() itself is unchanged.
+  // (`plumb compare calibrate`). Only the kThread loop waits; step() itself is unchanged. The waits
+  // sleep (precise timers, no spin: the engine's IO threads may share its core) and carry what one
+  // overshoots into the next, so over a run the steps take (1 + x) times as long even when each is
+  // shorter than a millisecond.
   double debug_step_slowdown = 0.0;
 };
 
@@ -165,6 +169,9 @@ class LlmEngine final : public ServingEngine {
   std::vector<StepSeq> batch_;       // this step's forward-pass input, reused across steps
   std::vector<float> logits_;        // this step's logits [rows, vocab]
   std::vector<int32_t> greedy_ids_;  // this step's device-greedy ids (forward_greedy)
+  // debug_step_slowdown: the wait still owed (x times the steps run so far, less what was waited);
+  // negative after a wait that overshot, which the next waits repay.
+  std::chrono::nanoseconds slowdown_owed_{0};
   std::thread thread_;
 };
 
