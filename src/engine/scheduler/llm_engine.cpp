@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "core/clock.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/random.h"
@@ -553,17 +552,17 @@ void LlmEngine::run() {
     const auto t_step = std::chrono::steady_clock::now();
     const bool stepped = step();
     // The debug slowdown hook (config comment): a wait proportional to the step just run, and nothing else.
-    // A decode step of the shipped model takes well under a millisecond, and a sleep overshoots by the
-    // kernel's timer slack and wake-up latency (tens of microseconds): a plain sleep_for made the "10%
-    // slower" arm about 35% slower. So the timer slack is set to 1 ns and each overshoot is owed back:
-    // the next wait is shorter by it, and the total waited tracks x times the total stepped. No spin,
-    // which would take the core from the engine's IO threads where they share it.
+    // A decode step of the shipped model takes well under a millisecond. A sleep that short overshoots
+    // by the timer slack, and the core it leaves idle wakes late and runs the next step cold: a plain
+    // sleep_for made the "10% slower" arm about 35% slower, a precise sleep 12-19%. So the thread
+    // yields in a loop until the wait is over (the engine's IO threads, which may share its core, run
+    // in the yields; the core never idles), and what a wait overshoots is owed back by the next one.
     if (stepped && config_.debug_step_slowdown > 0) {
-      use_precise_timers();
       const auto now = std::chrono::steady_clock::now();
       slowdown_owed_ += std::chrono::duration_cast<Nanos>((now - t_step) * config_.debug_step_slowdown);
       if (slowdown_owed_ > Nanos::zero()) {
-        std::this_thread::sleep_until(now + slowdown_owed_);
+        const auto until = now + slowdown_owed_;
+        while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
         slowdown_owed_ -= std::chrono::steady_clock::now() - now;
       }
     }

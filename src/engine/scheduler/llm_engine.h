@@ -62,10 +62,10 @@ struct LlmEngineConfig {
   // Debug slowdown (>= 0; 0 = off): after each step the engine thread waits this fraction of the
   // step's own duration, doing nothing else, so every step takes (1 + x) times as long. It changes no
   // output: it exists to make a configuration known to be slower, for measuring a comparison's power
-  // (`plumb compare calibrate`). Only the kThread loop waits; step() itself is unchanged. The waits
-  // sleep (precise timers, no spin: the engine's IO threads may share its core) and carry what one
-  // overshoots into the next, so over a run the steps take (1 + x) times as long even when each is
-  // shorter than a millisecond.
+  // (`plumb compare calibrate`). Only the kThread loop waits; step() itself is unchanged. The thread
+  // waits by yielding in a loop (the engine's IO threads, which may share its core, run meanwhile; the
+  // core does not idle and go cold) and carries what one wait overshoots into the next, so over a run
+  // the steps take (1 + x) times as long even when each is shorter than a millisecond.
   double debug_step_slowdown = 0.0;
 };
 
