@@ -277,23 +277,12 @@ TEST_F(CompareJob, ALocalControllerKilledBeforeJournalingItsJobSubmitsTheNextAtt
 // sharing the test run's cluster). A comparison's job is submitted with --no-requeue, so Slurm ends it
 // NODE_FAIL instead of requeueing it: an infrastructure failure, retried on that node (ReturnToService
 // brings it back at once, its slurmd being alive), which runs the pairs still missing.
-class CompareJobOwnCluster : public CompareJob {
- protected:
-  void TearDown() override {
-    CompareJob::TearDown();  // cancels the journal's jobs while the cluster still runs
-    cluster_.reset();
-  }
-  void start_cluster() {
-    cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail");
-    ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
-    conf_ = cluster_->conf();
-  }
-  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
-};
+using CompareJobOwnCluster = testing::WithOwnSlurmCluster<CompareJob>;
 
 TEST_F(CompareJobOwnCluster, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetriedOnThatNode) {
   if (testing::test_slurm_conf().empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
-  start_cluster();
+  start_own_cluster("plumb_nodefail");
+  ASSERT_FALSE(HasFatalFailure());
   auto args = argv("slurm", 2, 16);
   args.insert(args.end(), {"--slurm-time", "10"});
   Result<Subprocess> p = invalid_argument("not started");

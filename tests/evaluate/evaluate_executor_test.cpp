@@ -318,20 +318,12 @@ TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgr
 // A node failure, on a cluster of the test's own (setting the node DOWN would kill the jobs of every
 // test sharing the run's cluster): the evaluation's job, submitted with --no-requeue, ends NODE_FAIL,
 // an infrastructure failure, and the whole evaluation runs again as the next attempt.
-class EvaluateJobOwnCluster : public EvaluateJob {
- protected:
-  void TearDown() override {
-    EvaluateJob::TearDown();  // cancels the journal's jobs while the cluster still runs
-    cluster_.reset();
-  }
-  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
-};
+using EvaluateJobOwnCluster = testing::WithOwnSlurmCluster<EvaluateJob>;
 
 TEST_F(EvaluateJobOwnCluster, ASlurmJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetried) {
   if (testing::test_slurm_conf().empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
-  cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail_eval");
-  ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
-  conf_ = cluster_->conf();
+  start_own_cluster("plumb_nodefail_eval");
+  ASSERT_FALSE(HasFatalFailure());
   auto args = argv(honest(), "slurm", 2);
   args.insert(args.end(), {"--ledger", dir_ + "/plumb.db", "--slurm-time", "10"});
   auto p = start(args);

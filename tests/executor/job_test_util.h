@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -136,6 +137,24 @@ class OwnSlurmCluster {
  private:
   static std::string script() { return std::string(PLUMB_SOURCE_DIR) + "/scripts/slurm_test_cluster.sh"; }
   std::string dir_, conf_, error_;
+};
+
+// Fixture `Base` (with a conf_ that its commands run against) on a cluster of the test's own:
+// start_own_cluster() starts it and points conf_ at it; it is stopped after Base's TearDown, which
+// cancels the jobs the test left while the cluster still runs.
+template <class Base>
+class WithOwnSlurmCluster : public Base {
+ protected:
+  void TearDown() override {
+    Base::TearDown();
+    cluster_.reset();
+  }
+  void start_own_cluster(const std::string& prefix) {
+    cluster_ = std::make_unique<OwnSlurmCluster>(prefix);
+    ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
+    this->conf_ = cluster_->conf();
+  }
+  std::unique_ptr<OwnSlurmCluster> cluster_;
 };
 
 // Waits until Slurm runs job `id` (at most 60 s); the node it runs on, "" when it did not start.

@@ -268,20 +268,12 @@ TEST_F(SearchJobs, ASlurmJobCancelledWithScancelIsRetried) {
 // A node failure, on a cluster of the test's own (setting the node DOWN would kill the jobs of every
 // test sharing the run's cluster): the screening job, submitted with --no-requeue, ends NODE_FAIL, an
 // infrastructure failure retried, not a verdict on the candidate.
-class SearchJobsOwnCluster : public SearchJobs {
- protected:
-  void TearDown() override {
-    SearchJobs::TearDown();  // cancels the journal's jobs while the cluster still runs
-    cluster_.reset();
-  }
-  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
-};
+using SearchJobsOwnCluster = testing::WithOwnSlurmCluster<SearchJobs>;
 
 TEST_F(SearchJobsOwnCluster, ASlurmJobWhoseNodeFailsIsRetriedNotAVerdict) {
   if (testing::test_slurm_conf().empty()) GTEST_SKIP() << testing::kNoSlurmCluster;
-  cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail_kern");
-  ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
-  conf_ = cluster_->conf();
+  start_own_cluster("plumb_nodefail_kern");
+  ASSERT_FALSE(HasFatalFailure());
   auto args = argv("slurm", 1, 1, true);
   args.insert(args.end(), {"--slurm-time", "10"});
   auto p = start(args);

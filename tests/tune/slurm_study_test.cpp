@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -109,9 +111,11 @@ values = [20.0, 40.0]
             "--slurm-time",
             "10"};
   }
-  Result<Subprocess> start(const std::vector<std::string>& argv, const std::string& log) {
+  Result<Subprocess> start(const std::vector<std::string>& argv, const std::string& log,
+                           const std::map<std::string, std::string>& env = {}) {
     SpawnOptions so;
     so.argv = argv;
+    so.env = env;
     so.env["SLURM_CONF"] = conf_;
     so.stdout_path = dir_ + "/" + log;
     so.stderr_path = "=stdout";
@@ -142,6 +146,19 @@ values = [20.0, 40.0]
     }
     ADD_FAILURE() << "no job was submitted within 60 s; controller log:\n" << log("tune.log");
     return {};
+  }
+  // Waits for the study's first job to run, cancels it with scancel and waits for the controller (which
+  // retries the job) to finish; the cancelled job's id, "" after a failure.
+  std::string scancel_first_job_and_finish(Subprocess& p) {
+    auto ids = wait_submitted(1);
+    EXPECT_EQ(ids.size(), 1u);
+    if (ids.size() != 1) return "";
+    wait_running(ids[0]);
+    auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", ids[0]});
+    EXPECT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
+    int rc = finish(p, 300);
+    EXPECT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+    return ids[0];
   }
   // Waits until Slurm runs the job.
   void wait_running(const std::string& id) {
@@ -209,19 +226,14 @@ TEST_F(SlurmStudyTest, AJobKilledWithScancelIsAnInfrastructureFailureAndIsRetrie
   std::string url = ledger_url();
   auto p = start(tune_argv(url, 1, 1), "tune.log");
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  auto ids = wait_submitted(1);
-  ASSERT_EQ(ids.size(), 1u);
-  wait_running(ids[0]);
-  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", ids[0]});
-  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
-  int rc = finish(*p, 300);
-  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  const std::string id = scancel_first_job_and_finish(*p);
+  ASSERT_FALSE(id.empty() || HasFailure());
   auto j = journal(journal_path());
   auto failures = events(j, "infrastructure_failure");
   ASSERT_EQ(failures.size(), 1u) << log("tune.log");
   EXPECT_EQ(json::string_at(failures[0], "key").value_or(""), "s1-j0-a0");
   EXPECT_EQ(json::string_at(failures[0], "state").value_or(""), "cancelled");
-  EXPECT_EQ(json::string_at(failures[0], "job_id").value_or(""), ids[0]);
+  EXPECT_EQ(json::string_at(failures[0], "job_id").value_or(""), id);
   auto sub = events(j, "submitted");
   ASSERT_EQ(sub.size(), 2u);
   EXPECT_EQ(json::string_at(sub[1], "key").value_or(""), "s1-j0-a1");
@@ -254,21 +266,9 @@ TEST_F(SlurmStudyTest, AStudyWatchedThroughSlurmrestdSeesACancelAndRetries) {
   token = token.substr(0, token.find('\n'));
   auto argv = tune_argv(ledger_url(), 1, 1);
   argv.insert(argv.end(), {"--slurm-rest", url});
-  SpawnOptions so;
-  so.argv = argv;
-  so.env["SLURM_CONF"] = conf_;
-  so.env["SLURM_JWT"] = token;
-  so.stdout_path = dir_ + "/tune.log";
-  so.stderr_path = "=stdout";
-  auto p = Subprocess::spawn(so);
+  auto p = start(argv, "tune.log", {{"SLURM_JWT", token}});
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  auto ids = wait_submitted(1);
-  ASSERT_EQ(ids.size(), 1u);
-  wait_running(ids[0]);
-  auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", ids[0]});
-  ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
-  int rc = finish(*p, 300);
-  ASSERT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  ASSERT_FALSE(scancel_first_job_and_finish(*p).empty() || HasFailure());
   auto j = journal(journal_path());
   auto failures = events(j, "infrastructure_failure");
   ASSERT_EQ(failures.size(), 1u) << log("tune.log");
@@ -407,20 +407,13 @@ TEST_F(SlurmStudyTest, AJobPastItsSlurmTimeLimitIsATimeoutAndIsNotRetried) {
 // sharing the test run's cluster). A trial job is submitted with --no-requeue, so Slurm ends it
 // NODE_FAIL instead of requeueing it: an infrastructure failure, counted and retried (ReturnToService
 // brings the node back at once, its slurmd being alive), and the retry's row is the trial.
-class SlurmStudyOwnClusterTest : public SlurmStudyTest {
+class SlurmStudyOwnClusterTest : public testing::WithOwnSlurmCluster<SlurmStudyTest> {
  protected:
   void SetUp() override {
     SlurmStudyTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    cluster_ = std::make_unique<testing::OwnSlurmCluster>("plumb_nodefail_tune");
-    ASSERT_FALSE(cluster_->conf().empty()) << cluster_->error();
-    conf_ = cluster_->conf();
+    start_own_cluster("plumb_nodefail_tune");
   }
-  void TearDown() override {
-    SlurmStudyTest::TearDown();  // cancels the journal's jobs while the cluster still runs
-    cluster_.reset();
-  }
-  std::unique_ptr<testing::OwnSlurmCluster> cluster_;
 };
 
 TEST_F(SlurmStudyOwnClusterTest, AJobWhoseNodeFailsIsAnInfrastructureFailureAndIsRetried) {
