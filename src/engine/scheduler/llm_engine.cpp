@@ -553,10 +553,10 @@ void LlmEngine::run() {
     const bool stepped = step();
     // The debug slowdown hook (config comment): a wait proportional to the step just run, and nothing else.
     // A decode step of the shipped model takes well under a millisecond. A sleep that short overshoots
-    // by the timer slack, and the core it leaves idle wakes late and runs the next step cold: a plain
-    // sleep_for made the "10% slower" arm about 35% slower, a precise sleep 12-19%. So the thread
-    // yields in a loop until the wait is over (the engine's IO threads, which may share its core, run
-    // in the yields; the core never idles), and what a wait overshoots is owed back by the next one.
+    // by the timer slack, and the core it leaves idle wakes late and runs the next step cold, so a
+    // sleeping arm is far more than x slower (BENCHMARKS.md, "Calibration"). So the thread yields in a
+    // loop until the wait is over (the engine's IO threads, which may share its core, run in the
+    // yields; the core never idles), and what a wait overshoots is owed back by the next one.
     if (stepped && config_.debug_step_slowdown > 0) {
       const auto now = std::chrono::steady_clock::now();
       slowdown_owed_ += std::chrono::duration_cast<Nanos>((now - t_step) * config_.debug_step_slowdown);

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,7 +35,6 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <chrono>
 #include <thread>
 #include <vector>
 
