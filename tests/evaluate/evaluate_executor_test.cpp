@@ -328,11 +328,8 @@ TEST_F(EvaluateJobOwnCluster, ASlurmJobWhoseNodeFailsIsAnInfrastructureFailureAn
   args.insert(args.end(), {"--ledger", dir_ + "/plumb.db", "--slurm-time", "10"});
   auto p = start(args);
   ASSERT_TRUE(p.ok());
-  std::string id = wait_submitted(1);
-  ASSERT_FALSE(id.empty());
-  std::string node = testing::wait_job_running(conf_, id);
-  ASSERT_FALSE(node.empty()) << "job " << id << " did not start";
-  testing::set_node_down(conf_, node);
+  const std::string id = fail_the_first_jobs_node();
+  ASSERT_FALSE(id.empty() || HasFailure());
   int rc = finish(*p, 400);
   auto failures = journal_events(journal(), "infrastructure_failure");
   ASSERT_EQ(failures.size(), 1u) << log();

@@ -228,6 +228,17 @@ class ControllerTest : public ::testing::Test {
     ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
     return "";
   }
+  // Waits for the journal's first submitted job to run on the cluster conf_ names and sets its node
+  // DOWN (set_node_down: a node failure); the job's id, "" after a failure.
+  std::string fail_the_first_jobs_node() {
+    const std::string id = wait_submitted(1);
+    if (id.empty()) return "";
+    const std::string node = wait_job_running(conf_, id);
+    EXPECT_FALSE(node.empty()) << "job " << id << " did not start";
+    if (node.empty()) return "";
+    set_node_down(conf_, node);
+    return id;
+  }
   // The number of jobs the journal says were submitted, each key once (a key submitted twice fails).
   size_t distinct_submissions() {
     std::set<std::string> keys;

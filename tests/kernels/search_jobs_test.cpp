@@ -278,11 +278,8 @@ TEST_F(SearchJobsOwnCluster, ASlurmJobWhoseNodeFailsIsRetriedNotAVerdict) {
   args.insert(args.end(), {"--slurm-time", "10"});
   auto p = start(args);
   ASSERT_TRUE(p.ok());
-  std::string id = wait_submitted(1);
-  ASSERT_FALSE(id.empty());
-  std::string node = testing::wait_job_running(conf_, id);
-  ASSERT_FALSE(node.empty()) << "job " << id << " did not start";
-  testing::set_node_down(conf_, node);
+  const std::string id = fail_the_first_jobs_node();
+  ASSERT_FALSE(id.empty() || HasFailure());
   ASSERT_EQ(finish(*p, 300), 0) << log();
   auto f = journal_events(journal(), "infrastructure_failure");
   ASSERT_EQ(f.size(), 1u) << log();
