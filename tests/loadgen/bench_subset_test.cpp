@@ -230,9 +230,10 @@ TEST_F(BenchSubset, ServerThatEndsEarlyIsScoredPerTokenOnly) {
   EXPECT_FALSE(obj.at("valid").as_bool());
   EXPECT_FALSE(obj.at("verdict_eligible").as_bool());
   const auto& prof = obj.at("profiles").as_array()[0].as_object();
-  // The output fraction is the debug flag's: ceil(0.4 * max_tokens) / max_tokens, max_tokens 51..64.
+  // The output fraction is at most the debug flag's, ceil(0.4 * max_tokens) / max_tokens with
+  // max_tokens 51..64: with ignore_eos off, the model may also reach its EOS sooner.
   double frac = prof.at("tokens").at("min_output_fraction").as_double();
-  EXPECT_GE(frac, 0.4);
+  EXPECT_GT(frac, 0.0);
   EXPECT_LT(frac, 0.42);
   // The scoring follows from the constraints: per token only when the short outputs are all that
   // failed (on a loaded machine the send lag may fail too: then none).
