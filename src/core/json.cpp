@@ -72,11 +72,13 @@ struct PreciseHandler {
     return true;
   }
   bool on_double(double d, sv s, ec_t&) {
-    number.append(s.data(), s.size());
+    // The whole number is `s` unless it was split across writes (then the parts are in `number`).
+    if (!number.empty()) number.append(s.data(), s.size());
+    const std::string_view text = number.empty() ? std::string_view(s.data(), s.size()) : number;
     double exact = 0;
-    auto [end, err] = std::from_chars(number.data(), number.data() + number.size(), exact);
+    auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), exact);
     // Out of range (an overflow Boost also reads as infinity, or an underflow to zero): keep Boost's.
-    if (err == std::errc() && end == number.data() + number.size()) d = exact;
+    if (err == std::errc() && end == text.data() + text.size()) d = exact;
     number.clear();
     st.push_double(d);
     return true;

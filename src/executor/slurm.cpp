@@ -154,11 +154,11 @@ class SlurmExecutor : public Executor {
   }
 
   // A job the controller no longer knows (past MinJobAge): accounting, where the cluster keeps it;
-  // else the job is lost. `first` names what was asked first.
+  // else the job is lost. `first` names what was asked first (squeue or slurmrestd).
   Result<JobStatus> from_accounting(const std::string& job_id, const std::string& first) {
     auto a = run_tool({s_.sacct, "-n", "-X", "-P", "-j", job_id, "-o", "State,NodeList,ExitCode"});
     // Beside slurmrestd the Slurm clients may be missing: then there is no accounting to ask.
-    if (!a.ok() && first == "squeue") return a.status();
+    if (!a.ok() && s_.rest_url.empty()) return a.status();
     if (a.ok() && a->ok && !trim(a->out).empty()) return from_fields(fields(a->out), "sacct");
     JobStatus st;
     st.state = JobState::kLost;

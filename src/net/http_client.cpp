@@ -335,11 +335,10 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 
   void fail_io(const error_code& ec, const char* what) {
     if (ec == asio::error::operation_aborted) return;  // cancel/timeout already finished us
-    bool closed = ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-                  ec == asio::error::connection_aborted || ec == asio::error::eof;
-    if (closed && retry_on_new_connection()) return;
-    if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-        ec == asio::error::connection_aborted)
+    const bool reset = ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+                       ec == asio::error::connection_aborted;
+    if ((reset || ec == asio::error::eof) && retry_on_new_connection()) return;
+    if (reset)
       return finish(FailureKind::kReset, std::string("connection reset ") + what + ": " + ec.message());
     if (ec == asio::error::eof)
       return finish(FailureKind::kClosedBeforeEnd, std::string("connection closed ") + what);

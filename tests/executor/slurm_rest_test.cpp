@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -125,6 +126,8 @@ TEST(SlurmRest, TheTokenComesFromItsFileReadEachTimeOrFromSlurmJwt) {
   EXPECT_EQ(text_of(token(s)), "ddd.eee.fff");  // renewed in place: read again
 
   s.rest_token_file.clear();
+  const char* had = std::getenv("SLURM_JWT");
+  const std::string before = had ? had : "";
   ::unsetenv("SLURM_JWT");
   auto unset = token(s);
   ASSERT_FALSE(unset.ok());
@@ -136,7 +139,10 @@ TEST(SlurmRest, TheTokenComesFromItsFileReadEachTimeOrFromSlurmJwt) {
   ::setenv("SLURM_JWT", "ggg.hhh.iii", 1);
   EXPECT_EQ(text_of(token(s)), "ggg.hhh.iii");
   EXPECT_TRUE(make_executor("slurm", s).ok());
-  ::unsetenv("SLURM_JWT");
+  if (had)
+    ::setenv("SLURM_JWT", before.c_str(), 1);  // as the test found it
+  else
+    ::unsetenv("SLURM_JWT");
   std::filesystem::remove_all(dir);
 }
 
