@@ -129,7 +129,7 @@ class GatesIntegration : public ::testing::Test {
     o.fidelity_words = 12;
     o.cache_prompts = 3;
     o.cache_words = 12;
-    o.cache_max_tokens = 8;
+    o.cache_max_tokens = 32;  // long enough that a generation dwarfs a cache hit on a loaded machine
     o.sample_seeds = 3;
     o.accounting_requests = 2;
     o.accounting_max_tokens = 12;
