@@ -2,7 +2,7 @@
 # Packs binaries built with CUDA here (plumb, cuda_runner_test, cuda_runner_bench, the gpu-labelled tests) with the Debian
 # libraries they link into DEST/cuda_bundle.tar.xz for the device host (bench/cuda_runs.sh unpacks
 # it to /tmp/cbundle), and copies the device scripts (bench/cuda_*.sh, bench/cuda_ceilings.py) beside
-# it. DEST is $PLUMB_BUNDLE_DIR, or .dev/cuda in this checkout (a folder git ignores, carried along). As bench/device_bundle.sh, but the CUDA libraries (cuBLAS, cuBLASLt, NVRTC) are
+# it. DEST is $PLUMB_BUNDLE_DIR, or .dev/cuda in this checkout (a folder git ignores, carried along). As bench/device_bundle.sh, but the CUDA libraries (cuBLAS, cuBLASLt, NVRTC, NCCL: 218 MB alone) are
 # not carried: the run path points at the device's own /usr/local/cuda/lib64, and the driver's
 # libcuda is found where the host keeps it. Needs patchelf.
 # PLUMB_BUNDLE_ICU_STUB=1 replaces ICU's data library (31 MB, most of a plumb-only bundle) by a stub
@@ -20,7 +20,7 @@ DEST=${PLUMB_BUNDLE_DIR:-$ROOT/.dev/cuda}
 rm -rf $B && mkdir -p $B/lib "$DEST"
 for bin in "$@"; do
   cp "$bin" $B/
-  ldd "$bin" | awk '{print $3}' | grep / | grep -v -E 'libcublas|libcudart|libcuda\.|libnvrtc' | xargs -I{} cp -L {} $B/lib/
+  ldd "$bin" | awk '{print $3}' | grep / | grep -v -E 'libcublas|libcudart|libcuda\.|libnvrtc|libnccl' | xargs -I{} cp -L {} $B/lib/
 done
 cp -L /lib64/ld-linux-x86-64.so.2 $B/lib/
 if [ "${PLUMB_BUNDLE_ICU_STUB:-0}" = 1 ]; then

@@ -3,7 +3,7 @@
 //
 //   cuda_runner_bench CONFIG_JSON [--prompt 1024] [--steps 32] [--batches 1,8,64] [--prefill 8192]
 //                     [--graphs 1] [--short 1] [--profile 0] [--fused-gemv 1] [--gemm-tuning 1]
-//                     [--pdl 1]
+//                     [--pdl 1] [--tp 1]
 //
 // Prints one JSON object per measure on stdout: batch-B decode (B sequences of `prompt` tokens
 // each, then `steps` timed steps of one token per sequence: median, min, max step time) and the
@@ -15,7 +15,9 @@
 // the same batches at a 16-token prompt. --profile 1 brackets one timed step of each measure (the
 // first decode step with logits of each batch, the second prefill) with cudaProfilerStart/Stop, so
 // that `ncu --profile-from-start off` times the kernels of exactly those steps
-// (bench/cuda_profile.py splits them per step and per op).
+// (bench/cuda_profile.py splits them per step and per op). --tp N splits the model over cards 0..N-1
+// (CudaRunnerOptions::tensor_parallel_size); the setup line then gives the weight bytes of card 0,
+// the largest share (it also holds an untied lm_head), for the roofline.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
@@ -74,7 +76,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int prompt = 1024, steps = 32, prefill = 8192, graphs = 1, short_ctx = 1, profile = 0, fused_gemv = 1,
-      pdl = 1, gemm_tuning = 1;
+      pdl = 1, gemm_tuning = 1, tp = 1;
   std::vector<int> batches{1, 8, 64};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     if (k == "--fused-gemv") fused_gemv = std::stoi(v);
     if (k == "--pdl") pdl = std::stoi(v);
     if (k == "--gemm-tuning") gemm_tuning = std::stoi(v);
+    if (k == "--tp") tp = std::stoi(v);
     if (k == "--batches") {
       batches.clear();
       for (size_t p = 0; p < v.size();) {
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
   ro.fused_gemv = fused_gemv != 0;
   ro.pdl = pdl != 0;
   ro.gemm_tuning = gemm_tuning != 0;
+  ro.tensor_parallel_size = tp;
   auto runner = cuda::make_cuda_runner(std::move(model).value(), 0, "bench", ro);
   if (!runner.ok()) return std::fprintf(stderr, "%s\n", runner.status().to_string().c_str()), 1;
   const double t2 = now_ms();
@@ -124,8 +128,9 @@ int main(int argc, char** argv) {
   const int64_t V = r.vocab_size();
   std::printf(
       "{\"measure\":\"setup\",\"describe\":\"%s\",\"dummy_weights_s\":%.2f,\"upload_s\":%.2f,\"kv_blocks\":%"
-      "d}\n",
-      r.describe().c_str(), (t1 - t0) / 1e3, (t2 - t1) / 1e3, num_blocks);
+      "d,\"tp\":%d,\"weight_bytes_card0\":%lld}\n",
+      r.describe().c_str(), (t1 - t0) / 1e3, (t2 - t1) / 1e3, num_blocks, tp,
+      (long long)cuda::weight_bytes(*config, tp, 0));
   std::fflush(stdout);
   std::vector<float> logits;
 
@@ -160,12 +165,13 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "{\"measure\":\"decode\",\"graphs\":%d,\"fused_gemv\":%d,\"gemm_tuning\":%d,\"pdl\":%d,\"batch\":%d,"
+        "{\"measure\":\"decode\",\"tp\":%d,\"graphs\":%d,\"fused_gemv\":%d,\"gemm_tuning\":%d,\"pdl\":%d,"
+        "\"batch\":%d,"
         "\"context\":"
         "%d,\"steps\":%d,\"median_ms\":%.4f,"
         "\"min_ms\":%.4f,"
         "\"max_ms\":%.4f,\"no_logits_median_ms\":%.4f,\"greedy_median_ms\":%.4f}\n",
-        graphs, fused_gemv, gemm_tuning, pdl, B, len + 3 + steps / 2, steps, median(t[0]),
+        tp, graphs, fused_gemv, gemm_tuning, pdl, B, len + 3 + steps / 2, steps, median(t[0]),
         *std::min_element(t[0].begin(), t[0].end()), *std::max_element(t[0].begin(), t[0].end()),
         median(t[1]), median(t[2]));
     std::fflush(stdout);

@@ -48,6 +48,7 @@ struct ServeArgs {
   // CUDA runner (docs/cuda.md): unset = on, off in the naive preset; unset = --kv-cache-tokens.
   std::optional<bool> cuda_graphs;
   std::optional<double> gpu_memory_utilization;
+  int tensor_parallel_size = 1;
   std::optional<std::string> scheduling_policy, kernels;
   double debug_step_slowdown = 0.0;  // both engines: every step (synthetic: every delay) takes 1 + x as long
   double debug_eos_after = 0.0;      // both engines: ignore ignore_eos, end after this fraction of max_tokens
@@ -201,13 +202,16 @@ int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConf
                      std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
                      ", quantization " + model->weights().quantization().name() + ")";
   const scheduler::Device dev = a.model.device_spec();
-  if (dev.kind != scheduler::Device::Kind::kCuda && (a.cuda_graphs || a.gpu_memory_utilization)) {
+  if (dev.kind != scheduler::Device::Kind::kCuda &&
+      (a.cuda_graphs || a.gpu_memory_utilization || a.tensor_parallel_size != 1)) {
     return fail(kExitUsage,
-                invalid_argument("--cuda-graphs and --gpu-memory-utilization need --device cuda[:N]"));
+                invalid_argument("--cuda-graphs, --gpu-memory-utilization and --tensor-parallel-size "
+                                 "need --device cuda[:N]"));
   }
   scheduler::RunnerOptions ro;
   ro.cuda_graphs = a.cuda_graphs.value_or(a.preset != "naive");
   ro.reference_kernels = a.preset == "naive";
+  ro.tensor_parallel_size = a.tensor_parallel_size;
   auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
   if (!runner.ok()) return fail(kExitError, runner.status());
   if (a.gpu_memory_utilization) {
@@ -349,6 +353,11 @@ void setup(CLI::App& root) {
   cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
                   "fraction of the GPU's memory for weights, workspace and KV cache; sizes the KV cache from "
                   "what is free after loading (--device cuda; instead of --kv-cache-tokens)");
+  cmd->add_option("--tensor-parallel-size", a->tensor_parallel_size,
+                  "split the model over this many GPUs, --device cuda:N and the ones after it: attention "
+                  "heads and MLP columns per card, NCCL all-reduces between (--device cuda; docs/cuda.md) "
+                  "[default 1]")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--enable-prefix-caching", a->prefix_caching,
                   "true|false: reuse cached full KV blocks across requests [default true, naive false]");
   cmd->add_option("--scheduling-policy", a->scheduling_policy,

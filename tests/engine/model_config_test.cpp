@@ -55,6 +55,7 @@ TEST(ModelConfig, ShippedConfigsMatchPublishedModels) {
       {"qwen3-0.6b", Architecture::kQwen3, 596049920, 16, 8, 128, 28},
       {"mistral-7b", Architecture::kMistral, 7241732096, 32, 8, 128, 32},
       {"llama-3-8b", Architecture::kLlama, 8030261248, 32, 8, 128, 32},
+      {"llama-3-70b", Architecture::kLlama, 70553706496, 64, 8, 128, 80},
   };
   for (const auto& s : all) {
     SCOPED_TRACE(s.name);

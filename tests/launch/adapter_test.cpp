@@ -138,6 +138,11 @@ TEST(Adapter, PlumbCommandLine) {
   EXPECT_EQ(s.log_file, "plumb-serve-41000.log");
   // Default binary: "plumb" on PATH.
   EXPECT_EQ(render_ok("plumb", {}, 41000).argv[0], "plumb");
+  // The CUDA knobs, tensor parallelism among them.
+  Params g{{"device", std::string("cuda")}, {"tensor_parallel_size", int64_t(2)}, {"cuda_graphs", false}};
+  EXPECT_EQ(render_ok("plumb", g, 41000).argv,
+            (Argv{"plumb", "serve", "--host", "127.0.0.1", "--port", "41000", "--device", "cuda",
+                  "--cuda-graphs=false", "--tensor-parallel-size", "2"}));
 }
 
 TEST(Adapter, TypeErrorsAndMissingPlaceholders) {

@@ -460,6 +460,26 @@ TEST(EdgesWeights, NanWeightsFailRequestsClearlyAndCountInMetrics) {
   fs::remove_all(dir);
 }
 
+// The CUDA flags on the CPU are a usage error (exit 2) that names what they need, and a
+// tensor-parallel size that does not split the model is refused naming the sizes that do, before
+// any device is asked for (so this holds on a machine without CUDA as well: a build without it says so).
+TEST(EdgesFlags, DeviceFlagsWithoutTheirDeviceAreRefusedSayingWhy) {
+  auto cpu = run_capture(
+      {"/bin/sh", "-c", "timeout 60 \"$0\" serve --port 0 --tensor-parallel-size 2 2>&1", PLUMB_BINARY});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->exit.exit_code, 2) << cpu->out;
+  EXPECT_NE(cpu->out.find("--tensor-parallel-size need --device cuda[:N]"), std::string::npos) << cpu->out;
+  auto three = run_capture({"/bin/sh", "-c",
+                            "timeout 60 \"$0\" serve --port 0 --device cuda --tensor-parallel-size 3 2>&1",
+                            PLUMB_BINARY});
+  ASSERT_TRUE(three.ok());
+  EXPECT_NE(three->exit.exit_code, 0) << three->out;
+  const bool refused_split = three->out.find("does not divide the model's 2 KV heads") != std::string::npos &&
+                             three->out.find("sizes that split this model: 1, 2") != std::string::npos;
+  const bool no_cuda = three->out.find("built without CUDA") != std::string::npos;
+  EXPECT_TRUE(refused_split || no_cuda) << three->out;
+}
+
 TEST(EdgesWeights, CheckWeightsPassesAGoodModel) {
   auto out = run_capture(
       {"/bin/sh", "-c", "\"$0\" generate --check-weights --max-tokens 2 --prompt hi 2>&1", PLUMB_BINARY});

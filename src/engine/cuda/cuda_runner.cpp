@@ -2,19 +2,28 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#ifdef PLUMB_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "core/subprocess.h"
 #include "engine/cpu/packed.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/lt_gemm.h"
 #include "engine/cuda/ops.h"
+#include "engine/tensor_parallel.h"
 
 namespace plumb::cuda {
 namespace {
@@ -51,6 +60,8 @@ struct StepPlan {
 };
 
 struct DeviceLayer {
+  // Shapes are this rank's (engine/tensor_parallel.h): nh, nkv and ff are its heads, KV heads and
+  // SwiGLU inner columns; with one rank, the model's.
   DeviceBuffer qkv_w;                  // bf16 [(nh + 2 nkv) hd, d]: q_proj, k_proj, v_proj rows
   DeviceBuffer o_w;                    // bf16 [d, nh hd]
   DeviceBuffer gu_w;                   // bf16 [2 ff, d]: gate_proj rows, then up_proj rows
@@ -68,14 +79,18 @@ class CudaModelRunner final : public scheduler::ModelRunner {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  static Result<std::unique_ptr<CudaModelRunner>> create(std::unique_ptr<engine::Model> model, int device,
+  // Rank `shard` of the model on `device`, uploading its slices of `model`'s weights (the caller
+  // frees the host model once every rank has them). `comm` is the ranks' NCCL communicator (an
+  // ncclComm_t), null with one rank.
+  static Result<std::unique_ptr<CudaModelRunner>> create(const engine::Model& model, int device,
+                                                         const engine::TensorShard& shard, void* comm,
                                                          std::string description,
                                                          const CudaRunnerOptions& opts);
 
   int32_t vocab_size() const override { return int32_t(c_.vocab_size); }
   int64_t max_context() const override { return c_.max_context(); }
   int64_t kv_bytes_per_token() const override {
-    return 2 * c_.num_hidden_layers * c_.num_key_value_heads * c_.head_dim * int64_t(sizeof(uint16_t));
+    return 2 * c_.num_hidden_layers * nkv_ * c_.head_dim * int64_t(sizeof(uint16_t));
   }
   std::string describe() const override { return description_; }
   Status init_kv(int32_t num_blocks, int32_t block_size) override;
@@ -89,11 +104,13 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   }
   Result<int64_t> kv_tokens_for_memory_fraction(double fraction, int64_t max_step_tokens) const override;
 
- private:
-  CudaModelRunner() = default;
-  // forward() (greedy_ids null) or forward_greedy().
+  // forward() (greedy_ids null) or forward_greedy(). A rank other than 0 computes no logits and
+  // returns none: it only runs its part of the step (its collectives meet the other ranks').
   Status run(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
              std::vector<int32_t>* greedy_ids);
+
+ private:
+  CudaModelRunner() = default;
   // Copies the step's results to the host: every logits row (greedy_ids null), or the greedy rows'
   // ids and the other rows' logits.
   Status fetch(std::span<const scheduler::StepSeq> batch, int64_t R_real, std::vector<float>& logits,
@@ -124,8 +141,13 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   // y[T, n] = x[T, k] · W[n, k]ᵀ + beta · y (bf16 inputs, float32 accumulate and output).
   Status gemm(const DeviceBuffer& w, const uint16_t* x, float* y, int64_t T, int64_t n, int64_t k,
               float beta);
+  // The residual stream's first T rows summed over the ranks, in place (a no-op with one rank).
+  Status all_reduce_residual(int64_t T);
 
   engine::ModelConfig c_;
+  engine::TensorShard shard_;
+  int64_t nh_ = 0, nkv_ = 0, ff_ = 0;  // this rank's heads, KV heads and SwiGLU inner columns
+  void* comm_ = nullptr;               // ncclComm_t of the ranks; null with one rank
   std::string description_;
   int device_ = 0;
   int sm_count_ = 0;
@@ -185,27 +207,35 @@ Result<DeviceBuffer> upload_floats(const std::vector<float>& v, const char* what
   return b;
 }
 
-// Copies the matrices' rows, one after the other, as bf16 into a new device buffer.
-Result<DeviceBuffer> upload_matrices(std::initializer_list<const engine::WeightMatrix*> ms,
-                                     const char* what) {
+// A rank's part of one weight matrix (engine::MatrixSlice).
+struct Slice {
+  const engine::WeightMatrix* m;
+  engine::MatrixSlice part;
+};
+Slice whole(const engine::WeightMatrix& m) { return {&m, {0, m.rows, 0, m.cols}}; }
+
+// Copies the slices, one after the other (each row-major [rows, cols]), as bf16 into a new device
+// buffer. A matrix in another dtype or layout is converted whole on the host first.
+Result<DeviceBuffer> upload_matrices(std::initializer_list<Slice> slices, const char* what) {
   int64_t elems = 0;
-  for (const auto* m : ms) {
-    if (m->quant != engine::QuantScheme::kNone) {
+  for (const auto& sl : slices) {
+    if (sl.m->quant != engine::QuantScheme::kNone) {
       return unimplemented("the CUDA runner takes float weights: --quantization int8/int4 is CPU-only");
     }
-    elems += m->rows * m->cols;
+    elems += sl.part.rows() * sl.part.cols();
   }
   PLUMB_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(size_t(elems) * 2, what));
   auto* dst = b.as<uint16_t>();
   std::vector<uint16_t> staging;
-  for (const auto* m : ms) {
+  for (const auto& [m, part] : slices) {
     const int64_t n = m->rows * m->cols;
+    const uint16_t* src = nullptr;                       // the whole matrix, row-major bf16
     if (m->layout == engine::WeightLayout::kPacked16) {  // a CPU GEMM's layout (engine/cpu/packed.h)
       staging.resize(size_t(n));
       engine::unpack16(static_cast<const uint16_t*>(m->data), m->rows, m->cols, staging.data(), nullptr);
-      PLUMB_RETURN_IF_ERROR(upload_bytes(dst, staging.data(), size_t(n) * 2));
+      src = staging.data();
     } else if (m->dtype == engine::DType::kBF16) {
-      PLUMB_RETURN_IF_ERROR(upload_bytes(dst, m->data, size_t(n) * 2));
+      src = static_cast<const uint16_t*>(m->data);
     } else {
       staging.resize(size_t(n));
       for (int64_t i = 0; i < n; ++i) {
@@ -214,24 +244,36 @@ Result<DeviceBuffer> upload_matrices(std::initializer_list<const engine::WeightM
                             : engine::f16_to_f32(static_cast<const uint16_t*>(m->data)[i]);
         staging[size_t(i)] = engine::f32_to_bf16(f);
       }
-      PLUMB_RETURN_IF_ERROR(upload_bytes(dst, staging.data(), size_t(n) * 2));
+      src = staging.data();
     }
-    dst += n;
+    const auto width = size_t(part.cols()) * 2, pitch = size_t(m->cols) * 2;
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaMemcpy2D(dst, width, src + part.r0 * m->cols + part.c0, pitch, width,
+                                            size_t(part.rows()), cudaMemcpyHostToDevice));
+    dst += part.rows() * part.cols();
   }
   return b;
 }
 
-Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr<engine::Model> model,
-                                                                 int device, std::string description,
+// v[i0, i1) as a new vector.
+std::vector<float> span_of(const std::vector<float>& v, int64_t i0, int64_t i1) {
+  return {v.begin() + i0, v.begin() + i1};
+}
+
+Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(const engine::Model& model, int device,
+                                                                 const engine::TensorShard& shard, void* comm,
+                                                                 std::string description,
                                                                  const CudaRunnerOptions& opts) {
-  const engine::ModelConfig& c = model->config();
-  PLUMB_RETURN_IF_ERROR(check_fits(c, device));
+  const engine::ModelConfig& c = model.config();
+  PLUMB_RETURN_IF_ERROR(check_fits(c, device, shard.size, shard.rank));
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) {
     return unimplemented("the CUDA runner supports head_dim 64, 128 and 256; this model has " +
                          std::to_string(c.head_dim));
   }
   std::unique_ptr<CudaModelRunner> r(new CudaModelRunner());
   r->c_ = c;
+  r->shard_ = shard;
+  r->nh_ = shard.heads, r->nkv_ = shard.kv_heads, r->ff_ = shard.ffn;
+  r->comm_ = comm;
   r->device_ = device;
   r->opts_ = opts;
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
@@ -239,7 +281,12 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr
   PLUMB_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
   r->sm_count_ = prop.multiProcessorCount;
   r->description_ =
-      std::move(description) + " on cuda:" + std::to_string(device) + " (" + prop.name + ", bf16)";
+      std::move(description) + " on cuda:" + std::to_string(device) + " (" + prop.name + ", bf16";
+  if (shard.size > 1) {
+    r->description_ +=
+        ", tensor-parallel rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.size);
+  }
+  r->description_ += ")";
   PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasCreate(&r->cublas_));
   PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(r->cublas_, r->stream_));
@@ -248,17 +295,16 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::unique_ptr
   if (opts.gemm_tuning && !opts.reference_kernels) {
     PLUMB_ASSIGN_OR_RETURN(r->lt_, LtGemm::create(r->stream_, r->cublas_ws_.get(), kCublasWorkspace));
   }
-  PLUMB_RETURN_IF_ERROR(r->upload(*model));
-  model.reset();  // the host copy is no longer needed
+  PLUMB_RETURN_IF_ERROR(r->upload(model));
   return r;
 }
 
 Status CudaModelRunner::upload(const engine::Model& model) {
   const engine::ModelWeights& w = model.weights();
-  PLUMB_ASSIGN_OR_RETURN(embed_, upload_matrices({&w.embed}, "the embedding table"));
+  PLUMB_ASSIGN_OR_RETURN(embed_, upload_matrices({whole(w.embed)}, "the embedding table"));
   tied_ = w.lm_head.data == w.embed.data;
-  if (!tied_) {
-    PLUMB_ASSIGN_OR_RETURN(lm_head_, upload_matrices({&w.lm_head}, "lm_head"));
+  if (!tied_ && shard_.rank == 0) {  // logits are rank 0's
+    PLUMB_ASSIGN_OR_RETURN(lm_head_, upload_matrices({whole(w.lm_head)}, "lm_head"));
   }
   PLUMB_ASSIGN_OR_RETURN(final_norm_, upload_floats(w.final_norm, "the final norm"));
   PLUMB_ASSIGN_OR_RETURN(inv_freq_, upload_floats(engine::rope_inv_freq(c_), "RoPE frequencies"));
@@ -270,10 +316,14 @@ Status CudaModelRunner::upload(const engine::Model& model) {
 }
 
 Status CudaModelRunner::upload_layer(const engine::LayerWeights& L, DeviceLayer& D) {
-  PLUMB_ASSIGN_OR_RETURN(D.qkv_w, upload_matrices({&L.q_proj, &L.k_proj, &L.v_proj}, "q/k/v_proj"));
-  PLUMB_ASSIGN_OR_RETURN(D.o_w, upload_matrices({&L.o_proj}, "o_proj"));
-  PLUMB_ASSIGN_OR_RETURN(D.gu_w, upload_matrices({&L.gate_proj, &L.up_proj}, "gate/up_proj"));
-  PLUMB_ASSIGN_OR_RETURN(D.down_w, upload_matrices({&L.down_proj}, "down_proj"));
+  const engine::MatrixSlice q = engine::q_proj_slice(c_, shard_), kv = engine::kv_proj_slice(c_, shard_),
+                            ffn = engine::ffn_in_slice(c_, shard_);
+  PLUMB_ASSIGN_OR_RETURN(D.qkv_w,
+                         upload_matrices({{&L.q_proj, q}, {&L.k_proj, kv}, {&L.v_proj, kv}}, "q/k/v_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.o_w, upload_matrices({{&L.o_proj, engine::o_proj_slice(c_, shard_)}}, "o_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.gu_w, upload_matrices({{&L.gate_proj, ffn}, {&L.up_proj, ffn}}, "gate/up_proj"));
+  PLUMB_ASSIGN_OR_RETURN(D.down_w,
+                         upload_matrices({{&L.down_proj, engine::down_proj_slice(c_, shard_)}}, "down_proj"));
   PLUMB_ASSIGN_OR_RETURN(D.input_norm, upload_floats(L.input_norm, "input_norm"));
   PLUMB_ASSIGN_OR_RETURN(D.post_norm, upload_floats(L.post_attention_norm, "post_attention_norm"));
   if (c_.qk_norm) {
@@ -281,9 +331,10 @@ Status CudaModelRunner::upload_layer(const engine::LayerWeights& L, DeviceLayer&
     PLUMB_ASSIGN_OR_RETURN(D.k_norm, upload_floats(L.k_norm, "k_norm"));
   }
   if (!L.q_bias.empty()) {
-    std::vector<float> bias(L.q_bias);
-    bias.insert(bias.end(), L.k_bias.begin(), L.k_bias.end());
-    bias.insert(bias.end(), L.v_bias.begin(), L.v_bias.end());
+    std::vector<float> bias = span_of(L.q_bias, q.r0, q.r1);
+    for (const auto* kvb : {&L.k_bias, &L.v_bias}) {
+      bias.insert(bias.end(), kvb->begin() + kv.r0, kvb->begin() + kv.r1);
+    }
     PLUMB_ASSIGN_OR_RETURN(D.qkv_bias, upload_floats(bias, "q/k/v bias"));
   }
   return Status::Ok();
@@ -292,8 +343,8 @@ Status CudaModelRunner::upload_layer(const engine::LayerWeights& L, DeviceLayer&
 Status CudaModelRunner::init_kv(int32_t num_blocks, int32_t block_size) {
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   // One block more than asked: the padding block of graph steps (never in a caller's block table).
-  const int64_t per_cache = int64_t(num_blocks + 1) * block_size * c_.num_hidden_layers *
-                            c_.num_key_value_heads * c_.head_dim * int64_t(sizeof(uint16_t));
+  const int64_t per_cache = int64_t(num_blocks + 1) * block_size * c_.num_hidden_layers * nkv_ * c_.head_dim *
+                            int64_t(sizeof(uint16_t));
   size_t free_b = 0, total_b = 0;
   PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
   if (2 * per_cache + kWorkingSetReserve > int64_t(free_b)) {
@@ -331,19 +382,17 @@ Status CudaModelRunner::reserve(int64_t rows, int64_t logit_rows, int64_t meta_i
 
 Status CudaModelRunner::reserve_rows(int64_t rows) {
   if (rows <= cap_rows_) return Status::Ok();
-  const int64_t d = c_.hidden_size, ff = c_.intermediate_size, hd = c_.head_dim;
-  const int64_t qkv_w = (c_.num_attention_heads + 2 * c_.num_key_value_heads) * hd;
+  const int64_t d = c_.hidden_size, ff = ff_, hd = c_.head_dim;
+  const int64_t qkv_w = (nh_ + 2 * nkv_) * hd;
   const auto n = size_t(rows);
   x_ = {}, h_ = {}, qkv_ = {}, attn_ = {}, gu_ = {}, act_ = {};  // free before allocating the larger set
   PLUMB_ASSIGN_OR_RETURN(x_, DeviceBuffer::allocate(n * size_t(d) * 4, "the residual stream"));
   PLUMB_ASSIGN_OR_RETURN(h_, DeviceBuffer::allocate(n * size_t(d) * 2, "normed activations"));
   PLUMB_ASSIGN_OR_RETURN(qkv_, DeviceBuffer::allocate(n * size_t(qkv_w) * 4, "q/k/v"));
-  PLUMB_ASSIGN_OR_RETURN(
-      attn_, DeviceBuffer::allocate(n * size_t(c_.num_attention_heads * hd) * 2, "attention output"));
+  PLUMB_ASSIGN_OR_RETURN(attn_, DeviceBuffer::allocate(n * size_t(nh_ * hd) * 2, "attention output"));
   PLUMB_ASSIGN_OR_RETURN(gu_, DeviceBuffer::allocate(n * size_t(2 * ff) * 4, "gate/up"));
   PLUMB_ASSIGN_OR_RETURN(act_, DeviceBuffer::allocate(n * size_t(ff) * 2, "SwiGLU output"));
-  const AttnGeometry g{int32_t(c_.num_attention_heads), int32_t(c_.num_key_value_heads), int32_t(hd),
-                       block_size_};
+  const AttnGeometry g{int32_t(nh_), int32_t(nkv_), int32_t(hd), block_size_};
   const size_t counter_bytes = size_t(decode_counters(int64_t(n), g)) * 4;
   PLUMB_ASSIGN_OR_RETURN(attn_counters_, DeviceBuffer::allocate(counter_bytes, "split-KV merge counters"));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaMemset(attn_counters_.get(), 0, counter_bytes));
@@ -434,8 +483,7 @@ Status CudaModelRunner::run(std::span<const scheduler::StepSeq> batch, std::vect
   const int64_t n_meta = plan_step(batch, S_real, p, max_dec_ctx, R_real);
   fill_meta(batch, p, n_meta);
   choose_split(p, max_dec_ctx, graph);
-  const AttnGeometry g{int32_t(c_.num_attention_heads), int32_t(c_.num_key_value_heads), int32_t(c_.head_dim),
-                       block_size_};
+  const AttnGeometry g{int32_t(nh_), int32_t(nkv_), int32_t(c_.head_dim), block_size_};
   PLUMB_RETURN_IF_ERROR(reserve(p.T, p.R, n_meta, decode_partial_floats(p.n_dec, g, p.n_split)));
   std::memcpy(meta_host_.get(), meta_build_.data(), size_t(n_meta) * 4);
   PLUMB_CUDA_RETURN_IF_ERROR(
@@ -446,6 +494,10 @@ Status CudaModelRunner::run(std::span<const scheduler::StepSeq> batch, std::vect
 
 Status CudaModelRunner::fetch(std::span<const scheduler::StepSeq> batch, int64_t R_real,
                               std::vector<float>& logits, std::vector<int32_t>* greedy_ids) {
+  if (shard_.rank != 0) {  // no logits here: the step is done when the stream is
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
   const int64_t V = c_.vocab_size;
   bool rows_wanted = greedy_ids == nullptr && R_real > 0;
   if (greedy_ids != nullptr) {
@@ -560,7 +612,7 @@ void CudaModelRunner::fill_meta(std::span<const scheduler::StepSeq> batch, const
 // rounds the split count up to a power of two (the kernel reads each row's context from the
 // metadata, so one graph serves every context of its split count).
 void CudaModelRunner::choose_split(StepPlan& p, int64_t max_dec_ctx, bool graph) const {
-  const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads, hd = c_.head_dim;
+  const int64_t nh = nh_, nkv = nkv_, hd = c_.head_dim;
   const int64_t maxg = hd == 256 ? 4 : 8, group = nh / nkv, chunks = (group + maxg - 1) / maxg;
   if (p.n_dec > 0) {
     const int64_t base = p.n_dec * nkv * chunks;
@@ -577,6 +629,10 @@ void CudaModelRunner::choose_split(StepPlan& p, int64_t max_dec_ctx, bool graph)
 Status CudaModelRunner::launch_step(const StepPlan& p, bool graph) {
   if (graph) {
     if (const Status gs = launch_graph(p); !gs.ok()) {
+      // With several ranks a rank cannot go eager alone: its steps would stop being padded to the
+      // graph bucket, and its all-reduces would no longer match the others' in size. The failure
+      // ends the tensor-parallel runner instead (TensorParallelRunner).
+      if (shard_.size > 1) return gs;
       // A step that cannot be captured or replayed runs eagerly, and so do the later ones; the
       // reason stays in describe(). A device fault fails the eager launch as well.
       cudaGetLastError();
@@ -628,8 +684,7 @@ Status CudaModelRunner::launch_graph(const StepPlan& p) {
 // The forward pass stays one function, reading top to bottom as the model's equations (as the CPU
 // engine's Model::forward_impl does).
 Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-function-size)
-  const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads,
-                hd = c_.head_dim, ff = c_.intermediate_size, V = c_.vocab_size;
+  const int64_t d = c_.hidden_size, nh = nh_, nkv = nkv_, hd = c_.head_dim, ff = ff_, V = c_.vocab_size;
   const int64_t qkv_w = (nh + 2 * nkv) * hd, T = p.T;
   const AttnGeometry g{int32_t(nh), int32_t(nkv), int32_t(hd), block_size_};
   const int32_t* dm = meta_.as<int32_t>();
@@ -645,6 +700,10 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   const int64_t layer_kv = int64_t(num_blocks_ + 1) * block_size_ * nkv * hd;
   // Decode-sized steps fold SwiGLU into the gate/up GEMV.
   const bool fused = opts_.fused_gemv && !opts_.reference_kernels && gemv_supports(T, d);
+  // With several ranks, o_proj and down_proj give each rank a partial sum of the layer's output:
+  // rank 0 adds its part to the residual stream, the others write theirs over it, and the
+  // all-reduce adds them up (every rank's residual stream was the same before).
+  const float add = shard_.rank == 0 ? 1.0f : 0.0f;
 
   PLUMB_CUDA_LAUNCH(launch_embedding(dm + p.o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
   for (size_t li = 0; li < layers_.size(); ++li) {
@@ -667,7 +726,8 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
     PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + p.o_dec, p.n_dec, ab, kc, vc, g, scale,
                                               p.n_split, partial_.as<float>(), attn_counters_.as<uint32_t>(),
                                               attn, stream_));
-    PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, 1.0f));
+    PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, add));
+    PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
     // x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
     if (fused) {
@@ -676,15 +736,32 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
       PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
       PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
     }
-    PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, x, T, d, ff, 1.0f));
+    PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, x, T, d, ff, add));
+    PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
   }
-  if (p.R > 0) {
+  if (p.R > 0 && shard_.rank == 0) {
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
     PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
     PLUMB_CUDA_LAUNCH(launch_argmax(logits_.as<float>(), p.R, V, ids_.as<int32_t>(), argmax_ws_.get(),
                                     cap_logit_rows_, stream_));
   }
   return Status::Ok();
+}
+
+Status CudaModelRunner::all_reduce_residual(int64_t T) {
+  if (shard_.size == 1) return Status::Ok();
+#ifdef PLUMB_HAVE_NCCL
+  const ncclResult_t r = ncclAllReduce(x_.get(), x_.get(), size_t(T * c_.hidden_size), ncclFloat32, ncclSum,
+                                       static_cast<ncclComm_t>(comm_), stream_);
+  if (r != ncclSuccess) {
+    return internal_error("NCCL all-reduce of the residual stream on cuda:" + std::to_string(device_) + ": " +
+                          ncclGetErrorString(r));
+  }
+  return Status::Ok();
+#else
+  (void)T;
+  return unimplemented("tensor parallelism needs NCCL, which this build was made without");
+#endif
 }
 
 Result<int64_t> CudaModelRunner::kv_tokens_for_memory_fraction(double fraction,
@@ -697,9 +774,9 @@ Result<int64_t> CudaModelRunner::kv_tokens_for_memory_fraction(double fraction,
   PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
   // The step workspace of the largest step (activations of max_step_tokens rows, logits of up to
   // 256 rows) and the fixed reserve for cuBLAS, graphs and the split-KV partials.
-  const int64_t d = c_.hidden_size, ff = c_.intermediate_size, hd = c_.head_dim;
-  const int64_t qkv_w = (c_.num_attention_heads + 2 * c_.num_key_value_heads) * hd;
-  const int64_t per_row = d * 4 + d * 2 + qkv_w * 4 + c_.num_attention_heads * hd * 2 + 2 * ff * 4 + ff * 2;
+  const int64_t d = c_.hidden_size, ff = ff_, hd = c_.head_dim;
+  const int64_t qkv_w = (nh_ + 2 * nkv_) * hd;
+  const int64_t per_row = d * 4 + d * 2 + qkv_w * 4 + nh_ * hd * 2 + 2 * ff * 4 + ff * 2;
   const int64_t workspace = std::max<int64_t>(max_step_tokens, 1) * per_row +
                             std::min<int64_t>(max_step_tokens, 256) * c_.vocab_size * 4 * 2 +
                             kWorkingSetReserve;
@@ -715,6 +792,153 @@ Result<int64_t> CudaModelRunner::kv_tokens_for_memory_fraction(double fraction,
   return tokens;
 }
 
+// A thread that runs the jobs posted to it, one at a time, in order.
+class RankThread {
+ public:
+  RankThread() : thread_([this] { loop(); }) {}
+  ~RankThread() {
+    {
+      const std::lock_guard<std::mutex> l(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  RankThread(const RankThread&) = delete;
+  RankThread& operator=(const RankThread&) = delete;
+  void post(std::function<void()> job) {
+    {
+      const std::lock_guard<std::mutex> l(m_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> l(m_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, nothing left
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.erase(jobs_.begin());
+      l.unlock();
+      job();
+      l.lock();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts once the fields above exist
+};
+
+// The ranks of a tensor-parallel model as one ModelRunner: every call runs on every rank at once,
+// one thread per card (each rank's collectives wait for the others'), and answers with rank 0's
+// logits. A rank that fails while the others wait in a collective would leave them waiting for
+// good: the first failure aborts the NCCL communicators, which ends those waits with an error, and
+// the runner refuses every later call (the server must be restarted).
+class TensorParallelRunner final : public scheduler::ModelRunner {
+ public:
+  TensorParallelRunner(std::vector<std::unique_ptr<CudaModelRunner>> ranks, std::vector<void*> comms,
+                       std::string description)
+      : ranks_(std::move(ranks)), comms_(std::move(comms)), description_(std::move(description)) {
+    for (size_t r = 0; r < ranks_.size(); ++r) threads_.push_back(std::make_unique<RankThread>());
+    scratch_logits_.resize(ranks_.size());
+    scratch_ids_.resize(ranks_.size());
+  }
+  ~TensorParallelRunner() override {
+    threads_.clear();  // joins: no rank is running
+    ranks_.clear();
+#ifdef PLUMB_HAVE_NCCL
+    for (void* c : comms_) ncclCommDestroy(static_cast<ncclComm_t>(c));
+#endif
+  }
+  TensorParallelRunner(const TensorParallelRunner&) = delete;
+  TensorParallelRunner& operator=(const TensorParallelRunner&) = delete;
+
+  int32_t vocab_size() const override { return ranks_[0]->vocab_size(); }
+  int64_t max_context() const override { return ranks_[0]->max_context(); }
+  // Per card: each holds its KV heads' part of every token.
+  int64_t kv_bytes_per_token() const override { return ranks_[0]->kv_bytes_per_token(); }
+  std::string describe() const override { return description_; }
+  Status init_kv(int32_t num_blocks, int32_t block_size) override {
+    for (auto& r : ranks_) PLUMB_RETURN_IF_ERROR(r->init_kv(num_blocks, block_size));
+    return Status::Ok();
+  }
+  Status forward(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits) override {
+    return on_every_rank(batch, logits, nullptr);
+  }
+  bool greedy_on_device() const override { return true; }
+  Status forward_greedy(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
+                        std::vector<int32_t>& greedy_ids) override {
+    return on_every_rank(batch, logits, &greedy_ids);
+  }
+  // The smallest of the ranks' (each sizes its own card's cache).
+  Result<int64_t> kv_tokens_for_memory_fraction(double fraction, int64_t max_step_tokens) const override {
+    int64_t tokens = 0;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      PLUMB_ASSIGN_OR_RETURN(const int64_t t,
+                             ranks_[r]->kv_tokens_for_memory_fraction(fraction, max_step_tokens));
+      tokens = r == 0 ? t : std::min(tokens, t);
+    }
+    return tokens;
+  }
+
+ private:
+  Status on_every_rank(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
+                       std::vector<int32_t>* greedy_ids) {
+    if (!broken_.ok()) return broken_;
+    std::unique_lock<std::mutex> l(m_);
+    pending_ = int(ranks_.size());
+    failure_ = Status::Ok();
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      threads_[r]->post([this, r, batch, &logits, greedy_ids] {
+        std::vector<float>& lg = r == 0 ? logits : scratch_logits_[r];
+        std::vector<int32_t>* ids = greedy_ids == nullptr ? nullptr : r == 0 ? greedy_ids : &scratch_ids_[r];
+        const Status st = ranks_[r]->run(batch, lg, ids);
+        const std::lock_guard<std::mutex> g(m_);
+        if (!st.ok() && failure_.ok())
+          failure_ = st.with_context("tensor-parallel rank " + std::to_string(r));
+        --pending_;
+        cv_.notify_all();
+      });
+    }
+    bool aborted = false;
+    cv_.wait(l, [&] {
+      if (!failure_.ok() && !aborted && pending_ > 0) {
+        aborted = true;
+        abort_communicators();  // the other ranks' waits in a collective end with an error
+      }
+      return pending_ == 0;
+    });
+    if (!failure_.ok()) {
+      broken_ = failed_precondition("a tensor-parallel rank failed (" + failure_.message() +
+                                    "); the ranks can no longer run together: restart the server");
+      return failure_;
+    }
+    return Status::Ok();
+  }
+  void abort_communicators() {
+#ifdef PLUMB_HAVE_NCCL
+    for (void* c : comms_) ncclCommAbort(static_cast<ncclComm_t>(c));
+    comms_.clear();
+#endif
+  }
+
+  std::vector<std::unique_ptr<CudaModelRunner>> ranks_;
+  std::vector<void*> comms_;
+  std::string description_;
+  std::vector<std::unique_ptr<RankThread>> threads_;
+  std::vector<std::vector<float>> scratch_logits_;  // ranks other than 0: none come back
+  std::vector<std::vector<int32_t>> scratch_ids_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  int pending_ = 0;
+  Status failure_, broken_;
+};
+
 }  // namespace
 
 int device_count(std::string* why) {
@@ -729,31 +953,30 @@ int device_count(std::string* why) {
   return n;
 }
 
-int64_t weight_bytes(const engine::ModelConfig& c) {
-  const int64_t d = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads,
-                ff = c.intermediate_size;
-  const int64_t per_layer =
-      ((nh + 2 * nkv) * hd * d + d * nh * hd + 3 * ff * d) * 2 + (2 * d + 2 * hd + (nh + 2 * nkv) * hd) * 4;
-  const int64_t embeddings = c.vocab_size * d * 2 * (c.tie_word_embeddings ? 1 : 2);
-  return embeddings + c.num_hidden_layers * per_layer + d * 4;
+int64_t weight_bytes(const engine::ModelConfig& c, int32_t tp_size, int32_t rank) {
+  return engine::shard_weight_bytes(c, engine::tensor_shard(c, rank, tp_size));
 }
 
-Status check_fits(const engine::ModelConfig& c, int device) {
+Status check_fits(const engine::ModelConfig& c, int device, int32_t tp_size, int32_t rank) {
   std::string why;
   const int n = device_count(&why);
   if (device < 0 || device >= n) {
     return invalid_argument("device cuda:" + std::to_string(device) + " does not exist: this machine has " +
                             std::to_string(n) + " CUDA device(s)" + (why.empty() ? "" : " (" + why + ")"));
   }
+  PLUMB_RETURN_IF_ERROR(engine::check_tensor_parallel(c, tp_size));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   size_t free_b = 0, total_b = 0;
   PLUMB_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
-  const int64_t need = weight_bytes(c);
+  const int64_t need = weight_bytes(c, tp_size, rank);
   if (need + kWorkingSetReserve > int64_t(free_b)) {
-    return resource_exhausted("the model's weights need " + gib(need) + " of device memory in bf16 (plus " +
-                              gib(kWorkingSetReserve) + " of working set) but cuda:" +
-                              std::to_string(device) + " has " + gib(int64_t(free_b)) + " free of " +
-                              gib(int64_t(total_b)) + "; use a smaller model or a larger device");
+    const std::string whose = tp_size > 1 ? "this card's part of the model's weights (rank " +
+                                                std::to_string(rank) + " of " + std::to_string(tp_size) + ")"
+                                          : "the model's weights";
+    return resource_exhausted(
+        whose + " need " + gib(need) + " of device memory in bf16 (plus " + gib(kWorkingSetReserve) +
+        " of working set) but cuda:" + std::to_string(device) + " has " + gib(int64_t(free_b)) + " free of " +
+        gib(int64_t(total_b)) + "; use a smaller model, a larger device or a larger --tensor-parallel-size");
   }
   return Status::Ok();
 }
@@ -762,9 +985,49 @@ Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr
                                                                  int device, std::string description,
                                                                  const CudaRunnerOptions& opts) {
   set_pdl_enabled(opts.pdl && !opts.reference_kernels);
-  PLUMB_ASSIGN_OR_RETURN(auto r,
-                         CudaModelRunner::create(std::move(model), device, std::move(description), opts));
-  return std::unique_ptr<scheduler::ModelRunner>(std::move(r));
+  const engine::ModelConfig& c = model->config();
+  const int32_t n = opts.tensor_parallel_size;
+  PLUMB_RETURN_IF_ERROR(engine::check_tensor_parallel(c, n));
+  if (n == 1) {
+    PLUMB_ASSIGN_OR_RETURN(auto r, CudaModelRunner::create(*model, device, engine::tensor_shard(c, 0, 1),
+                                                           nullptr, std::move(description), opts));
+    return std::unique_ptr<scheduler::ModelRunner>(std::move(r));
+  }
+#ifdef PLUMB_HAVE_NCCL
+  // Every card is checked before any is touched, so that a model that cannot be placed says so at once.
+  for (int32_t r = 0; r < n; ++r) PLUMB_RETURN_IF_ERROR(check_fits(c, device + r, n, r));
+  std::vector<int> devices(static_cast<size_t>(n));
+  for (int32_t r = 0; r < n; ++r) devices[size_t(r)] = device + r;
+  keep_multicast_off();  // NCCL_NVLS_ENABLE=0 before NCCL reads it (plumb's main() has set it already)
+  std::vector<ncclComm_t> nccl(static_cast<size_t>(n), nullptr);
+  if (const ncclResult_t e = ncclCommInitAll(nccl.data(), n, devices.data()); e != ncclSuccess) {
+    return unavailable("NCCL could not connect cuda:" + std::to_string(device) +
+                       " to cuda:" + std::to_string(device + n - 1) + ": " + ncclGetErrorString(e));
+  }
+  std::vector<void*> comms(nccl.begin(), nccl.end());
+  std::vector<std::unique_ptr<CudaModelRunner>> ranks;
+  for (int32_t r = 0; r < n; ++r) {
+    auto rank = CudaModelRunner::create(*model, device + r, engine::tensor_shard(c, r, n), comms[size_t(r)],
+                                        description, opts);
+    if (!rank.ok()) {
+      ranks.clear();
+      for (void* cm : comms) ncclCommDestroy(static_cast<ncclComm_t>(cm));
+      return rank.status().with_context("tensor-parallel rank " + std::to_string(r));
+    }
+    ranks.push_back(std::move(*rank));
+  }
+  model.reset();  // every rank has its part
+  std::string what = ranks[0]->describe();
+  what = what.substr(0, what.find(" on cuda:")) + " on cuda:" + std::to_string(device) + "-" +
+         std::to_string(device + n - 1) + ", tensor-parallel over " + std::to_string(n) + " cards (bf16)";
+  return std::unique_ptr<scheduler::ModelRunner>(
+      std::make_unique<TensorParallelRunner>(std::move(ranks), std::move(comms), std::move(what)));
+#else
+  (void)device, (void)description;
+  return unimplemented("--tensor-parallel-size " + std::to_string(n) +
+                       ": this plumb was built without NCCL (looked for nccl.h and libnccl beside the CUDA "
+                       "toolkit); install NCCL and rebuild (docs/cuda.md)");
+#endif
 }
 
 }  // namespace plumb::cuda

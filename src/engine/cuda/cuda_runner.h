@@ -25,13 +25,15 @@ namespace plumb::cuda {
 // given) says what the runtime reported.
 int device_count(std::string* why = nullptr);
 
-// Device memory the runner needs for a model's weights (bf16, tied embeddings once, norms and
-// biases in float32).
-int64_t weight_bytes(const engine::ModelConfig& c);
+// Device memory the runner needs for a model's weights on one card (bf16, tied embeddings once,
+// norms and biases in float32): the whole model, or rank `rank`'s part of a model split over
+// `tp_size` cards (engine/tensor_parallel.h).
+int64_t weight_bytes(const engine::ModelConfig& c, int32_t tp_size = 1, int32_t rank = 0);
 
-// Whether `device` exists and the weights of `c` fit in its free memory with room for a working
-// set. InvalidArgument naming the devices there are, or ResourceExhausted naming both sizes.
-Status check_fits(const engine::ModelConfig& c, int device);
+// Whether `device` exists, the model splits over tp_size cards, and the weights of `c` (rank
+// `rank`'s part) fit in its free memory with room for a working set. InvalidArgument naming the
+// devices there are or the sizes that split the model, or ResourceExhausted naming both sizes.
+Status check_fits(const engine::ModelConfig& c, int device, int32_t tp_size = 1, int32_t rank = 0);
 
 struct CudaRunnerOptions {
   // The plain kernels only: cuBLAS for every GEMM (no decode GEMV) and the one-warp-per-row
@@ -55,10 +57,17 @@ struct CudaRunnerOptions {
   // kernel before it finishes. Process-wide: the last runner made sets it for every runner of the
   // process.
   bool pdl = true;
+  // Tensor parallelism (--tensor-parallel-size, engine/tensor_parallel.h): the model split over
+  // this many cards, `device` and the ones after it, one thread per card, NCCL all-reduces after
+  // o_proj and down_proj (captured into the decode graphs with the rest). 1: one card, and the same
+  // code with every split the whole matrix and no collective.
+  int32_t tensor_parallel_size = 1;
 };
 
-// Uploads `model` to `device` (after check_fits) and returns the runner; the host model is freed.
-// Unimplemented for quantized weights (int8/int4 are CPU-only) or a head_dim other than 64, 128, 256.
+// Uploads `model` to `device` (after check_fits), or its parts to devices [device, device +
+// tensor_parallel_size), and returns the runner; the host model is freed. Unimplemented for
+// quantized weights (int8/int4 are CPU-only), a head_dim other than 64, 128, 256, or tensor
+// parallelism in a build without NCCL; InvalidArgument for a size that does not split the model.
 Result<std::unique_ptr<scheduler::ModelRunner>> make_cuda_runner(std::unique_ptr<engine::Model> model,
                                                                  int device, std::string description,
                                                                  const CudaRunnerOptions& opts = {});

@@ -109,11 +109,19 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::uniq
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
                                                  std::string description, const RunnerOptions& opts) {
-  if (device.kind == Device::Kind::kCpu) return make_model_runner(std::move(model), std::move(description));
+  if (device.kind == Device::Kind::kCpu) {
+    if (opts.tensor_parallel_size != 1) {
+      return invalid_argument("--tensor-parallel-size " + std::to_string(opts.tensor_parallel_size) +
+                              " splits a model over CUDA devices; the CPU engine runs it whole: use "
+                              "--device cuda or leave it at 1");
+    }
+    return make_model_runner(std::move(model), std::move(description));
+  }
 #ifdef PLUMB_HAVE_CUDA
   cuda::CudaRunnerOptions co;
   co.cuda_graphs = opts.cuda_graphs;
   co.reference_kernels = opts.reference_kernels;
+  co.tensor_parallel_size = opts.tensor_parallel_size;
   return cuda::make_cuda_runner(std::move(model), device.index, std::move(description), co);
 #else
   (void)opts;

@@ -141,6 +141,9 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::uniq
 struct RunnerOptions {
   bool cuda_graphs = true;         // --cuda-graphs: replay decode steps as CUDA graphs
   bool reference_kernels = false;  // the plain kernels only (the naive preset)
+  // --tensor-parallel-size: the model split over this many CUDA devices, device.index and the ones
+  // after it (engine/tensor_parallel.h); 1 for one device. The CPU runner refuses more than 1.
+  int32_t tensor_parallel_size = 1;
 };
 Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
                                                  std::string description, const RunnerOptions& opts);

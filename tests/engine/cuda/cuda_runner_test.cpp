@@ -551,6 +551,85 @@ TEST(CudaRunner, KvCacheThatDoesNotFitIsRefused) {
   EXPECT_NE(st.message().find("lower --kv-cache-tokens"), std::string::npos) << st.to_string();
 }
 
+// Tensor parallelism (engine/tensor_parallel.h): a size that does not split the model is refused
+// before any device is touched (so this runs without a GPU too).
+TEST(CudaRunnerTensorParallel, ASizeThatDoesNotSplitTheModelIsRefusedFirst) {
+  CudaRunnerOptions o;
+  o.tensor_parallel_size = 3;  // kQwen3 has 4 KV heads
+  auto r = make_cuda_runner(dummy_model(kQwen3), 0, "x", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("4 KV heads"), std::string::npos) << r.status().to_string();
+  scheduler::RunnerOptions ro;
+  ro.tensor_parallel_size = 2;
+  auto cpu = scheduler::make_runner({}, dummy_model(kQwen3), "x", ro);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("--device cuda"), std::string::npos) << cpu.status().to_string();
+}
+
+// The model split over n cards against the same model on one: prefill chunks, then decode steps
+// replayed as CUDA graphs (with the all-reduces captured), fed one card's greedy token. The ranks'
+// partial sums are added in another order than one card's GEMM adds them, so the logits agree
+// within the batch tolerance, not bit for bit; the greedy tokens must be the same.
+void expect_split_matches_one_card(const Loader& load, int32_t n, const char* name) {
+  std::string why;
+  const int have = device_count(&why);
+  if (have < n) GTEST_SKIP() << "needs " << n << " CUDA devices, this machine has " << have << " " << why;
+  CudaRunnerOptions split;
+  split.tensor_parallel_size = n;
+  auto one = make_cuda_runner(load(), 0, "one card");
+  auto many = make_cuda_runner(load(), 0, "split", split);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  ASSERT_TRUE(many.ok()) << many.status().to_string();
+  EXPECT_NE((*many)->describe().find("tensor-parallel over " + std::to_string(n)), std::string::npos)
+      << (*many)->describe();
+  const int32_t bs = 16, nb = 64;
+  ASSERT_TRUE((*one)->init_kv(nb, bs).ok());
+  ASSERT_TRUE((*many)->init_kv(nb, bs).ok());
+  const int64_t V = (*one)->vocab_size();
+  Rng rng(5);
+  std::vector<Seq> seqs(3);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int t = 0; t < 37 + 20 * int(i); ++t)
+      seqs[i].tokens.push_back(int32_t(rng.next_u64() % uint64_t(V)));
+    for (int b = 0; b < 16; ++b) seqs[i].block_table.push_back(int32_t(i) * 16 + 15 - b);
+  }
+  Diff d;
+  std::vector<float> ref = run(**one, seqs);
+  d.add(ref, run(**many, seqs), V);
+  int64_t tokens_same = 0, tokens = 0;
+  for (int step = 0; step < 24; ++step) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq& s = seqs[i];
+      s.start_pos += int32_t(s.tokens.size());
+      const auto row = ref.begin() + int64_t(i) * V;
+      s.tokens = {int32_t(std::max_element(row, row + V) - row)};
+    }
+    ref = run(**one, seqs);
+    const std::vector<float> got = run(**many, seqs);
+    d.add(ref, got, V);
+    for (size_t i = 0; i < seqs.size(); ++i, ++tokens) {
+      const auto a = ref.cbegin() + int64_t(i) * V, b = got.cbegin() + int64_t(i) * V;
+      tokens_same += (std::max_element(a, a + V) - a) == (std::max_element(b, b + V) - b);
+    }
+  }
+  report(name, d);
+  EXPECT_LE(d.rel(), kBatchTol);
+  EXPECT_EQ(tokens_same, tokens);
+}
+
+TEST(CudaRunnerTensorParallel, TwoCardsMatchOne) {
+  expect_split_matches_one_card([] { return dummy_model(kQwen3); }, 2, "qwen3 dummy, 2 cards vs 1");
+}
+
+TEST(CudaRunnerTensorParallel, FourCardsMatchOne) {
+  expect_split_matches_one_card([] { return dummy_model(kQwen3); }, 4, "qwen3 dummy, 4 cards vs 1");
+}
+
+TEST(CudaRunnerTensorParallel, TheShippedModelOnTwoCardsMatchesOne) {
+  expect_split_matches_one_card(tiny_model, 2, "plumb-tiny, 2 cards vs 1");
+}
+
 TEST(CudaRunner, BadInputIsRefusedBeforeTheDevice) {
   SKIP_WITHOUT_GPU();
   auto g = make_cuda_runner(dummy_model(kQwen2), 0, "x");
