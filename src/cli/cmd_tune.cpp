@@ -19,6 +19,8 @@
 #include "compare/preflight.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "engine/model_config.h"
+#include "engine/tensor_parallel.h"
 #include "executor/executor.h"
 #include "executor/lock.h"
 #include "launch/placement.h"
@@ -393,6 +395,42 @@ int list_studies(ledger::Ledger& ledger) {
 }
 
 // A new study from the flags; says how to resume it.
+// The tensor-parallel sizes a trial's cards allow for plumb's engine on CUDA: every size up to
+// --gpus-per-trial that splits the space's model (its KV heads and inner width; the shipped model
+// unless the space fixes `model` or `model_config`). Empty when the space is not plumb on CUDA, a
+// trial has one card, or the model's config cannot be read (the trials then say why).
+std::vector<int64_t> tensor_parallel_sizes(const TuneArgs& a) {
+  if (a.exec.gpus_per_trial <= 1) return {};
+  auto sp = tune::resolve_space(a.study.space);
+  if (!sp.ok() || sp->adapter != "plumb") return {};
+  auto text = [&](const char* k) -> std::string {
+    auto it = sp->fixed.find(k);
+    const std::string* v = it == sp->fixed.end() ? nullptr : std::get_if<std::string>(&it->second);
+    return v ? *v : "";
+  };
+  if (!text("device").starts_with("cuda")) return {};
+  Result<std::string> path = not_found("");
+  if (!text("model").empty()) {
+    path = text("model") + "/config.json";
+  } else if (!text("model_config").empty()) {
+    path = engine::resolve_model_config(text("model_config"));
+  } else if (auto dir = engine::shipped_model_dir(); dir.ok()) {
+    path = *dir + "/config.json";
+  }
+  if (!path.ok()) return {};
+  auto c = engine::load_model_config(*path);
+  if (!c.ok()) return {};
+  std::vector<int64_t> sizes;
+  for (int32_t n = 1; n <= a.exec.gpus_per_trial; ++n)
+    if (engine::check_tensor_parallel(*c, n).ok()) sizes.push_back(n);
+  if (sizes.size() < 2) return {};
+  std::string list;
+  for (int64_t n : sizes) list += (list.empty() ? "" : ", ") + std::to_string(n);
+  std::fprintf(stderr, "tensor_parallel_size searched over %s (%d cards per trial; the sizes that split %s)\n",
+               list.c_str(), a.exec.gpus_per_trial, path->c_str());
+  return sizes;
+}
+
 Result<int64_t> create_study(ledger::Ledger& ledger, TuneArgs& a) {
   if (!a.proposer.empty()) {
     a.study.strategy_options.proposer_argv = {"/bin/sh", "-c", a.proposer};
@@ -404,6 +442,7 @@ Result<int64_t> create_study(ledger::Ledger& ledger, TuneArgs& a) {
   a.study.naive = a.naive;
   a.study.gates = !a.no_gates;
   a.study.pairs = a.pairs;
+  a.study.tensor_parallel_sizes = tensor_parallel_sizes(a);
   PLUMB_ASSIGN_OR_RETURN(int64_t id, tune::create_study(ledger, a.study));
   std::fprintf(
       stderr,

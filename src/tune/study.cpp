@@ -107,7 +107,7 @@ using internal::full_scenario;
 json::object StudyOptions::to_json() const {
   json::array argv;
   for (const auto& a : strategy_options.proposer_argv) argv.emplace_back(a);
-  return json::object{{"name", name},
+  json::object o{{"name", name},
                       {"space", space},
                       {"strategy", strategy},
                       {"strategy_seed", strategy_seed},
@@ -132,6 +132,12 @@ json::object StudyOptions::to_json() const {
                       {"naive", naive},
                       {"gates", gates},
                       {"pairs", pairs}};
+  if (!tensor_parallel_sizes.empty()) {  // absent otherwise: studies without the knob store what they did
+    json::array tp;
+    for (int64_t n : tensor_parallel_sizes) tp.emplace_back(n);
+    o["tensor_parallel_sizes"] = std::move(tp);
+  }
+  return o;
 }
 
 namespace {
@@ -187,7 +193,23 @@ Result<StudyOptions> StudyOptions::from_json(const json::object& o) {
   flag("revalidate", s.revalidate);
   flag("naive", s.naive);
   flag("gates", s.gates);
+  if (auto* v = o.if_contains("tensor_parallel_sizes"); v && v->is_array()) {
+    for (const auto& x : v->as_array())
+      if (x.is_int64()) s.tensor_parallel_sizes.push_back(x.as_int64());
+  }
   return s;
+}
+
+void add_tensor_parallel_knob(SearchSpace& space, const std::vector<int64_t>& sizes) {
+  if (sizes.size() < 2 || space.fixed.count("tensor_parallel_size")) return;
+  for (const auto& p : space.params)
+    if (p.name == "tensor_parallel_size") return;
+  ParamSpec p;
+  p.name = "tensor_parallel_size";
+  p.kind = ParamKind::kInt;
+  for (int64_t n : sizes) p.values.emplace_back(n);
+  p.default_value = launch::ParamValue(int64_t(1));
+  space.params.push_back(std::move(p));
 }
 
 // ---- study lifecycle -----------------------------------------------------------------------------
@@ -209,6 +231,7 @@ Result<int64_t> create_study(ledger::Ledger& ledger, const StudyOptions& in) {
   if (!sp.ok())
     return Status(sp.status().code() == Code::kNotFound ? Code::kInvalidArgument : sp.status().code(),
                   "--space: " + sp.status().message());
+  add_tensor_parallel_knob(*sp, o.tensor_parallel_sizes);
   PLUMB_RETURN_IF_ERROR(check_space_against_adapter(*sp));
   StrategyOptions so = o.strategy_options;
   so.name = o.strategy;
@@ -306,6 +329,7 @@ Result<StudyState> load_study(ledger::Ledger& ledger, int64_t id) {
   } else {
     return corrupt("study " + std::to_string(id) + ": stored space has neither a built-in name nor its TOML");
   }
+  add_tensor_parallel_knob(st.space, st.options.tensor_parallel_sizes);
   PLUMB_ASSIGN_OR_RETURN(auto rows, ledger.trials_for(id));
   for (const auto& r : rows) st.trials.push_back(decode_trial(st.space, r));
   return st;

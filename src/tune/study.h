@@ -102,10 +102,20 @@ struct StudyOptions {
   bool naive = false;      // --naive: also against the naive preset
   bool gates = true;       // false: --no-gates
   int pairs = 5;           // --pairs of each re-validation comparison
+  // The values of a `tensor_parallel_size` knob the study adds to its space: plumb's engine on CUDA
+  // with several cards per trial, where the model splits more than one way (`plumb tune` computes
+  // them from the model and --gpus-per-trial). Empty: no such knob; a space that already searches or
+  // fixes tensor_parallel_size keeps its own.
+  std::vector<int64_t> tensor_parallel_sizes;
 
   json::object to_json() const;
   static Result<StudyOptions> from_json(const json::object& o);
 };
+
+// Appends a `tensor_parallel_size` parameter taking `sizes` (StudyOptions::tensor_parallel_sizes;
+// default 1) to the space, unless there are fewer than two sizes or the space already has one.
+// create_study and load_study both call it, so a resumed study searches the same space.
+void add_tensor_parallel_knob(SearchSpace& space, const std::vector<int64_t>& sizes);
 
 // Validates options (scenario, seeds, budgets, the space against its adapter: every searched and
 // fixed parameter must be one the adapter knows) and stores the study. Returns its id.

@@ -679,6 +679,42 @@ TEST_F(LocalJobsStudyTest, SlurmTrialJobsAreSubmittedWithNoRequeueUnlessTheSetti
 // --gpus 0,1 --gpus-per-trial 1: two slots, so both trials are in flight at once, each job with its
 // own CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0, and each run records where it ran (the cards need
 // not exist: the synthetic engine ignores them; nvidia-smi is absent here, which is recorded as such).
+// Two cards per trial and plumb's engine on CUDA: the study searches tensor_parallel_size over the
+// sizes that split the shipped model (2 KV heads: 1 and 2), stores them with its options, and a
+// resume loads the same space. (The trial's engine cannot start here, with no GPU: it is recorded as
+// infeasible, which is not what this test is about.)
+TEST_F(LocalJobsStudyTest, TwoCardsPerTrialMakeTensorParallelSizeAKnob) {
+  std::ofstream(dir_ + "/space.toml") << R"(name = "cuda"
+adapter = "plumb"
+[fixed]
+engine = "llm"
+device = "cuda"
+[[param]]
+name = "max_num_seqs"
+type = "int"
+values = [4]
+)";
+  auto argv = local_argv(1, 1, 0);
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == "--max-parallel-trials") argv.erase(argv.begin() + long(i), argv.begin() + long(i) + 2);
+  argv.insert(argv.end(), {"--gpus", "0,1", "--gpus-per-trial", "2"});
+  auto p = start(argv, "tune.log");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int rc = finish(*p, 300);
+  EXPECT_TRUE(rc == 0 || rc == 1) << log("tune.log");
+  EXPECT_NE(log("tune.log").find("tensor_parallel_size searched over 1, 2 (2 cards per trial"), std::string::npos)
+      << log("tune.log");
+  auto l = ledger::Ledger::open(dir_ + "/plumb.db");
+  ASSERT_TRUE(l.ok());
+  auto st = tune::load_study(**l, 1);
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->options.tensor_parallel_sizes, (std::vector<int64_t>{1, 2}));
+  ASSERT_EQ(st->space.params.size(), 2u);
+  EXPECT_EQ(st->space.params[1].name, "tensor_parallel_size");
+  ASSERT_EQ(st->trials.size(), 1u);
+  EXPECT_TRUE(st->trials[0].obs.config.count("tensor_parallel_size")) << st->trials[0].obs.failure;
+}
+
 TEST_F(LocalJobsStudyTest, GpuSlotsRunOneTrialPerCardAtOnceAndRecordTheCards) {
   auto argv = local_argv(2, 1, 0);
   for (size_t i = 0; i + 1 < argv.size(); ++i)

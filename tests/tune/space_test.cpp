@@ -8,6 +8,7 @@
 #include <set>
 
 #include "launch/adapter.h"
+#include "tune/study.h"
 
 namespace plumb::tune {
 namespace {
@@ -262,6 +263,54 @@ TEST(Space, PlumbCudaSpaceRendersTheCudaFlags) {
                            "--max-num-seqs 128 ", "--enable-chunked-prefill=false ", "--engine llm "}) {
     EXPECT_NE(line.find(want), std::string::npos) << want << " in " << line;
   }
+}
+
+// Tensor parallelism as a knob (StudyOptions::tensor_parallel_sizes, which `plumb tune` fills in for
+// plumb on CUDA with several cards per trial): added to the space with its sizes, rendered as
+// --tensor-parallel-size, kept out where there is one size or the space has its own; stored with
+// the study's options (and absent from them without the knob).
+TEST(Space, TensorParallelSizeIsAKnobOnlyWhereTheModelSplitsMoreThanOneWay) {
+  auto sp = builtin_space("plumb-cuda");
+  ASSERT_TRUE(sp.ok());
+  const size_t n = sp->params.size();
+  add_tensor_parallel_knob(*sp, {1});
+  EXPECT_EQ(sp->params.size(), n);
+  add_tensor_parallel_knob(*sp, {1, 2, 4});
+  ASSERT_EQ(sp->params.size(), n + 1);
+  EXPECT_EQ(sp->params.back().name, "tensor_parallel_size");
+  EXPECT_EQ(grid_values(sp->params.back()), (std::vector<ParamValue>{int64_t(1), int64_t(2), int64_t(4)}));
+  add_tensor_parallel_knob(*sp, {1, 2});  // already there: unchanged
+  EXPECT_EQ(sp->params.size(), n + 1);
+  Config c{{"max_num_seqs", int64_t(8)},       {"max_num_batched_tokens", int64_t(512)},
+           {"enable_chunked_prefill", false},  {"kv_block_size", int64_t(16)},
+           {"enable_prefix_caching", true},    {"cuda_graphs", true},
+           {"gpu_memory_utilization", 0.9},    {"tensor_parallel_size", int64_t(4)}};
+  ASSERT_TRUE(validate_config(*sp, c).ok()) << validate_config(*sp, c).message();
+  c["tensor_parallel_size"] = int64_t(3);
+  EXPECT_FALSE(validate_config(*sp, c).ok());
+  c["tensor_parallel_size"] = int64_t(2);
+  auto ad = launch::builtin_adapter("plumb");
+  ASSERT_TRUE(ad.ok());
+  launch::Params params = sp->fixed;
+  for (const auto& [k, v] : c) params[k] = v;
+  auto spec = launch::render(*ad, params, 8123);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  std::string line;
+  for (const auto& a : spec->argv) line += a + " ";
+  EXPECT_NE(line.find("--tensor-parallel-size 2 "), std::string::npos) << line;
+  // A space that fixes the size keeps it.
+  auto fixed = builtin_space("plumb-cuda");
+  ASSERT_TRUE(fixed.ok());
+  fixed->fixed["tensor_parallel_size"] = int64_t(2);
+  add_tensor_parallel_knob(*fixed, {1, 2});
+  EXPECT_EQ(fixed->params.size(), n);
+
+  StudyOptions o;
+  EXPECT_FALSE(o.to_json().contains("tensor_parallel_sizes"));
+  o.tensor_parallel_sizes = {1, 2, 4};
+  auto back = StudyOptions::from_json(o.to_json());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->tensor_parallel_sizes, (std::vector<int64_t>{1, 2, 4}));
 }
 
 // llama-server's knobs in the built-in space, rendered by the llamacpp adapter into the flags
