@@ -716,6 +716,11 @@ void add_profile_commands(CLI::App* c, const KernelsArgsPtr& a) {
     s->add_option("--threads", a->profile.threads, "kernel threads (0 = all cores)")->capture_default_str();
     s->add_option("--kernels", a->profile.kernels, "auto | reference | a kernel selection JSON file")
         ->capture_default_str();
+    s->add_option("--device", a->profile.device,
+                  "cpu | cuda | cuda:N: where the workload runs; on a GPU each of the CUDA runner's ops is "
+                  "timed with CUDA events (decode graphs included) and the overhead of profiling is "
+                  "measured with a second, unprofiled run (docs/kernels.md)")
+        ->capture_default_str();
     s->add_option("--weights", a->weights,
                   "phase weights prefill=W,decode=W for s(m) (default: measured time shares)");
   };

@@ -426,7 +426,8 @@ std::vector<int64_t> tensor_parallel_sizes(const TuneArgs& a) {
   if (sizes.size() < 2) return {};
   std::string list;
   for (int64_t n : sizes) list += (list.empty() ? "" : ", ") + std::to_string(n);
-  std::fprintf(stderr, "tensor_parallel_size searched over %s (%d cards per trial; the sizes that split %s)\n",
+  std::fprintf(stderr,
+               "tensor_parallel_size searched over %s (%d cards per trial; the sizes that split %s)\n",
                list.c_str(), a.exec.gpus_per_trial, path->c_str());
   return sizes;
 }

@@ -68,27 +68,35 @@ struct Hotspot {
 };
 
 struct ProfileOptions {
-  std::string workload = "D";             // scenario A..D, or a request-set JSONL file
-  std::string size = "small";             // scenario size class
-  std::string model_dir;                  // "" = the shipped plumb-tiny (engine::shipped_model_dir)
-  uint64_t seed = 21;                     // request-set seed (scenario) and sampling seeds
-  int max_requests = 0;                   // 0 = all of the workload's requests; else the first N
-  int concurrency = 0;                    // 0 = the scenario's (1 for a file)
-  int threads = 0;                        // kernel threads, 0 = all cores
-  std::string kernels = "auto";           // "auto" | "reference" | kernel selection JSON file
-  std::array<double, 2> weights{-1, -1};  // w_p; negative = measured time shares
-  bool capture = false;                   // keep CapturedCalls for tasks
-  int max_captures_per_module = 3;        // distinct row counts kept per (module, phase)
+  std::string workload = "D";    // scenario A..D, or a request-set JSONL file
+  std::string size = "small";    // scenario size class
+  std::string model_dir;         // "" = the shipped plumb-tiny (engine::shipped_model_dir)
+  uint64_t seed = 21;            // request-set seed (scenario) and sampling seeds
+  int max_requests = 0;          // 0 = all of the workload's requests; else the first N
+  int concurrency = 0;           // 0 = the scenario's (1 for a file)
+  int threads = 0;               // kernel threads, 0 = all cores
+  std::string kernels = "auto";  // "auto" | "reference" | kernel selection JSON file
+  // "cpu" | "cuda" | "cuda:N": where the workload runs. With CUDA the runner's own kernels run
+  // (`kernels` must stay "auto"), each op timed with CUDA events on the runner's stream, decode
+  // graphs included (engine/cuda/cuda_runner.h); capture (tasks) is not available there.
+  std::string device = "cpu";
+  std::array<double, 2> weights{-1, -1};             // w_p; negative = measured time shares
+  bool capture = false;                              // keep CapturedCalls for tasks
+  int max_captures_per_module = 3;                   // distinct row counts kept per (module, phase)
   std::function<void(const std::string&)> progress;  // progress lines; null = silent
 };
 
 struct ProfileReport {
   std::string workload, size, model, kernels, hardware;
+  std::string device = "cpu";
   int requests = 0;
   int concurrency = 1;
   int threads = 1;
   int64_t prompt_tokens = 0, generated_tokens = 0;
   double e2e_ms = 0.0;
+  // CUDA: the same workload run again without the observer, for the overhead of profiling
+  // (e2e_ms / unprofiled_e2e_ms - 1); 0 on the CPU (not measured).
+  double unprofiled_e2e_ms = 0.0;
   std::array<double, 2> phase_ms{};  // T(p)
   std::array<double, 2> weights{};   // w_p used
   bool weights_given = false;

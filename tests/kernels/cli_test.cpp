@@ -46,6 +46,31 @@ TEST_F(KernelsCli, ProfileWithoutModelFindsTheShippedOneFromAnyDirectory) {
             std::filesystem::canonical(model_));
 }
 
+// --device cuda on a machine without a GPU (or a build without CUDA): the device is refused saying
+// why; tasks from a CUDA run and CPU kernel choices on a GPU are refused before any device is asked
+// for (the profile itself runs on the device: kernels_cuda_screen_gpu_test, label gpu).
+TEST_F(KernelsCli, ProfileOnACudaDeviceIsRefusedClearlyWhereItCannotRun) {
+  auto sh = [](const std::string& args) {
+    auto r = run_capture({"/bin/sh", "-c", "exec \"$0\" kernels " + args + " 2>&1", PLUMB_BINARY});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : RunOutput{};
+  };
+  auto tasks = sh("tasks --device cuda --out " + temp_dir("cuda-tasks"));
+  EXPECT_NE(tasks.exit.exit_code, 0);
+  EXPECT_NE(tasks.out.find("tasks captured from a CUDA run"), std::string::npos) << tasks.out;
+  auto kernels = sh("profile --device cuda --kernels reference");
+  EXPECT_NE(kernels.exit.exit_code, 0);
+  EXPECT_NE(kernels.out.find("leave --kernels at auto"), std::string::npos) << kernels.out;
+  auto bad = sh("profile --device tpu");
+  EXPECT_NE(bad.exit.exit_code, 0);
+  EXPECT_NE(bad.out.find("cpu, cuda, cuda:N"), std::string::npos) << bad.out;
+  auto profile = sh("profile --device cuda --requests 1");
+  if (profile.exit.exit_code == 0) GTEST_SKIP() << "a GPU is visible here: the gpu-labelled test covers it";
+  const bool said_why = profile.out.find("built without CUDA") != std::string::npos ||
+                        profile.out.find("does not exist") != std::string::npos;
+  EXPECT_TRUE(said_why) << profile.out;
+}
+
 TEST_F(KernelsCli, ProfileTasksScreenSearch) {
   const std::string dir = temp_dir("cli");
   auto prof = run({"kernels", "profile", "--workload", "B", "--requests", "2", "--model", model_, "--json"});

@@ -702,7 +702,8 @@ values = [4]
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   int rc = finish(*p, 300);
   EXPECT_TRUE(rc == 0 || rc == 1) << log("tune.log");
-  EXPECT_NE(log("tune.log").find("tensor_parallel_size searched over 1, 2 (2 cards per trial"), std::string::npos)
+  EXPECT_NE(log("tune.log").find("tensor_parallel_size searched over 1, 2 (2 cards per trial"),
+            std::string::npos)
       << log("tune.log");
   auto l = ledger::Ledger::open(dir_ + "/plumb.db");
   ASSERT_TRUE(l.ok());

@@ -281,10 +281,10 @@ TEST(Space, TensorParallelSizeIsAKnobOnlyWhereTheModelSplitsMoreThanOneWay) {
   EXPECT_EQ(grid_values(sp->params.back()), (std::vector<ParamValue>{int64_t(1), int64_t(2), int64_t(4)}));
   add_tensor_parallel_knob(*sp, {1, 2});  // already there: unchanged
   EXPECT_EQ(sp->params.size(), n + 1);
-  Config c{{"max_num_seqs", int64_t(8)},       {"max_num_batched_tokens", int64_t(512)},
-           {"enable_chunked_prefill", false},  {"kv_block_size", int64_t(16)},
-           {"enable_prefix_caching", true},    {"cuda_graphs", true},
-           {"gpu_memory_utilization", 0.9},    {"tensor_parallel_size", int64_t(4)}};
+  Config c{{"max_num_seqs", int64_t(8)},      {"max_num_batched_tokens", int64_t(512)},
+           {"enable_chunked_prefill", false}, {"kv_block_size", int64_t(16)},
+           {"enable_prefix_caching", true},   {"cuda_graphs", true},
+           {"gpu_memory_utilization", 0.9},   {"tensor_parallel_size", int64_t(4)}};
   ASSERT_TRUE(validate_config(*sp, c).ok()) << validate_config(*sp, c).message();
   c["tensor_parallel_size"] = int64_t(3);
   EXPECT_FALSE(validate_config(*sp, c).ok());

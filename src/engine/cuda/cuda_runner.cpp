@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/subprocess.h"
+#include "engine/cpu/observer.h"
 #include "engine/cpu/packed.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_buffer.h"
@@ -75,6 +77,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
  public:
   ~CudaModelRunner() override {
     for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -144,6 +147,29 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   // The residual stream's first T rows summed over the ranks, in place (a no-op with one rank).
   Status all_reduce_residual(int64_t T);
 
+  // Per-op timing for an installed engine::KernelObserver (`plumb kernels profile --device cuda`):
+  // while profiling_, enqueue() records a CUDA event on the stream before each op and one after the
+  // last (a decode graph captures them as event nodes, so graph steps are timed as they run), and
+  // run() hands the observer each op's time between its event and the next once the step is done.
+  // Only rank 0 reports. With tensor parallelism, o_proj and down_proj include their all-reduce.
+  struct Mark {
+    const char* module;  // null: the end of the step
+    engine::Op op;
+    engine::Phase phase;
+    int32_t layer;
+    int64_t m, n, k;
+  };
+  Status mark(const char* module, engine::Op op, engine::Phase phase, int32_t layer, int64_t m, int64_t n,
+              int64_t k);
+  // Enough events for every mark of a step.
+  Status reserve_events();
+  // Each timed op of the step just run (marks[i] spans events_[i] to events_[i + 1]) to `obs`.
+  Status report_ops(const std::vector<Mark>& marks, engine::KernelObserver& obs) const;
+  bool profiling_ = false;
+  std::vector<Mark> marks_;                        // as enqueue() recorded them last
+  const std::vector<Mark>* step_marks_ = nullptr;  // the marks of the step just launched
+  std::vector<cudaEvent_t> events_;                // created on first use, never destroyed before the runner
+
   engine::ModelConfig c_;
   engine::TensorShard shard_;
   int64_t nh_ = 0, nkv_ = 0, ff_ = 0;  // this rank's heads, KV heads and SwiGLU inner columns
@@ -171,11 +197,13 @@ class CudaModelRunner final : public scheduler::ModelRunner {
 
   // Decode-step graphs by (rows, n_split, logits wanted); each remembers the workspace generation
   // it was captured against (reserve() bumps it whenever a buffer moves).
+  // Graphs captured while profiling carry event nodes and are kept apart (the last key).
   struct Graph {
     cudaGraphExec_t exec = nullptr;
     int64_t generation = -1;
+    std::vector<Mark> marks;  // the ops the graph times, when captured while profiling
   };
-  std::map<std::tuple<int64_t, int32_t, bool>, Graph> graphs_;
+  std::map<std::tuple<int64_t, int32_t, bool, bool>, Graph> graphs_;
   int64_t generation_ = 0;
 
   // Step workspace, grown to the largest step seen.
@@ -475,6 +503,10 @@ Status CudaModelRunner::run(std::span<const scheduler::StepSeq> batch, std::vect
   if (greedy_ids != nullptr) greedy_ids->clear();
   PLUMB_RETURN_IF_ERROR(validate(batch));
   PLUMB_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  engine::KernelObserver* obs = shard_.rank == 0 ? engine::kernel_observer() : nullptr;
+  profiling_ = obs != nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (profiling_) PLUMB_RETURN_IF_ERROR(reserve_events());
   const auto S_real = int64_t(batch.size());
   bool graph = false;
   batch = pad_for_graph(batch, graph);
@@ -489,7 +521,58 @@ Status CudaModelRunner::run(std::span<const scheduler::StepSeq> batch, std::vect
   PLUMB_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), meta_host_.get(), size_t(n_meta) * 4, cudaMemcpyHostToDevice, stream_));
   PLUMB_RETURN_IF_ERROR(launch_step(p, graph));
-  return fetch(batch.first(size_t(S_real)), R_real, logits, greedy_ids);
+  PLUMB_RETURN_IF_ERROR(fetch(batch.first(size_t(S_real)), R_real, logits, greedy_ids));
+  if (profiling_ && step_marks_ != nullptr) {
+    PLUMB_RETURN_IF_ERROR(report_ops(*step_marks_, *obs));
+    const engine::KernelCall forward{engine::Op::kCount,
+                                     p.n_pre > 0 ? engine::Phase::kPrefill : engine::Phase::kDecode,
+                                     "forward",
+                                     -1,
+                                     p.T,
+                                     0,
+                                     0,
+                                     nullptr};
+    obs->before(forward);
+    obs->after(
+        forward,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::reserve_events() {
+  // At most 10 marks a layer (input_norm, qkv_proj, rope, prefill and decode attention, o_proj,
+  // post_attention_norm, gate_up_proj, swiglu, down_proj) and 5 outside (embedding, final_norm,
+  // lm_head, argmax, the end).
+  const size_t need = size_t(10 * layers_.size() + 5);
+  while (events_.size() < need) {
+    cudaEvent_t e = nullptr;
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::mark(const char* module, engine::Op op, engine::Phase phase, int32_t layer, int64_t m,
+                             int64_t n, int64_t k) {
+  if (!profiling_) return Status::Ok();
+  if (marks_.size() >= events_.size())
+    return internal_error("profiling: a step has more ops than events reserved");
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[marks_.size()], stream_));
+  marks_.push_back({module, op, phase, layer, m, n, k});
+  return Status::Ok();
+}
+
+Status CudaModelRunner::report_ops(const std::vector<Mark>& marks, engine::KernelObserver& obs) const {
+  for (size_t i = 0; i + 1 < marks.size() && i + 1 < events_.size(); ++i) {
+    const Mark& mk = marks[i];
+    float ms = 0.0f;
+    PLUMB_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+    const engine::KernelCall call{mk.op, mk.phase, mk.module, mk.layer, mk.m, mk.n, mk.k, nullptr};
+    obs.before(call);
+    obs.after(call, int64_t(double(ms) * 1e6));
+  }
+  return Status::Ok();
 }
 
 Status CudaModelRunner::fetch(std::span<const scheduler::StepSeq> batch, int64_t R_real,
@@ -647,7 +730,7 @@ Status CudaModelRunner::launch_step(const StepPlan& p, bool graph) {
 }
 
 Status CudaModelRunner::launch_graph(const StepPlan& p) {
-  Graph& gr = graphs_[{p.T, p.n_split, p.R > 0}];
+  Graph& gr = graphs_[{p.T, p.n_split, p.R > 0, profiling_}];
   if (gr.exec == nullptr || gr.generation != generation_) {
     if (gr.exec != nullptr) {
       PLUMB_CUDA_RETURN_IF_ERROR(cudaGraphExecDestroy(gr.exec));
@@ -676,8 +759,10 @@ Status CudaModelRunner::launch_graph(const StepPlan& p) {
     cudaGraphDestroy(graph);
     PLUMB_CUDA_RETURN_IF_ERROR(inst);
     gr.generation = generation_;
+    gr.marks = marks_;
   }
   PLUMB_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(gr.exec, stream_));
+  step_marks_ = &gr.marks;
   return Status::Ok();
 }
 
@@ -704,18 +789,33 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   // rank 0 adds its part to the residual stream, the others write theirs over it, and the
   // all-reduce adds them up (every rank's residual stream was the same before).
   const float add = shard_.rank == 0 ? 1.0f : 0.0f;
+  // Profiling marks (a no-op unless profiling_): a step with prefill rows is a prefill step, but its
+  // decode attention is listed under decode, as the CPU profile counts them.
+  using engine::Op;
+  const engine::Phase ph = p.n_pre > 0 ? engine::Phase::kPrefill : engine::Phase::kDecode;
+  auto at = [&](const char* module, Op op, size_t layer, int64_t m, int64_t n, int64_t k,
+                engine::Phase phase) { return mark(module, op, phase, int32_t(layer), m, n, k); };
+  const size_t none = size_t(-1);  // outside the layers (layer -1)
+  marks_.clear();
+  step_marks_ = &marks_;
 
+  PLUMB_RETURN_IF_ERROR(at("embedding", Op::kEmbedding, none, T, d, 0, ph));
   PLUMB_CUDA_LAUNCH(launch_embedding(dm + p.o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
   for (size_t li = 0; li < layers_.size(); ++li) {
     const DeviceLayer& L = layers_[li];
     uint16_t* kc = k_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     uint16_t* vc = v_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     // x += o_proj(attention(rope(q), rope(k), v)) over h = rmsnorm(x)
+    PLUMB_RETURN_IF_ERROR(at("input_norm", Op::kRmsNorm, li, T, d, d, ph));
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(at("qkv_proj", Op::kMatmul, li, T, qkv_w, d, ph));
     PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
+    PLUMB_RETURN_IF_ERROR(
+        at("rope", Op::kRope, li, T, nh + nkv, hd, ph));  // with q/k norm, bias, the KV write
     PLUMB_CUDA_LAUNCH(launch_qkv_rope(qkv, T, dm + p.o_pos, dm + p.o_slot, L.qkv_bias.as<float>(),
                                       L.q_norm.as<float>(), L.k_norm.as<float>(), eps, inv_freq_.as<float>(),
                                       g, kc, vc, stream_));
+    if (p.n_pre > 0) PLUMB_RETURN_IF_ERROR(at("attention", Op::kAttention, li, p.n_pre, nh, hd, ph));
     if (opts_.reference_kernels) {
       PLUMB_CUDA_LAUNCH(
           launch_attention_rows(qkv, qkv_w, dm + p.o_pre, p.n_pre, ab, kc, vc, g, scale, attn, stream_));
@@ -723,29 +823,41 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
       PLUMB_CUDA_LAUNCH(launch_attention_prefill(qkv, qkv_w, dm + p.o_tiles, p.n_tiles, ab, kc, vc, g, scale,
                                                  attn, stream_));
     }
+    if (p.n_dec > 0) {
+      PLUMB_RETURN_IF_ERROR(at("attention", Op::kAttention, li, p.n_dec, nh, hd, engine::Phase::kDecode));
+    }
     PLUMB_CUDA_LAUNCH(launch_attention_decode(qkv, qkv_w, dm + p.o_dec, p.n_dec, ab, kc, vc, g, scale,
                                               p.n_split, partial_.as<float>(), attn_counters_.as<uint32_t>(),
                                               attn, stream_));
+    PLUMB_RETURN_IF_ERROR(at("o_proj", Op::kMatmul, li, T, d, nh * hd, ph));
     PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, add));
     PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
     // x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
+    PLUMB_RETURN_IF_ERROR(at("post_attention_norm", Op::kRmsNorm, li, T, d, d, ph));
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
     if (fused) {
+      PLUMB_RETURN_IF_ERROR(at("gate_up_swiglu", Op::kMatmul, li, T, 2 * ff, d, ph));
       PLUMB_CUDA_LAUNCH(launch_gemv_swiglu(L.gu_w.as<uint16_t>(), h, act, T, ff, d, stream_));
     } else {
+      PLUMB_RETURN_IF_ERROR(at("gate_up_proj", Op::kMatmul, li, T, 2 * ff, d, ph));
       PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
+      PLUMB_RETURN_IF_ERROR(at("swiglu", Op::kSwiglu, li, T, ff, ff, ph));
       PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
     }
+    PLUMB_RETURN_IF_ERROR(at("down_proj", Op::kMatmul, li, T, d, ff, ph));
     PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, x, T, d, ff, add));
     PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
   }
   if (p.R > 0 && shard_.rank == 0) {
+    PLUMB_RETURN_IF_ERROR(at("final_norm", Op::kRmsNorm, none, p.R, d, d, ph));
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
+    PLUMB_RETURN_IF_ERROR(at("lm_head", Op::kMatmul, none, p.R, V, d, ph));
     PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
+    PLUMB_RETURN_IF_ERROR(at("argmax", Op::kSample, none, p.R, V, 0, ph));
     PLUMB_CUDA_LAUNCH(launch_argmax(logits_.as<float>(), p.R, V, ids_.as<int32_t>(), argmax_ws_.get(),
                                     cap_logit_rows_, stream_));
   }
-  return Status::Ok();
+  return at(nullptr, Op::kCount, none, 0, 0, 0, ph);  // the end of the last op
 }
 
 Status CudaModelRunner::all_reduce_residual(int64_t T) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "core/file.h"
@@ -122,6 +123,36 @@ TEST(CudaScreenGpu, BuiltInVariantsPassWithAPlausibleTime) {
         EXPECT_GT(o.median_us, 0) << variants[i].name;
       }
     }
+  }
+}
+
+// `plumb kernels profile --device cuda` (kernels/profile.h): every op of the CUDA runner timed with
+// CUDA events, in prefill and in decode (decode graphs included), the instrumented time within the
+// end-to-end time, and the overhead of profiling measured by an unprofiled second run.
+TEST(CudaProfileGpu, EveryOpOfTheRunnerIsTimedAndTheOverheadMeasured) {
+  SKIP_WITHOUT_GPU();
+  auto r = run_capture({PLUMB_BINARY, "kernels", "profile", "--device", "cuda", "--workload", "D",
+                        "--requests", "8", "--json"});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->exit.exit_code, 0) << r->out;
+  auto j = json::parse_object(r->out);
+  ASSERT_TRUE(j.ok()) << r->out;
+  EXPECT_EQ(json::string_at(*j, "device").value_or(""), "cuda:0");
+  const double e2e = json::number_at(*j, "e2e_ms").value_or(0);
+  const double instrumented = json::number_at(*j, "instrumented_ms").value_or(0);
+  EXPECT_GT(instrumented, 0);
+  EXPECT_LT(instrumented, e2e);
+  EXPECT_GT(json::number_at(*j, "unprofiled_e2e_ms").value_or(0), 0) << r->out;
+  std::set<std::string> seen;
+  for (const auto& m : j->at("modules").as_array()) {
+    const auto& o = m.as_object();
+    seen.insert(json::string_at(o, "module").value_or("") + "/" + json::string_at(o, "phase").value_or(""));
+    EXPECT_GT(json::number_at(o, "ms").value_or(0), 0) << json::dump(m);
+  }
+  for (const char* want :
+       {"qkv_proj/prefill", "attention/prefill", "o_proj/prefill", "down_proj/prefill", "qkv_proj/decode",
+        "attention/decode", "rope/decode", "lm_head/decode", "input_norm/decode", "embedding/decode"}) {
+    EXPECT_TRUE(seen.count(want)) << want << " missing from " << r->out;
   }
 }
 
