@@ -128,7 +128,7 @@ if [ -x "$B/plumb" ]; then
     i=0
     for f in /tmp/v_$op/*.cu; do
       i=$((i + 1)); [ $((i % 4)) = 1 ] || continue
-      timeout 120 "$B/plumb" kernels screen --device cuda --op $op --source "$f" --rows 256 --dim 4096 --json \
+      timeout 120 "$B/plumb" kernels screen --device cuda --op $op --source "$f" --rows 256 --dim 4096 --json --sanitizers none \
         --out "/tmp/s_$op.$i" 2> /dev/null | python3 -c "
 import json, sys
 j = json.load(sys.stdin)['screen']

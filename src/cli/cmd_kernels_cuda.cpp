@@ -244,6 +244,8 @@ struct CudaScreenArgs {
   uint64_t seed = 1;
   CudaArgs compile;
   double screen_timeout_s = 300;
+  std::string sanitizers = "memcheck,racecheck,initcheck";
+  double sanitizer_timeout_s = 900;
 };
 
 std::shared_ptr<CudaScreenArgs> add_cuda_screen_flags(CLI::App* sc) {
@@ -263,6 +265,14 @@ std::shared_ptr<CudaScreenArgs> add_cuda_screen_flags(CLI::App* sc) {
   sc->add_option("--screen-timeout", a->screen_timeout_s, "seconds before the screening child is killed")
       ->capture_default_str()
       ->group(g);
+  sc->add_option("--sanitizers", a->sanitizers,
+                 "compute-sanitizer tools run over a candidate that passed (its correctness draws again, "
+                 "one per shape): a list of memcheck, racecheck, initcheck, synccheck, or none")
+      ->capture_default_str()
+      ->group(g);
+  sc->add_option("--sanitizer-timeout", a->sanitizer_timeout_s, "seconds per tool before it is killed")
+      ->capture_default_str()
+      ->group(g);
   return a;
 }
 
@@ -270,6 +280,8 @@ int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const st
                     bool timing, bool json) {
   if (Status st = check_device("cuda"); !st.ok()) return fail("screen", st);
 #ifdef PLUMB_HAVE_CUDA
+  auto sanitizers = kernels::cuda::parse_sanitizers(a.sanitizers);
+  if (!sanitizers.ok()) return fail("screen", sanitizers.status());
   auto op = kernels::cuda::parse_op(a.op);
   if (!op.ok()) return fail("screen", op.status().with_context("--op"));
   if (!std::filesystem::is_regular_file(source))
@@ -299,6 +311,8 @@ int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const st
   o.reps = a.reps;
   o.seed = a.seed;
   o.timeout_s = a.screen_timeout_s;
+  o.sanitizers = *sanitizers;
+  o.sanitizer_timeout_s = a.sanitizer_timeout_s;
   auto r = kernels::cuda::screen_in_child(self_exe(), c->cubin_path, out + "/screen", o);
   if (!r.ok()) return fail("screen", r.status());
   if (json) {
@@ -313,6 +327,15 @@ int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const st
           "{:.0f} GB/s\n",
           r->timed_shape, r->device, r->time.median_us, r->time.lo_us, r->time.hi_us, r->time.reps,
           r->implied_gb_s, r->copy_gb_s);
+    for (const auto& s : r->sanitizers)
+      std::cout << fmt::format(
+          "compute-sanitizer {}: {}\n", s.tool,
+          !s.completed ? "did not finish: " + s.first
+          : s.errors > 0
+              ? fmt::format("{} error(s); first: {}", s.errors, s.first)
+              : fmt::format("0 errors{}",
+                            s.warnings > 0 ? fmt::format(" ({} warnings)", s.warnings) : std::string()));
+    if (r->sanitizers.empty()) std::cout << "compute-sanitizer: not run (--sanitizers none)\n";
   }
   if (r->verdict == kernels::cuda::ScreenVerdict::kNoDevice) return kExitError;
   return r->verdict == kernels::cuda::ScreenVerdict::kPass ? kExitOk : kExitFailed;

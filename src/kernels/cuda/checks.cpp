@@ -74,7 +74,8 @@ std::string_view verdict_name(ScreenVerdict v) {
                                                 "abi_refused",
                                                 "crashed",
                                                 "timed_out",
-                                                "no_device"};
+                                                "no_device",
+                                                "sanitizer_error"};
   return kNames[int(v)];
 }
 

@@ -28,9 +28,11 @@ enum class ScreenVerdict {
   kCrashed,           // the child died
   kTimedOut,          // the child ran past the limit (a hanging kernel)
   kNoDevice,          // no CUDA device visible: nothing was screened
+  kSanitizerError,    // right outputs, but compute-sanitizer reported an error (sanitize.h) or could not run
 };
 // "pass" | "wrong_output" | "wrong_output_after_timing" | "mutated_input" | "guard_overwritten" |
-// "launch_error" | "measurement_error" | "abi_refused" | "crashed" | "timed_out" | "no_device".
+// "launch_error" | "measurement_error" | "abi_refused" | "crashed" | "timed_out" | "no_device" |
+// "sanitizer_error".
 std::string_view verdict_name(ScreenVerdict v);
 
 // float -> bf16 bits, round to nearest even, NaN kept quiet (as __float2bfloat16 and

@@ -222,7 +222,7 @@ ScreenResult run_screen(const std::string& cubin_path, const ScreenOptions& o) {
 }
 
 ScreenVerdict verdict_of(std::string_view name) {
-  for (int v = 0; v <= int(ScreenVerdict::kNoDevice); ++v)
+  for (int v = 0; v <= int(ScreenVerdict::kSanitizerError); ++v)
     if (verdict_name(ScreenVerdict(v)) == name) return ScreenVerdict(v);
   return ScreenVerdict::kCrashed;
 }
@@ -251,7 +251,12 @@ boost::json::object to_json(const ScreenResult& r) {
            {{"median", r.time.median_us}, {"lo", r.time.lo_us}, {"hi", r.time.hi_us}, {"reps", r.time.reps}}},
           {"copy_gb_s", r.copy_gb_s},
           {"implied_gb_s", r.implied_gb_s},
-          {"log", r.log}};
+          {"log", r.log},
+          {"sanitizers", [&] {
+             boost::json::array a;
+             for (const auto& s : r.sanitizers) a.push_back(to_json(s));
+             return a;
+           }()}};
 }
 
 Result<ScreenResult> screen_result_from_json(const boost::json::object& o) {
@@ -270,6 +275,10 @@ Result<ScreenResult> screen_result_from_json(const boost::json::object& o) {
     r.copy_gb_s = o.at("copy_gb_s").to_number<double>();
     r.implied_gb_s = o.at("implied_gb_s").to_number<double>();
     r.log = o.at("log").as_string();
+    if (const auto* s = o.if_contains("sanitizers"); s != nullptr && s->is_array()) {
+      for (const auto& x : s->as_array())
+        if (x.is_object()) r.sanitizers.push_back(sanitizer_report_from_json(x.as_object()));
+    }
     return r;
   } catch (const std::exception& e) {
     return corrupt(std::string("screen.json malformed: ") + e.what());
@@ -287,8 +296,12 @@ int screen_child_main(const std::string& cubin_path, const std::string& out_dir,
   return r.verdict == ScreenVerdict::kPass ? 0 : 1;
 }
 
-Result<ScreenResult> screen_in_child(const std::string& plumb_exe, const std::string& cubin_path,
-                                     const std::string& out_dir, const ScreenOptions& o) {
+namespace {
+
+// The child's command line; `draws` and `timing` as given.
+std::vector<std::string> child_argv(const std::string& plumb_exe, const std::string& cubin_path,
+                                    const std::string& out_dir, const ScreenOptions& o, int draws,
+                                    bool timing) {
   std::vector<std::string> argv = {plumb_exe,
                                    "kernels",
                                    "screen-cuda-child",
@@ -303,15 +316,91 @@ Result<ScreenResult> screen_in_child(const std::string& plumb_exe, const std::st
                                    "--dim",
                                    std::to_string(o.cols),
                                    "--draws",
-                                   std::to_string(o.draws),
+                                   std::to_string(draws),
                                    "--reps",
                                    std::to_string(o.reps),
                                    "--seed",
                                    std::to_string(o.seed)};
-  if (!o.timing) argv.emplace_back("--no-timing");
-  PLUMB_ASSIGN_OR_RETURN(ChildStep step, run_child_step(std::move(argv), out_dir, kResultFile,
-                                                        "screen-child.log", o.timeout_s, "screening child"));
-  if (step.result) return screen_result_from_json(*step.result);
+  if (!timing) argv.emplace_back("--no-timing");
+  return argv;
+}
+
+// The last `n` bytes of `text`.
+std::string tail(const std::string& text, size_t n) {
+  return text.size() > n ? text.substr(text.size() - n) : text;
+}
+
+// Each tool of o.sanitizers over the passing candidate's correctness draws (one draw per shape, no
+// timing); stops at the first tool that reports an error, does not finish, or changes the verdict.
+Status sanitize(const std::string& plumb_exe, const std::string& cubin_path, const std::string& out_dir,
+                const ScreenOptions& o, ScreenResult& r) {
+  auto cs = find_compute_sanitizer();
+  if (!cs.ok()) {
+    r.verdict = ScreenVerdict::kSanitizerError;
+    r.reason = cs.status().message();
+    return Status::Ok();
+  }
+  for (const std::string& tool : o.sanitizers) {
+    const std::string dir = (std::filesystem::path(out_dir) / ("sanitize-" + tool)).string();
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return io_error("creating " + dir + ": " + ec.message());
+    std::vector<std::string> argv = {*cs, "--tool", tool, "--print-limit", "20"};
+    for (auto& a : child_argv(plumb_exe, cubin_path, dir, o, 1, false)) argv.push_back(std::move(a));
+    PLUMB_ASSIGN_OR_RETURN(ChildStep step,
+                           run_child_step(std::move(argv), dir, kResultFile, "sanitizer.log",
+                                          o.sanitizer_timeout_s, "compute-sanitizer " + tool));
+    auto full = read_file(dir + "/sanitizer.log");
+    const std::string log = full.ok() ? *full : step.log_tail;
+    SanitizerReport rep = parse_sanitizer_log(tool, log);
+    if (step.timed_out) {
+      rep.completed = false;
+      rep.first = fmt::format("ran past the {:.0f} s limit and was killed", o.sanitizer_timeout_s);
+    }
+    std::string under;  // the screening's own verdict under the tool, when it is not a pass
+    if (step.result) {
+      auto inner = screen_result_from_json(*step.result);
+      if (inner.ok() && inner->verdict != ScreenVerdict::kPass)
+        under = fmt::format("{}: {}", verdict_name(inner->verdict), inner->reason);
+    }
+    r.sanitizers.push_back(rep);
+    if (rep.completed && rep.errors == 0 && under.empty()) continue;
+    r.verdict = ScreenVerdict::kSanitizerError;
+    if (!rep.completed) {
+      r.reason = fmt::format("compute-sanitizer {} did not finish: {}", tool, rep.first);
+    } else if (rep.errors > 0) {
+      r.reason = fmt::format("compute-sanitizer {}: {} error(s); first: {}", tool, rep.errors, rep.first);
+    } else {
+      r.reason = fmt::format("under compute-sanitizer {} the screening read {}", tool, under);
+    }
+    r.log = tail(log, 8000);
+    break;
+  }
+  return Status::Ok();
+}
+
+// Writes the parent's record of the screening.
+Status write_record(const std::string& out_dir, const ScreenResult& r) {
+  return write_file_atomic((std::filesystem::path(out_dir) / kResultFile).string(),
+                           json::dump_pretty(to_json(r)) + "\n")
+      .with_context("writing the screening record");
+}
+
+}  // namespace
+
+Result<ScreenResult> screen_in_child(const std::string& plumb_exe, const std::string& cubin_path,
+                                     const std::string& out_dir, const ScreenOptions& o) {
+  PLUMB_ASSIGN_OR_RETURN(
+      ChildStep step,
+      run_child_step(child_argv(plumb_exe, cubin_path, out_dir, o, o.draws, o.timing), out_dir, kResultFile,
+                     "screen-child.log", o.timeout_s, "screening child"));
+  if (step.result) {
+    PLUMB_ASSIGN_OR_RETURN(ScreenResult r, screen_result_from_json(*step.result));
+    if (r.verdict != ScreenVerdict::kPass || o.sanitizers.empty()) return r;
+    PLUMB_RETURN_IF_ERROR(sanitize(plumb_exe, cubin_path, out_dir, o, r));
+    PLUMB_RETURN_IF_ERROR(write_record(out_dir, r));
+    return r;
+  }
   ScreenResult r;
   if (step.timed_out) {
     r.verdict = ScreenVerdict::kTimedOut;
@@ -322,10 +411,7 @@ Result<ScreenResult> screen_in_child(const std::string& plumb_exe, const std::st
     r.reason = fmt::format("the screening child died ({}) without a result", step.died);
   }
   r.log = step.log_tail;
-  if (Status st = write_file_atomic((std::filesystem::path(out_dir) / kResultFile).string(),
-                                    json::dump_pretty(to_json(r)) + "\n");
-      !st.ok())
-    return st.with_context("writing the screening record");
+  PLUMB_RETURN_IF_ERROR(write_record(out_dir, r));
   return r;
 }
 

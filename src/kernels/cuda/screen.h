@@ -14,7 +14,9 @@
 //     persisting lines reset), between CUDA events on the harness's stream; the output of the last
 //     rep checked against its own reference; the median with its 95% CI; the roofline floor
 //     against the measured device-to-device copy bandwidth.
-// It writes <out>/screen.json (schema_version 1).
+// It writes <out>/screen.json (schema_version 1). The parent then runs the correctness draws again
+// under each compute-sanitizer tool of ScreenOptions::sanitizers (sanitize.h) over a candidate that
+// passed, and records what each reported.
 //
 // Not run on a GPU yet: this file compiles in CI and its tests (label gpu) skip without a device.
 #pragma once
@@ -26,6 +28,7 @@
 #include "core/status.h"
 #include "kernels/cuda/abi.h"
 #include "kernels/cuda/checks.h"
+#include "kernels/cuda/sanitize.h"
 
 namespace plumb::kernels::cuda {
 
@@ -38,6 +41,10 @@ struct ScreenOptions {
   bool timing = true;
   uint64_t seed = 1;
   double timeout_s = 300;  // screen_in_child: the child is killed after this
+  // compute-sanitizer tools run over a candidate that passed (one draw per shape, no timing); empty:
+  // none (the record's `sanitizers` is then empty: nothing claims a sanitizer ran).
+  std::vector<std::string> sanitizers = kDefaultSanitizers;
+  double sanitizer_timeout_s = 900;  // per tool: a kernel under a tool runs 10-100x slower
 };
 
 struct ScreenResult {
@@ -49,7 +56,8 @@ struct ScreenResult {
   double copy_gb_s = 0;     // measured device-to-device copy bandwidth
   double implied_gb_s = 0;  // bytes_read / median time
   std::string timed_shape;
-  std::string log;  // the child's output tail when it crashed or hung
+  std::string log;  // the child's output tail when it crashed or hung (or the sanitizer's, on its error)
+  std::vector<SanitizerReport> sanitizers;  // each tool that ran, in order
 };
 
 boost::json::object to_json(const ScreenResult& r);
@@ -62,7 +70,9 @@ int cuda_device_count(std::string* why);
 // verdict, 2 when it could not write its result.
 int screen_child_main(const std::string& cubin_path, const std::string& out_dir, const ScreenOptions& o);
 
-// The parent's side: runs `plumb_exe kernels screen-cuda-child` and waits up to o.timeout_s.
+// The parent's side: runs `plumb_exe kernels screen-cuda-child` and waits up to o.timeout_s; on a
+// pass, runs it again under each tool of o.sanitizers (sanitize.h) in <out_dir>/sanitize-<tool>/: the
+// first tool that reports an error or does not finish makes the verdict sanitizer_error.
 Result<ScreenResult> screen_in_child(const std::string& plumb_exe, const std::string& cubin_path,
                                      const std::string& out_dir, const ScreenOptions& o);
 

@@ -31,9 +31,10 @@ TEST(CudaCheats, L2PersistenceIsRefused) {
 }
 
 TEST(CudaCheats, TheOthersCompileAndAreLeftToTheDevice) {
-  for (const char* name : {"cached_output.cu", "partial_work.cu", "precomputed_table.cu", "low_precision.cu",
-                           "oob_last_block.cu", "zeros_when_small.cu", "reuse_ref_output.cu",
-                           "mutates_inputs.cu", "oob_write.cu", "crash.cu", "hang.cu"}) {
+  for (const char* name :
+       {"cached_output.cu", "partial_work.cu", "precomputed_table.cu", "low_precision.cu",
+        "oob_last_block.cu", "zeros_when_small.cu", "reuse_ref_output.cu", "mutates_inputs.cu",
+        "oob_write.cu", "crash.cu", "hang.cu", "oob_read_unused.cu", "smem_race.cu"}) {
     CompileResult r = compile_cheat(name);
     EXPECT_EQ(r.verdict, CompileVerdict::kOk) << name << ": " << r.message << "\n" << r.log;
   }

@@ -5,6 +5,7 @@
 // cheats_compile_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -30,6 +31,8 @@ struct Outcome {
   double median_us = 0;
 };
 
+// Screens `source`; compute-sanitizer stays off (`--sanitizers none`) unless `extra` names tools:
+// the tools multiply a screening's time, and CudaSanitizeGpu below runs them.
 Outcome screen(const std::string& source, const std::string& op, std::vector<std::string> extra = {},
                const std::string& dim = "4095") {
   static int n = 0;
@@ -38,6 +41,8 @@ Outcome screen(const std::string& source, const std::string& op, std::vector<std
   std::vector<std::string> argv = {PLUMB_BINARY, "kernels",  "screen", "--device", "cuda",       "--op",
                                    op,           "--source", source,   "--out",    dir.string(), "--json",
                                    "--rows",     "256",      "--dim",  dim,        "--reps",     "20"};
+  if (std::find(extra.begin(), extra.end(), "--sanitizers") == extra.end())
+    extra.insert(extra.end(), {"--sanitizers", "none"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   Outcome o;
   auto r = run_capture(argv);
@@ -123,6 +128,37 @@ TEST(CudaScreenGpu, BuiltInVariantsPassWithAPlausibleTime) {
         EXPECT_GT(o.median_us, 0) << variants[i].name;
       }
     }
+  }
+}
+
+// compute-sanitizer over candidates that pass every correctness draw (kernels/cuda/sanitize.h): an
+// out-of-bounds read whose value is never used is refused by memcheck, a shared-memory race that
+// happens to give the right answer by racecheck, and an honest built-in variant passes all three
+// tools with each one's report in the record.
+TEST(CudaSanitizeGpu, LatentBugsTheDrawsMissAreRefusedAndAnHonestVariantIsClean) {
+  SKIP_WITHOUT_GPU();
+  Outcome oob = screen(cheat("oob_read_unused.cu"), "rmsnorm_residual", {"--sanitizers", "memcheck"});
+  EXPECT_EQ(oob.verdict, "sanitizer_error") << oob.reason << "\n" << oob.out;
+  EXPECT_NE(oob.reason.find("memcheck"), std::string::npos) << oob.reason;
+  Outcome race = screen(cheat("smem_race.cu"), "rmsnorm_residual", {"--sanitizers", "racecheck"});
+  EXPECT_EQ(race.verdict, "sanitizer_error") << race.reason << "\n" << race.out;
+  EXPECT_NE(race.reason.find("racecheck"), std::string::npos) << race.reason;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("plumb_kcuda_clean_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto variants = generate_variants(CudaOp::kRmsNormResidual);
+  ASSERT_FALSE(variants.empty());
+  const std::string file = (dir / (variants[0].name + ".cu")).string();
+  ASSERT_TRUE(write_file_atomic(file, variants[0].source).ok());
+  Outcome clean = screen(file, "rmsnorm_residual", {"--sanitizers", "memcheck,racecheck,initcheck"});
+  EXPECT_EQ(clean.verdict, "pass") << clean.reason << "\n" << clean.out;
+  auto j = json::parse_object(clean.out);
+  ASSERT_TRUE(j.ok()) << clean.out;
+  const auto& tools = j->at("screen").as_object().at("sanitizers").as_array();
+  ASSERT_EQ(tools.size(), 3u) << clean.out;
+  for (const auto& t : tools) {
+    EXPECT_TRUE(t.as_object().at("completed").as_bool()) << json::dump(t);
+    EXPECT_EQ(json::number_at(t.as_object(), "errors").value_or(-1), 0) << json::dump(t);
   }
 }
 
