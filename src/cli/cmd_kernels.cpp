@@ -44,9 +44,10 @@ struct KernelsArgs {
   std::string task_dir;
   kernels::SearchOptions search;
   std::string proposer;
-  std::string source;          // screen: a C++ file (a CUDA source with --device cuda)
-  std::string device = "cpu";  // screen: cpu (a task's plugin candidate) or cuda
-  std::string so;              // screen-child
+  double proposer_timeout_s = 120;  // search --device cuda
+  std::string source;               // screen: a C++ file (a CUDA source with --device cuda)
+  std::string device = "cpu";       // screen: cpu (a task's plugin candidate) or cuda
+  std::string so;                   // screen-child
   int fd = -1;
   bool no_timing = false;
   bool naive = false;
@@ -591,6 +592,7 @@ int run_search(KernelsArgs& a) {
     if (Status s = use_screening_jobs(a, exec); !s.ok()) return fail("search", s);
   }
   if (!a.proposer.empty()) a.search.proposer_argv = {"/bin/sh", "-c", a.proposer};
+  a.search.proposer_timeout = std::chrono::milliseconds(int64_t(a.proposer_timeout_s * 1000));
   a.search.progress = progress;
   a.search.screen.plumb_binary = self_exe();
   if (a.no_timing) a.search.screen.timing = false;
@@ -757,7 +759,16 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
   };
   auto* se =
       c->add_subcommand("search", "Episodes of built-in and proposed candidates over one task, screened");
-  se->add_option("--task", a->task_dir, "a task folder from plumb kernels tasks")->required();
+  se->add_option("--task", a->task_dir,
+                 "a task folder from plumb kernels tasks (required with --device cpu)");
+  se->add_option(
+        "--device", a->device,
+        "cpu: plugin-ABI candidates over --task | cuda: CUDA candidates (plumb_cuda_abi.h) for --op, "
+        "compiled with NVRTC and screened on the GPU, the best then under compute-sanitizer "
+        "(the CUDA flags below; docs/kernels.md)")
+      ->capture_default_str();
+  se->add_option("--proposer-timeout", a->proposer_timeout_s, "seconds per proposer call")
+      ->capture_default_str();
   se->add_option("--out", a->search.out_dir, "results folder (default <task>/search)");
   se->add_option("--episodes", a->search.episodes, "episodes")->capture_default_str();
   se->add_option("--candidates", a->search.candidates_per_episode, "built-in candidates per episode")
@@ -782,8 +793,33 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
                  "those in flight (docs/cluster.md)")
       ->capture_default_str()
       ->group("Executor (where the work runs; docs/cluster.md)");
-  se->callback([se, a] {
+  auto cuda_search = add_cuda_screen_flags(se);
+  se->callback([se, a, cuda_search] {
     a->executor_given = se->get_option("--executor")->count() > 0;
+    if (a->device == "cuda") {
+      if (a->executor_given)
+        return set_exit_code(
+            fail("search", invalid_argument("--executor is not available with --device cuda yet: "
+                                            "the CUDA search screens here, one candidate at a time")));
+      CudaSearchArgs s;
+      s.out = a->search.out_dir;
+      s.episodes = a->search.episodes;
+      s.candidates = a->search.candidates_per_episode;
+      s.proposer = a->proposer;
+      s.proposals = a->search.proposals_per_episode;
+      s.proposer_timeout_s = a->proposer_timeout_s;
+      s.draws = a->search.screen.draws;
+      s.timing = !a->no_timing;
+      s.json = a->json;
+      return set_exit_code(run_cuda_search(*cuda_search, s));
+    }
+    if (a->device != "cpu")
+      return set_exit_code(
+          fail("search", invalid_argument("--device must be cpu or cuda, not " + a->device)));
+    if (a->task_dir.empty())
+      return set_exit_code(
+          fail("search", invalid_argument("--task is required with --device cpu: give a task "
+                                          "folder from plumb kernels tasks")));
     set_exit_code(run_search(*a));
   });
 

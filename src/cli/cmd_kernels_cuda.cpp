@@ -18,6 +18,7 @@
 #include "kernels/cuda/compile.h"
 #include "kernels/cuda/generate.h"
 #include "kernels/cuda/screen.h"
+#include "kernels/cuda/search.h"
 #endif
 
 namespace plumb::cli {
@@ -339,6 +340,54 @@ int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const st
   }
   if (r->verdict == kernels::cuda::ScreenVerdict::kNoDevice) return kExitError;
   return r->verdict == kernels::cuda::ScreenVerdict::kPass ? kExitOk : kExitFailed;
+#else
+  return kExitError;
+#endif
+}
+
+int run_cuda_search(const CudaScreenArgs& a, const CudaSearchArgs& s) {
+  if (Status st = check_device("cuda"); !st.ok()) return fail("search", st);
+#ifdef PLUMB_HAVE_CUDA
+  auto op = kernels::cuda::parse_op(a.op);
+  if (!op.ok()) return fail("search", op.status().with_context("--op"));
+  auto sanitizers = kernels::cuda::parse_sanitizers(a.sanitizers);
+  if (!sanitizers.ok()) return fail("search", sanitizers.status());
+  if (s.draws < 1 || a.reps < 2 || a.rows < 1 || a.dim < 2)
+    return fail("search",
+                invalid_argument("--draws >= 1, --reps >= 2, --rows >= 1 and --dim >= 2 are needed"));
+  kernels::cuda::CudaSearchOptions o;
+  o.plumb_exe = self_exe();
+  o.out_dir = s.out.empty() ? std::string(kernels::cuda::op_name(*op)) + ".search" : s.out;
+  o.episodes = s.episodes;
+  o.candidates_per_episode = s.candidates;
+  if (!s.proposer.empty()) o.proposer_argv = {"/bin/sh", "-c", s.proposer};
+  o.proposals_per_episode = s.proposals;
+  o.proposer_timeout = std::chrono::milliseconds(int64_t(s.proposer_timeout_s * 1000));
+  o.compile = compile_options(a.compile);
+  o.screen.op = *op;
+  o.screen.rows_max = a.rows;
+  o.screen.cols = a.dim;
+  o.screen.draws = s.draws;
+  o.screen.timing = s.timing;
+  o.screen.reps = a.reps;
+  o.screen.seed = a.seed;
+  o.screen.timeout_s = a.screen_timeout_s;
+  o.screen.sanitizers = *sanitizers;
+  o.screen.sanitizer_timeout_s = a.sanitizer_timeout_s;
+  o.progress = [](const std::string& m) { std::cerr << m << "\n"; };
+  auto r = kernels::cuda::run_cuda_search(o);
+  if (!r.ok()) return fail("search", r.status());
+  if (s.json) {
+    std::cout << json::dump_pretty(kernels::cuda::cuda_search_json(o, *r)) << "\n";
+  } else if (r->best >= 0) {
+    const auto& b = r->tried[size_t(r->best)];
+    std::cout << fmt::format(
+        "best: {} ({}), u = {:.3f} of the copy bandwidth, median {:.2f} us; {}/search.json\n", b.name,
+        b.origin, b.utility, b.screen.time.median_us, o.out_dir);
+  } else {
+    std::cout << fmt::format("no candidate passed; {}/search.json lists each verdict\n", o.out_dir);
+  }
+  return r->best >= 0 ? kExitOk : kExitFailed;
 #else
   return kExitError;
 #endif

@@ -91,4 +91,11 @@ Result<RunOutput> run_capture(const std::vector<std::string>& argv, bool drop_st
 // executable of that name in a folder of PATH; "" when there is none.
 std::string find_executable(const std::string& name);
 
+// Runs `argv` in its own process group with `input` on stdin; returns its stdout (up to 16 MiB).
+// Timeout (the process group killed) after `timeout`; FailedPrecondition for a signal or a non-zero
+// exit (with the stderr tail); NotFound if it cannot be started. What external proposers run on
+// (`plumb tune --proposer`, `plumb kernels search --device cuda --proposer`).
+Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const std::string& input,
+                                   std::chrono::milliseconds timeout);
+
 }  // namespace plumb

@@ -41,12 +41,6 @@ inline constexpr int kProposerSchemaVersion = 1;
 json::object proposer_context(const SearchSpace& space, const std::vector<Observation>& history,
                               const BudgetLeft& left, const json::object& extra);
 
-// Runs `argv` with `input` on stdin; returns its stdout. Timeout (process group killed) after
-// `timeout`; FailedPrecondition for a non-zero exit (with the stderr tail); NotFound if it cannot
-// be started.
-Result<std::string> run_with_stdin(const std::vector<std::string>& argv, const std::string& input,
-                                   std::chrono::milliseconds timeout);
-
 // Parses a proposal ("stop" gives nullopt). InvalidArgument for garbage, naming what was wrong.
 Result<std::optional<Proposal>> parse_proposal(const SearchSpace& space, const std::string& stdout_text);
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/subprocess.h"
+
 namespace plumb::tune {
 namespace {
 

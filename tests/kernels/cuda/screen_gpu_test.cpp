@@ -162,6 +162,33 @@ TEST(CudaSanitizeGpu, LatentBugsTheDrawsMissAreRefusedAndAnHonestVariantIsClean)
   }
 }
 
+// `plumb kernels search --device cuda` (kernels/cuda/search.h): two episodes over swiglu's built-in
+// variants find a passing best with a utility at most the roofline's, and the best passed
+// compute-sanitizer's three tools.
+TEST(CudaSearchGpu, TwoEpisodesFindASanitizedBestUnderTheRoofline) {
+  SKIP_WITHOUT_GPU();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("plumb_kcuda_search_" + std::to_string(::getpid()));
+  auto r =
+      run_capture({PLUMB_BINARY, "kernels",      "search", "--device", "cuda",       "--op",  "swiglu",
+                   "--rows",     "64",           "--dim",  "4096",     "--reps",     "10",    "--episodes",
+                   "2",          "--candidates", "4",      "--out",    dir.string(), "--json"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit.exit_code, 0) << r->out;
+  auto j = json::parse_object(r->out);
+  ASSERT_TRUE(j.ok()) << r->out;
+  EXPECT_EQ(j->at("tried").as_array().size(), 8u);
+  ASSERT_TRUE(j->at("best").is_object()) << r->out;
+  const double u = json::number_at(j->at("best").as_object(), "utility").value_or(0);
+  EXPECT_GT(u, 0.0);
+  EXPECT_LE(u, 1.05);
+  std::string best = json::string_at(j->at("best").as_object(), "name").value_or("");
+  for (const auto& t : j->at("tried").as_array()) {
+    if (json::string_at(t.as_object(), "name").value_or("") != best) continue;
+    EXPECT_EQ(t.as_object().at("sanitizers").as_array().size(), 3u) << json::dump(t);
+  }
+}
+
 // `plumb kernels profile --device cuda` (kernels/profile.h): every op of the CUDA runner timed with
 // CUDA events, in prefill and in decode (decode graphs included), the instrumented time within the
 // end-to-end time, and the overhead of profiling measured by an unprofiled second run.
