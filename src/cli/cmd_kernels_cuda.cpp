@@ -277,6 +277,29 @@ std::shared_ptr<CudaScreenArgs> add_cuda_screen_flags(CLI::App* sc) {
   return a;
 }
 
+#ifdef PLUMB_HAVE_CUDA
+namespace {
+
+// The screening settings of `kernels screen` and `kernels search` with --device cuda.
+kernels::cuda::ScreenOptions screen_options(const CudaScreenArgs& a, kernels::cuda::CudaOp op, int draws,
+                                            bool timing, std::vector<std::string> sanitizers) {
+  kernels::cuda::ScreenOptions o;
+  o.op = op;
+  o.rows_max = a.rows;
+  o.cols = a.dim;
+  o.draws = draws;
+  o.timing = timing;
+  o.reps = a.reps;
+  o.seed = a.seed;
+  o.timeout_s = a.screen_timeout_s;
+  o.sanitizers = std::move(sanitizers);
+  o.sanitizer_timeout_s = a.sanitizer_timeout_s;
+  return o;
+}
+
+}  // namespace
+#endif
+
 int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const std::string& out_arg, int draws,
                     bool timing, bool json) {
   if (Status st = check_device("cuda"); !st.ok()) return fail("screen", st);
@@ -303,17 +326,7 @@ int run_cuda_screen(const CudaScreenArgs& a, const std::string& source, const st
       std::cout << fmt::format("{}: {}\n{}\n", kernels::cuda::verdict_name(c->verdict), c->message, c->log);
     return kExitFailed;
   }
-  kernels::cuda::ScreenOptions o;
-  o.op = *op;
-  o.rows_max = a.rows;
-  o.cols = a.dim;
-  o.draws = draws;
-  o.timing = timing;
-  o.reps = a.reps;
-  o.seed = a.seed;
-  o.timeout_s = a.screen_timeout_s;
-  o.sanitizers = *sanitizers;
-  o.sanitizer_timeout_s = a.sanitizer_timeout_s;
+  const kernels::cuda::ScreenOptions o = screen_options(a, *op, draws, timing, *sanitizers);
   auto r = kernels::cuda::screen_in_child(self_exe(), c->cubin_path, out + "/screen", o);
   if (!r.ok()) return fail("screen", r.status());
   if (json) {
@@ -364,16 +377,7 @@ int run_cuda_search(const CudaScreenArgs& a, const CudaSearchArgs& s) {
   o.proposals_per_episode = s.proposals;
   o.proposer_timeout = std::chrono::milliseconds(int64_t(s.proposer_timeout_s * 1000));
   o.compile = compile_options(a.compile);
-  o.screen.op = *op;
-  o.screen.rows_max = a.rows;
-  o.screen.cols = a.dim;
-  o.screen.draws = s.draws;
-  o.screen.timing = s.timing;
-  o.screen.reps = a.reps;
-  o.screen.seed = a.seed;
-  o.screen.timeout_s = a.screen_timeout_s;
-  o.screen.sanitizers = *sanitizers;
-  o.screen.sanitizer_timeout_s = a.sanitizer_timeout_s;
+  o.screen = screen_options(a, *op, s.draws, s.timing, *sanitizers);
   o.progress = [](const std::string& m) { std::cerr << m << "\n"; };
   auto r = kernels::cuda::run_cuda_search(o);
   if (!r.ok()) return fail("search", r.status());

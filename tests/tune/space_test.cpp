@@ -241,24 +241,32 @@ TEST(Space, ShippedSpacesMatchTheirAdapters) {
   }
 }
 
+// The plumb adapter's command line for the space's fixed parameters and `c`, one space after each word.
+std::string plumb_command_line(const SearchSpace& sp, const Config& c) {
+  auto ad = launch::builtin_adapter("plumb");
+  EXPECT_TRUE(ad.ok());
+  if (!ad.ok()) return "";
+  launch::Params params = sp.fixed;
+  for (const auto& [k, v] : c) params[k] = v;
+  auto spec = launch::render(*ad, params, 8123);
+  EXPECT_TRUE(spec.ok()) << spec.status().to_string();
+  std::string line;
+  if (spec.ok())
+    for (const auto& a : spec->argv) line += a + " ";
+  return line;
+}
+
 // The CUDA space renders plumb serve's CUDA flags: the device, CUDA graphs as true|false, the
 // memory share.
 TEST(Space, PlumbCudaSpaceRendersTheCudaFlags) {
   auto sp = builtin_space("plumb-cuda");
   ASSERT_TRUE(sp.ok()) << sp.status().to_string();
-  auto ad = launch::builtin_adapter("plumb");
-  ASSERT_TRUE(ad.ok());
   Config c{{"max_num_seqs", int64_t(128)},    {"max_num_batched_tokens", int64_t(2048)},
            {"enable_chunked_prefill", false}, {"kv_block_size", int64_t(32)},
            {"enable_prefix_caching", true},   {"cuda_graphs", false},
            {"gpu_memory_utilization", 0.75}};
   ASSERT_TRUE(validate_config(*sp, c).ok()) << validate_config(*sp, c).message();
-  launch::Params params = sp->fixed;
-  for (const auto& [k, v] : c) params[k] = v;
-  auto spec = launch::render(*ad, params, 8123);
-  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-  std::string line;
-  for (const auto& a : spec->argv) line += a + " ";
+  const std::string line = plumb_command_line(*sp, c);
   for (const char* want : {"--device cuda ", "--cuda-graphs=false ", "--gpu-memory-utilization 0.75 ",
                            "--max-num-seqs 128 ", "--enable-chunked-prefill=false ", "--engine llm "}) {
     EXPECT_NE(line.find(want), std::string::npos) << want << " in " << line;
@@ -289,14 +297,7 @@ TEST(Space, TensorParallelSizeIsAKnobOnlyWhereTheModelSplitsMoreThanOneWay) {
   c["tensor_parallel_size"] = int64_t(3);
   EXPECT_FALSE(validate_config(*sp, c).ok());
   c["tensor_parallel_size"] = int64_t(2);
-  auto ad = launch::builtin_adapter("plumb");
-  ASSERT_TRUE(ad.ok());
-  launch::Params params = sp->fixed;
-  for (const auto& [k, v] : c) params[k] = v;
-  auto spec = launch::render(*ad, params, 8123);
-  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-  std::string line;
-  for (const auto& a : spec->argv) line += a + " ";
+  const std::string line = plumb_command_line(*sp, c);
   EXPECT_NE(line.find("--tensor-parallel-size 2 "), std::string::npos) << line;
   // A space that fixes the size keeps it.
   auto fixed = builtin_space("plumb-cuda");

@@ -76,6 +76,7 @@ struct DeviceLayer {
 class CudaModelRunner final : public scheduler::ModelRunner {
  public:
   ~CudaModelRunner() override {
+    cudaSetDevice(device_);  // with tensor parallelism the caller's current device may be another rank's
     for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (cublas_) cublasDestroy(cublas_);
