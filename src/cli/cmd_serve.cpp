@@ -157,6 +157,7 @@ int llm_config(const ServeArgs& a, scheduler::LlmEngineConfig& c) {
   if (a.kernels) c.kernels = *a.kernels;
   c.debug_step_slowdown = a.debug_step_slowdown;
   c.device = a.model.device;
+  c.tensor_parallel_size = a.tensor_parallel_size;
   return kExitOk;
 }
 

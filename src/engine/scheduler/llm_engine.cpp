@@ -82,6 +82,7 @@ std::string llm_engine_config_json(const LlmEngineConfig& c) {
   o["threads"] = c.threads;
   o["kernels"] = c.kernels;
   o["device"] = c.device;
+  if (c.tensor_parallel_size != 1) o["tensor_parallel_size"] = c.tensor_parallel_size;  // absent: one card
   if (c.debug_step_slowdown > 0) o["debug_step_slowdown"] = c.debug_step_slowdown;
   return json::dump(o);
 }

@@ -59,6 +59,9 @@ struct LlmEngineConfig {
   int32_t threads = 0;           // compute threads; 0 = all cores
   std::string kernels = "auto";  // kernel selection: "auto", "reference" or a file (CPU runner)
   std::string device = "cpu";    // where the runner computes: cpu | cuda | cuda:N (model_runner.h)
+  // Cards the model is split over from `device` on (RunnerOptions::tensor_parallel_size); recorded
+  // here so that the effective settings (and a run's provenance) say it. 1 = one device.
+  int32_t tensor_parallel_size = 1;
   // Debug slowdown (>= 0; 0 = off): after each step the engine thread waits this fraction of the
   // step's own duration, doing nothing else, so every step takes (1 + x) times as long. It changes no
   // output: it exists to make a configuration known to be slower, for measuring a comparison's power

@@ -128,6 +128,12 @@ TEST(Device, EffectiveSettingsCarryTheNormalizedDevice) {
   for (const auto& n : notes) noted |= n.find("cuda:0") != std::string::npos;
   EXPECT_TRUE(noted);
   EXPECT_NE(llm_engine_config_json(*eff).find(R"("device":"cuda:0")"), std::string::npos);
+  // One card leaves no trace (earlier settings are unchanged); a split says how many cards.
+  EXPECT_EQ(llm_engine_config_json(*eff).find("tensor_parallel_size"), std::string::npos);
+  c.tensor_parallel_size = 4;
+  auto split = normalize(c, 128);
+  ASSERT_TRUE(split.ok());
+  EXPECT_NE(llm_engine_config_json(*split).find(R"("tensor_parallel_size":4)"), std::string::npos);
   c.device = "tpu";
   EXPECT_EQ(normalize(c, 128).status().code(), Code::kInvalidArgument);
 }
