@@ -32,6 +32,7 @@ struct GenerateArgs {
   std::string kernels = "auto";
   bool ignore_eos = false;
   int block_size = 16;
+  int tensor_parallel_size = 1;  // --device cuda: the model split over this many cards
 };
 
 int fail(int code, const Status& s) {
@@ -155,7 +156,9 @@ int run(const GenerateArgs& a) {
     log::info("event=settings device={}", device.name());
     described << " on " << device.name();
   }
-  auto runner = scheduler::make_runner(device, std::move(model), described.str());
+  scheduler::RunnerOptions ro;
+  ro.tensor_parallel_size = a.tensor_parallel_size;
+  auto runner = scheduler::make_runner(device, std::move(model), described.str(), ro);
   if (!runner.ok()) return fail(kExitError, runner.status());
   // Special tokens (the EOS that ends a chat turn) are not printed.
   auto stream = tok ? tokenizer_text_stream(*tok, /*skip_special_tokens=*/true) : byte_text_stream();
@@ -191,6 +194,10 @@ void setup(CLI::App& root) {
   a->model.add_to(cmd);
   cmd->add_option("--prompt", a->prompt, "prompt text")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str();
+  cmd->add_option("--tensor-parallel-size", a->tensor_parallel_size,
+                  "split the model over this many GPUs, --device cuda:N and the ones after it (docs/cuda.md)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_flag("--chat", a->chat, "wrap the prompt as one user message in the model's chat template");
   cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-p", a->top_p, "nucleus sampling, in (0, 1]")->capture_default_str();

@@ -745,18 +745,20 @@ void add_profile_commands(CLI::App* c, const KernelsArgsPtr& a) {
   tk->callback([a] { set_exit_code(run_profile(*a, true)); });
 }
 
-// `search`, `screen` and the internal `screen-child`.
-void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
-  auto add_screen_flags = [a](CLI::App* s) {
-    s->add_option("--draws", a->search.screen.draws, "fresh random draws over the task's shape range")
-        ->capture_default_str();
-    s->add_option("--threads", a->search.screen.threads, "timing thread pool (0 = all cores, as the engine)")
-        ->capture_default_str();
-    s->add_flag("--asan", a->search.screen.asan,
-                "compile with AddressSanitizer and run the child with libasan");
-    s->add_flag("--no-timing", a->no_timing, "correctness and safety only");
-    s->add_option("--cxx", a->search.screen.cxx, "compiler")->capture_default_str();
-  };
+// The screening flags of `search`, `screen` and `screen-job` (the CPU loop).
+void add_screen_flags(CLI::App* s, const KernelsArgsPtr& a) {
+  s->add_option("--draws", a->search.screen.draws, "fresh random draws over the task's shape range")
+      ->capture_default_str();
+  s->add_option("--threads", a->search.screen.threads, "timing thread pool (0 = all cores, as the engine)")
+      ->capture_default_str();
+  s->add_flag("--asan", a->search.screen.asan,
+              "compile with AddressSanitizer and run the child with libasan");
+  s->add_flag("--no-timing", a->no_timing, "correctness and safety only");
+  s->add_option("--cxx", a->search.screen.cxx, "compiler")->capture_default_str();
+}
+
+// `search`: over a task's plugin candidates, or with --device cuda over one CUDA op.
+void add_search_command(CLI::App* c, const KernelsArgsPtr& a) {
   auto* se =
       c->add_subcommand("search", "Episodes of built-in and proposed candidates over one task, screened");
   se->add_option("--task", a->task_dir,
@@ -783,7 +785,7 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
                  "u of the two (0 = off)")
       ->capture_default_str();
   se->add_flag("--json", a->json, "print search.json");
-  add_screen_flags(se);
+  add_screen_flags(se, a);
   add_executor_flags(se, a->exec, "candidate's screening",
                      "given, each screening runs as a child job on this machine, with the journal and "
                      "retries of slurm; without --executor, in this process");
@@ -822,7 +824,11 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
                                           "folder from plumb kernels tasks")));
     set_exit_code(run_search(*a));
   });
+}
 
+// `search`, `screen` and the internal `screen-child`.
+void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
+  add_search_command(c, a);
   auto* sc = c->add_subcommand(
       "screen",
       "Screen one C++ source (plugin ABI) against a task, or with --device cuda one CUDA candidate "
@@ -838,7 +844,7 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
         "cpu: a plugin-ABI candidate against --task | cuda: a CUDA candidate (plumb_cuda_abi.h) compiled "
         "with NVRTC and screened on the GPU (the CUDA flags below)")
       ->capture_default_str();
-  add_screen_flags(sc);
+  add_screen_flags(sc, a);
   auto cuda = add_cuda_screen_flags(sc);
   sc->callback([a, cuda] {
     if (a->device == "cuda")
@@ -862,7 +868,7 @@ void add_search_commands(CLI::App* c, const KernelsArgsPtr& a) {
   sj->add_option("--out", a->out)->required();
   sj->add_option("--result", a->result_file)->required();
   sj->add_option("--seed", a->search.screen.seed);
-  add_screen_flags(sj);
+  add_screen_flags(sj, a);
   sj->callback([a] { set_exit_code(run_screen_job(*a)); });
 
   auto* ch = c->add_subcommand("screen-child", "(internal) the screening child, exec'd for --asan");

@@ -214,10 +214,10 @@ void add_tensor_parallel_knob(SearchSpace& space, const std::vector<int64_t>& si
 
 // ---- study lifecycle -----------------------------------------------------------------------------
 
-Result<int64_t> create_study(ledger::Ledger& ledger, const StudyOptions& in) {
-  StudyOptions o = in;
-  auto sc = full_scenario(o);
-  if (!sc.ok()) return invalid_argument("--scenario/--size: " + sc.status().message());
+namespace {
+
+// The options create_study refuses: seeds that do not differ, no budget, bad limits.
+Status check_study_options(const StudyOptions& o) {
   if (o.dev_seed == o.eval_seed)
     return invalid_argument(
         "--dev-seed and --eval-seed must differ: the winner is re-validated on held-out seeds");
@@ -227,6 +227,16 @@ Result<int64_t> create_study(ledger::Ledger& ledger, const StudyOptions& in) {
   if (o.request_timeout_s < 1) return invalid_argument("--request-timeout must be >= 1 s");
   if (!(o.screen_fraction > 0 && o.screen_fraction <= 1))
     return invalid_argument("--screen-fraction must be in (0, 1]");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<int64_t> create_study(ledger::Ledger& ledger, const StudyOptions& in) {
+  StudyOptions o = in;
+  auto sc = full_scenario(o);
+  if (!sc.ok()) return invalid_argument("--scenario/--size: " + sc.status().message());
+  PLUMB_RETURN_IF_ERROR(check_study_options(o));
   auto sp = resolve_space(o.space);
   if (!sp.ok())
     return Status(sp.status().code() == Code::kNotFound ? Code::kInvalidArgument : sp.status().code(),

@@ -478,6 +478,13 @@ TEST(EdgesFlags, DeviceFlagsWithoutTheirDeviceAreRefusedSayingWhy) {
                              three->out.find("sizes that split this model: 1, 2") != std::string::npos;
   const bool no_cuda = three->out.find("built without CUDA") != std::string::npos;
   EXPECT_TRUE(refused_split || no_cuda) << three->out;
+  // generate takes the flag too; the CPU engine runs a model whole.
+  auto gen =
+      run_capture({"/bin/sh", "-c", "timeout 60 \"$0\" generate --max-tokens 2 --tensor-parallel-size 2 2>&1",
+                   PLUMB_BINARY});
+  ASSERT_TRUE(gen.ok());
+  EXPECT_NE(gen->exit.exit_code, 0) << gen->out;
+  EXPECT_NE(gen->out.find("use --device cuda or leave it at 1"), std::string::npos) << gen->out;
 }
 
 TEST(EdgesWeights, CheckWeightsPassesAGoodModel) {

@@ -712,7 +712,7 @@ void CudaModelRunner::choose_split(StepPlan& p, int64_t max_dec_ctx, bool graph)
 
 Status CudaModelRunner::launch_step(const StepPlan& p, bool graph) {
   if (graph) {
-    if (const Status gs = launch_graph(p); !gs.ok()) {
+    if (Status gs = launch_graph(p); !gs.ok()) {
       // With several ranks a rank cannot go eager alone: its steps would stop being padded to the
       // graph bucket, and its all-reduces would no longer match the others' in size. The failure
       // ends the tensor-parallel runner instead (TensorParallelRunner).
