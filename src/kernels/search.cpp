@@ -674,32 +674,14 @@ json::object proposer_context(const Task& task, const std::vector<Tried>& tried,
   return ctx;
 }
 
-// Runs the proposer with stem.context.json on stdin, its stdout in stem.out.json; that output.
-Result<std::string> run_proposer(const SearchOptions& o, const std::string& stem) {
-  // stdin from the context file: run through /bin/sh so the proposer's argv stays untouched.
-  std::string cmd = "exec";
-  for (const auto& a : o.proposer_argv) {
-    std::string q = "'";
-    for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-    cmd += " " + q + "'";
-  }
-  cmd += " < '" + stem + ".context.json'";
-  SpawnOptions so;
-  so.argv = {"/bin/sh", "-c", cmd};
-  so.stdout_path = stem + ".out.json";
-  so.stderr_path = stem + ".err.txt";
-  PLUMB_ASSIGN_OR_RETURN(Subprocess p, Subprocess::spawn(so));
-  auto ex = p.wait_for(o.proposer_timeout);
-  if (!ex) {
-    p.stop(std::chrono::milliseconds(500));
-    return timeout_error("the proposer ran longer than " + std::to_string(o.proposer_timeout.count()) +
-                         " ms");
-  }
-  if (!ex->exited || ex->exit_code != 0) {
-    return unavailable("the proposer failed (" + ex->to_string() + "); its stderr is in " + stem +
-                       ".err.txt");
-  }
-  return read_file(stem + ".out.json");
+// Runs the proposer with `context` on stdin (core's run_with_stdin, as `plumb tune`'s proposer);
+// its answer is also kept in stem.out.json beside stem.context.json.
+Result<std::string> run_proposer(const SearchOptions& o, const std::string& context,
+                                 const std::string& stem) {
+  auto out = run_with_stdin(o.proposer_argv, context, o.proposer_timeout);
+  if (!out.ok()) return out.status().with_context("the proposer");
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".out.json", *out));
+  return out;
 }
 
 // The proposer's JSON as a candidate; a missing or unusable name is replaced by proposed_e<E>_<I>.
@@ -730,8 +712,9 @@ Result<Candidate> ask_proposer(const Task& task, const SearchOptions& o, const s
   std::filesystem::create_directories(dir, ec);
   const std::string stem = dir + "/e" + std::to_string(episode) + "-" + std::to_string(index);
   json::object ctx = proposer_context(task, tried, experience);
-  PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".context.json", json::dump_pretty(ctx) + "\n"));
-  PLUMB_ASSIGN_OR_RETURN(std::string text, run_proposer(o, stem));
+  const std::string context = json::dump_pretty(ctx) + "\n";
+  PLUMB_RETURN_IF_ERROR(write_file_atomic(stem + ".context.json", context));
+  PLUMB_ASSIGN_OR_RETURN(std::string text, run_proposer(o, context, stem));
   return parse_proposal(text, episode, index);
 }
 

@@ -269,6 +269,28 @@ TEST(Search, EpisodesScreenBuiltinCandidatesAndKeepExperience) {
   EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/search.json"));
 }
 
+// A proposer that fails is a proposer_error in the record, with its exit and its stderr, never the
+// end of the search; the context it was given and nothing else is left beside it.
+TEST(Search, AFailingProposerIsRecordedWithItsStderr) {
+  const std::string dir = temp_dir("failing_proposer");
+  Task task = rmsnorm_task(dir + "/task");
+  SearchOptions o;
+  o.episodes = 1;
+  o.candidates_per_episode = 0;
+  o.out_dir = dir + "/out";
+  o.screen = fast_screen();
+  o.proposer_argv = {"/bin/sh", "-c", "cat > /dev/null; echo 'no model today' >&2; exit 3"};
+  auto r = run_search(task, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->tried.size(), 1u);
+  EXPECT_EQ(r->tried[0].result.verdict, "proposer_error");
+  EXPECT_NE(r->tried[0].result.detail.find("exited with code 3"), std::string::npos)
+      << r->tried[0].result.detail;
+  EXPECT_NE(r->tried[0].result.detail.find("no model today"), std::string::npos) << r->tried[0].result.detail;
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/proposer/e1-0.context.json"));
+  EXPECT_EQ(r->best, -1);
+}
+
 // With timing on, the best by u of the episodes are screened and timed a second time, and the best is
 // chosen on the lower u of the two (the first u alone favours a lucky timing).
 TEST(Search, TheBestAreTimedAgainAndChosenOnTheLowerU) {
