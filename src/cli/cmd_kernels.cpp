@@ -297,13 +297,6 @@ struct ScreenJobs {
     return last;
   }
 
-  static std::string safe_name(const std::string& n) {
-    std::string s = n;
-    for (char& ch : s)
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') ch = '_';
-    return s.substr(0, 60);
-  }
-
   // Names attempt `j.attempt` of stem `j.stem`: the job's name and its result file.
   void name(Job& j) const {
     j.spec.name = j.stem + "-a" + std::to_string(j.attempt);
@@ -487,7 +480,7 @@ struct ScreenJobs {
     j.index = i;
     const executor::JournaledJob* k = earlier(c, seed);
     if (!k) {
-      j.stem = "c" + std::to_string(jobs++) + "-" + safe_name(c.name);
+      j.stem = "c" + std::to_string(jobs++) + "-" + safe_file_name(c.name, 60);
       queue.push_back(std::move(j));
       return;
     }
@@ -759,8 +752,9 @@ void add_screen_flags(CLI::App* s, const KernelsArgsPtr& a) {
 
 // `search`: over a task's plugin candidates, or with --device cuda over one CUDA op.
 void add_search_command(CLI::App* c, const KernelsArgsPtr& a) {
-  auto* se =
-      c->add_subcommand("search", "Episodes of built-in and proposed candidates over one task, screened");
+  auto* se = c->add_subcommand("search",
+                               "Episodes of built-in and proposed candidates over one task (or, with "
+                               "--device cuda, one CUDA op), screened");
   se->add_option("--task", a->task_dir,
                  "a task folder from plumb kernels tasks (required with --device cpu)");
   se->add_option(
@@ -771,7 +765,8 @@ void add_search_command(CLI::App* c, const KernelsArgsPtr& a) {
       ->capture_default_str();
   se->add_option("--proposer-timeout", a->proposer_timeout_s, "seconds per proposer call")
       ->capture_default_str();
-  se->add_option("--out", a->search.out_dir, "results folder (default <task>/search)");
+  se->add_option("--out", a->search.out_dir,
+                 "results folder (default <task>/search; with --device cuda <op>.search)");
   se->add_option("--episodes", a->search.episodes, "episodes")->capture_default_str();
   se->add_option("--candidates", a->search.candidates_per_episode, "built-in candidates per episode")
       ->capture_default_str();

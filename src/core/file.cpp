@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -38,6 +39,14 @@ Result<std::string> read_file(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+std::string safe_file_name(std::string_view name, size_t max_len) {
+  std::string s(name.substr(0, max_len));
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') ch = '_';
+  if (!s.empty() && s[0] == '.') s[0] = '_';  // never ".", ".." or a hidden file
+  return s;
 }
 
 Status write_file_atomic(const std::string& path, std::string_view data) {

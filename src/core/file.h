@@ -14,6 +14,11 @@ Result<std::string> read_file(const std::string& path);
 // never half of one. ResourceExhausted when the disk is full (ENOSPC), IoError otherwise.
 Status write_file_atomic(const std::string& path, std::string_view data);
 
+// `name` as one file-name component: every character other than a letter, a digit, '.', '-' or '_'
+// becomes '_', and so does a leading '.' (never ".", ".." or a hidden file); cut to `max_len`
+// characters. For a name chosen by a job or a proposer, made safe to use in a path.
+std::string safe_file_name(std::string_view name, size_t max_len);
+
 // A read-only private memory map of a whole file. Move-only; unmaps on destruction.
 class MappedFile {
  public:

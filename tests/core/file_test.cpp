@@ -23,6 +23,14 @@ TEST(File, AtomicWriteThenReadAndMap) {
   ::unlink(p.c_str());
 }
 
+TEST(File, SafeFileNameKeepsOnlyPathSafeCharactersAndItsLength) {
+  EXPECT_EQ(safe_file_name("swiglu.b256.v4-i1_full", 60), "swiglu.b256.v4-i1_full");
+  EXPECT_EQ(safe_file_name("../etc/passwd x", 60), "_._etc_passwd_x");
+  EXPECT_EQ(safe_file_name("..", 60), "_.");
+  EXPECT_EQ(safe_file_name("abcdef", 3), "abc");
+  EXPECT_EQ(safe_file_name("", 10), "");
+}
+
 TEST(File, MissingFileIsNotFound) {
   EXPECT_EQ(read_file("/nonexistent/x").status().code(), Code::kNotFound);
   EXPECT_EQ(MappedFile::open("/nonexistent/x").status().code(), Code::kNotFound);

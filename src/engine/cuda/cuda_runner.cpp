@@ -283,11 +283,6 @@ Result<DeviceBuffer> upload_matrices(std::initializer_list<Slice> slices, const 
   return b;
 }
 
-// v[i0, i1) as a new vector.
-std::vector<float> span_of(const std::vector<float>& v, int64_t i0, int64_t i1) {
-  return {v.begin() + i0, v.begin() + i1};
-}
-
 Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(const engine::Model& model, int device,
                                                                  const engine::TensorShard& shard, void* comm,
                                                                  std::string description,
@@ -360,7 +355,7 @@ Status CudaModelRunner::upload_layer(const engine::LayerWeights& L, DeviceLayer&
     PLUMB_ASSIGN_OR_RETURN(D.k_norm, upload_floats(L.k_norm, "k_norm"));
   }
   if (!L.q_bias.empty()) {
-    std::vector<float> bias = span_of(L.q_bias, q.r0, q.r1);
+    std::vector<float> bias(L.q_bias.begin() + q.r0, L.q_bias.begin() + q.r1);
     for (const auto* kvb : {&L.k_bias, &L.v_bias}) {
       bias.insert(bias.end(), kvb->begin() + kv.r0, kvb->begin() + kv.r1);
     }
@@ -1012,20 +1007,15 @@ class TensorParallelRunner final : public scheduler::ModelRunner {
         std::vector<int32_t>* ids = greedy_ids == nullptr ? nullptr : r == 0 ? greedy_ids : &scratch_ids_[r];
         const Status st = ranks_[r]->run(batch, lg, ids);
         const std::lock_guard<std::mutex> g(m_);
-        if (!st.ok() && failure_.ok())
+        if (!st.ok() && failure_.ok()) {
           failure_ = st.with_context("tensor-parallel rank " + std::to_string(r));
+          abort_communicators();  // the other ranks' waits in a collective end with an error
+        }
         --pending_;
         cv_.notify_all();
       });
     }
-    bool aborted = false;
-    cv_.wait(l, [&] {
-      if (!failure_.ok() && !aborted && pending_ > 0) {
-        aborted = true;
-        abort_communicators();  // the other ranks' waits in a collective end with an error
-      }
-      return pending_ == 0;
-    });
+    cv_.wait(l, [&] { return pending_ == 0; });
     if (!failure_.ok()) {
       broken_ = failed_precondition("a tensor-parallel rank failed (" + failure_.message() +
                                     "); the ranks can no longer run together: restart the server");

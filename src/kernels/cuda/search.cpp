@@ -23,12 +23,9 @@ std::string describe(const Variant& v) {
                      v.fused ? "fused" : "unfused");
 }
 
-// A proposer's or a variant's name as a file stem: letters, digits, '.', '-', '_'.
+// A proposer's or a variant's name as a file stem.
 std::string file_stem(const std::string& name) {
-  std::string s;
-  for (char c : name)
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
-  return s.empty() ? "candidate" : s.substr(0, 120);
+  return name.empty() ? "candidate" : safe_file_name(name, 120);
 }
 
 class Search {
