@@ -9,6 +9,7 @@ H=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-$(pwd)/.dev/out}
 mkdir -p "$O"
 [ -x /tmp/cbundle/cuda_runner_test ] || tar xJf "$H/cuda_bundle.tar.xz" -C /tmp
+. "$H/cuda_nccl_env.sh"  # the host's NCCL may need a newer glibc than the bundle's
 T=/tmp/cbundle/cuda_runner_test
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 rc=0

@@ -145,6 +145,7 @@ echo "cuda_peers.sh: budget $BUDGET s, outputs in $O, scratch in $W"
 # Unpack what was carried.
 PLUMB=${PLUMB:-/tmp/cbundle/plumb}
 if [ ! -x "$PLUMB" ] && [ -f "$DEV/cuda/cuda_bundle.tar.xz" ]; then tar xJf "$DEV/cuda/cuda_bundle.tar.xz" -C /tmp; fi
+. "$H/cuda_nccl_env.sh"  # the host's NCCL may need a newer glibc than the bundle's
 [ -x "$PLUMB" ] || note "plumb: $PLUMB is missing (carry .dev/cuda/cuda_bundle.tar.xz, or set PLUMB)"
 if [ ! -x $LL/bin/llama-server ] && [ -f "$DEV/llamacpp/llamacpp.tar.xz" ]; then tar xJf "$DEV/llamacpp/llamacpp.tar.xz" -C /tmp; fi
 [ -x $LL/bin/llama-server ] || note "llama.cpp: $LL/bin is missing (carry .dev/llamacpp/llamacpp.tar.xz from bench/cuda_peers_pack.sh)"

@@ -23,6 +23,11 @@
 #     verdict, median time);
 #  7. with PROFILE=1, ncu per-kernel times of one decode step at batch 1 and 64 and of a prefill
 #     (bench/cuda_profile.py), in profile.txt.
+#  SKIP_ENGINE=1 skips stages 1-5, SKIP_SCREEN=1 stages 6 and 6b (a long run in two device calls).
+#  8. with KERNELS=1, the kernels loop on the GPU: `plumb kernels profile --device cuda` on scenario D
+#     (kernels_profile.json), `plumb kernels search --device cuda --op swiglu` over three episodes
+#     (kernels_search.json), and one candidate screened without compute-sanitizer and under each
+#     tool alone (sanitize_cost.jsonl: seconds per tool).
 # Usage: bash .dev/cuda/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was
 # built in (it finds models/ there): linked to this checkout when it does not exist here. Outputs
 # under $OUT.
@@ -32,11 +37,13 @@ H=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-$R/.dev/out}
 mkdir -p "$O"
 [ -x /tmp/cbundle/plumb ] || tar xJf "$H/cuda_bundle.tar.xz" -C /tmp
+. "$H/cuda_nccl_env.sh"  # the host's NCCL may need a newer glibc than the bundle's
 B=/tmp/cbundle
 if [ -n "${1:-}" ] && [ ! -e "$1" ]; then mkdir -p "$(dirname "$1")" && ln -s "$R" "$1"; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$O/device.txt"
 export PLUMB_MODELS_DIR=$R/models
 
+if [ "${SKIP_ENGINE:-0}" != 1 ]; then
 echo "== 1. GPU tests"
 "$B/cuda_runner_test" --gtest_color=no 2>&1 | tee "$O/gpu_tests.txt" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED|measured) |FAILED|Failure|error" | cut -c1-240
 for dev in cpu cuda; do
@@ -109,7 +116,9 @@ if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
   echo "== 5. compute-sanitizer memcheck"
   bash "$H/cuda_memcheck.sh"
 fi
+fi  # SKIP_ENGINE
 
+if [ "${SKIP_SCREEN:-0}" != 1 ]; then
 echo "== 6. other gpu tests"
 if [ -n "${1:-}" ]; then
   mkdir -p "$1/build/ci" && ln -sf "$B/plumb" "$1/build/ci/plumb"
@@ -140,6 +149,7 @@ print(json.dumps({'op': '$op', 'variant': '$(basename "$f" .cu)', 'verdict': j['
   done
   cat "$O/kernels_screen.jsonl"
 fi
+fi  # SKIP_SCREEN
 
 if [ "${PROFILE:-0}" = 1 ]; then
   echo "== 7. ncu: kernels of one decode step (batch 1, 64) and a prefill"
@@ -149,4 +159,27 @@ if [ "${PROFILE:-0}" = 1 ]; then
     --prefill 2048 --short 0 --profile 1 > "$O/profile.csv" 2> "$O/profile.err"
   python3 "$R/bench/cuda_profile.py" "$O/profile.csv" decode-b1 decode-b64 prefill-2048 > "$O/profile.txt" 2>&1
   head -80 "$O/profile.txt"
+fi
+
+if [ "${KERNELS:-0}" = 1 ] && [ -x "$B/plumb" ]; then
+  echo "== 8. the kernels loop on the GPU: profile, search, the cost of compute-sanitizer"
+  # The runner's ops timed with CUDA events on scenario D (small) over plumb-tiny, and the overhead.
+  timeout 120 "$B/plumb" kernels profile --device cuda --workload D --requests 16 --json \
+    --out "$O/kernels_profile.json" > /dev/null 2> "$O/kernels_profile.err"
+  echo "kernels profile: rc $?"
+  # Three episodes of six built-in SwiGLU candidates, then the best confirmed and sanitized.
+  SECONDS=0
+  timeout 300 "$B/plumb" kernels search --device cuda --op swiglu --episodes 3 --candidates 6 \
+    --out /tmp/search_swiglu --json > "$O/kernels_search.json" 2> "$O/kernels_search.err"
+  echo "kernels search: rc $? in ${SECONDS} s"
+  # One candidate screened without tools, then under each tool alone: the seconds each costs.
+  rm -rf /tmp/v_rms && "$B/plumb" kernels generate --device cuda --op rmsnorm_residual --out /tmp/v_rms > /dev/null
+  src=$(ls /tmp/v_rms/*.cu | head -1)
+  for tools in none memcheck racecheck initcheck; do
+    SECONDS=0
+    timeout 300 "$B/plumb" kernels screen --device cuda --op rmsnorm_residual --source "$src" --json \
+      --sanitizers $tools --out "/tmp/san_$tools" > "$O/sanitize_$tools.json" 2> /dev/null
+    echo "{\"sanitizers\": \"$tools\", \"rc\": $?, \"seconds\": $SECONDS, \"variant\": \"$(basename "$src" .cu)\"}" |
+      tee -a "$O/sanitize_cost.jsonl"
+  done
 fi

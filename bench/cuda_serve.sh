@@ -15,6 +15,7 @@ H=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-$R/.dev/out}
 mkdir -p "$O"
 [ -x /tmp/cbundle/plumb ] || tar xJf "$H/cuda_bundle.tar.xz" -C /tmp
+. "$H/cuda_nccl_env.sh"  # the host's NCCL may need a newer glibc than the bundle's
 P=/tmp/cbundle/plumb
 export PLUMB_MODELS_DIR=$R/models
 PORT=8123

@@ -22,6 +22,7 @@ H=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:-$R/.dev/out}
 mkdir -p "$O"
 [ -x /tmp/cbundle/plumb ] || tar xJf "$H/cuda_bundle.tar.xz" -C /tmp
+. "$H/cuda_nccl_env.sh"  # the host's NCCL may need a newer glibc than the bundle's
 B=/tmp/cbundle
 if [ -n "${1:-}" ] && [ ! -e "$1" ]; then mkdir -p "$(dirname "$1")" && ln -s "$R" "$1"; fi
 export PLUMB_MODELS_DIR=$R/models NCCL_NVLS_ENABLE=0

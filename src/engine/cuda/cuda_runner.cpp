@@ -554,7 +554,13 @@ Status CudaModelRunner::mark(const char* module, engine::Op op, engine::Phase ph
   if (!profiling_) return Status::Ok();
   if (marks_.size() >= events_.size())
     return internal_error("profiling: a step has more ops than events reserved");
-  PLUMB_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[marks_.size()], stream_));
+  // Under stream capture a plain cudaEventRecord becomes an ordering edge inside the graph and the
+  // event is never recorded; the external flag makes it an event-record node that each replay fires.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &capture));
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(
+      events_[marks_.size()], stream_,
+      capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
   marks_.push_back({module, op, phase, layer, m, n, k});
   return Status::Ok();
 }
