@@ -693,19 +693,21 @@ void CudaModelRunner::fill_meta(std::span<const scheduler::StepSeq> batch, const
   }
 }
 
-// Split the decode rows' contexts so that about four blocks per multiprocessor run. A graph step
-// rounds the split count up to a power of two (the kernel reads each row's context from the
-// metadata, so one graph serves every context of its split count).
+// Split the decode rows' contexts so that about four blocks per multiprocessor run, each split at
+// least 32 positions (one pass of the block's warps). A graph step rounds the split count down to a
+// power of two (the kernel reads each row's context from the metadata, so one graph serves every
+// context of its split count); rounding up doubled the splits, and the merge's work, as a batch-1
+// context passed 32 times a power of two.
 void CudaModelRunner::choose_split(StepPlan& p, int64_t max_dec_ctx, bool graph) const {
   const int64_t nh = nh_, nkv = nkv_, hd = c_.head_dim;
   const int64_t maxg = hd == 256 ? 4 : 8, group = nh / nkv, chunks = (group + maxg - 1) / maxg;
   if (p.n_dec > 0) {
     const int64_t base = p.n_dec * nkv * chunks;
     const int64_t want = (4 * int64_t(sm_count_) + base - 1) / base;
-    p.n_split = int32_t(std::clamp<int64_t>(std::min<int64_t>(want, max_dec_ctx / 32), 1, 64));
+    p.n_split = int32_t(std::clamp<int64_t>(std::min<int64_t>(want, max_dec_ctx / 32), 1, kMaxDecodeSplit));
     if (graph) {
       int32_t pow2 = 1;
-      while (pow2 < p.n_split) pow2 *= 2;
+      while (2 * pow2 <= p.n_split) pow2 *= 2;
       p.n_split = pow2;
     }
   }

@@ -69,6 +69,8 @@ cudaError_t launch_attention_rows(const float* q, int64_t q_stride, const int32_
 // counters: decode_counters(n_rows, g) zeroed uint32 (zeroed once when allocated: each call leaves
 // them zeroed; a row's counters sit at the same place for every n_split). Neither is used when
 // n_split is 1: the blocks then write `out` themselves.
+// n_split is 1 to kMaxDecodeSplit (a larger one is refused with cudaErrorInvalidValue).
+constexpr int32_t kMaxDecodeSplit = 64;
 int64_t decode_partial_floats(int64_t n_rows, const AttnGeometry& g, int32_t n_split);
 int64_t decode_counters(int64_t n_rows, const AttnGeometry& g);
 cudaError_t launch_attention_decode(const float* q, int64_t q_stride, const int32_t* rows, int64_t n_rows,
