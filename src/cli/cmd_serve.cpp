@@ -141,7 +141,7 @@ int make_synthetic(const ServeArgs& a, const engine::ModelConfig& cfg, const eng
 
 // The preset with the engine flags over it.
 int llm_config(const ServeArgs& a, scheduler::LlmEngineConfig& c) {
-  auto preset = scheduler::llm_engine_preset(a.preset);
+  auto preset = scheduler::llm_engine_preset(a.preset, a.model.device);
   if (!preset.ok()) return fail(kExitUsage, preset.status());
   c = *preset;
   if (a.max_num_seqs) c.max_num_seqs = *a.max_num_seqs;
@@ -332,17 +332,18 @@ void setup(CLI::App& root) {
   scheduler::LlmEngineConfig d;
   cmd->add_option(
       "--max-num-seqs", a->max_num_seqs,
-      "sequences in the running batch at most [default " + std::to_string(d.max_num_seqs) + ", naive 1]");
+      "sequences in the running batch at most [default " + std::to_string(d.max_num_seqs) +
+          ", with --device cuda 256; naive 1]");
   cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
                   "tokens per engine step, decode + prefill [default " +
                       std::to_string(d.max_num_batched_tokens) +
-                      "; without chunked prefill raised to the context]");
+                      ", with --device cuda 2048; without chunked prefill raised to the context]");
   cmd->add_option(
       "--enable-chunked-prefill", a->chunked_prefill,
       "true|false: split long prompts over steps, mixed with decodes [default true, naive false]");
   cmd->add_option("--prefill-chunk-size", a->prefill_chunk_size,
                   "prompt tokens per sequence per step with chunked prefill [default " +
-                      std::to_string(d.prefill_chunk_size) + "]");
+                      std::to_string(d.prefill_chunk_size) + ", with --device cuda 2048]");
   cmd->add_option("--kv-block-size", a->kv_block_size,
                   "token slots per KV block [default " + std::to_string(d.kv_block_size) + "]");
   cmd->add_option("--kv-cache-tokens", a->kv_cache_tokens,

@@ -237,10 +237,10 @@ Result<Engine> start_engine(const ProfileOptions& o, const std::string& model_di
   Engine e;
   PLUMB_ASSIGN_OR_RETURN(e.tok, engine::Tokenizer::load(model_dir));
   PLUMB_ASSIGN_OR_RETURN(e.chat, engine::ChatTemplate::for_tokenizer(*e.tok));
-  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig cfg, scheduler::llm_engine_preset("default"));
+  PLUMB_ASSIGN_OR_RETURN(const scheduler::Device dev, scheduler::parse_device(o.device));
+  PLUMB_ASSIGN_OR_RETURN(scheduler::LlmEngineConfig cfg, scheduler::llm_engine_preset("default", dev.name()));
   cfg.threads = o.threads;
   cfg.kernels = o.kernels;
-  PLUMB_ASSIGN_OR_RETURN(const scheduler::Device dev, scheduler::parse_device(o.device));
   r.device = dev.name();
   const bool cpu = dev.kind == scheduler::Device::Kind::kCpu;
   if (!cpu && o.kernels != "auto") {

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -73,8 +74,11 @@ struct LlmEngineConfig {
 };
 
 // "naive": one request at a time, no prefix caching, no chunked prefill, reference kernels (the
-// strawman baseline). "default": the struct's defaults. InvalidArgument for another name.
-Result<LlmEngineConfig> llm_engine_preset(const std::string& name);
+// strawman baseline). "default": the struct's defaults on the CPU (a step of 512 tokens keeps a
+// decode step's latency bounded on a few cores); on a CUDA device ("cuda", "cuda:N") larger steps:
+// up to 256 sequences (the largest CUDA-graph bucket) and 2,048 tokens a step, prompts in chunks of
+// up to 2,048 tokens. InvalidArgument for another name.
+Result<LlmEngineConfig> llm_engine_preset(const std::string& name, std::string_view device = "cpu");
 
 // The effective settings for a model with context `model_context`: InvalidArgument for values
 // that make no sense (< 1, unknown policy); adjustments are listed in `notes`:

@@ -396,6 +396,23 @@ TEST(LlmEngine, RejectsBadRequestsAndAFullQueue) {
   EXPECT_EQ(llm_engine_preset("naive")->max_num_seqs, 1);
 }
 
+// The default preset takes GPU-sized steps on a CUDA device and the CPU's on the CPU; naive is one
+// request at a time on both.
+TEST(LlmEngine, DefaultPresetTakesLargerStepsOnACudaDevice) {
+  auto cpu = llm_engine_preset("default", "cpu");
+  auto gpu = llm_engine_preset("default", "cuda:1");
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  EXPECT_EQ(cpu->max_num_seqs, LlmEngineConfig{}.max_num_seqs);
+  EXPECT_EQ(cpu->max_num_batched_tokens, LlmEngineConfig{}.max_num_batched_tokens);
+  EXPECT_EQ(gpu->max_num_seqs, 256);
+  EXPECT_EQ(gpu->max_num_batched_tokens, 2048);
+  EXPECT_EQ(gpu->prefill_chunk_size, 2048);
+  auto sized = normalize(*gpu, 8192);
+  ASSERT_TRUE(sized.ok()) << sized.status().to_string();
+  EXPECT_EQ(sized->prefill_chunk_size, 2048);
+  EXPECT_EQ(llm_engine_preset("naive", "cuda")->max_num_seqs, 1);
+}
+
 TEST(LlmEngine, SeededSamplingIsReproducibleAloneAndInABatch) {
   auto p = prompt_of(9, 80);
   auto sampled = [&](int others) {
