@@ -92,7 +92,17 @@ class Sampler {
   // processing): then a runner may take the argmax on the device (scheduler::ModelRunner::
   // forward_greedy) and hand the id to take().
   bool greedy_only() const { return p_.temperature == 0.0f && p_.logprobs < 0 && !processing_; }
-  // Counts a token chosen on the device by the greedy rule as generated, as sample() would have;
+  // Whether sample() is a plain draw (a temperature, no top-k, no top-p, no logprobs, no logit
+  // processing): a runner may then draw the token on the device (ModelRunner::sample_plain's rule)
+  // with the uniform next_u() returns, and hand the id to take().
+  bool plain_draw() const {
+    return p_.temperature > 0.0f && p_.top_k <= 0 && p_.top_p >= 1.0f && p_.logprobs < 0 && !processing_;
+  }
+  // The uniform draw sample() would make for its next token (the generator advances): call once per
+  // token drawn elsewhere, before take().
+  double next_u() { return rng_.uniform(); }
+  // Counts a token chosen on the device by the greedy rule or a plain draw as generated, as sample()
+  // would have;
   // `id` < 0 is the device's report of a non-finite row (-1 - its first non-finite id), returned as
   // sample()'s Corrupt error.
   Result<SampledToken> take(int32_t id);

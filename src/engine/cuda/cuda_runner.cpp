@@ -57,7 +57,7 @@ int64_t graph_bucket(int64_t s) {
 struct StepPlan {
   int64_t T = 0, R = 0, n_pre = 0, n_dec = 0, n_tiles = 0;
   int64_t o_ids = 0, o_pos = 0, o_slot = 0, o_rowseq = 0, o_btoff = 0, o_lrows = 0, o_pre = 0, o_dec = 0,
-          o_tiles = 0, o_bt = 0;
+          o_tiles = 0, o_draw = 0, o_bt = 0;
   int32_t n_split = 1;
 };
 
@@ -102,6 +102,7 @@ class CudaModelRunner final : public scheduler::ModelRunner {
     return run(batch, logits, nullptr);
   }
   bool greedy_on_device() const override { return true; }
+  bool samples_on_device() const override { return true; }
   Status forward_greedy(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
                         std::vector<int32_t>& greedy_ids) override {
     return run(batch, logits, &greedy_ids);
@@ -657,7 +658,7 @@ int64_t CudaModelRunner::plan_step(std::span<const scheduler::StepSeq> batch, in
   }
   p.o_ids = 0, p.o_pos = p.T, p.o_slot = 2 * p.T, p.o_rowseq = 3 * p.T, p.o_btoff = 4 * p.T;
   p.o_lrows = p.o_btoff + S, p.o_pre = p.o_lrows + p.R, p.o_dec = p.o_pre + p.n_pre;
-  p.o_tiles = p.o_dec + p.n_dec, p.o_bt = p.o_tiles + 2 * p.n_tiles;
+  p.o_tiles = p.o_dec + p.n_dec, p.o_draw = p.o_tiles + 2 * p.n_tiles, p.o_bt = p.o_draw + 3 * p.R;
   return p.o_bt + n_bt;
 }
 
@@ -685,6 +686,14 @@ void CudaModelRunner::fill_meta(std::span<const scheduler::StepSeq> batch, const
       if (n > 1) m[p.o_pre + pr++] = int32_t(row);
       if (in.logits == scheduler::StepSeq::Logits::kAll ||
           (in.logits == scheduler::StepSeq::Logits::kLast && j == n - 1)) {
+        // A drawn row's temperature and uniform (launch_draw); zeros leave the argmax.
+        if (in.greedy && in.temperature > 0.0f && j == n - 1) {
+          uint64_t ub = 0;
+          std::memcpy(&ub, &in.u, sizeof ub);
+          std::memcpy(&m[p.o_draw + 3 * lr], &in.temperature, sizeof(float));
+          m[p.o_draw + 3 * lr + 1] = int32_t(uint32_t(ub));
+          m[p.o_draw + 3 * lr + 2] = int32_t(uint32_t(ub >> 32));
+        }
         m[p.o_lrows + lr++] = int32_t(row);
       }
     }
@@ -857,9 +866,11 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
     PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
     PLUMB_RETURN_IF_ERROR(at("lm_head", Op::kMatmul, none, p.R, V, d, ph));
     PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
+    // The argmax of every row, then the plain draws of the rows with a temperature (one mark for both).
     PLUMB_RETURN_IF_ERROR(at("argmax", Op::kSample, none, p.R, V, 0, ph));
     PLUMB_CUDA_LAUNCH(launch_argmax(logits_.as<float>(), p.R, V, ids_.as<int32_t>(), argmax_ws_.get(),
                                     cap_logit_rows_, stream_));
+    PLUMB_CUDA_LAUNCH(launch_draw(logits_.as<float>(), p.R, V, dm + p.o_draw, ids_.as<int32_t>(), stream_));
   }
   return at(nullptr, Op::kCount, none, 0, 0, 0, ph);  // the end of the last op
 }
@@ -987,6 +998,7 @@ class TensorParallelRunner final : public scheduler::ModelRunner {
     return on_every_rank(batch, logits, nullptr);
   }
   bool greedy_on_device() const override { return true; }
+  bool samples_on_device() const override { return true; }
   Status forward_greedy(std::span<const scheduler::StepSeq> batch, std::vector<float>& logits,
                         std::vector<int32_t>& greedy_ids) override {
     return on_every_rank(batch, logits, &greedy_ids);

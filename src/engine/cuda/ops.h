@@ -110,5 +110,12 @@ cudaError_t launch_swiglu(const float* gu, int64_t T, int64_t ff, uint16_t* out,
 int64_t argmax_workspace_bytes(int64_t workspace_rows);
 cudaError_t launch_argmax(const float* logits, int64_t rows, int64_t V, int32_t* ids, void* workspace,
                           int64_t workspace_rows, cudaStream_t stream);
+// sample.cu, after launch_argmax on the same rows and stream: rows whose temperature is > 0 get the
+// plain draw instead of the argmax (scheduler::ModelRunner::sample_plain's rule; the double sum runs
+// in another order, so an id may differ where u lies within rounding of a boundary). params: int32
+// [rows, 3]: the temperature's float bits, then the low and high words of u's double bits. A row
+// with temperature 0, or one the argmax reported non-finite, keeps the argmax's id.
+cudaError_t launch_draw(const float* logits, int64_t rows, int64_t V, const int32_t* params, int32_t* ids,
+                        cudaStream_t stream);
 
 }  // namespace plumb::cuda

@@ -395,7 +395,7 @@ void LlmEngine::admit_waiting(std::vector<Planned>& plan, int64_t& budget) {
 Status LlmEngine::run_batch(std::vector<Planned>& plan) {
   batch_.clear();
   SteadyTime now = std::chrono::steady_clock::now();
-  const bool device_greedy = runner_->greedy_on_device();
+  const bool device_greedy = runner_->greedy_on_device(), device_draws = runner_->samples_on_device();
   size_t n_greedy = 0;
   for (Planned& p : plan) {
     Seq& s = *p.seq;
@@ -410,8 +410,18 @@ Status LlmEngine::run_batch(std::vector<Planned>& plan) {
     } else {
       st.logits = reaches_end ? StepSeq::Logits::kLast : StepSeq::Logits::kNone;
     }
-    // A greedy row's argmax is taken on the device where the runner can (only ids travel back).
-    st.greedy = device_greedy && st.logits == StepSeq::Logits::kLast && s.sampler->greedy_only();
+    // A greedy row's argmax, and a plain draw with a temperature, are taken on the device where the
+    // runner can (only ids travel back); the draw's uniform comes from the request's own generator,
+    // as sample() would take it.
+    if (st.logits == StepSeq::Logits::kLast) {
+      if (device_greedy && s.sampler->greedy_only()) {
+        st.greedy = true;
+      } else if (device_draws && s.sampler->plain_draw()) {
+        st.greedy = true;
+        st.temperature = s.req.sampling.temperature;
+        st.u = s.sampler->next_u();
+      }
+    }
     n_greedy += st.greedy ? 1 : 0;
     p.logits = st.logits;
     p.greedy = st.greedy;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,9 +31,12 @@ struct StepSeq {
   // Which logits the engine needs: every new token's row (prompt logprobs), only the last one's
   // (the step samples a token), or none (a prefill chunk that does not reach the prompt's end).
   enum class Logits : uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
-  // With kLast: the engine would take this row's argmax (temperature 0, no logprobs, no logit
-  // processing), so forward_greedy() may return the id instead of the row.
+  // With kLast: the engine would take this row's token by a rule the runner can apply itself (no
+  // top-k, no top-p, no logprobs, no logit processing), so forward_greedy() may return the id
+  // instead of the row: the argmax when `temperature` is 0, else the plain draw (sample_plain()).
   bool greedy = false;
+  float temperature = 0.0f;  // with greedy: > 0 draws from softmax(row / temperature) with u
+  double u = 0.0;            // with greedy and temperature > 0: the Sampler's uniform draw in [0, 1)
   // The logits rows this sequence adds to forward()'s output.
   size_t logit_rows() const {
     return logits == Logits::kAll ? tokens.size() : logits == Logits::kLast ? 1 : 0;
@@ -57,11 +61,15 @@ class ModelRunner {
   // Whether forward_greedy() takes the argmax on the device (the CUDA runner): the engine then marks
   // the greedy rows of a step, and only the other rows' logits travel to the host.
   virtual bool greedy_on_device() const { return false; }
+  // Whether forward_greedy() also draws rows with a temperature on the device (plain draws: no
+  // top-k, top-p, logprobs or logit processing); the engine then marks those rows too, with the
+  // Sampler's uniform draw, and their logits stay on the device.
+  virtual bool samples_on_device() const { return false; }
   // As forward(), except that the last row of each sequence with `greedy` set is not in `logits`:
-  // its argmax is appended to `greedy_ids` instead (one per such sequence, in batch order; the lowest
-  // id on ties, as engine::Sampler's greedy rule), or -1 - (the first non-finite id) when the row
-  // holds a NaN or an infinity. Both vectors are cleared first. The default runs forward() and takes
-  // the argmax on the host.
+  // its token is appended to `greedy_ids` instead (one per such sequence, in batch order): the argmax
+  // (the lowest id on ties, as engine::Sampler's greedy rule) when its temperature is 0, else
+  // sample_plain(); -1 - (the first non-finite id) when the row holds a NaN or an infinity. Both
+  // vectors are cleared first. The default runs forward() and picks the tokens on the host.
   // (Defined inline: the CUDA runner's library links no scheduler code.)
   virtual Status forward_greedy(std::span<const StepSeq> batch, std::vector<float>& logits,
                                 std::vector<int32_t>& greedy_ids) {
@@ -72,7 +80,8 @@ class ModelRunner {
     for (const StepSeq& s : batch) {
       const size_t n = s.logit_rows();
       if (s.greedy && n == 1) {
-        greedy_ids.push_back(host_argmax(std::span<const float>(logits).subspan(in * V, V)));
+        const auto row = std::span<const float>(logits).subspan(in * V, V);
+        greedy_ids.push_back(s.temperature > 0.0f ? sample_plain(row, s.temperature, s.u) : host_argmax(row));
         ++in;
         continue;
       }
@@ -91,6 +100,27 @@ class ModelRunner {
       if (best < 0 || row[i] > row[size_t(best)]) best = int32_t(i);
     }
     return best;
+  }
+  // The plain draw of engine::Sampler (its sampling kernels without top-k and top-p): over
+  // x_i = row_i / temperature (float), p_i = exp(x_i - max x) in double, the first id whose running
+  // sum of p exceeds u times the total (the last id if rounding leaves none); -1 - (the first
+  // non-finite id) for a row with a NaN or an infinity. A device implementation sums in another
+  // order, so an id may differ where u falls within rounding of a boundary (~1e-16 relative).
+  static int32_t sample_plain(std::span<const float> row, float temperature, double u) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (!std::isfinite(row[i])) return -1 - int32_t(i);
+      m = std::max(m, row[i] / temperature);
+    }
+    double sum = 0;
+    for (float v : row) sum += std::exp(double(v / temperature) - m);
+    const double target = u * sum;
+    double acc = 0;
+    for (size_t i = 0; i < row.size(); ++i) {
+      acc += std::exp(double(row[i] / temperature) - m);
+      if (target < acc) return int32_t(i);
+    }
+    return int32_t(row.size()) - 1;
   }
   // The sampling kernel the engine's Samplers use for this runner's logits (the model's decode-phase
   // kSample variant, engine/cpu/kernels.h); nullptr: the registry's best.

@@ -398,9 +398,11 @@ TEST(CudaRunner, CudaGraphsMatchEagerLaunches) {
   EXPECT_LE(d.rel(), kBatchTol);
 }
 
-// Greedy sampling on the device (forward_greedy): each greedy row's id equals the argmax of the row
-// forward() returns for the same step (the same kernels over the same inputs, so exactly), and the
-// other rows come back as logits in batch order; over a prefill step mixing greedy, kAll and plain
+// Tokens picked on the device (forward_greedy): each greedy row's id equals the argmax of the row
+// forward() returns for the same step (the same kernels over the same inputs, so exactly), and each
+// row drawn with a temperature equals ModelRunner::sample_plain on that row with the same uniform
+// (the device sums in another order: a mismatch needs u within ~1e-16 of a boundary); the other
+// rows come back as logits in batch order; over a prefill step mixing greedy, drawn, kAll and plain
 // rows, and over decode steps replayed as graphs. Each step runs twice over two copies of the
 // sequences (their own blocks).
 TEST(CudaRunner, DeviceGreedyEqualsTheArgmaxOfTheLogits) {
@@ -422,17 +424,25 @@ TEST(CudaRunner, DeviceGreedyEqualsTheArgmaxOfTheLogits) {
       seqs[copy].push_back(s);
     }
   }
-  int64_t checked = 0;
+  int64_t checked = 0, drawn = 0;
   for (int step = 0; step < 12; ++step) {
     std::vector<StepSeq> batch[2];
     std::vector<bool> greedy;
+    std::vector<float> temp;  // > 0: a plain draw with u[i]
+    std::vector<double> u;
     for (size_t copy = 0; copy < 2; ++copy) {
       for (size_t i = 0; i < seqs[copy].size(); ++i) {
         Seq& s = seqs[copy][i];
         s.logits = step == 0 && i == 1 ? StepSeq::Logits::kAll : StepSeq::Logits::kLast;
         const bool gr = step > 0 || i % 2 == 0;  // the prefill step mixes greedy and plain rows
-        if (copy == 0) greedy.push_back(gr);
+        if (copy == 0) {
+          greedy.push_back(gr);
+          // Every third sequence draws with a temperature instead of taking the argmax.
+          temp.push_back(gr && i % 3 == 1 ? 0.5f + 0.25f * float(step % 4) : 0.0f);
+          u.push_back(rng.uniform());
+        }
         batch[copy].push_back({s.tokens, s.start_pos, s.block_table, s.logits, copy == 1 && gr});
+        if (copy == 1) batch[copy].back().temperature = temp[i], batch[copy].back().u = u[i];
       }
     }
     std::vector<float> want, rest;
@@ -445,8 +455,14 @@ TEST(CudaRunner, DeviceGreedyEqualsTheArgmaxOfTheLogits) {
       if (greedy[i]) {
         ASSERT_LT(k, ids.size());
         const auto first = want.begin() + long(row * V);
-        EXPECT_EQ(ids[k++], int32_t(std::max_element(first, first + long(V)) - first))
-            << "step " << step << " seq " << i;
+        if (temp[i] > 0.0f) {
+          EXPECT_EQ(ids[k++], ModelRunner::sample_plain(std::span<const float>(&*first, V), temp[i], u[i]))
+              << "step " << step << " seq " << i << " (a draw at temperature " << temp[i] << ")";
+          ++drawn;
+        } else {
+          EXPECT_EQ(ids[k++], int32_t(std::max_element(first, first + long(V)) - first))
+              << "step " << step << " seq " << i;
+        }
         ++checked;
       } else {
         ASSERT_LE((kept + n) * V, rest.size());
@@ -465,8 +481,10 @@ TEST(CudaRunner, DeviceGreedyEqualsTheArgmaxOfTheLogits) {
       }
     }
   }
-  std::printf("[ measured ] %lld greedy rows equal to the argmax of their logits\n",
-              static_cast<long long>(checked));
+  std::printf(
+      "[ measured ] %lld rows picked on the device (%lld of them drawn with a temperature) equal to the "
+      "host's rule on their logits\n",
+      static_cast<long long>(checked), static_cast<long long>(drawn));
 }
 
 // A row of logits that is not finite is reported, not sampled: NaN final-norm weights make every

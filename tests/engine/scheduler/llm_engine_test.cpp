@@ -68,10 +68,16 @@ std::vector<int32_t> prompt_of(int32_t n, int32_t salt) {
 struct Fixture {
   std::vector<ToyRunner::StepRecord> log;
   std::unique_ptr<LlmEngine> engine;
-  Fixture(LlmEngineConfig c, int64_t context = 256, LlmEngine::Mode mode = LlmEngine::Mode::kManual) {
+  ToyRunner* runner = nullptr;  // owned by engine
+  // picks_tokens: the runner takes greedy and plain-draw rows itself (ToyRunner::pick_tokens).
+  Fixture(LlmEngineConfig c, int64_t context = 256, LlmEngine::Mode mode = LlmEngine::Mode::kManual,
+          bool picks_tokens = false) {
     auto n = normalize(c, context);
     EXPECT_TRUE(n.ok()) << n.status().to_string();
-    auto e = LlmEngine::create(*n, std::make_unique<ToyRunner>(kVocab, context, &log), mode);
+    auto owned = std::make_unique<ToyRunner>(kVocab, context, &log);
+    owned->pick_tokens(picks_tokens);
+    runner = owned.get();
+    auto e = LlmEngine::create(*n, std::move(owned), mode);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     engine = std::move(e).value();
   }
@@ -435,6 +441,37 @@ TEST(LlmEngine, SeededSamplingIsReproducibleAloneAndInABatch) {
   EXPECT_EQ(alone.size(), 12u);
   EXPECT_EQ(sampled(5), alone);
   EXPECT_NE(alone, toy_reference(p, 12, kVocab));  // really sampled, not greedy
+}
+
+// A runner that draws plain-sampled rows itself (as the CUDA runner does on the device) gives the
+// tokens the host Sampler gives, request by request, beside greedy requests and a top-p request
+// (which stays on the host).
+TEST(LlmEngine, RunnerDrawsGiveTheHostSamplersTokens) {
+  auto run = [&](bool picks) {
+    Fixture f(small_config(), 256, LlmEngine::Mode::kManual, picks);
+    std::vector<std::shared_ptr<Collected>> out;
+    for (int i = 0; i < 6; ++i) {
+      out.push_back(std::make_shared<Collected>());
+      auto r = greedy(prompt_of(5 + i, 300 + i), 16, out.back());
+      r.sampling.temperature = i % 3 == 0 ? 0.0f : 0.5f + 0.25f * float(i);
+      if (i == 5) r.sampling.top_p = 0.9f;
+      r.sampling.seed = uint64_t(77 + i);
+      EXPECT_TRUE(f.engine->submit(std::move(r)).ok());
+    }
+    f.run_all();
+    // Requests 1, 2 and 4 are plain draws: 16 tokens each, all handed to the runner or none.
+    EXPECT_EQ(f.runner->drawn_rows(), picks ? 3 * 16 : 0);
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& c : out) tokens.push_back(c->tokens);
+    return tokens;
+  };
+  const auto host = run(false), runner = run(true);
+  ASSERT_EQ(host.size(), runner.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    EXPECT_EQ(host[i].size(), 16u) << i;
+    EXPECT_EQ(runner[i], host[i]) << "request " << i;
+  }
+  EXPECT_NE(host[1], toy_reference(prompt_of(6, 301), 16, kVocab));  // really drawn, not greedy
 }
 
 TEST(LlmEngine, PromptLogprobsCoverEveryPromptTokenAfterTheFirst) {

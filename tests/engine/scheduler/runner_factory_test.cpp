@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/model.h"
+#include "engine/sampling.h"
 #include "engine/scheduler/llm_engine.h"
 #include "engine/scheduler/model_runner.h"
 
@@ -114,6 +115,40 @@ TEST(Runner, HostArgmaxTakesTheLowestIdOnTiesAndReportsNonFinite) {
   EXPECT_EQ(ModelRunner::host_argmax(std::vector<float>{1, 3, 2, 3}), 1);
   EXPECT_EQ(ModelRunner::host_argmax(std::vector<float>{-5, -4, -4.5f}), 1);
   EXPECT_EQ(ModelRunner::host_argmax(std::vector<float>{1, std::nanf(""), 9, INFINITY}), -2);
+}
+
+// ModelRunner::sample_plain (the rule a runner applies to the rows it draws itself) gives exactly
+// the id engine::Sampler gives with the same seed, through each built-in sampling kernel, over many
+// seeds and temperatures; a non-finite row is reported as -1 - its first non-finite id.
+TEST(Runner, SamplePlainIsTheSamplersDraw) {
+  std::vector<float> row(1000);
+  for (size_t i = 0; i < row.size(); ++i)
+    row[i] = float(std::sin(double(i) * 0.37) * 4.0 + double(i % 7) * 0.1);
+  int differ_from_argmax = 0;
+  for (const char* kernel : {"reference", "select"}) {
+    auto v = engine::KernelRegistry::instance().find(engine::Op::kSample, kernel);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    for (uint64_t seed = 1; seed <= 300; ++seed) {
+      engine::SamplingParams p;
+      p.temperature = 0.3f + float(seed % 5) * 0.4f;
+      p.seed = seed;
+      engine::Sampler host(p, (*v)->cpu<engine::SampleFn>()), runner(p, (*v)->cpu<engine::SampleFn>());
+      ASSERT_TRUE(runner.plain_draw());
+      auto want = host.sample(row);
+      ASSERT_TRUE(want.ok());
+      const int32_t got = ModelRunner::sample_plain(row, p.temperature, runner.next_u());
+      ASSERT_EQ(got, want->id) << kernel << " seed " << seed;
+      differ_from_argmax += got != ModelRunner::host_argmax(row) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(differ_from_argmax, 100);  // the draws are spread, not the argmax
+  std::vector<float> bad = row;
+  bad[17] = std::nanf("");
+  EXPECT_EQ(ModelRunner::sample_plain(bad, 1.0f, 0.5), -18);
+  engine::SamplingParams top_p;
+  top_p.temperature = 1.0f;
+  top_p.top_p = 0.9f;
+  EXPECT_FALSE(engine::Sampler(top_p).plain_draw());
 }
 
 TEST(Device, EffectiveSettingsCarryTheNormalizedDevice) {

@@ -72,6 +72,7 @@ class ToyRunner final : public ModelRunner {
     logits.clear();
     StepRecord rec;
     for (const StepSeq& s : batch) {
+      drawn_rows_ += s.greedy && s.temperature > 0.0f ? 1 : 0;
       rec.n_tokens.push_back(int32_t(s.tokens.size()));
       rec.start_pos.push_back(s.start_pos);
       int64_t end = s.start_pos + int64_t(s.tokens.size());
@@ -94,6 +95,13 @@ class ToyRunner final : public ModelRunner {
     if (log_) log_->push_back(std::move(rec));
     return Status::Ok();
   }
+  // As a runner that picks greedy and plain-draw tokens itself (the CUDA runner), through
+  // ModelRunner's host forward_greedy; the engine then hands it those rows.
+  void pick_tokens(bool on) { picks_tokens_ = on; }
+  bool greedy_on_device() const override { return picks_tokens_; }
+  bool samples_on_device() const override { return picks_tokens_; }
+  // Rows handed over for a plain draw (greedy set, temperature > 0) so far.
+  int64_t drawn_rows() const { return drawn_rows_; }
 
  private:
   uint64_t& slot(std::span<const int32_t> table, int32_t pos) {
@@ -104,6 +112,8 @@ class ToyRunner final : public ModelRunner {
   std::vector<StepRecord>* log_;
   int32_t block_size_ = 16;
   std::vector<uint64_t> slots_;
+  bool picks_tokens_ = false;
+  int64_t drawn_rows_ = 0;
 };
 
 }  // namespace plumb::scheduler::testing
