@@ -102,9 +102,8 @@ class Sampler {
   // token drawn elsewhere, before take().
   double next_u() { return rng_.uniform(); }
   // Counts a token chosen on the device by the greedy rule or a plain draw as generated, as sample()
-  // would have;
-  // `id` < 0 is the device's report of a non-finite row (-1 - its first non-finite id), returned as
-  // sample()'s Corrupt error.
+  // would have; `id` < 0 is the device's report of a non-finite row (-1 - its first non-finite id),
+  // returned as sample()'s Corrupt error.
   Result<SampledToken> take(int32_t id);
   // Tokens sampled so far.
   int32_t generated() const { return generated_; }

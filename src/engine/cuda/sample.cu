@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kDrawThreads)
   const int32_t best = ids[r];
   if (!(T > 0.0f) || best < 0) return;
   const auto ub = uint64_t(uint32_t(params[3 * r + 1])) | (uint64_t(uint32_t(params[3 * r + 2])) << 32);
-  const double u = __longlong_as_double((long long)ub);
+  const double u = __longlong_as_double(static_cast<long long>(ub));
   const float* row = logits + r * V;
   const double m = double(row[best] / T);
   const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kDrawThreads)
   for (int o = 16; o > 0; o >>= 1) first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
   if (lane == 0) winner_part[warp] = first;
   __syncthreads();
-  int winner = lane < 32 ? winner_part[lane] : kDrawThreads;
+  int winner = winner_part[lane];
   for (int o = 16; o > 0; o >>= 1) winner = min(winner, __shfl_xor_sync(0xffffffffu, winner, o));
   if (winner == kDrawThreads) {
     if (t == 0) ids[r] = int32_t(V - 1);
