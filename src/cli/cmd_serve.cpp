@@ -330,10 +330,9 @@ void setup(CLI::App& root) {
   cmd->add_option("--preset", a->preset, "naive | default: starting values of the engine knobs")
       ->capture_default_str();
   scheduler::LlmEngineConfig d;
-  cmd->add_option(
-      "--max-num-seqs", a->max_num_seqs,
-      "sequences in the running batch at most [default " + std::to_string(d.max_num_seqs) +
-          ", with --device cuda 256; naive 1]");
+  cmd->add_option("--max-num-seqs", a->max_num_seqs,
+                  "sequences in the running batch at most [default " + std::to_string(d.max_num_seqs) +
+                      ", with --device cuda 256; naive 1]");
   cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
                   "tokens per engine step, decode + prefill [default " +
                       std::to_string(d.max_num_batched_tokens) +
