@@ -26,7 +26,8 @@
 # (cuda | cpu: plumb serve's device; cpu is for a dry run of the script without a GPU); PLUMB (the
 # plumb binary, default /tmp/cbundle/plumb from .dev/cuda/cuda_bundle.tar.xz); PEERS_REQUESTS
 # ("N1 N8 NIB": measured requests at concurrency 1, 8 and against the naive server; default "8 16 6");
-# PEERS_STAGES (which stages run, default "1 2 3 4 5 6").
+# PEERS_STAGES (which stages run, default "1 2 3 4 5 6"); PEERS_PACK=1 (one archive, peers.tgz, of
+# every output at the end: a device call brings back few files).
 set -u
 R=$(pwd)
 H=$(cd "$(dirname "$0")" && pwd)
@@ -323,3 +324,8 @@ print("stages:")
 print(open(f"{o}/stages.txt").read().rstrip())
 PY
 echo "cuda_peers.sh: done in $(($(date +%s) - T0)) s; outputs in $O"
+# A device call brings back only a few files: PEERS_PACK=1 leaves one archive of every output.
+if [ "${PEERS_PACK:-0}" = 1 ]; then
+  tar czf /tmp/peers.tgz -C "$O" . && find "$O" -mindepth 1 -delete && mv /tmp/peers.tgz "$O/" &&
+    echo "outputs packed into $O/peers.tgz"
+fi

@@ -23,7 +23,8 @@
 #     verdict, median time);
 #  7. with PROFILE=1, ncu per-kernel times of one decode step at batch 1 and 64 and of a prefill
 #     (bench/cuda_profile.py), in profile.txt.
-#  SKIP_ENGINE=1 skips stages 1-5, SKIP_SCREEN=1 stages 6 and 6b (a long run in two device calls).
+#  SKIP_ENGINE=1 skips stages 1-5, SKIP_SCREEN=1 stages 6 and 6b (a long run in two device calls);
+#  PACK=1 leaves one archive, cuda_runs.tgz, of every output (a device call brings back few files).
 #  8. with KERNELS=1, the kernels loop on the GPU: `plumb kernels profile --device cuda` on scenario D
 #     (kernels_profile.json), `plumb kernels search --device cuda --op swiglu` over three episodes
 #     (kernels_search.json), and one candidate screened without compute-sanitizer and under each
@@ -182,4 +183,10 @@ if [ "${KERNELS:-0}" = 1 ] && [ -x "$B/plumb" ]; then
     echo "{\"sanitizers\": \"$tools\", \"rc\": $?, \"seconds\": $SECONDS, \"variant\": \"$(basename "$src" .cu)\"}" |
       tee -a "$O/sanitize_cost.jsonl"
   done
+fi
+
+# A device call brings back only a few files: PACK=1 leaves one archive of every output instead.
+if [ "${PACK:-0}" = 1 ]; then
+  tar czf /tmp/cuda_runs.tgz -C "$O" . && find "$O" -mindepth 1 -delete && mv /tmp/cuda_runs.tgz "$O/"
+  echo "outputs packed into $O/cuda_runs.tgz"
 fi
