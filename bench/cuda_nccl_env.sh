@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the device scripts after they unpack the CUDA bundle (bench/cuda_bundle.sh). The bundle
 # carries Debian 12's glibc and leaves NCCL to the device host (libnccl is 218 MB), but the host's
 # system libnccl.so.2 may need a newer glibc than the bundle's loader ("GLIBC_2.38 not found"), which
