@@ -1,6 +1,7 @@
-// A CPU emulator of the few CUDA features plumb's built-in candidates use, for checking what the
-// generated kernels compute on a machine without a GPU: each block runs as blockDim.x OS threads
-// (blocks one after another), __syncthreads is a barrier of the block, __shfl_xor_sync an exchange
+// A CPU emulator of the few CUDA features plumb's built-in candidates and the CUDA runner's
+// plain-draw kernel (engine/cuda/draw.cuh) use, for checking what those kernels compute on a
+// machine without a GPU: each block runs as blockDim.x OS threads (blocks one after another),
+// __syncthreads is a barrier of the block, __shfl_xor_sync and __shfl_up_sync an exchange
 // through a barrier of the warp, __shared__ a static (one block at a time). It knows nothing of the
 // GPU's memory model, timing or occupancy: it checks indexing, reductions, vector paths and bf16
 // packing, not speed or races the hardware could expose. Included before plumb_cuda_abi.h in a
@@ -9,6 +10,7 @@
 
 #include <math.h>
 
+#include <algorithm>
 #include <barrier>
 #include <cstring>
 #include <memory>
@@ -25,6 +27,7 @@ struct EmuBlock {
   std::barrier<>* block = nullptr;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<float> lanes;
+  std::vector<double> lanes_d;  // the exchanges of doubles and ints
 };
 inline thread_local EmuBlock* emu_block = nullptr;
 
@@ -38,6 +41,35 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
   emu_block->warps[w]->arrive_and_wait();
   return r;
 }
+
+// The exchanges of doubles and ints (the plain draw's kernel, engine/cuda/draw.cuh).
+inline double emu_exchange(double v, int from_lane) {
+  const unsigned t = threadIdx.x, w = t >> 5;
+  emu_block->lanes_d[t] = v;
+  emu_block->warps[w]->arrive_and_wait();
+  const double r = emu_block->lanes_d[(w << 5) | unsigned(from_lane)];
+  emu_block->warps[w]->arrive_and_wait();
+  return r;
+}
+inline double __shfl_up_sync(unsigned, double v, int o) {
+  const int lane = int(threadIdx.x & 31);
+  return emu_exchange(v, lane >= o ? lane - o : lane);
+}
+inline int __shfl_xor_sync(unsigned, int v, int o) {
+  return int(emu_exchange(double(v), int(threadIdx.x & 31) ^ o));
+}
+inline void __syncwarp() { emu_block->warps[threadIdx.x >> 5]->arrive_and_wait(); }
+inline float __int_as_float(int i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline double __longlong_as_double(long long i) {
+  double d;
+  std::memcpy(&d, &i, 8);
+  return d;
+}
+using std::min;
 
 inline unsigned __float_as_uint(float f) {
   unsigned u;
@@ -80,6 +112,7 @@ void emu_launch(void (*k)(Args), long grid, int block, Args a) {
     EmuBlock eb;
     eb.block = &bar;
     eb.lanes.resize(size_t(block));
+    eb.lanes_d.resize(size_t(block));
     for (int w = 0; w < block / 32; ++w) eb.warps.push_back(std::make_unique<std::barrier<>>(32));
     std::vector<std::thread> threads;
     threads.reserve(size_t(block));
