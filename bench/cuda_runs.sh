@@ -177,10 +177,12 @@ if [ "${KERNELS:-0}" = 1 ] && [ -x "$B/plumb" ]; then
   rm -rf /tmp/v_rms && "$B/plumb" kernels generate --device cuda --op rmsnorm_residual --out /tmp/v_rms > /dev/null
   src=$(ls /tmp/v_rms/*.cu | head -1)
   for tools in none memcheck racecheck initcheck; do
-    SECONDS=0
+    t0=$EPOCHREALTIME
     timeout 300 "$B/plumb" kernels screen --device cuda --op rmsnorm_residual --source "$src" --json \
       --sanitizers $tools --out "/tmp/san_$tools" > "$O/sanitize_$tools.json" 2> /dev/null
-    echo "{\"sanitizers\": \"$tools\", \"rc\": $?, \"seconds\": $SECONDS, \"variant\": \"$(basename "$src" .cu)\"}" |
+    rc=$?
+    secs=$(python3 -c "print(round($EPOCHREALTIME - $t0, 3))")
+    echo "{\"sanitizers\": \"$tools\", \"rc\": $rc, \"seconds\": $secs, \"variant\": \"$(basename "$src" .cu)\"}" |
       tee -a "$O/sanitize_cost.jsonl"
   done
 fi

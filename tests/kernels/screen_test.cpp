@@ -205,14 +205,21 @@ TEST(Task, RoundTripAndDamage) {
   EXPECT_NE(missing.status().message().find("plumb kernels tasks"), std::string::npos);
 }
 
+// A search of `episodes` episodes of `candidates` built-in candidates each into dir/out, screened
+// fast.
+SearchOptions search_options(const std::string& dir, int episodes, int candidates) {
+  SearchOptions o;
+  o.episodes = episodes;
+  o.candidates_per_episode = candidates;
+  o.out_dir = dir + "/out";
+  o.screen = fast_screen();
+  return o;
+}
+
 TEST(Search, EpisodesScreenBuiltinCandidatesAndKeepExperience) {
   const std::string dir = temp_dir("search");
   Task task = rmsnorm_task(dir + "/task");
-  SearchOptions o;
-  o.episodes = 2;
-  o.candidates_per_episode = 2;
-  o.out_dir = dir + "/out";
-  o.screen = fast_screen();
+  SearchOptions o = search_options(dir, 2, 2);
   // A proposer that returns a candidate with a latent OOB read: screened like any other.
   const std::string prop = dir + "/proposer.sh";
   std::string src = rmsnorm_source("proposed_oob", kOobRead);
@@ -274,11 +281,7 @@ TEST(Search, EpisodesScreenBuiltinCandidatesAndKeepExperience) {
 TEST(Search, AFailingProposerIsRecordedWithItsStderr) {
   const std::string dir = temp_dir("failing_proposer");
   Task task = rmsnorm_task(dir + "/task");
-  SearchOptions o;
-  o.episodes = 1;
-  o.candidates_per_episode = 0;
-  o.out_dir = dir + "/out";
-  o.screen = fast_screen();
+  SearchOptions o = search_options(dir, 1, 0);
   o.proposer_argv = {"/bin/sh", "-c", "cat > /dev/null; echo 'no model today' >&2; exit 3"};
   auto r = run_search(task, o);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -296,12 +299,8 @@ TEST(Search, AFailingProposerIsRecordedWithItsStderr) {
 TEST(Search, TheBestAreTimedAgainAndChosenOnTheLowerU) {
   const std::string dir = temp_dir("confirm");
   Task task = rmsnorm_task(dir + "/task");
-  SearchOptions o;
-  o.episodes = 1;
-  o.candidates_per_episode = 4;
+  SearchOptions o = search_options(dir, 1, 4);
   o.confirm = 2;
-  o.out_dir = dir + "/out";
-  o.screen = fast_screen();
   o.screen.timing = true;
   o.screen.warm_reps = 5;
   o.screen.cold_reps = 1;

@@ -16,7 +16,7 @@ Result<LlmEngineConfig> llm_engine_preset(const std::string& name, std::string_v
     // A GPU step costs about the same for 1 and for a few hundred rows (it reads every weight
     // once): the CPU's 512-token steps made a 4,096-token prompt take 16 steps, each holding up the
     // running sequences' next tokens, and a batch of 32 left the card mostly idle.
-    if (device.substr(0, 4) == "cuda") {
+    if (auto d = parse_device(std::string(device)); d.ok() && d->kind == Device::Kind::kCuda) {
       c.max_num_seqs = 256;
       c.max_num_batched_tokens = 2048;
       c.prefill_chunk_size = 2048;

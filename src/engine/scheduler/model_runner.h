@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +15,7 @@
 
 #include "core/status.h"
 #include "engine/cpu/kernels.h"
+#include "engine/sampling.h"
 
 namespace plumb::engine {
 class Model;
@@ -101,26 +101,21 @@ class ModelRunner {
     }
     return best;
   }
-  // The plain draw of engine::Sampler (its sampling kernels without top-k and top-p): over
-  // x_i = row_i / temperature (float), p_i = exp(x_i - max x) in double, the first id whose running
-  // sum of p exceeds u times the total (the last id if rounding leaves none); -1 - (the first
-  // non-finite id) for a row with a NaN or an infinity. A device implementation sums in another
-  // order, so an id may differ where u falls within rounding of a boundary (~1e-16 relative).
+  // The plain draw of engine::Sampler: its sampling kernel with a temperature, no top-k and no
+  // top-p (over x_i = row_i / temperature, p_i = exp(x_i - max x) in double, the first id whose
+  // running sum of p exceeds u times the total); -1 - (the first non-finite id) for a row with a
+  // NaN or an infinity, as the device reports it. A device implementation sums in another order,
+  // so an id may differ where u falls within rounding of a boundary (~1e-16 relative).
   static int32_t sample_plain(std::span<const float> row, float temperature, double u) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (!std::isfinite(row[i])) return -1 - int32_t(i);
-      m = std::max(m, row[i] / temperature);
-    }
-    double sum = 0;
-    for (float v : row) sum += std::exp(double(v / temperature) - m);
-    const double target = u * sum;
-    double acc = 0;
-    for (size_t i = 0; i < row.size(); ++i) {
-      acc += std::exp(double(row[i] / temperature) - m);
-      if (target < acc) return int32_t(i);
-    }
-    return int32_t(row.size()) - 1;
+    if (const int64_t bad = engine::first_nonfinite(row); bad >= 0) return -1 - int32_t(bad);
+    engine::SampleArgs a;
+    a.logits = row.data();
+    a.vocab = int64_t(row.size());
+    a.temperature = temperature;
+    a.u = u;
+    engine::SampleScratch scratch;
+    return engine::default_sample_kernel()(engine::KernelContext{nullptr, engine::Phase::kDecode}, a,
+                                           &scratch);
   }
   // The sampling kernel the engine's Samplers use for this runner's logits (the model's decode-phase
   // kSample variant, engine/cpu/kernels.h); nullptr: the registry's best.
