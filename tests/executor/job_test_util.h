@@ -157,9 +157,15 @@ class WithOwnSlurmCluster : public Base {
   std::unique_ptr<OwnSlurmCluster> cluster_;
 };
 
-// Waits until Slurm runs job `id` (at most 60 s); the node it runs on, "" when it did not start.
+// How long a test waits for a submission or a start on the test cluster. The cluster is one node
+// with the machine's cores (2 in CI) shared by every Slurm test that ctest runs at once, so a job
+// can pend behind another test's jobs for a minute or more; the wait ends as soon as the event comes.
+inline constexpr int kClusterWaitSeconds = 300;
+
+// Waits until Slurm runs job `id` (at most kClusterWaitSeconds); the node it runs on, "" when it did
+// not start.
 inline std::string wait_job_running(const std::string& slurm_conf, const std::string& id) {
-  for (int i = 0; i < 600; ++i) {
+  for (int i = 0; i < kClusterWaitSeconds * 10; ++i) {
     auto q = run_capture(
         {"env", "SLURM_CONF=" + slurm_conf, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T|%N"});
     if (q.ok() && q->out.rfind("RUNNING|", 0) == 0) {
@@ -220,12 +226,13 @@ class ControllerTest : public ::testing::Test {
   }
   // Waits until the journal has n submitted jobs; the id of the last.
   std::string wait_submitted(size_t n) {
-    for (int i = 0; i < 600; ++i) {
+    for (int i = 0; i < kClusterWaitSeconds * 10; ++i) {
       auto sub = journal_events(journal(), "submitted");
       if (sub.size() >= n) return json::string_at(sub.back(), "job_id").value_or("");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "no job was submitted within 60 s:\n" << log();
+    ADD_FAILURE() << "fewer than " << n << " jobs were submitted within " << kClusterWaitSeconds << " s:\n"
+                  << log();
     return "";
   }
   // Waits for the journal's first submitted job to run on the cluster conf_ names and sets its node

@@ -139,12 +139,14 @@ values = [20.0, 40.0]
   std::vector<std::string> submitted_ids() { return testing::submitted_job_ids(journal_path()); }
   // Waits until the journal has n submitted jobs; their ids.
   std::vector<std::string> wait_submitted(size_t n) {
-    for (int i = 0; i < 600; ++i) {
+    for (int i = 0; i < testing::kClusterWaitSeconds * 10; ++i) {
       auto ids = submitted_ids();
       if (ids.size() >= n) return ids;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "no job was submitted within 60 s; controller log:\n" << log("tune.log");
+    ADD_FAILURE() << "fewer than " << n << " jobs were submitted within " << testing::kClusterWaitSeconds
+                  << " s; controller log:\n"
+                  << log("tune.log");
     return {};
   }
   // Waits for the study's first job to run, cancels it with scancel and waits for the controller (which
@@ -162,12 +164,12 @@ values = [20.0, 40.0]
   }
   // Waits until Slurm runs the job.
   void wait_running(const std::string& id) {
-    for (int i = 0; i < 600; ++i) {
+    for (int i = 0; i < testing::kClusterWaitSeconds * 10; ++i) {
       auto o = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T"});
       if (o.ok() && o->out.rfind("RUNNING", 0) == 0) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ADD_FAILURE() << "job " << id << " did not start within 60 s";
+    ADD_FAILURE() << "job " << id << " did not start within " << testing::kClusterWaitSeconds << " s";
   }
   std::string conf_, dir_;
   std::unique_ptr<ledger::testing::PostgresDatabase> pg_;
