@@ -640,8 +640,11 @@ int run_screen(KernelsArgs& a) {
   return r.passed() ? kExitOk : kExitFailed;
 }
 
-int run_accept(KernelsArgs& a) {
+int run_accept(KernelsArgs& a, bool min_utility_given) {
   a.accept.plumb_binary = self_exe();
+  // A CUDA search's u is the fraction of the copy bandwidth (at most about 1), not a speedup over the
+  // reference: without --min-utility every screened best is patched, and the comparison decides.
+  if (a.accept.device != "cpu" && !min_utility_given) a.accept.min_utility = 0.0;
   a.accept.progress = progress;
   auto r = kernels::run_accept(a.accept);
   if (!r.ok()) return fail("accept", r.status());
@@ -659,12 +662,18 @@ int run_accept(KernelsArgs& a) {
     }
     json::array patches;
     for (const auto& p : o.patches) {
-      patches.push_back(json::object{{"name", p.name},
-                                     {"op", engine::op_name(p.op)},
-                                     {"phase", engine::phase_name(p.phase)},
-                                     {"module", p.module},
-                                     {"utility", p.utility},
-                                     {"so_path", p.so_path}});
+      json::object po{
+          {"name", p.name},     {"op", engine::op_name(p.op)}, {"phase", engine::phase_name(p.phase)},
+          {"module", p.module}, {"utility", p.utility},        {"so_path", p.so_path}};
+      if (p.cuda()) {
+        po["cuda_op"] = p.cuda_op;
+        po["cubin"] = p.cubin_path;
+        po["cubin_sha256"] = p.cubin_sha256;
+        po["source_sha256"] = p.source_sha256;
+        po["nvrtc_version"] = p.nvrtc_version;
+        po["screened_on"] = p.card;
+      }
+      patches.push_back(std::move(po));
     }
     arr.push_back(json::object{{"phase", o.phase},
                                {"scenario", o.scenario},
@@ -894,16 +903,26 @@ void add_accept_command(CLI::App* c, const KernelsArgsPtr& a) {
       ->required();
   ac->add_option("--base", a->accept.base_kernels,
                  "kernel configuration to patch (default: auto everywhere)");
-  ac->add_option("--scenario", a->accept.scenario,
-                 "scenario (default: B for decode patches, A for prefill; D for --joint over both)");
+  ac->add_option(
+      "--scenario", a->accept.scenario,
+      "scenario (default: B for decode patches, A for prefill; D for --joint over both; D on cuda)");
+  ac->add_option(
+        "--device", a->accept.device,
+        "cpu, or cuda[:N]: the search folders are `kernels search --device cuda`'s, their best cubins "
+        "go into the kernel configuration's \"cuda\" entries and both arms serve on that device")
+      ->capture_default_str();
+  ac->add_option("--phase", a->accept.cuda_phase,
+                 "cuda: the phase the candidates replace the runner's kernel in (decode, prefill, both)")
+      ->check(CLI::IsMember({"decode", "prefill", "both"}))
+      ->capture_default_str();
   ac->add_option("--size", a->accept.size, "size class")->capture_default_str();
   ac->add_option("--pairs", a->accept.pairs, "pairs (>= 5)")->capture_default_str();
   ac->add_option("--min-effect", a->accept.min_effect, "better: CI of the ratio above 1 + min_effect")
       ->capture_default_str();
   ac->add_option("--delta", a->accept.delta, "equivalence margin")->capture_default_str();
   ac->add_option("--seed", a->accept.seed, "base seed of the pairs")->capture_default_str();
-  ac->add_option("--min-utility", a->accept.min_utility, "patch only candidates with u above this")
-      ->capture_default_str();
+  auto* min_u = ac->add_option("--min-utility", a->accept.min_utility,
+                               "patch only candidates with u above this (default 1 on cpu, 0 on cuda)");
   ac->add_option("--model", a->accept.model_dir, "model folder for both arms (default models/plumb-tiny)");
   ac->add_option("--work-dir", a->accept.work_dir, "arm configs and engine logs (default kernels-accept/)");
   ac->add_option("--threads", a->accept.threads, "engine threads of both arms (0 = default)");
@@ -911,7 +930,7 @@ void add_accept_command(CLI::App* c, const KernelsArgsPtr& a) {
                "one comparison of every patch together (both phases) instead of one per phase; scenario "
                "default D when the patches span both phases");
   ac->add_flag("--json", a->json, "print the outcomes as JSON");
-  ac->callback([a] { set_exit_code(run_accept(*a)); });
+  ac->callback([a, min_u] { set_exit_code(run_accept(*a, min_u->count() > 0)); });
 }
 
 void setup_kernels(CLI::App& root) {

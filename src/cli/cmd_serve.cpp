@@ -213,6 +213,8 @@ int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConf
   ro.cuda_graphs = a.cuda_graphs.value_or(a.preset != "naive");
   ro.reference_kernels = a.preset == "naive";
   ro.tensor_parallel_size = a.tensor_parallel_size;
+  ro.cuda_candidates_prefill = sel->cuda_prefill;
+  ro.cuda_candidates_decode = sel->cuda_decode;
   auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
   if (!runner.ok()) return fail(kExitError, runner.status());
   if (a.gpu_memory_utilization) {

@@ -43,13 +43,63 @@ void consider_candidate(const json::value& c, const std::string& named, Patch& p
   }
 }
 
+// A CUDA search's best (kernels/cuda/search.h: screened, and under compute-sanitizer where asked),
+// its cubin checked against the hash the search recorded.
+Result<Patch> best_cuda_patch(const std::string& dir, const json::object& o, double min_utility,
+                              Phase phase) {
+  Patch p;
+  p.search_dir = dir;
+  p.phase = phase;
+  PLUMB_ASSIGN_OR_RETURN(auto op, json::opt_string(o, "op"));
+  if (!op || (*op != "swiglu" && *op != "rmsnorm_residual"))
+    return invalid_argument(
+        dir + "/search.json: missing or unknown op (a CUDA search has swiglu or rmsnorm_residual)");
+  p.cuda_op = *op;
+  p.op = *op == "swiglu" ? engine::Op::kSwiglu : engine::Op::kRmsNorm;
+  p.module = *op;
+  auto b = o.find("best");
+  if (b == o.end() || !b->value().is_object())
+    return not_found(dir + ": the search found no passing candidate");
+  const json::object& best = b->value().as_object();
+  auto str = [&](const char* key) -> Result<std::string> {
+    PLUMB_ASSIGN_OR_RETURN(auto v, json::opt_string(best, key));
+    return v.value_or("");
+  };
+  PLUMB_ASSIGN_OR_RETURN(p.name, str("name"));
+  PLUMB_ASSIGN_OR_RETURN(p.cubin_path, str("cubin"));
+  PLUMB_ASSIGN_OR_RETURN(p.cubin_sha256, str("cubin_sha256"));
+  PLUMB_ASSIGN_OR_RETURN(p.source_sha256, str("source_sha256"));
+  PLUMB_ASSIGN_OR_RETURN(p.nvrtc_version, str("nvrtc_version"));
+  PLUMB_ASSIGN_OR_RETURN(p.card, str("card"));
+  PLUMB_ASSIGN_OR_RETURN(auto u, json::opt_double(best, "utility"));
+  p.utility = u.value_or(0);
+  if (p.name.empty() || p.cubin_path.empty() || p.cubin_sha256.empty())
+    return invalid_argument(dir + "/search.json: the best candidate has no name, cubin or cubin_sha256");
+  if (p.utility <= min_utility) {
+    return not_found(
+        fmt::format("{}: the best screened candidate {} has u = {:.3f} <= {:.3f}: nothing to accept", dir,
+                    p.name, p.utility, min_utility));
+  }
+  std::error_code ec;
+  p.cubin_path = std::filesystem::absolute(p.cubin_path, ec).string();
+  PLUMB_ASSIGN_OR_RETURN(std::string h, sha256_file(p.cubin_path));
+  if (h != p.cubin_sha256) {
+    return failed_precondition(p.cubin_path + " is not the cubin its search screened (sha256 " +
+                               h.substr(0, 12) + ", recorded " + p.cubin_sha256.substr(0, 12) +
+                               "): search again");
+  }
+  return p;
+}
+
 }  // namespace
 
-Result<Patch> best_patch(const std::string& dir, double min_utility) {
+Result<Patch> best_patch(const std::string& dir, double min_utility, Phase cuda_phase) {
   auto v = json::parse_file(dir + "/search.json");
   if (!v.ok()) return v.status().with_context(dir + " (run `plumb kernels search --out " + dir + "` first)");
   if (!v->is_object()) return invalid_argument(dir + "/search.json must be an object");
   const json::object& o = v->as_object();
+  if (auto dev = json::opt_string(o, "device"); dev.ok() && dev->value_or("cpu") == "cuda")
+    return best_cuda_patch(dir, o, min_utility, cuda_phase);
   Patch p;
   p.search_dir = dir;
   PLUMB_ASSIGN_OR_RETURN(auto op, json::opt_string(o, "op"));
@@ -83,6 +133,10 @@ engine::KernelSelection patched_selection(const engine::KernelSelection& base,
                                           const std::vector<Patch>& patches) {
   engine::KernelSelection s = base;
   for (const Patch& p : patches) {
+    if (p.cuda()) {
+      (p.phase == Phase::kPrefill ? s.cuda_prefill : s.cuda_decode)[p.cuda_op] = p.cubin_path;
+      continue;
+    }
     if (std::find(s.plugins.begin(), s.plugins.end(), p.so_path) == s.plugins.end())
       s.plugins.push_back(p.so_path);
     (p.phase == Phase::kPrefill ? s.prefill : s.decode)[p.op] = p.name;
@@ -102,11 +156,12 @@ std::string toml_quote(const std::string& s) {
 }
 
 Status write_arm(const std::string& path, const std::string& model_dir, const std::string& kernels_file,
-                 int threads) {
+                 int threads, const std::string& device) {
   std::string t =
       "# written by plumb kernels accept: the two arms differ only in `kernels`\nadapter = "
       "\"plumb\"\n[params]\n";
   t += "model = " + toml_quote(model_dir) + "\n";
+  if (device != "cpu") t += "device = " + toml_quote(device) + "\n";
   t += "kernels = " + toml_quote(kernels_file) + "\n";
   if (threads > 0) t += "threads = " + std::to_string(threads) + "\n";
   return write_file_atomic(path, t);
@@ -115,15 +170,18 @@ Status write_arm(const std::string& path, const std::string& model_dir, const st
 }  // namespace
 
 std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint,
-                                       const std::string& scenario) {
+                                       const std::string& scenario, const std::string& default_scenario) {
   std::map<Phase, std::vector<Patch>> by_phase;
   for (const Patch& p : patches) by_phase[p.phase].push_back(p);
-  auto default_for = [](Phase ph) { return ph == Phase::kDecode ? "B" : "A"; };
+  auto default_for = [&](Phase ph) -> std::string {
+    if (!default_scenario.empty()) return default_scenario;
+    return ph == Phase::kDecode ? "B" : "A";
+  };
   std::vector<AcceptGroup> plan;
   if (patches.empty()) return plan;
   if (joint) {
     // One phase: that phase's scenario; both phases: D, the scenario that loads both.
-    const std::string sc = by_phase.size() > 1 ? "D" : default_for(by_phase.begin()->first);
+    const std::string sc = by_phase.size() > 1 ? std::string("D") : default_for(by_phase.begin()->first);
     plan.push_back({"joint", scenario.empty() ? sc : scenario, patches});
     return plan;
   }
@@ -152,14 +210,26 @@ Result<engine::KernelSelection> base_selection(const AcceptOptions& o) {
 // each certificate must hold now (the library may have changed since screening).
 Result<std::vector<Patch>> screened_patches(const AcceptOptions& o, const Say& say) {
   std::vector<Patch> all;
+  const bool cuda = o.device != "cpu";
+  std::vector<Phase> phases{Phase::kDecode};
+  if (o.cuda_phase == "prefill") phases = {Phase::kPrefill};
+  if (o.cuda_phase == "both") phases = {Phase::kPrefill, Phase::kDecode};
   for (const auto& d : o.search_dirs) {
-    auto p = best_patch(d, o.min_utility);
-    if (!p.ok()) {
-      say("skipping " + d + ": " + p.status().message());
-      continue;
+    for (const Phase ph : phases) {
+      auto p = best_patch(d, o.min_utility, ph);
+      if (!p.ok()) {
+        say("skipping " + d + ": " + p.status().message());
+        break;
+      }
+      if (p->cuda() != cuda) {
+        return invalid_argument(d + " is a " + (p->cuda() ? "CUDA" : "CPU") + " search; accept --device " +
+                                o.device + " takes " +
+                                (cuda ? "`plumb kernels search --device cuda`" : "CPU") + " searches");
+      }
+      if (!cuda) PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
+      all.push_back(*p);
+      if (!cuda) break;  // a CPU search names its own phase
     }
-    PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
-    all.push_back(*p);
   }
   if (all.empty()) return not_found("no screened candidate to accept (every search folder was skipped)");
   return all;
@@ -174,20 +244,27 @@ Result<std::string> content_id(const engine::KernelSelection& sel) {
     PLUMB_ASSIGN_OR_RETURN(std::string h, sha256_file(so));
     text += "\n" + h;
   }
+  for (const auto* m : {&sel.cuda_prefill, &sel.cuda_decode}) {
+    for (const auto& [op, cubin] : *m) {
+      PLUMB_ASSIGN_OR_RETURN(std::string h, sha256_file(cubin));
+      text += "\n" + h;
+    }
+  }
   return sha256_hex(text).substr(0, 16);
 }
 
 // Writes both arms' kernel files and engine configs at `stem` (they differ only in `kernels`).
 Status write_arms(const std::string& stem, const engine::KernelSelection& base,
-                  const engine::KernelSelection& cand, const std::string& model, int threads) {
+                  const engine::KernelSelection& cand, const std::string& model, int threads,
+                  const std::string& device) {
   PLUMB_ASSIGN_OR_RETURN(std::string base_id, content_id(base));
   PLUMB_ASSIGN_OR_RETURN(std::string cand_id, content_id(cand));
   const std::string base_file = stem + ".kernels-" + base_id + ".json";
   const std::string cand_file = stem + ".kernels-" + cand_id + ".json";
   PLUMB_RETURN_IF_ERROR(write_file_atomic(base_file, base.to_json() + "\n"));
   PLUMB_RETURN_IF_ERROR(write_file_atomic(cand_file, cand.to_json() + "\n"));
-  PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, base_file, threads));
-  return write_arm(stem + ".arm-b.toml", model, cand_file, threads);
+  PLUMB_RETURN_IF_ERROR(write_arm(stem + ".arm-a.toml", model, base_file, threads, device));
+  return write_arm(stem + ".arm-b.toml", model, cand_file, threads, device);
 }
 
 // The readout's ratio, its CI, ℓ = 1/ratio and the verdict into out; accepted on `better`.
@@ -214,7 +291,7 @@ Result<AcceptOutcome> compare_group(ledger::Ledger& ledger, const AcceptGroup& g
   out.patches = patches;
   out.scenario = g.scenario;
   const std::string stem = work + "/" + out.phase;
-  PLUMB_RETURN_IF_ERROR(write_arms(stem, base, patched_selection(base, patches), model, o.threads));
+  PLUMB_RETURN_IF_ERROR(write_arms(stem, base, patched_selection(base, patches), model, o.threads, o.device));
   compare::RegisterOptions ro;
   ro.config_a = stem + ".arm-a.toml";
   ro.config_b = stem + ".arm-b.toml";
@@ -258,9 +335,13 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
   if (o.ledger_path.empty()) return invalid_argument("accept needs a ledger (--ledger FILE)");
   if (o.kernels_out.empty())
     return invalid_argument("accept needs --out FILE for the accepted kernel configuration");
+  if (o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
+    return invalid_argument("accept --device " + o.device + ": expected cpu, cuda or cuda:N");
+  if (o.cuda_phase != "decode" && o.cuda_phase != "prefill" && o.cuda_phase != "both")
+    return invalid_argument("accept --phase " + o.cuda_phase + ": expected decode, prefill or both");
   PLUMB_ASSIGN_OR_RETURN(engine::KernelSelection base, base_selection(o));
   PLUMB_ASSIGN_OR_RETURN(std::vector<Patch> all, screened_patches(o, say));
-  const std::vector<AcceptGroup> plan = accept_groups(all, o.joint, o.scenario);
+  const std::vector<AcceptGroup> plan = accept_groups(all, o.joint, o.scenario, o.device == "cpu" ? "" : "D");
   std::error_code ec;
   const std::string work =
       std::filesystem::absolute(o.work_dir.empty() ? "kernels-accept" : o.work_dir, ec).string();

@@ -11,6 +11,15 @@
 //
 //   ℓ(c) = L(M[c], W) / L(M, W) = 1 / (objective ratio B/A)   (objectives are higher-is-better)
 //
+// On CUDA (`device` "cuda"): the search folders are `plumb kernels search --device cuda`'s; each one's
+// best (screened under compute-sanitizer) goes into the kernel configuration's "cuda" entries for
+// `cuda_phase` (the CUDA runner launches it in place of its own kernel, engine/cuda/cuda_runner.h),
+// both arms run `plumb serve --device cuda`, and a group's default scenario is D: on a GPU the
+// one-stream scenarios run one-row decode steps, which fold SwiGLU into the GEMV, so D's concurrent
+// streams are where a SwiGLU candidate runs at all. The cubin's hash is checked against the one its
+// search recorded, and is part of the arm's kernel file name, so the registration names the exact
+// cubin measured; each run's provenance names the card and the driver.
+//
 // With `joint`, all patches form one group and one comparison (default scenario D when they span
 // both phases).
 // Accepted only if the verdict is `better` (CI of the ratio above 1 + min_effect, i.e. ℓ's CI below
@@ -47,6 +56,9 @@ struct AcceptOptions {
   // `scenario` or, when empty, B (decode patches only), A (prefill only) or D (both): the question
   // "is the whole patched configuration faster on this workload?".
   bool joint = false;
+  std::string device = "cpu";  // "cpu" | "cuda" (the arms' --device; the search folders' kind)
+  // CUDA: the phase(s) the candidates replace the runner's kernel in: "decode", "prefill" or "both".
+  std::string cuda_phase = "decode";
   std::function<void(const std::string&)> progress;
 };
 
@@ -55,6 +67,9 @@ struct Patch {
   engine::Op op = engine::Op::kMatmul;
   engine::Phase phase = engine::Phase::kDecode;
   double utility = 0.0;
+  // CUDA candidates: the ABI's op name, the cubin (absolute) and what its search recorded.
+  std::string cuda_op, cubin_path, cubin_sha256, source_sha256, nvrtc_version, card;
+  bool cuda() const { return !cubin_path.empty(); }
 };
 
 struct AcceptOutcome {
@@ -71,7 +86,10 @@ struct AcceptOutcome {
 };
 
 // The patch of one search folder (its best passing candidate), NotFound if none passed or u <= floor.
-Result<Patch> best_patch(const std::string& search_dir, double min_utility);
+// A CUDA search's folder (search.json "device": "cuda") gives a patch with cubin_path set, its phase
+// `cuda_phase` ("decode" or "prefill"); its u is the fraction of the copy bandwidth, not a speedup.
+Result<Patch> best_patch(const std::string& search_dir, double min_utility,
+                         engine::Phase cuda_phase = engine::Phase::kDecode);
 // One comparison's patches: a phase's (label "prefill"/"decode", scenario by default A/B) or, joint,
 // all of them (label "joint", scenario by default that phase's, or D when they span both phases).
 // A non-empty `scenario` overrides the default.
@@ -80,9 +98,10 @@ struct AcceptGroup {
   std::string scenario;
   std::vector<Patch> patches;
 };
+// `default_scenario`, when not empty, replaces the by-phase defaults (CUDA: "D").
 std::vector<AcceptGroup> accept_groups(const std::vector<Patch>& patches, bool joint,
-                                       const std::string& scenario);
-// base + patches as a selection.
+                                       const std::string& scenario, const std::string& default_scenario = "");
+// base + patches as a selection (a CUDA patch as a "cuda" entry of its op and phase).
 engine::KernelSelection patched_selection(const engine::KernelSelection& base,
                                           const std::vector<Patch>& patches);
 

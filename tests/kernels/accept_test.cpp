@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/file.h"
+#include "core/sha256.h"
 #include "engine/cpu/plugin.h"
 #include "test_util.h"
 
@@ -101,6 +102,83 @@ TEST(Accept, GroupsPerPhaseOrJointWithTheirScenarios) {
   EXPECT_EQ(accept_groups({dec, pre}, true, "C")[0].scenario, "C");
   for (const auto& g : accept_groups({dec, pre}, false, "D")) EXPECT_EQ(g.scenario, "D");
   EXPECT_TRUE(accept_groups({}, true, "").empty());
+}
+
+// A CUDA search's folder (`kernels search --device cuda`): its named best, cubin and hashes.
+void write_cuda_search(const std::string& dir, const std::string& cubin, const std::string& sha, double u) {
+  ASSERT_TRUE(write_file_atomic(dir + "/search.json",
+                                R"({"schema_version": 1, "device": "cuda", "op": "swiglu", "rows": 256,
+    "cols": 4096, "tried": [], "best": {"name": "swiglu.b256.v4.i1.full", "utility": )" +
+                                    std::to_string(u) + R"(, "cubin": ")" + cubin +
+                                    R"(", "cubin_sha256": ")" + sha +
+                                    R"(", "source_sha256": "abc", "nvrtc_version": "13.0", "card": "H100"}})")
+                  .ok());
+}
+
+TEST(Accept, CudaPatchIsTheSearchesBestCubinAtItsHash) {
+  const std::string dir = temp_dir("accept_cuda");
+  const std::string cubin = dir + "/candidate.cubin";
+  ASSERT_TRUE(write_file_atomic(cubin, "not really a cubin, but bytes with a hash").ok());
+  auto sha = sha256_file(cubin);
+  ASSERT_TRUE(sha.ok());
+  write_cuda_search(dir, cubin, *sha, 0.62);
+  auto p = best_patch(dir, 0.0, engine::Phase::kPrefill);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_TRUE(p->cuda());
+  EXPECT_EQ(p->name, "swiglu.b256.v4.i1.full");
+  EXPECT_EQ(p->cuda_op, "swiglu");
+  EXPECT_EQ(p->op, engine::Op::kSwiglu);
+  EXPECT_EQ(p->phase, engine::Phase::kPrefill);
+  EXPECT_EQ(p->cubin_path, cubin);
+  EXPECT_EQ(p->card, "H100");
+  EXPECT_DOUBLE_EQ(p->utility, 0.62);
+  EXPECT_FALSE(best_patch(dir, 0.7).ok());  // the floor still applies where one is asked for
+
+  auto base = engine::KernelSelection::parse_json(R"({"attention": "reference"})");
+  ASSERT_TRUE(base.ok());
+  auto s = patched_selection(*base, {*p});
+  EXPECT_EQ(s.cuda_prefill.at("swiglu"), cubin);
+  EXPECT_TRUE(s.cuda_decode.empty());
+  EXPECT_TRUE(s.plugins.empty());
+  EXPECT_EQ(s.prefill.at(engine::Op::kAttention), "reference");
+  EXPECT_EQ(accept_groups({*p}, false, "", "D")[0].scenario, "D");
+
+  // A cubin changed since its screening is not the one measured: refused, naming both hashes.
+  ASSERT_TRUE(write_file_atomic(cubin, "another cubin").ok());
+  auto changed = best_patch(dir, 0.0);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_NE(changed.status().message().find("is not the cubin its search screened"), std::string::npos)
+      << changed.status().message();
+}
+
+// CUDA searches go with --device cuda and CPU searches with the CPU, each refused before anything
+// is registered with the other.
+TEST(Accept, ASearchOfTheOtherDeviceIsRefused) {
+  const std::string dir = temp_dir("accept_cuda_device");
+  const std::string cubin = dir + "/candidate.cubin";
+  ASSERT_TRUE(write_file_atomic(cubin, "bytes").ok());
+  write_cuda_search(dir, cubin, *sha256_file(cubin), 0.5);
+  AcceptOptions o;
+  o.search_dirs = {dir};
+  o.kernels_out = dir + "/k.json";
+  o.ledger_path = dir + "/plumb.db";
+  o.min_utility = 0.0;
+  auto r = run_accept(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is a CUDA search"), std::string::npos) << r.status().message();
+  const std::string cpu = temp_dir("accept_cpu_device");
+  write_search(cpu, "/abs/good.so");
+  o.search_dirs = {cpu};
+  o.device = "cuda";
+  r = run_accept(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is a CPU search"), std::string::npos) << r.status().message();
+  o.cuda_phase = "warmup";
+  r = run_accept(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--phase warmup"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(std::filesystem::exists(o.kernels_out));
+  EXPECT_FALSE(std::filesystem::exists(o.ledger_path));
 }
 
 TEST(Accept, RefusesBeforeRegisteringAnything) {

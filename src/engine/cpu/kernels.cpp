@@ -266,6 +266,45 @@ KernelSelection KernelSelection::all_reference() {
   return s;
 }
 
+namespace {
+
+// A cubin path of the "cuda" entry: absolute, as the arms of a comparison are started elsewhere.
+Status check_cubin_path(const json::value& v, const std::string& field) {
+  if (!v.is_string() || v.as_string().empty() || v.as_string()[0] != '/')
+    return invalid_argument(field + " must be an absolute path to a candidate's .cubin");
+  return Status::Ok();
+}
+
+// "cuda": {"<op>": "/abs.cubin" | {"prefill": "/abs.cubin", "decode": "/abs.cubin"}}. The op names are
+// the CUDA candidate ABI's, checked by the CUDA runner that loads them.
+Status parse_cuda_candidates(const json::value& val, KernelSelection& sel) {
+  if (!val.is_object())
+    return invalid_argument("kernel selection: 'cuda' must be an object of op -> .cubin path");
+  for (const auto& [op, v] : val.as_object()) {
+    const std::string field = "kernel selection: cuda." + std::string(op);
+    if (op.empty()) return invalid_argument("kernel selection: 'cuda' has an empty op name");
+    if (v.is_string()) {
+      PLUMB_RETURN_IF_ERROR(check_cubin_path(v, field));
+      sel.cuda_prefill[std::string(op)] = sel.cuda_decode[std::string(op)] = std::string(v.as_string());
+      continue;
+    }
+    if (!v.is_object())
+      return invalid_argument(field + " must be a .cubin path or {\"prefill\": ..., \"decode\": ...}");
+    for (const auto& [phase, path] : v.as_object()) {
+      if (phase != "prefill" && phase != "decode") {
+        return invalid_argument(field + ": unknown key '" + std::string(phase) +
+                                "' (expected \"prefill\" and/or \"decode\")");
+      }
+      PLUMB_RETURN_IF_ERROR(check_cubin_path(path, field + "." + std::string(phase)));
+      (phase == "prefill" ? sel.cuda_prefill : sel.cuda_decode)[std::string(op)] =
+          std::string(path.as_string());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<KernelSelection> KernelSelection::parse_json(std::string_view text) {
   PLUMB_ASSIGN_OR_RETURN(json::object obj, json::parse_object(text));
   KernelSelection sel;
@@ -279,6 +318,10 @@ Result<KernelSelection> KernelSelection::parse_json(std::string_view text) {
         }
         sel.plugins.emplace_back(p.as_string());
       }
+      continue;
+    }
+    if (key == "cuda") {
+      PLUMB_RETURN_IF_ERROR(parse_cuda_candidates(val, sel));
       continue;
     }
     auto op = op_from_name(key);
@@ -330,6 +373,22 @@ std::string KernelSelection::to_json() const {
     for (const auto& p : plugins) arr.emplace_back(p);
     obj["plugins"] = std::move(arr);
   }
+  json::object cuda;
+  for (const auto* m : {&cuda_prefill, &cuda_decode}) {
+    for (const auto& [op, path] : *m) {
+      auto p = cuda_prefill.find(op);
+      auto d = cuda_decode.find(op);
+      if (p != cuda_prefill.end() && d != cuda_decode.end() && p->second == d->second) {
+        cuda[op] = path;
+      } else {
+        json::object phases;
+        if (p != cuda_prefill.end()) phases["prefill"] = p->second;
+        if (d != cuda_decode.end()) phases["decode"] = d->second;
+        cuda[op] = std::move(phases);
+      }
+    }
+  }
+  if (!cuda.empty()) obj["cuda"] = std::move(cuda);
   return json::canonical(obj);
 }
 

@@ -253,6 +253,13 @@ struct KernelSelection {
   // before looking names up; JSON key "plugins": [path, ...]. Each must carry a passing screening
   // certificate or resolution fails.
   std::vector<std::string> plugins;
+  // CUDA candidate kernels: cubins of the CUDA candidate ABI (engine/cuda/candidate_abi.h; absolute
+  // paths) by the ABI's op name ("swiglu", "rmsnorm_residual") and phase, which the CUDA runner
+  // launches in place of its own kernels (`plumb kernels accept --device cuda`). JSON key "cuda":
+  // {"swiglu": path | {"prefill": path, "decode": path}}. The CPU model has no such kernels: plumb
+  // serve refuses them without --device cuda.
+  std::map<std::string, std::string> cuda_prefill, cuda_decode;
+  bool has_cuda() const { return !cuda_prefill.empty() || !cuda_decode.empty(); }
   static KernelSelection all_reference();
   // Accepts an object whose keys are op names and whose values are a variant name (both phases) or
   // {"prefill": name, "decode": name} (a missing phase = "auto"). Unknown ops, unknown keys and

@@ -2,8 +2,8 @@
  *
  * plumb ships this header inside its binary and hands it to NVRTC as "plumb_cuda_abi.h"; a
  * candidate source starts with `#include "plumb_cuda_abi.h"` (`plumb kernels abi --device cuda`
- * prints it). The host side (kernels/cuda/abi.h) includes the same file, so the argument structs
- * the host fills are the structs the device reads.
+ * prints it). The host side (engine/cuda/candidate.h, kernels/cuda/abi.h) includes the same file,
+ * so the argument structs the host fills are the structs the device reads.
  *
  * A candidate defines, with C linkage:
  *   1. exactly one entry `extern "C" __global__ void plumb_candidate(<op's args struct> a)`;

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -18,9 +19,12 @@
 #include <tuple>
 #include <vector>
 
+#include "core/file.h"
+#include "core/sha256.h"
 #include "core/subprocess.h"
 #include "engine/cpu/observer.h"
 #include "engine/cpu/packed.h"
+#include "engine/cuda/candidate.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/lt_gemm.h"
@@ -148,6 +152,8 @@ class CudaModelRunner final : public scheduler::ModelRunner {
               float beta);
   // The residual stream's first T rows summed over the ranks, in place (a no-op with one rank).
   Status all_reduce_residual(int64_t T);
+  // Loads CudaRunnerOptions::candidates_* into the phases' slots, one module per cubin file.
+  Status load_candidates();
 
   // Per-op timing for an installed engine::KernelObserver (`plumb kernels profile --device cuda`):
   // while profiling_, enqueue() records a CUDA event on the stream before each op and one after the
@@ -224,6 +230,16 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   DeviceBuffer attn_counters_;  // uint32 per (decode row, KV head): the split-KV merge's counts (zeroed)
   PinnedBuffer meta_host_, logits_host_, ids_host_;
   std::vector<int32_t> meta_build_;
+
+  // Candidate kernels (CudaRunnerOptions::candidates_*): the modules, and per phase (index
+  // engine::Phase) the one that replaces SwiGLU and the one that replaces the norms; null where the
+  // runner's own kernel runs.
+  std::vector<std::unique_ptr<LoadedCandidate>> candidates_;
+  std::array<const LoadedCandidate*, 2> swiglu_candidate_{}, norm_candidate_{};
+  bool norm_candidates() const { return norm_candidate_[0] != nullptr || norm_candidate_[1] != nullptr; }
+  DeviceBuffer
+      x_alt_;  // f32 [T, d] the residual stream's second buffer (an rmsnorm_residual candidate's output)
+  DeviceBuffer sum_;  // f32 [T, d] o_proj's and down_proj's output before the candidate adds the residual
 };
 
 Status upload_bytes(void* dst, const void* src, size_t bytes) {
@@ -320,8 +336,48 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(const engine::M
   if (opts.gemm_tuning && !opts.reference_kernels) {
     PLUMB_ASSIGN_OR_RETURN(r->lt_, LtGemm::create(r->stream_, r->cublas_ws_.get(), kCublasWorkspace));
   }
+  if (!opts.candidates_prefill.empty() || !opts.candidates_decode.empty()) {
+    if (shard.size > 1) {
+      return unimplemented(
+          "candidate kernels (the kernel configuration's \"cuda\" entries) run on one card: "
+          "leave --tensor-parallel-size at 1 to measure them");
+    }
+    PLUMB_RETURN_IF_ERROR(r->load_candidates());
+  }
   PLUMB_RETURN_IF_ERROR(r->upload(model));
   return r;
+}
+
+Status CudaModelRunner::load_candidates() {
+  std::map<std::string, const LoadedCandidate*> by_path;
+  std::string names;
+  for (const engine::Phase ph : {engine::Phase::kPrefill, engine::Phase::kDecode}) {
+    const auto& chosen = ph == engine::Phase::kPrefill ? opts_.candidates_prefill : opts_.candidates_decode;
+    for (const auto& [name, path] : chosen) {
+      auto op = parse_candidate_op(name);
+      if (!op.ok()) return op.status().with_context("the kernel configuration's cuda entries");
+      const LoadedCandidate*& k = by_path[path];
+      if (k == nullptr) {
+        auto cubin = read_file(path);
+        if (!cubin.ok()) return cubin.status().with_context("candidate kernel for " + name);
+        auto owned = std::make_unique<LoadedCandidate>();
+        if (Status st = owned->load(*cubin); !st.ok()) return st.with_context("candidate kernel " + path);
+        k = owned.get();
+        candidates_.push_back(std::move(owned));
+        names += std::string(names.empty() ? "" : ", ") + name + " " + path.substr(path.rfind('/') + 1) +
+                 " (sha256 " + sha256_hex(*cubin).substr(0, 12) + ")";
+      }
+      if (k->config().op != int(*op)) {
+        return invalid_argument(path + " declares op " +
+                                std::string(candidate_op_name(CandidateOp(k->config().op))) +
+                                " but the kernel configuration puts it in place of " + name +
+                                ": a candidate replaces the op it was written for");
+      }
+      (*op == CandidateOp::kSwiglu ? swiglu_candidate_ : norm_candidate_)[size_t(ph)] = k;
+    }
+  }
+  if (!names.empty()) description_ += ", candidate kernels: " + names;
+  return Status::Ok();
 }
 
 Status CudaModelRunner::upload(const engine::Model& model) {
@@ -411,7 +467,13 @@ Status CudaModelRunner::reserve_rows(int64_t rows) {
   const int64_t qkv_w = (nh_ + 2 * nkv_) * hd;
   const auto n = size_t(rows);
   x_ = {}, h_ = {}, qkv_ = {}, attn_ = {}, gu_ = {}, act_ = {};  // free before allocating the larger set
+  x_alt_ = {}, sum_ = {};
   PLUMB_ASSIGN_OR_RETURN(x_, DeviceBuffer::allocate(n * size_t(d) * 4, "the residual stream"));
+  if (norm_candidates()) {
+    PLUMB_ASSIGN_OR_RETURN(x_alt_,
+                           DeviceBuffer::allocate(n * size_t(d) * 4, "the residual stream's second buffer"));
+    PLUMB_ASSIGN_OR_RETURN(sum_, DeviceBuffer::allocate(n * size_t(d) * 4, "the projections' output"));
+  }
   PLUMB_ASSIGN_OR_RETURN(h_, DeviceBuffer::allocate(n * size_t(d) * 2, "normed activations"));
   PLUMB_ASSIGN_OR_RETURN(qkv_, DeviceBuffer::allocate(n * size_t(qkv_w) * 4, "q/k/v"));
   PLUMB_ASSIGN_OR_RETURN(attn_, DeviceBuffer::allocate(n * size_t(nh_ * hd) * 2, "attention output"));
@@ -811,6 +873,21 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
   const size_t none = size_t(-1);  // outside the layers (layer -1)
   marks_.clear();
   step_marks_ = &marks_;
+  // Candidate kernels of this phase (CudaRunnerOptions::candidates_*). With an rmsnorm_residual
+  // candidate, o_proj and down_proj write `sum` and the candidate writes sum + xr, the new residual
+  // stream, to the other buffer; xr follows it (the swaps are the same at every step, so a graph
+  // captures the same pointers it replays with).
+  const LoadedCandidate* swiglu_k = swiglu_candidate_[size_t(ph)];
+  const LoadedCandidate* norm_k = norm_candidate_[size_t(ph)];
+  float* xr = x;
+  float* xo = x_alt_.as<float>();
+  float* sum = sum_.as<float>();
+  auto norm_residual = [&](const DeviceBuffer& w) -> Status {
+    plumb_rmsnorm_residual_args a{sum, xr, w.as<float>(), xo, h, T, d, d, d, eps};
+    PLUMB_RETURN_IF_ERROR(norm_k->launch(&a, candidate_grid_blocks(norm_k->config(), T), stream_));
+    std::swap(xr, xo);
+    return Status::Ok();
+  };
 
   PLUMB_RETURN_IF_ERROR(at("embedding", Op::kEmbedding, none, T, d, 0, ph));
   PLUMB_CUDA_LAUNCH(launch_embedding(dm + p.o_ids, T, embed_.as<uint16_t>(), d, x, stream_));
@@ -820,7 +897,11 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
     uint16_t* vc = v_cache_.as<uint16_t>() + int64_t(li) * layer_kv;
     // x += o_proj(attention(rope(q), rope(k), v)) over h = rmsnorm(x)
     PLUMB_RETURN_IF_ERROR(at("input_norm", Op::kRmsNorm, li, T, d, d, ph));
-    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
+    if (norm_k != nullptr && li > 0) {  // the previous layer's down_proj wrote `sum`
+      PLUMB_RETURN_IF_ERROR(norm_residual(L.input_norm));
+    } else {
+      PLUMB_CUDA_LAUNCH(launch_rmsnorm(xr, nullptr, T, d, L.input_norm.as<float>(), eps, h, stream_));
+    }
     PLUMB_RETURN_IF_ERROR(at("qkv_proj", Op::kMatmul, li, T, qkv_w, d, ph));
     PLUMB_RETURN_IF_ERROR(gemm(L.qkv_w, h, qkv, T, qkv_w, d, 0.0f));
     PLUMB_RETURN_IF_ERROR(
@@ -843,11 +924,19 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
                                               p.n_split, partial_.as<float>(), attn_counters_.as<uint32_t>(),
                                               attn, stream_));
     PLUMB_RETURN_IF_ERROR(at("o_proj", Op::kMatmul, li, T, d, nh * hd, ph));
-    PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, add));
-    PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
+    if (norm_k != nullptr) {  // one card (load_candidates): no all-reduce
+      PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, sum, T, d, nh * hd, 0.0f));
+    } else {
+      PLUMB_RETURN_IF_ERROR(gemm(L.o_w, attn, x, T, d, nh * hd, add));
+      PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
+    }
     // x += down(silu(gate(h)) * up(h)) over h = rmsnorm(x)
     PLUMB_RETURN_IF_ERROR(at("post_attention_norm", Op::kRmsNorm, li, T, d, d, ph));
-    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
+    if (norm_k != nullptr) {
+      PLUMB_RETURN_IF_ERROR(norm_residual(L.post_norm));
+    } else {
+      PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, nullptr, T, d, L.post_norm.as<float>(), eps, h, stream_));
+    }
     if (fused) {
       PLUMB_RETURN_IF_ERROR(at("gate_up_swiglu", Op::kMatmul, li, T, 2 * ff, d, ph));
       PLUMB_CUDA_LAUNCH(launch_gemv_swiglu(L.gu_w.as<uint16_t>(), h, act, T, ff, d, stream_));
@@ -855,15 +944,25 @@ Status CudaModelRunner::enqueue(const StepPlan& p) {  // NOLINT(readability-func
       PLUMB_RETURN_IF_ERROR(at("gate_up_proj", Op::kMatmul, li, T, 2 * ff, d, ph));
       PLUMB_RETURN_IF_ERROR(gemm(L.gu_w, h, gu, T, 2 * ff, d, 0.0f));
       PLUMB_RETURN_IF_ERROR(at("swiglu", Op::kSwiglu, li, T, ff, ff, ph));
-      PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
+      if (swiglu_k != nullptr) {
+        plumb_swiglu_args a{gu, act, T, ff, 2 * ff, ff};
+        PLUMB_RETURN_IF_ERROR(
+            swiglu_k->launch(&a, candidate_grid_blocks(swiglu_k->config(), T * ff), stream_));
+      } else {
+        PLUMB_CUDA_LAUNCH(launch_swiglu(gu, T, ff, act, stream_));
+      }
     }
     PLUMB_RETURN_IF_ERROR(at("down_proj", Op::kMatmul, li, T, d, ff, ph));
-    PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, x, T, d, ff, add));
-    PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
+    if (norm_k != nullptr && li + 1 < layers_.size()) {  // the next input norm adds the residual
+      PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, sum, T, d, ff, 0.0f));
+    } else {
+      PLUMB_RETURN_IF_ERROR(gemm(L.down_w, act, xr, T, d, ff, add));
+      PLUMB_RETURN_IF_ERROR(all_reduce_residual(T));
+    }
   }
   if (p.R > 0 && shard_.rank == 0) {
     PLUMB_RETURN_IF_ERROR(at("final_norm", Op::kRmsNorm, none, p.R, d, d, ph));
-    PLUMB_CUDA_LAUNCH(launch_rmsnorm(x, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
+    PLUMB_CUDA_LAUNCH(launch_rmsnorm(xr, dm + p.o_lrows, p.R, d, final_norm_.as<float>(), eps, h, stream_));
     PLUMB_RETURN_IF_ERROR(at("lm_head", Op::kMatmul, none, p.R, V, d, ph));
     PLUMB_RETURN_IF_ERROR(gemm(tied_ ? embed_ : lm_head_, h, logits_.as<float>(), p.R, V, d, 0.0f));
     // The argmax of every row, then the plain draws of the rows with a temperature (one mark for both).

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,20 @@ struct CudaRunnerOptions {
   // o_proj and down_proj (captured into the decode graphs with the rest). 1: one card, and the same
   // code with every split the whole matrix and no collective.
   int32_t tensor_parallel_size = 1;
+  // Screened candidate kernels of the CUDA candidate ABI (engine/cuda/candidate.h), cubin paths by
+  // the ABI's op name and phase (a step with prefill rows is a prefill step), launched in place of
+  // the runner's own kernels (`plumb kernels accept --device cuda`). Each is loaded when the runner
+  // is made; a cubin that does not load, declares another op or another ABI version is refused
+  // then, naming the file. Where they run:
+  //  - "swiglu": the SwiGLU pass of steps that do not fold it into the decode GEMV (one- and two-row
+  //    steps do unless fused_gemv is off, so a decode candidate runs only in batched decode);
+  //  - "rmsnorm_residual": the post-attention norm and every input norm after the first layer's, with
+  //    the residual add taken out of the o_proj and down_proj GEMMs (they write a scratch buffer) and
+  //    done by the candidate, which writes the new residual stream to a second buffer (the ABI's
+  //    inputs are const, so it never updates the stream in place). The first input norm, the final
+  //    norm and the last layer's down_proj stay as they are.
+  // One card only (Unimplemented with tensor parallelism).
+  std::map<std::string, std::string> candidates_prefill, candidates_decode;
 };
 
 // Uploads `model` to `device` (after check_fits), or its parts to devices [device, device +

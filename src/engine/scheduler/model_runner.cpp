@@ -115,6 +115,12 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::uniq
                               " splits a model over CUDA devices; the CPU engine runs it whole: use "
                               "--device cuda or leave it at 1");
     }
+    if (!opts.cuda_candidates_prefill.empty() || !opts.cuda_candidates_decode.empty()) {
+      return invalid_argument(
+          "the kernel configuration names CUDA candidate kernels (its \"cuda\" entries); "
+          "they replace the CUDA runner's kernels: serve with --device cuda, or use a "
+          "kernel configuration without them");
+    }
     return make_model_runner(std::move(model), std::move(description));
   }
 #ifdef PLUMB_HAVE_CUDA
@@ -122,6 +128,8 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::uniq
   co.cuda_graphs = opts.cuda_graphs;
   co.reference_kernels = opts.reference_kernels;
   co.tensor_parallel_size = opts.tensor_parallel_size;
+  co.candidates_prefill = opts.cuda_candidates_prefill;
+  co.candidates_decode = opts.cuda_candidates_decode;
   return cuda::make_cuda_runner(std::move(model), device.index, std::move(description), co);
 #else
   (void)opts;

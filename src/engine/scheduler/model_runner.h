@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -169,6 +170,10 @@ struct RunnerOptions {
   // --tensor-parallel-size: the model split over this many CUDA devices, device.index and the ones
   // after it (engine/tensor_parallel.h); 1 for one device. The CPU runner refuses more than 1.
   int32_t tensor_parallel_size = 1;
+  // Candidate kernels of the CUDA candidate ABI (the kernel configuration's "cuda" entries,
+  // engine::KernelSelection): cubin paths by op and phase, launched by the CUDA runner in place of
+  // its own (engine/cuda/cuda_runner.h). The CPU runner has no such kernels and refuses them.
+  std::map<std::string, std::string> cuda_candidates_prefill, cuda_candidates_decode;
 };
 Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
                                                  std::string description, const RunnerOptions& opts);

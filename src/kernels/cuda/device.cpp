@@ -7,65 +7,10 @@
 #include "kernels/cuda/checks.h"
 
 namespace plumb::kernels::cuda {
-namespace {
-
-using LoadData = CUresult (*)(CUmodule*, const void*);
-using GetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
-using LaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                  unsigned, CUstream, void**, void**);
-using Unload = CUresult (*)(CUmodule);
-
-template <typename Fn>
-Status entry(const char* name, Fn* out) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr)
-    return unavailable(
-        fmt::format("the CUDA driver has no {} (driver too old?): {}", name, cudaGetErrorString(e)));
-  *out = reinterpret_cast<Fn>(p);
-  return Status::Ok();
-}
-
-Status cu_ok(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return Status::Ok();
-  return internal_error(fmt::format("{} failed: CUresult {}", what, int(r)));
-}
-
-}  // namespace
 
 Status cuda_ok(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   return internal_error(fmt::format("{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
-}
-
-LoadedCandidate::~LoadedCandidate() {
-  Unload unload = nullptr;
-  if (module_ != nullptr && entry("cuModuleUnload", &unload).ok()) unload(module_);
-}
-
-Status LoadedCandidate::load(const std::string& cubin, const LaunchConfig& launch) {
-  LoadData load_data = nullptr;
-  GetFunction get_function = nullptr;
-  if (Status st = entry("cuModuleLoadData", &load_data); !st.ok()) return st;
-  if (Status st = entry("cuModuleGetFunction", &get_function); !st.ok()) return st;
-  if (Status st = cuda_ok(cudaFree(nullptr), "creating the CUDA context"); !st.ok()) return st;
-  if (Status st = cu_ok(load_data(&module_, cubin.data()), "cuModuleLoadData (a cubin for another GPU?)");
-      !st.ok())
-    return st;
-  cfg_ = launch;
-  return cu_ok(get_function(&fn_, module_, std::string(kEntrySymbol).c_str()),
-               "cuModuleGetFunction(plumb_candidate)");
-}
-
-Status LoadedCandidate::launch(void* args, int64_t grid, cudaStream_t stream) const {
-  LaunchKernel launch_kernel = nullptr;
-  if (Status st = entry("cuLaunchKernel", &launch_kernel); !st.ok()) return st;
-  void* params[] = {args};
-  return cu_ok(
-      launch_kernel(fn_, unsigned(grid), 1, 1, unsigned(cfg_.block_threads), 1, 1,
-                    unsigned(cfg_.dynamic_smem_bytes), reinterpret_cast<CUstream>(stream), params, nullptr),
-      "cuLaunchKernel(plumb_candidate)");
 }
 
 GuardedBuffer::~GuardedBuffer() {

@@ -1,9 +1,8 @@
 // The device side of screening, internal to kernels/cuda/: a candidate loaded from its cubin
-// (driver entry points taken through the CUDA runtime, so nothing links libcuda), buffers between
-// guard regions, and the L2 flush. Every call returns a Status naming the CUDA call that failed.
+// (engine/cuda/candidate.h), buffers between guard regions, and the L2 flush. Every call returns a
+// Status naming the CUDA call that failed.
 #pragma once
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -17,25 +16,8 @@ namespace plumb::kernels::cuda {
 
 Status cuda_ok(cudaError_t e, const char* what);
 
-// A module with the candidate's entry, unloaded on destruction.
-class LoadedCandidate {
- public:
-  LoadedCandidate() = default;
-  ~LoadedCandidate();
-  LoadedCandidate(const LoadedCandidate&) = delete;
-  LoadedCandidate& operator=(const LoadedCandidate&) = delete;
-
-  // Loads `cubin` in the current device's primary context (cuModuleLoadData) and finds
-  // plumb_candidate. `launch` must already be checked (check_launch).
-  Status load(const std::string& cubin, const LaunchConfig& launch);
-  // cuLaunchKernel of plumb_candidate with one argument (the op's args struct) on `stream`.
-  Status launch(void* args, int64_t grid, cudaStream_t stream) const;
-
- private:
-  CUmodule module_ = nullptr;
-  CUfunction fn_ = nullptr;
-  LaunchConfig cfg_{};
-};
+// A candidate's module (engine/cuda/candidate.h), as the CUDA runner loads it.
+using plumb::cuda::LoadedCandidate;
 
 // Device memory of `bytes` between two guard regions of kGuardBytes filled with kGuardWord.
 class GuardedBuffer {

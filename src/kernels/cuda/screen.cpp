@@ -208,7 +208,7 @@ ScreenResult run_screen(const std::string& cubin_path, const ScreenOptions& o) {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   LoadedCandidate k;
-  if (Status st = k.load(*cubin, *info->launch); !st.ok())
+  if (Status st = k.load(*cubin, &*info->launch); !st.ok())
     return r.verdict = ScreenVerdict::kLaunchError, r.reason = st.message(), r;
   Screen s{o, k, *info->launch};
   s.r.device = prop.name;

@@ -291,7 +291,10 @@ json::object cuda_search_json(const CudaSearchOptions& o, const CudaSearchResult
                         {"median_us", t.screen.time.median_us},
                         {"source", o.out_dir + "/candidates/" + file_stem(t.name) + ".cu"},
                         {"cubin", t.compile.cubin_path},
-                        {"cubin_sha256", t.compile.cubin_sha256}};
+                        {"cubin_sha256", t.compile.cubin_sha256},
+                        {"source_sha256", t.compile.source_sha256},
+                        {"nvrtc_version", t.compile.nvrtc_version},
+                        {"card", t.screen.device}};
   }
   return {{"schema_version", kSchemaVersion},
           {"device", "cuda"},

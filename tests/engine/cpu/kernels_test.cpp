@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 namespace plumb::engine {
 namespace {
@@ -179,6 +180,34 @@ TEST(Selection, ParsesStringsAndPerPhaseObjects) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->prefill, sel->prefill);
   EXPECT_EQ(again->decode, sel->decode);
+}
+
+// The "cuda" entries: candidate cubins for the CUDA runner, by op and phase, kept apart from the CPU
+// ops and written back in the same form.
+TEST(Selection, CudaCandidatesByOpAndPhase) {
+  auto sel = KernelSelection::parse_json(
+      R"({"rope": "reference", "cuda": {"swiglu": "/k/s.cubin", "rmsnorm_residual": {"decode": "/k/n.cubin"}}})");
+  ASSERT_TRUE(sel.ok()) << sel.status().to_string();
+  EXPECT_TRUE(sel->has_cuda());
+  EXPECT_EQ(sel->cuda_prefill, (std::map<std::string, std::string>{{"swiglu", "/k/s.cubin"}}));
+  EXPECT_EQ(sel->cuda_decode, (std::map<std::string, std::string>{{"rmsnorm_residual", "/k/n.cubin"},
+                                                                  {"swiglu", "/k/s.cubin"}}));
+  EXPECT_EQ(sel->prefill.at(Op::kRope), "reference");
+  EXPECT_EQ(
+      sel->to_json(),
+      R"({"cuda":{"rmsnorm_residual":{"decode":"/k/n.cubin"},"swiglu":"/k/s.cubin"},"rope":"reference"})");
+  auto again = KernelSelection::parse_json(sel->to_json());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->cuda_prefill, sel->cuda_prefill);
+  EXPECT_EQ(again->cuda_decode, sel->cuda_decode);
+  EXPECT_FALSE(KernelSelection::parse_json(R"({"rope": "reference"})")->has_cuda());
+  for (const char* bad :
+       {R"({"cuda": ["/k/s.cubin"]})", R"({"cuda": {"swiglu": "k/s.cubin"}})",
+        R"({"cuda": {"swiglu": {"warmup": "/k/s.cubin"}}})", R"({"cuda": {"swiglu": 1}})"}) {
+    auto r = KernelSelection::parse_json(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("cuda"), std::string::npos) << r.status().message();
+  }
 }
 
 TEST(Selection, BadInputIsAClearError) {

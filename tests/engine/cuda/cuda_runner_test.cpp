@@ -17,14 +17,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/file.h"
 #include "core/random.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cuda/compile.h"
+#include "kernels/cuda/generate.h"
 
 namespace plumb::cuda {
 namespace {
@@ -396,6 +400,117 @@ TEST(CudaRunner, CudaGraphsMatchEagerLaunches) {
   }
   report("CUDA graphs vs eager launches (llama3-gqa dummy)", d);
   EXPECT_LE(d.rel(), kBatchTol);
+}
+
+// `source` (a candidate of the CUDA candidate ABI) compiled by NVRTC for sm_90a into a file of this
+// test's own; its path, "" after a failure.
+std::string candidate_cubin(const std::string& source, const std::string& name) {
+  std::string cubin;
+  const auto r = kernels::cuda::compile_source(source, {}, &cubin);
+  EXPECT_EQ(r.verdict, kernels::cuda::CompileVerdict::kOk) << r.message << "\n" << r.log;
+  if (r.verdict != kernels::cuda::CompileVerdict::kOk) return "";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("plumb_cuda_runner_" + std::to_string(::getpid()) + "_" + name + ".cubin");
+  EXPECT_TRUE(write_file_atomic(path.string(), cubin).ok());
+  return path.string();
+}
+
+// The first built-in variant of `op` (kernels/cuda/generate.h) whose name contains `tag`.
+std::string variant_source(kernels::cuda::CudaOp op, const std::string& tag) {
+  for (const auto& v : kernels::cuda::generate_variants(op))
+    if (v.name.find(tag) != std::string::npos) return v.source;
+  ADD_FAILURE() << "no variant " << tag;
+  return "";
+}
+
+// Prefill in two chunks, then decode steps of one to five rows (one and two rows fold SwiGLU into
+// the GEMV; three and more run the SwiGLU pass), through runners `a` and `b` alike.
+Diff prefill_and_batched_decode(ModelRunner& a, ModelRunner& b) {
+  const int64_t V = a.vocab_size();
+  Rng rng(17);
+  std::vector<Seq> seqs(5);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int t = 0; t < 90 + 20 * int(i); ++t) seqs[i].tokens.push_back(int32_t(rng.next_u64() % 2048));
+    for (int blk = 0; blk < 12; ++blk) seqs[i].block_table.push_back(int32_t(i) * 12 + 11 - blk);
+    seqs[i].logits = StepSeq::Logits::kAll;
+  }
+  Diff d;
+  std::vector<Seq> part = seqs;
+  for (auto& s : part) s.tokens.resize(60);
+  d.add(run(a, part), run(b, part), V);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    part[i].start_pos = 60;
+    part[i].tokens.assign(seqs[i].tokens.begin() + 60, seqs[i].tokens.end());
+    part[i].logits = StepSeq::Logits::kLast;
+  }
+  d.add(run(a, part), run(b, part), V);
+  for (int step = 0; step < 15; ++step) {
+    std::vector<Seq> batch;
+    for (size_t i = 0; i <= size_t(step % 5); ++i) {
+      Seq& s = part[i];
+      s.start_pos += int32_t(s.tokens.size());
+      s.tokens = {int32_t(rng.next_u64() % 2048)};
+      batch.push_back(s);
+    }
+    d.add(run(a, batch), run(b, batch), V);
+  }
+  return d;
+}
+
+// Candidate kernels in place of the runner's own (CudaRunnerOptions::candidates_*, what `plumb
+// kernels accept --device cuda` measures): a built-in SwiGLU variant and a built-in
+// rmsnorm_residual variant (which takes the residual add out of the GEMMs), compiled for the card,
+// over prefill and batched decode steps replayed as graphs, against the runner without them. The
+// sums run in another order, so the logits agree within kBatchTol, not bit for bit. A SwiGLU
+// candidate that doubles its output moves them far past it in both phases, so the candidates do run
+// where they are put. A cubin put in place of the other op is refused when the runner is made.
+TEST(CudaRunner, CandidateKernelsRunInPlaceOfTheRunnersOwn) {
+  SKIP_WITHOUT_GPU();
+  using kernels::cuda::CudaOp;
+  const std::string swiglu = candidate_cubin(variant_source(CudaOp::kSwiglu, ".b256.v4"), "swiglu");
+  const std::string norm =
+      candidate_cubin(variant_source(CudaOp::kRmsNormResidual, ".b256.r1.v4.fused"), "norm");
+  std::string doubled = variant_source(CudaOp::kSwiglu, ".b256.v4");
+  const std::string silu = "return g / (1.0f + expf(-g)) * u;";
+  const auto at = doubled.find(silu);
+  ASSERT_NE(at, std::string::npos) << doubled;
+  doubled.replace(at, silu.size(), "return 2.0f * g / (1.0f + expf(-g)) * u;");
+  const std::string wrong = candidate_cubin(doubled, "doubled");
+  ASSERT_FALSE(swiglu.empty() || norm.empty() || wrong.empty());
+
+  CudaRunnerOptions with;
+  for (auto* m : {&with.candidates_prefill, &with.candidates_decode}) {
+    (*m)["swiglu"] = swiglu;
+    (*m)["rmsnorm_residual"] = norm;
+  }
+  auto own = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "own");
+  auto cand = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "candidates", with);
+  ASSERT_TRUE(own.ok()) << own.status().to_string();
+  ASSERT_TRUE(cand.ok()) << cand.status().to_string();
+  EXPECT_NE((*cand)->describe().find("candidate kernels: "), std::string::npos) << (*cand)->describe();
+  ASSERT_TRUE((*own)->init_kv(64, 16).ok() && (*cand)->init_kv(64, 16).ok());
+  Diff d = prefill_and_batched_decode(**own, **cand);
+  report("candidate kernels vs the runner's own (llama3-gqa dummy)", d);
+  EXPECT_LE(d.rel(), kBatchTol);
+
+  CudaRunnerOptions bad;
+  bad.candidates_prefill["swiglu"] = wrong;
+  bad.candidates_decode["swiglu"] = wrong;
+  auto broken = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "doubled", bad);
+  ASSERT_TRUE(broken.ok()) << broken.status().to_string();
+  auto own2 = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "own");
+  ASSERT_TRUE(own2.ok() && (*broken)->init_kv(64, 16).ok() && (*own2)->init_kv(64, 16).ok());
+  Diff w = prefill_and_batched_decode(**own2, **broken);
+  report("a SwiGLU candidate that doubles its output", w);
+  EXPECT_GT(w.rel(), 10 * kBatchTol);
+
+  CudaRunnerOptions swapped;
+  swapped.candidates_decode["rmsnorm_residual"] = swiglu;
+  auto refused = make_cuda_runner(dummy_model(kLlama3Gqa), 0, "swapped", swapped);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("declares op swiglu"), std::string::npos)
+      << refused.status().to_string();
+  for (const auto& f : {swiglu, norm, wrong}) std::filesystem::remove(f);
 }
 
 // Tokens picked on the device (forward_greedy): each greedy row's id equals the argmax of the row

@@ -77,6 +77,17 @@ TEST(Device, CudaIsRefusedWithTheReason) {
   }
 }
 
+// A kernel configuration's CUDA candidates replace the CUDA runner's kernels; the CPU runner has none
+// to replace and says so rather than ignoring them.
+TEST(Device, CudaCandidatesAreRefusedOnTheCpu) {
+  RunnerOptions ro;
+  ro.cuda_candidates_decode["swiglu"] = "/k/s.cubin";
+  auto r = make_runner(Device{}, tiny_dummy(), "tiny", ro);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("--device cuda"), std::string::npos) << r.status().to_string();
+}
+
 // The default forward_greedy (the host's argmax): a greedy row's id is the argmax of its forward()
 // row, lowest id on ties, and it leaves logits; the other rows come back in batch order.
 TEST(Runner, DefaultForwardGreedyTakesTheArgmaxAndKeepsTheOtherRows) {
