@@ -29,6 +29,10 @@
 #     (kernels_profile.json), `plumb kernels search --device cuda --op swiglu` over three episodes
 #     (kernels_search.json), and one candidate screened without compute-sanitizer and under each
 #     tool alone (sanitize_cost.jsonl: seconds per tool).
+#  9. with ACCEPT=1, in-model acceptance on the GPU: the best of a short SwiGLU search (reused from
+#     stage 8 when it ran in this call) measured in place of the runner's SwiGLU by `plumb kernels
+#     accept --device cuda` on plumb-tiny, scenario D small, 5 pairs (kernels_accept.json, the
+#     ledger's readout, the runner's description naming the candidate in the arms' logs).
 # Usage: bash .dev/cuda/cuda_runs.sh [BUILD_SOURCE_DIR] — the source folder the test binary was
 # built in (it finds models/ there): linked to this checkout when it does not exist here. Outputs
 # under $OUT.
@@ -185,6 +189,25 @@ if [ "${KERNELS:-0}" = 1 ] && [ -x "$B/plumb" ]; then
     echo "{\"sanitizers\": \"$tools\", \"rc\": $rc, \"seconds\": $secs, \"variant\": \"$(basename "$src" .cu)\"}" |
       tee -a "$O/sanitize_cost.jsonl"
   done
+fi
+
+if [ "${ACCEPT:-0}" = 1 ] && [ -x "$B/plumb" ]; then
+  echo "== 9. in-model acceptance on the GPU: plumb kernels accept --device cuda"
+  if [ ! -f /tmp/search_swiglu/search.json ]; then
+    timeout 200 "$B/plumb" kernels search --device cuda --op swiglu --episodes 2 --candidates 4 \
+      --out /tmp/search_swiglu --json > "$O/kernels_search.json" 2> "$O/kernels_search.err"
+    echo "kernels search: rc $?"
+  fi
+  SECONDS=0
+  rm -rf /tmp/accept && mkdir -p /tmp/accept
+  timeout 420 "$B/plumb" kernels accept --device cuda --search /tmp/search_swiglu --ledger /tmp/accept/plumb.db \
+    --out /tmp/accept/kernels.json --work-dir /tmp/accept --pairs 5 --json \
+    > "$O/kernels_accept.json" 2> "$O/kernels_accept.err"
+  echo "kernels accept: rc $? in ${SECONDS} s"
+  tail -5 "$O/kernels_accept.err"
+  "$B/plumb" compare list --ledger /tmp/accept/plumb.db > "$O/kernels_accept_list.txt" 2>&1
+  grep -h "candidate kernels" /tmp/accept/*.log 2>/dev/null | head -2 > "$O/kernels_accept_runner.txt"
+  cp /tmp/accept/*.toml /tmp/accept/*.json "$O/" 2>/dev/null
 fi
 
 # A device call brings back only a few files: PACK=1 leaves one archive of every output instead.
