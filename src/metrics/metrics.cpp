@@ -559,6 +559,23 @@ std::string server_timing_line(const ServerTimingError& e) {
                      e.requests, difference_text("TTFT", e.ttft_diff_ms, e.ttft_relative),
                      difference_text("TPOT", e.tpot_diff_ms, e.tpot_relative));
 }
+// The first measured request of each failure category with what it got ("  first http_4xx (request
+// 3): HTTP 400: {...}"): the server's own words, so that a run where every request failed says why.
+std::string first_failures(const RunRecord& run) {
+  std::string o;
+  for (const Failure f : kAllFailures) {
+    for (const auto& r : run.requests) {
+      if (r.failure != f) continue;
+      std::string detail = r.error.empty() ? "(no detail)" : r.error;
+      for (char& c : detail)
+        if (c == '\n' || c == '\r') c = ' ';
+      if (detail.size() > 240) detail = detail.substr(0, 240) + "...";
+      o += fmt::format("  first {} (request {}): {}\n", failure_name(f), r.index, detail);
+      break;
+    }
+  }
+  return o;
+}
 }  // namespace
 
 std::string console_summary(const RunRecord& run, const Metrics& m, std::span<const Constraint> validity) {
@@ -575,6 +592,7 @@ std::string console_summary(const RunRecord& run, const Metrics& m, std::span<co
       if (v > 0) o += fmt::format(" {}={}", k, v);
     }
     o += "\n";
+    o += first_failures(run);
   }
   o += fmt::format("  {:<22} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "metric (ms)", "n", "mean", "p50",
                    "p90", "p99", "stddev");

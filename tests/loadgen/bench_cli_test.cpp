@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "core/subprocess.h"
 #include "ledger/ledger.h"
+#include "server/serve_helpers.h"
 
 namespace plumb {
 namespace {
@@ -162,6 +163,21 @@ TEST(BenchCli, WithoutTargetStartsAndStopsItsOwnPlumbServe) {
   EXPECT_NE(log->find("listening on"), std::string::npos);
   // The kept log's directory is plumb bench's own ($TMPDIR/plumb-bench-serve-<pid>): tidy up.
   std::filesystem::remove_all(std::filesystem::path(std::string(l.at("log").as_string())).parent_path());
+}
+
+// A run whose every request the server refused says why: the first failure of each category with
+// the server's own message. Here the real plumb serve (plumb-tiny, a 512-token context) gets prompts
+// sized in words (no --tokenizer against a --target) far past its context.
+TEST(BenchCli, RefusedRequestsShowTheServersMessage) {
+  testing::ServeProcess server;
+  std::string error;
+  ASSERT_TRUE(server.start({}, &error)) << error;
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+  Out o = run_plumb({"--target", url, "--model", "plumb-tiny", "--input-len", "3000", "--output-len", "4",
+                     "--num-prompts", "3", "--max-concurrency", "1"});
+  EXPECT_NE(o.out.find("failures: http_4xx=3"), std::string::npos) << o.out << o.err;
+  EXPECT_NE(o.out.find("  first http_4xx (request 0): http_status"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("context"), std::string::npos) << o.out;  // the server's words, not only a count
 }
 
 // --no-keep-alive against the real plumb serve: every measured request opened its own connection

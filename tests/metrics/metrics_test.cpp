@@ -421,6 +421,27 @@ TEST(ServerTimings, DifferencesArePlumbMinusTheServerPerRequest) {
       << s;
 }
 
+// The console names the first failed request of each category with its detail, one line each.
+TEST(ConsoleSummary, FirstFailureOfEachCategoryWithItsDetail) {
+  RunRecord run = example();
+  run.requests[1].failure = Failure::kHttp4xx;
+  run.requests[1].http_status = 400;
+  run.requests[1].error = "http_status: {\"error\": {\"message\": \"prompt too long\"}}";
+  run.requests[2].failure = Failure::kHttp4xx;
+  run.requests[2].error = "a second one, not shown";
+  run.requests[3].failure = Failure::kReset;
+  run.requests[3].error = "reset\nmid-stream";
+  const std::string s = console_summary(run, compute(run), {});
+  EXPECT_NE(
+      s.find("  first http_4xx (request 1): http_status: {\"error\": {\"message\": \"prompt too long\"}}\n"),
+      std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("a second one"), std::string::npos) << s;
+  EXPECT_NE(s.find("  first reset (request 3): reset mid-stream\n"), std::string::npos) << s;
+  EXPECT_NE(console_summary(example(), compute(example()), {}).find("  first http_5xx (request 2): HTTP 503"),
+            std::string::npos);
+}
+
 TEST(ServerTimings, NoneSaysWhy) {
   RunRecord run = example();
   Metrics m = compute(run);
