@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   auto config = engine::load_model_config(argv[1]);
   if (!config.ok()) return std::fprintf(stderr, "%s\n", config.status().to_string().c_str()), 1;
   engine::ModelOptions opts;
-  opts.kernels = engine::KernelSelection::all_reference();  // row-major host weights: no packing to undo
+  opts.upload_only = true;  // row-major host weights: no packing to undo
   const double t0 = now_ms();
   auto model = engine::Model::dummy(*config, opts);
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().to_string().c_str()), 1;

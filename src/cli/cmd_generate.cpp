@@ -114,7 +114,8 @@ int run(const GenerateArgs& a) {
   if (Status s = a.model.check(); !s.ok()) return fail(kExitUsage, s);
   auto sel = load_kernel_selection(a.kernels);
   if (!sel.ok()) return fail(kExitUsage, sel.status());
-  const ModelOptions mo = a.model.options(a.seed, a.threads, *sel);
+  ModelOptions mo = a.model.options(a.seed, a.threads, *sel);
+  mo.upload_only = a.model.device_spec().kind != scheduler::Device::Kind::kCpu;  // row-major, never packed
 
   // Where the config (and maybe weights and tokenizer) come from.
   auto folder = a.model.folder();

@@ -1,8 +1,10 @@
 // `plumb serve`: the OpenAI-compatible server over the reference engine (continuous batching) or
 // the synthetic engine (tokens on a known schedule, no model compute).
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -195,14 +197,16 @@ int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConf
 
   auto sel = load_kernel_selection(eff->kernels);
   if (!sel.ok()) return fail(kExitUsage, sel.status());
-  auto loaded = a.model.load(dir, cfg, a.model.options(a.seed, eff->threads, *sel));
+  const scheduler::Device dev = a.model.device_spec();
+  engine::ModelOptions mo = a.model.options(a.seed, eff->threads, *sel);
+  mo.upload_only = dev.kind != scheduler::Device::Kind::kCpu;  // row-major host weights, never packed
+  auto loaded = a.model.load(dir, cfg, mo);
   if (!loaded.ok()) return fail(kExitError, loaded.status());
   std::unique_ptr<Model> model = std::move(loaded).value();
   std::string desc = name + " (" + architecture_name(cfg.arch) + ", " +
                      std::to_string(cfg.num_hidden_layers) + " layers, " +
                      std::to_string(model->pool().size()) + " threads, kernels " + eff->kernels +
                      ", quantization " + model->weights().quantization().name() + ")";
-  const scheduler::Device dev = a.model.device_spec();
   if (dev.kind != scheduler::Device::Kind::kCuda &&
       (a.cuda_graphs || a.gpu_memory_utilization || a.tensor_parallel_size != 1)) {
     return fail(kExitUsage,
@@ -215,8 +219,20 @@ int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConf
   ro.tensor_parallel_size = a.tensor_parallel_size;
   ro.cuda_candidates_prefill = sel->cuda_prefill;
   ro.cuda_candidates_decode = sel->cuda_decode;
+  const bool bar = dev.kind != scheduler::Device::Kind::kCpu && isatty(2) != 0;
+  if (bar) {
+    ro.upload_progress = [name = dev.name()](size_t done, size_t all) {
+      std::fprintf(stderr, "\rloading weights onto %s: layer %zu of %zu   ", name.c_str(), done, all);
+      if (done == all) std::fprintf(stderr, "\n");
+    };
+  }
+  const auto upload_start = std::chrono::steady_clock::now();
   auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
   if (!runner.ok()) return fail(kExitError, runner.status());
+  if (dev.kind != scheduler::Device::Kind::kCpu) {
+    log::info("event=weights_on_device device={} seconds={:.2f}", dev.name(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count());
+  }
   if (a.gpu_memory_utilization) {
     if (int rc = size_kv_cache(a, cfg, **runner, c, eff, notes); rc != kExitOk) return rc;
   }

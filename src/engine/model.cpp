@@ -19,6 +19,7 @@ Result<std::unique_ptr<Model>> Model::from_weights(const ModelConfig& config, Mo
   m->weights_ = std::move(weights);
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   m->pool_ = std::make_unique<ThreadPool>(threads);
+  m->upload_only_ = opts.upload_only;
   PLUMB_RETURN_IF_ERROR(m->set_kernels(opts.kernels));
   m->inv_freq_ = rope_inv_freq(config);
   return m;
@@ -47,7 +48,9 @@ Result<std::unique_ptr<Model>> Model::dummy(const ModelConfig& config, const Mod
 
 Status Model::set_kernels(const KernelSelection& sel) {
   PLUMB_ASSIGN_OR_RETURN(kernels_, resolve_kernels(sel));
-  // Every matmul gets the weight layout it reads (packed where both phases' variant reads it).
+  // Every matmul gets the weight layout it reads (packed where both phases' variant reads it), unless
+  // the weights are only carried to a device (ModelOptions::upload_only).
+  if (upload_only_) kernels_[0].packed16 = kernels_[1].packed16 = false;
   weights_.set_layout(kernels_[0].packed16 ? WeightLayout::kPacked16 : WeightLayout::kRowMajor, pool_.get());
   return Status::Ok();
 }

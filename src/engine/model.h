@@ -39,6 +39,11 @@ struct ModelOptions {
   int threads = 0;                             // kernel threads including the caller; 0 = all cores
   KernelSelection kernels;                     // variant per op and phase; empty = "auto" everywhere
   Quantization quantization;                   // linear layers: none | int8 | int4 (engine/cpu/kernels.h)
+  // The model only carries its weights to a device runner (engine/cuda/cuda_runner.h): they keep
+  // the stored row-major layout (zero copy from the mapped checkpoint where the dtype is kept) and
+  // are never packed for a CPU GEMM, which would cost a copy of every matrix on the host and an
+  // unpacking pass before the upload. The CPU kernels still resolve (and read row-major weights).
+  bool upload_only = false;
 };
 
 // One sequence's part of a batch. Spans are borrowed for the duration of forward().
@@ -114,6 +119,7 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<ThreadPool> pool_;
+  bool upload_only_ = false;  // ModelOptions::upload_only: weights stay row-major
   std::array<KernelSet, 2> kernels_;
   std::vector<float> inv_freq_;  // [hd/2]
   Workspace ws_;

@@ -248,7 +248,7 @@ Result<Engine> start_engine(const ProfileOptions& o, const std::string& model_di
                             " the CUDA runner's own kernels run (leave --kernels at auto)");
   }
   PLUMB_ASSIGN_OR_RETURN(engine::ModelOptions mo, model_options(o));
-  if (!cpu) mo.kernels = engine::KernelSelection::all_reference();  // row-major host weights to upload
+  mo.upload_only = !cpu;  // row-major host weights to upload (the host sampler keeps its fast kernel)
   say("loading " + model_dir);
   PLUMB_ASSIGN_OR_RETURN(auto model, engine::Model::load(model_dir, mo));
   r.threads = model->pool().size();

@@ -396,6 +396,32 @@ TEST_F(BadInput, ForwardRejectsTooLongAndMalformedSequences) {
   EXPECT_EQ(m->forward({}, *h.cache, &out).code(), Code::kInvalidArgument);
 }
 
+// A model loaded only to carry its weights to a device runner (ModelOptions::upload_only, as `plumb
+// serve --device cuda` loads it) keeps every matrix row-major as stored, where auto on a CPU whose
+// matmul reads packed weights (AVX512_BF16, AMX) packs them: a host copy of every matrix that the
+// CUDA runner would unpack again before the upload.
+TEST(UploadOnly, WeightsStayRowMajorAsStored) {
+  const std::string dir = std::string(PLUMB_SOURCE_DIR) + "/models/plumb-tiny";
+  ModelOptions up;
+  up.upload_only = true;
+  auto a = Model::load(dir, up);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_FALSE((*a)->kernel_sets()[0].packed16 || (*a)->kernel_sets()[1].packed16);
+  for (const auto& L : (*a)->weights().layers) {
+    for (const WeightMatrix* m :
+         {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj})
+      EXPECT_EQ(m->layout, WeightLayout::kRowMajor);
+  }
+  EXPECT_EQ((*a)->weights().embed.layout, WeightLayout::kRowMajor);
+  auto b = Model::load(dir, {});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  if (!(*b)->kernel_sets()[0].packed16) {
+    GTEST_SKIP()
+        << "auto packs no weights on this CPU (its matmul reads row-major): the contrast is not made here";
+  }
+  EXPECT_EQ((*b)->weights().layers[0].q_proj.layout, WeightLayout::kPacked16);
+}
+
 // Dummy weights: right shapes for a shipped config, deterministic for a seed, and independent of
 // the thread count.
 TEST(DummyWeights, DeterministicAndThreadCountIndependent) {

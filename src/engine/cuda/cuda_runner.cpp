@@ -392,6 +392,7 @@ Status CudaModelRunner::upload(const engine::Model& model) {
   layers_.resize(w.layers.size());
   for (size_t i = 0; i < w.layers.size(); ++i) {
     PLUMB_RETURN_IF_ERROR(upload_layer(w.layers[i], layers_[i]));
+    if (opts_.upload_progress && shard_.rank == 0) opts_.upload_progress(i + 1, w.layers.size());
   }
   return Status::Ok();
 }

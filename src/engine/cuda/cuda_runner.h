@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -77,6 +78,9 @@ struct CudaRunnerOptions {
   //    norm and the last layer's down_proj stay as they are.
   // One card only (Unimplemented with tensor parallelism).
   std::map<std::string, std::string> candidates_prefill, candidates_decode;
+  // Called after each layer's weights are on the card (rank 0 only with tensor parallelism): layers
+  // done, layers in all. For a progress bar; null: none.
+  std::function<void(size_t, size_t)> upload_progress;
 };
 
 // Uploads `model` to `device` (after check_fits), or its parts to devices [device, device +

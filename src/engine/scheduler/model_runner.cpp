@@ -130,6 +130,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::uniq
   co.tensor_parallel_size = opts.tensor_parallel_size;
   co.candidates_prefill = opts.cuda_candidates_prefill;
   co.candidates_decode = opts.cuda_candidates_decode;
+  co.upload_progress = opts.upload_progress;
   return cuda::make_cuda_runner(std::move(model), device.index, std::move(description), co);
 #else
   (void)opts;

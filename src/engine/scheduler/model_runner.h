@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -174,6 +175,8 @@ struct RunnerOptions {
   // engine::KernelSelection): cubin paths by op and phase, launched by the CUDA runner in place of
   // its own (engine/cuda/cuda_runner.h). The CPU runner has no such kernels and refuses them.
   std::map<std::string, std::string> cuda_candidates_prefill, cuda_candidates_decode;
+  // The CUDA runner's upload, after each layer: layers done, layers in all (a progress bar).
+  std::function<void(size_t, size_t)> upload_progress;
 };
 Result<std::unique_ptr<ModelRunner>> make_runner(const Device& device, std::unique_ptr<engine::Model> model,
                                                  std::string description, const RunnerOptions& opts);
