@@ -288,11 +288,7 @@ TEST_F(EvaluateJob, ASlurmJobCancelledWithScancelIsRetriedAndItsRowsLandInPostgr
   ASSERT_TRUE(p.ok());
   std::string id = wait_submitted(1);
   ASSERT_FALSE(id.empty());
-  for (int i = 0; i < 600; ++i) {
-    auto q = run_capture({"env", "SLURM_CONF=" + conf_, "squeue", "-h", "-t", "all", "-j", id, "-o", "%T"});
-    if (q.ok() && q->out.rfind("RUNNING", 0) == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  EXPECT_FALSE(testing::wait_job_running(conf_, id).empty()) << "job " << id << " did not start\n" << log();
   auto sc = run_capture({"env", "SLURM_CONF=" + conf_, "scancel", id});
   ASSERT_TRUE(sc.ok() && sc->exit.exited && sc->exit.exit_code == 0);
   int rc = finish(*p, 400);
