@@ -237,9 +237,9 @@ class CudaModelRunner final : public scheduler::ModelRunner {
   std::vector<std::unique_ptr<LoadedCandidate>> candidates_;
   std::array<const LoadedCandidate*, 2> swiglu_candidate_{}, norm_candidate_{};
   bool norm_candidates() const { return norm_candidate_[0] != nullptr || norm_candidate_[1] != nullptr; }
-  DeviceBuffer
-      x_alt_;  // f32 [T, d] the residual stream's second buffer (an rmsnorm_residual candidate's output)
-  DeviceBuffer sum_;  // f32 [T, d] o_proj's and down_proj's output before the candidate adds the residual
+  // With an rmsnorm_residual candidate: the residual stream's second buffer (the candidate's output),
+  // and o_proj's and down_proj's output before the candidate adds the residual; f32 [T, d] each.
+  DeviceBuffer x_alt_, sum_;
 };
 
 Status upload_bytes(void* dst, const void* src, size_t bytes) {
