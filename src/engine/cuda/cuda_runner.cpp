@@ -152,7 +152,11 @@ class CudaModelRunner final : public scheduler::ModelRunner {
               float beta);
   // The residual stream's first T rows summed over the ranks, in place (a no-op with one rank).
   Status all_reduce_residual(int64_t T);
-  // Loads CudaRunnerOptions::candidates_* into the phases' slots, one module per cubin file.
+  // The runner's stream, its cuBLAS handle with a fixed workspace (capturable into graphs), and
+  // cuBLASLt where GEMMs are tuned.
+  Status init_stream_and_blas();
+  // Loads CudaRunnerOptions::candidates_* into the phases' slots, one module per cubin file
+  // (Unimplemented with tensor parallelism; nothing to do without candidates).
   Status load_candidates();
 
   // Per-op timing for an installed engine::KernelObserver (`plumb kernels profile --device cuda`):
@@ -328,27 +332,31 @@ Result<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(const engine::M
         ", tensor-parallel rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.size);
   }
   r->description_ += ")";
-  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
-  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasCreate(&r->cublas_));
-  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(r->cublas_, r->stream_));
-  PLUMB_ASSIGN_OR_RETURN(r->cublas_ws_, DeviceBuffer::allocate(kCublasWorkspace, "the cuBLAS workspace"));
-  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(r->cublas_, r->cublas_ws_.get(), kCublasWorkspace));
-  if (opts.gemm_tuning && !opts.reference_kernels) {
-    PLUMB_ASSIGN_OR_RETURN(r->lt_, LtGemm::create(r->stream_, r->cublas_ws_.get(), kCublasWorkspace));
-  }
-  if (!opts.candidates_prefill.empty() || !opts.candidates_decode.empty()) {
-    if (shard.size > 1) {
-      return unimplemented(
-          "candidate kernels (the kernel configuration's \"cuda\" entries) run on one card: "
-          "leave --tensor-parallel-size at 1 to measure them");
-    }
-    PLUMB_RETURN_IF_ERROR(r->load_candidates());
-  }
+  PLUMB_RETURN_IF_ERROR(r->init_stream_and_blas());
+  PLUMB_RETURN_IF_ERROR(r->load_candidates());
   PLUMB_RETURN_IF_ERROR(r->upload(model));
   return r;
 }
 
+Status CudaModelRunner::init_stream_and_blas() {
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  PLUMB_ASSIGN_OR_RETURN(cublas_ws_, DeviceBuffer::allocate(kCublasWorkspace, "the cuBLAS workspace"));
+  PLUMB_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_ws_.get(), kCublasWorkspace));
+  if (opts_.gemm_tuning && !opts_.reference_kernels) {
+    PLUMB_ASSIGN_OR_RETURN(lt_, LtGemm::create(stream_, cublas_ws_.get(), kCublasWorkspace));
+  }
+  return Status::Ok();
+}
+
 Status CudaModelRunner::load_candidates() {
+  if (opts_.candidates_prefill.empty() && opts_.candidates_decode.empty()) return Status::Ok();
+  if (shard_.size > 1) {
+    return unimplemented(
+        "candidate kernels (the kernel configuration's \"cuda\" entries) run on one card: "
+        "leave --tensor-parallel-size at 1 to measure them");
+  }
   std::map<std::string, const LoadedCandidate*> by_path;
   std::string names;
   for (const engine::Phase ph : {engine::Phase::kPrefill, engine::Phase::kDecode}) {
