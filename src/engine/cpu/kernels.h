@@ -262,8 +262,8 @@ struct KernelSelection {
   bool has_cuda() const { return !cuda_prefill.empty() || !cuda_decode.empty(); }
   static KernelSelection all_reference();
   // Accepts an object whose keys are op names and whose values are a variant name (both phases) or
-  // {"prefill": name, "decode": name} (a missing phase = "auto"). Unknown ops, unknown keys and
-  // non-string names are InvalidArgument naming the field. Variant names are checked by
+  // {"prefill": name, "decode": name} (a missing phase = "auto"), plus "plugins" and "cuda" (above). Unknown
+  // ops, unknown keys and non-string names are InvalidArgument naming the field. Variant names are checked by
   // resolve_kernels, not here. to_json() writes the same form (string when both phases agree).
   static Result<KernelSelection> parse_json(std::string_view text);
   std::string to_json() const;

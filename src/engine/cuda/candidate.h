@@ -2,7 +2,8 @@
 // the checks on a candidate's declared launch configuration, its grid, and a candidate loaded from
 // its cubin and launched on a stream. `plumb kernels` screens candidates with these (kernels/cuda/),
 // and the CUDA runner launches an accepted one in place of its own kernel (cuda_runner.h,
-// CudaRunnerOptions::candidates), so a candidate runs in the engine exactly as it was screened.
+// CudaRunnerOptions::candidates_prefill/decode), so a candidate runs in the engine exactly as it was
+// screened.
 //
 // The driver's entry points are taken through the CUDA runtime (cudaGetDriverEntryPointByVersion), so
 // nothing links libcuda. Every call returns a Status naming the CUDA call that failed.
