@@ -198,6 +198,11 @@ int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConf
   auto sel = load_kernel_selection(eff->kernels);
   if (!sel.ok()) return fail(kExitUsage, sel.status());
   const scheduler::Device dev = a.model.device_spec();
+  if (sel->has_cuda() && dev.kind == scheduler::Device::Kind::kCpu) {  // before the model loads
+    return fail(kExitUsage, invalid_argument("--kernels " + eff->kernels +
+                                             " names CUDA candidate kernels (its \"cuda\" entries), which "
+                                             "replace the CUDA runner's kernels: add --device cuda"));
+  }
   engine::ModelOptions mo = a.model.options(a.seed, eff->threads, *sel);
   mo.upload_only = dev.kind != scheduler::Device::Kind::kCpu;  // row-major host weights, never packed
   auto loaded = a.model.load(dir, cfg, mo);
@@ -230,8 +235,9 @@ int make_llm(const ServeArgs& a, const std::string& dir, const engine::ModelConf
   auto runner = scheduler::make_runner(dev, std::move(model), desc, ro);
   if (!runner.ok()) return fail(kExitError, runner.status());
   if (dev.kind != scheduler::Device::Kind::kCpu) {
-    log::info("event=weights_on_device device={} seconds={:.2f}", dev.name(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count());
+    log::info("event=weights_on_device device={} seconds={:.2f} runner=\"{}\"", dev.name(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - upload_start).count(),
+              (*runner)->describe());
   }
   if (a.gpu_memory_utilization) {
     if (int rc = size_kv_cache(a, cfg, **runner, c, eff, notes); rc != kExitOk) return rc;

@@ -13,6 +13,7 @@
 #include "core/sha256.h"
 #include "engine/cpu/plugin.h"
 #include "engine/model_config.h"
+#include "engine/scheduler/model_runner.h"
 #include "ledger/ledger.h"
 
 namespace plumb::kernels {
@@ -211,24 +212,22 @@ Result<engine::KernelSelection> base_selection(const AcceptOptions& o) {
 Result<std::vector<Patch>> screened_patches(const AcceptOptions& o, const Say& say) {
   std::vector<Patch> all;
   const bool cuda = o.device != "cpu";
-  std::vector<Phase> phases{Phase::kDecode};
-  if (o.cuda_phase == "prefill") phases = {Phase::kPrefill};
-  if (o.cuda_phase == "both") phases = {Phase::kPrefill, Phase::kDecode};
   for (const auto& d : o.search_dirs) {
-    for (const Phase ph : phases) {
-      auto p = best_patch(d, o.min_utility, ph);
-      if (!p.ok()) {
-        say("skipping " + d + ": " + p.status().message());
-        break;
-      }
-      if (p->cuda() != cuda) {
-        return invalid_argument(d + " is a " + (p->cuda() ? "CUDA" : "CPU") + " search; accept --device " +
-                                o.device + " takes " +
-                                (cuda ? "`plumb kernels search --device cuda`" : "CPU") + " searches");
-      }
-      if (!cuda) PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
+    auto p = best_patch(d, o.min_utility, o.cuda_phase == "prefill" ? Phase::kPrefill : Phase::kDecode);
+    if (!p.ok()) {
+      say("skipping " + d + ": " + p.status().message());
+      continue;
+    }
+    if (p->cuda() != cuda) {
+      return invalid_argument(d + " is a " + (p->cuda() ? "CUDA" : "CPU") + " search; accept --device " +
+                              o.device + " takes " + (cuda ? "`plumb kernels search --device cuda`" : "CPU") +
+                              " searches");
+    }
+    if (!cuda) PLUMB_RETURN_IF_ERROR(engine::check_certificate(p->so_path).status());
+    all.push_back(*p);
+    if (cuda && o.cuda_phase == "both") {  // the same cubin in the other phase too
       all.push_back(*p);
-      if (!cuda) break;  // a CPU search names its own phase
+      all.back().phase = Phase::kPrefill;
     }
   }
   if (all.empty()) return not_found("no screened candidate to accept (every search folder was skipped)");
@@ -335,8 +334,7 @@ Result<std::vector<AcceptOutcome>> run_accept(const AcceptOptions& o) {
   if (o.ledger_path.empty()) return invalid_argument("accept needs a ledger (--ledger FILE)");
   if (o.kernels_out.empty())
     return invalid_argument("accept needs --out FILE for the accepted kernel configuration");
-  if (o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
-    return invalid_argument("accept --device " + o.device + ": expected cpu, cuda or cuda:N");
+  PLUMB_RETURN_IF_ERROR(scheduler::parse_device(o.device).status().with_context("accept --device"));
   if (o.cuda_phase != "decode" && o.cuda_phase != "prefill" && o.cuda_phase != "both")
     return invalid_argument("accept --phase " + o.cuda_phase + ": expected decode, prefill or both");
   PLUMB_ASSIGN_OR_RETURN(engine::KernelSelection base, base_selection(o));

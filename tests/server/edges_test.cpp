@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/file.h"
 #include "server/serve_helpers.h"
 
 namespace plumb::testing {
@@ -485,6 +486,22 @@ TEST(EdgesFlags, DeviceFlagsWithoutTheirDeviceAreRefusedSayingWhy) {
   ASSERT_TRUE(gen.ok());
   EXPECT_NE(gen->exit.exit_code, 0) << gen->out;
   EXPECT_NE(gen->out.find("use --device cuda or leave it at 1"), std::string::npos) << gen->out;
+}
+
+// A kernel configuration with CUDA candidate kernels ("cuda" entries) on the CPU: a usage error that
+// says to add --device cuda, before the model is loaded.
+TEST(EdgesFlags, CudaCandidateKernelsWithoutTheDeviceAreAUsageError) {
+  const fs::path k =
+      fs::temp_directory_path() / ("plumb_edges_cuda_kernels_" + std::to_string(::getpid()) + ".json");
+  ASSERT_TRUE(write_file_atomic(k.string(), R"({"cuda": {"swiglu": "/k/s.cubin"}})").ok());
+  auto out = run_capture(
+      {"/bin/sh", "-c", "timeout 60 \"$0\" serve --port 0 --kernels \"$1\" 2>&1", PLUMB_BINARY, k.string()});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->exit.exit_code, 2) << out->out;
+  EXPECT_NE(out->out.find("names CUDA candidate kernels"), std::string::npos) << out->out;
+  EXPECT_NE(out->out.find("add --device cuda"), std::string::npos) << out->out;
+  EXPECT_EQ(out->out.find("listening on"), std::string::npos) << out->out;
+  fs::remove(k);
 }
 
 TEST(EdgesWeights, CheckWeightsPassesAGoodModel) {

@@ -373,19 +373,16 @@ std::string KernelSelection::to_json() const {
     for (const auto& p : plugins) arr.emplace_back(p);
     obj["plugins"] = std::move(arr);
   }
+  // "cuda": a path where both phases have the same cubin, else {"prefill": ..., "decode": ...}.
   json::object cuda;
-  for (const auto* m : {&cuda_prefill, &cuda_decode}) {
-    for (const auto& [op, path] : *m) {
-      auto p = cuda_prefill.find(op);
-      auto d = cuda_decode.find(op);
-      if (p != cuda_prefill.end() && d != cuda_decode.end() && p->second == d->second) {
-        cuda[op] = path;
-      } else {
-        json::object phases;
-        if (p != cuda_prefill.end()) phases["prefill"] = p->second;
-        if (d != cuda_decode.end()) phases["decode"] = d->second;
-        cuda[op] = std::move(phases);
-      }
+  for (const auto& [op, path] : cuda_prefill) cuda[op] = json::object{{"prefill", path}};
+  for (const auto& [op, path] : cuda_decode) {
+    auto p = cuda_prefill.find(op);
+    if (p != cuda_prefill.end() && p->second == path) {
+      cuda[op] = path;
+    } else {
+      if (!cuda.contains(op)) cuda[op] = json::object{};
+      cuda[op].as_object()["decode"] = path;
     }
   }
   if (!cuda.empty()) obj["cuda"] = std::move(cuda);

@@ -3,6 +3,8 @@
 #include <cuda.h>
 #include <fmt/format.h>
 
+#include "engine/cuda/check.h"
+
 namespace plumb::cuda {
 namespace {
 
@@ -29,11 +31,6 @@ Status entry(const char* name, Fn* out) {
 Status cu_ok(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return Status::Ok();
   return internal_error(fmt::format("{} failed: CUresult {}", what, int(r)));
-}
-
-Status rt_ok(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return internal_error(fmt::format("{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
 }  // namespace
@@ -115,7 +112,7 @@ Status LoadedCandidate::load(const std::string& cubin, const CandidateLaunch* la
   GetFunction get_function = nullptr;
   PLUMB_RETURN_IF_ERROR(entry("cuModuleLoadData", &load_data));
   PLUMB_RETURN_IF_ERROR(entry("cuModuleGetFunction", &get_function));
-  PLUMB_RETURN_IF_ERROR(rt_ok(cudaFree(nullptr), "creating the CUDA context"));
+  PLUMB_CUDA_RETURN_IF_ERROR(cudaFree(nullptr));  // creates the context
   CUmodule module = nullptr;
   PLUMB_RETURN_IF_ERROR(
       cu_ok(load_data(&module, cubin.data()), "cuModuleLoadData (not a cubin, or one for another GPU?)"));
@@ -142,9 +139,8 @@ Status LoadedCandidate::load(const std::string& cubin, const CandidateLaunch* la
     return invalid_argument(fmt::format("the candidate's plumb_launch is {} bytes, not the ABI's {}", bytes,
                                         sizeof(CandidateLaunch)));
   }
-  PLUMB_RETURN_IF_ERROR(rt_ok(
-      cudaMemcpy(&cfg_, reinterpret_cast<const void*>(at), sizeof(CandidateLaunch), cudaMemcpyDeviceToHost),
-      "reading plumb_launch"));
+  PLUMB_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(&cfg_, reinterpret_cast<const void*>(at), sizeof(CandidateLaunch), cudaMemcpyDeviceToHost));
   return check_candidate_launch(cfg_);
 }
 
